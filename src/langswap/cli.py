@@ -1,0 +1,305 @@
+"""The `langswap` command: parse arguments -> build a config -> call one library function -> exit code.
+
+Bad input (a `LangswapError`) prints one paragraph that says what to fix and exits with code 2; anything else is a
+bug and keeps its traceback. Help texts and defaults are read from the config dataclasses, never repeated here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import textwrap
+from pathlib import Path
+
+from langswap import __version__
+from langswap.config import apply_overrides, dump_yaml, field_help, from_dict, load_yaml, to_dict
+from langswap.errors import LangswapError
+
+logger = logging.getLogger("langswap")
+
+
+def describe_fields(config_cls, prefix: str = "") -> list[str]:
+    """'key (default): help' lines for every field of a config dataclass, nested ones dotted."""
+    lines = []
+    for field in dataclasses.fields(config_cls):
+        if not field.init:
+            continue
+        default = field.default if field.default is not dataclasses.MISSING else None
+        if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            nested = field.default_factory()  # type: ignore[misc]
+            if dataclasses.is_dataclass(nested):
+                lines.extend(describe_fields(type(nested), f"{prefix}{field.name}."))
+                continue
+            default = nested
+        if field.name == "method" and prefix == "":
+            lines.append(f"method.name ('wechsel'): {field_help(field)} method.<option> sets one of its options.")
+            continue
+        lines.append(f"{prefix}{field.name} ({default!r}): {field_help(field)}")
+    return lines
+
+
+def _set_help(config_cls) -> str:
+    return "keys for --set key=value:\n" + "\n".join("  " + line for line in describe_fields(config_cls))
+
+
+def _overrides(args) -> list[str]:
+    return list(getattr(args, "set", None) or [])
+
+
+def _add_set(parser) -> None:
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                        help="Override a config value, e.g. --set method.neighbors=20 (repeatable).")
+
+
+# -- commands ----------------------------------------------------------------------------------------------------------
+
+def cmd_methods(args) -> int:
+    from langswap.methods.base import config_fields, get_method, method_names
+
+    for name in method_names():
+        spec = get_method(name)
+        needs = f" (needs: {', '.join(spec.requires)})" if spec.requires else ""
+        print(f"{name}: {spec.description}{needs}")
+        for field in config_fields(spec.config_cls):
+            print(f"    {field.name} = {field.default!r}: {field_help(field)}")
+    return 0
+
+
+def cmd_init_config(args) -> int:
+    from langswap.methods.base import make_config
+    from langswap.pipeline import TransferConfig
+
+    config = TransferConfig(method=make_config(args.method))
+    text = dump_yaml(to_dict(config))
+    header = "# langswap transfer config: every key with its default. Run: langswap transfer THIS_FILE\n"
+    for line in describe_fields(TransferConfig):
+        header += "#   " + line + "\n"
+    if args.output:
+        from langswap.resources.text import atomic_write_text
+
+        atomic_write_text(args.output, header + text)
+        print(f"wrote {args.output}")
+    else:
+        print(header + text, end="")
+    return 0
+
+
+def _transfer_config(args):
+    from langswap.pipeline import TransferConfig
+
+    data = load_yaml(args.config) if args.config else {}
+    for key in ("source_model", "target_tokenizer", "target_text", "output", "eval_text"):
+        value = getattr(args, key, None)
+        if value is not None:
+            data[key] = value
+    if args.method:
+        method = data.get("method")
+        data["method"] = {**(method if isinstance(method, dict) else {}), "name": args.method}
+    if args.overwrite:
+        data["overwrite"] = True
+    return from_dict(TransferConfig, apply_overrides(data, _overrides(args)))
+
+
+def cmd_transfer(args) -> int:
+    from langswap.evaluation.correspondence import format_correspondence
+    from langswap.pipeline import transfer
+
+    config = _transfer_config(args)
+    report = transfer(config, progress=True)
+    counts = " | ".join(f"{key} {value:,}" for key, value in report.counts.items())
+    print(f"wrote {report.output}: {counts}")
+    if report.alignment:
+        print(f"alignment: {report.alignment['pairs_used']:,} pairs, precision@1 {report.alignment['precision_at_1']}"
+              f" (CSLS {report.alignment['precision_at_1_csls']})")
+    if report.metrics:
+        print(f"{report.metrics['kind']} {report.metrics['perplexity']:.2f}, bits per byte "
+              f"{report.metrics['bits_per_byte']:.4f} on {report.metrics['lines']} lines")
+    if report.correspondence:
+        print(format_correspondence(report.correspondence))
+    return 0
+
+
+def cmd_tokenizer(args) -> int:
+    from langswap.models import load_tokenizer
+    from langswap.resources.text import atomic_directory
+    from langswap.tokenizer_training import train_tokenizer
+
+    source = load_tokenizer(args.source, "source tokenizer")
+    with atomic_directory(Path(args.output), args.overwrite) as folder:
+        tokenizer = train_tokenizer(source, args.text, args.vocab_size, max_lines=args.max_lines, progress=True)
+        tokenizer.save_pretrained(folder)
+    print(f"wrote {args.output}: {len(tokenizer):,} tokens, family of {args.source}")
+    return 0
+
+
+def cmd_fasttext(args) -> int:
+    from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+
+    output = Path(args.output)
+    if output.exists() and not args.overwrite:
+        raise LangswapError(f"'{output}' already exists; choose another --output or pass --overwrite.")
+    config = from_dict(FastTextConfig, apply_overrides({}, _overrides(args)))
+    train_fasttext(args.text, output, config, progress=True)
+    print(f"wrote {output}")
+    return 0
+
+
+def cmd_align(args) -> int:
+    import numpy as np
+
+    from langswap.resources.alignment import AlignConfig, align
+    from langswap.resources.dictionary import Dictionary
+    from langswap.resources.text import atomic_directory
+    from langswap.resources.vectors import WordVectors
+
+    config = from_dict(AlignConfig, apply_overrides({}, _overrides(args)))
+    source = WordVectors.load(args.source_vectors)
+    target = WordVectors.load(args.target_vectors)
+    alignment = align(source, target, Dictionary.load(args.dictionary), config)
+    with atomic_directory(Path(args.output), args.overwrite) as folder:
+        np.save(folder / "alignment.npy", alignment.source.transform)  # raw source space -> shared space
+        if alignment.target.transform is not None:  # the target side was reduced by PCA
+            np.save(folder / "target_transform.npy", alignment.target.transform)
+        alignment.source.save_vec(folder / "source.aligned.vec", max_words=args.max_words)
+        (folder / "report.json").write_text(json.dumps(alignment.report, indent=2), encoding="utf-8")
+    report = alignment.report
+    print(f"wrote {args.output}: {report['word_pairs']:,} word pairs from {report['entries_covered']:,} of "
+          f"{report['dictionary_entries']:,} entries; precision@1 {report['precision_at_1']} "
+          f"(CSLS {report['precision_at_1_csls']}) on {report['queries']} held-out words")
+    if report.get("pca"):
+        print(report["pca"])
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from langswap.evaluation.language_modeling import evaluate_model
+    from langswap.models import load_model, load_tokenizer, objective_of
+    from langswap.resources.text import read_text_lines
+
+    tokenizer = load_tokenizer(args.model)
+    model = load_model(args.model)
+    lines = read_text_lines(args.text, "evaluation text", max_lines=args.lines)
+    score = evaluate_model(model, tokenizer, lines, objective_of(model.config), progress=True)
+    result = {"model": args.model, "text": args.text, **score.as_dict()}
+    if args.correspondence:
+        from langswap.evaluation.correspondence import format_correspondence
+
+        rows = json.loads((Path(args.model) / "langswap.json").read_text())["correspondence"] \
+            if (Path(args.model) / "langswap.json").exists() else []
+        print(format_correspondence(rows) if rows else "no langswap.json with correspondences in this folder")
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{score.kind} {score.perplexity:.3f} | bits per byte {score.bits_per_byte:.4f} | {score.tokens:,} "
+              f"tokens, {score.bytes:,} bytes, {score.lines} lines")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from langswap.demo import DemoConfig, run_demo
+
+    config = from_dict(DemoConfig, apply_overrides({}, _overrides(args)))
+    run_demo(config, workdir=Path(args.workdir) if args.workdir else None)
+    return 0
+
+
+# -- parser -------------------------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    from langswap.demo import DemoConfig
+    from langswap.pipeline import TransferConfig
+    from langswap.resources.alignment import AlignConfig
+    from langswap.resources.fasttext_train import FastTextConfig
+
+    parser = argparse.ArgumentParser(prog="langswap", description="Move a pretrained language model to a new "
+                                     "language: new tokenizer, embeddings initialised from the old ones.")
+    parser.add_argument("--version", action="version", version=f"langswap {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="Only warnings and results.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    raw = argparse.RawDescriptionHelpFormatter
+
+    sub = commands.add_parser("methods", help="List the methods and their options.")
+    sub.set_defaults(run=cmd_methods)
+
+    sub = commands.add_parser("init-config", help="Write a transfer config with every default.")
+    sub.add_argument("--method", default="wechsel", help="Method whose options to include.")
+    sub.add_argument("--output", help="File to write (default: print).")
+    sub.set_defaults(run=cmd_init_config)
+
+    sub = commands.add_parser("transfer", help="Transfer a model to a target tokenizer.", formatter_class=raw,
+                              epilog=_set_help(TransferConfig))
+    sub.add_argument("config", nargs="?", help="YAML config (`langswap init-config` writes one).")
+    sub.add_argument("--source-model", dest="source_model")
+    sub.add_argument("--target-tokenizer", dest="target_tokenizer")
+    sub.add_argument("--target-text", dest="target_text")
+    sub.add_argument("--method", help="Method name (`langswap methods`).")
+    sub.add_argument("--output")
+    sub.add_argument("--eval-text", dest="eval_text")
+    sub.add_argument("--overwrite", action="store_true")
+    _add_set(sub)
+    sub.set_defaults(run=cmd_transfer)
+
+    sub = commands.add_parser("tokenizer", help="Train a target tokenizer of the source model's family.")
+    sub.add_argument("--source", required=True, help="Source model or tokenizer folder.")
+    sub.add_argument("--text", required=True, help="Target-language text, one line per paragraph (.txt/.gz).")
+    sub.add_argument("--output", required=True)
+    sub.add_argument("--vocab-size", type=int, default=None, help="Default: the source's vocabulary size.")
+    sub.add_argument("--max-lines", type=int, default=None)
+    sub.add_argument("--overwrite", action="store_true")
+    sub.set_defaults(run=cmd_tokenizer)
+
+    sub = commands.add_parser("fasttext", help="Train fastText word vectors on a text file.", formatter_class=raw,
+                              epilog=_set_help(FastTextConfig))
+    sub.add_argument("text")
+    sub.add_argument("--output", required=True, help="Model file, .bin.")
+    sub.add_argument("--overwrite", action="store_true")
+    _add_set(sub)
+    sub.set_defaults(run=cmd_fasttext)
+
+    sub = commands.add_parser("align", help="Align two word-vector spaces with a dictionary; report precision@1.",
+                              formatter_class=raw, epilog=_set_help(AlignConfig))
+    sub.add_argument("--source-vectors", required=True)
+    sub.add_argument("--target-vectors", required=True)
+    sub.add_argument("--dictionary", required=True, help="source<TAB>target lines.")
+    sub.add_argument("--output", required=True, help="Folder: alignment.npy, source.aligned.vec, report.json.")
+    sub.add_argument("--max-words", type=int, default=200_000, help="Words written to source.aligned.vec.")
+    sub.add_argument("--overwrite", action="store_true")
+    _add_set(sub)
+    sub.set_defaults(run=cmd_align)
+
+    sub = commands.add_parser("evaluate", help="Perplexity / bits per byte (or pseudo-perplexity) on a text file.")
+    sub.add_argument("model", help="Model folder with its tokenizer.")
+    sub.add_argument("--text", required=True)
+    sub.add_argument("--lines", type=int, default=300, help="First N non-empty lines are scored.")
+    sub.add_argument("--correspondence", action="store_true", help="Also show the transfer's token table.")
+    sub.add_argument("--json", action="store_true")
+    sub.set_defaults(run=cmd_evaluate)
+
+    sub = commands.add_parser("demo", help="Transfer SmolLM2-135M to German with bundled data; print a table.",
+                              formatter_class=raw, epilog=_set_help(DemoConfig))
+    sub.add_argument("--workdir", help="Where vectors, tokenizer and the model go (default: the user cache).")
+    _add_set(sub)
+    sub.set_defaults(run=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
+    try:
+        return args.run(args)
+    except LangswapError as error:
+        message = textwrap.fill(str(error), width=110, break_long_words=False, break_on_hyphens=False)
+        print(f"langswap {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

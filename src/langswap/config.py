@@ -1,0 +1,177 @@
+"""Dataclass configs: build from dicts and YAML, dump every default, apply `--set key=value` overrides.
+
+A default lives on its dataclass field and nowhere else; the CLI help, `init-config` and the docs read it from there.
+Unknown keys are errors that list the valid ones. Nested dataclass fields are nested mappings; the field named
+`method` of a transfer config is resolved through the method registry, since its class depends on `method.name`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from langswap.errors import ConfigError
+
+
+def field_help(field: dataclasses.Field) -> str:
+    return field.metadata.get("help", "")
+
+
+def _choices(field: dataclasses.Field) -> tuple | None:
+    return field.metadata.get("choices")
+
+
+def _unknown_key_message(key: str, valid: list[str], where: str) -> str:
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    return f"unknown key '{where}{key}'.{hint} Valid keys here: {', '.join(valid)}."
+
+
+def _coerce(value: Any, annotation: Any, name: str) -> Any:
+    """Check `value` against a field annotation (str, int, float, bool, Optional[...], Literal) and convert ints to
+    floats where a float is wanted; raise ConfigError naming the field otherwise."""
+    if isinstance(annotation, str):
+        annotation = eval(annotation, vars(typing) | {"Path": Path})  # annotations are postponed strings
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, name)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if errors else f"'{name}' cannot be {value!r}.")
+    if origin is typing.Literal:
+        allowed = typing.get_args(annotation)
+        if value not in allowed:
+            raise ConfigError(f"'{name}' is {value!r}; choose one of: {', '.join(map(str, allowed))}.")
+        return value
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"'{name}' must be true or false, not {value!r}.")
+    if annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"'{name}' must be an integer, not {value!r}.")
+    if annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"'{name}' must be a number, not {value!r}.")
+    if annotation is str:
+        if isinstance(value, (str, Path)):
+            return str(value)
+        raise ConfigError(f"'{name}' must be a string, not {value!r}.")
+    return value
+
+
+def from_dict(cls: type, data: dict | None, where: str = "") -> Any:
+    """Build dataclass `cls` from a mapping, recursing into nested dataclass fields; unknown keys are errors."""
+    data = dict(data or {})
+    if not isinstance(data, dict):
+        raise ConfigError(f"'{where.rstrip('.') or 'config'}' must be a mapping of keys to values.")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(_unknown_key_message(key, sorted(fields), where))
+        hint = hints[key]
+        if key == "method" and hasattr(cls, "resolve_method"):
+            kwargs[key] = cls.resolve_method(value, f"{where}{key}.")
+        elif dataclasses.is_dataclass(hint):
+            kwargs[key] = from_dict(hint, value, f"{where}{key}.")
+        else:
+            kwargs[key] = _coerce(value, hint, f"{where}{key}")
+    try:
+        instance = cls(**kwargs)
+    except TypeError as error:  # a required field is missing
+        missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        raise ConfigError(f"missing required key(s) {', '.join(where + m for m in missing)}.") from error
+    for name, field in fields.items():
+        choices = _choices(field)
+        if choices is not None and getattr(instance, name) not in choices:
+            raise ConfigError(f"'{where}{name}' is {getattr(instance, name)!r}; choose one of: {', '.join(choices)}.")
+    return instance
+
+
+def to_dict(instance: Any) -> dict:
+    """Every field of a (nested) dataclass config, defaults included, as plain YAML-able values."""
+    out = {}
+    for field in dataclasses.fields(instance):
+        value = getattr(instance, field.name)
+        if dataclasses.is_dataclass(value):
+            value = to_dict(value)
+            if hasattr(getattr(instance, field.name), "method_name"):
+                value = {"name": getattr(instance, field.name).method_name, **value}
+        elif isinstance(value, Path):
+            value = str(value)
+        out[field.name] = value
+    return out
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'method.neighbors=20' -> (['method', 'neighbors'], 20); the value is read as YAML (numbers, true, null)."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' must look like key=value, e.g. --set method.neighbors=20.")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"override '{text}' has no key before '='.")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply dotted `key=value` overrides to a nested mapping (a copy); keys are checked later by `from_dict`."""
+    data = _deep_copy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"override '{text}': '{part}' is a value, not a section.")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def _deep_copy(data: dict) -> dict:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in data.items()}
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist; write one with `langswap init-config`.")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file '{path}' is not valid YAML: {error}") from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping of keys to values at the top level.")
+    return data
+
+
+def dump_yaml(data: dict) -> str:
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

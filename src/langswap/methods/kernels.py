@@ -1,0 +1,87 @@
+"""Shared math for the methods: blocked cosine top-k, softmax weights, blocked mixing of rows.
+
+Nothing here builds a dense (V_tgt, V_src) matrix: queries are processed in row blocks sized so that one block of
+similarities stays under `block_bytes`, and only the top-k of each row is kept. Everything computes in float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+DEFAULT_BLOCK_BYTES = 256 * 2**20
+
+
+def _as_tensor(matrix) -> torch.Tensor:
+    if isinstance(matrix, torch.Tensor):
+        return matrix.detach().to(torch.float32)
+    return torch.from_numpy(np.ascontiguousarray(matrix, dtype=np.float32))
+
+
+def unit_rows(matrix: torch.Tensor) -> torch.Tensor:
+    """Rows scaled to unit length; zero rows stay zero."""
+    return matrix / matrix.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def block_rows_for(columns: int, block_bytes: int = DEFAULT_BLOCK_BYTES) -> int:
+    return max(1, block_bytes // (4 * max(columns, 1)))
+
+
+def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES, progress=None,
+                exclude_self: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosine top-k of each query row among the key rows.
+
+    queries: (N, D), keys: (M, D), numpy or torch. Returns (similarities (N, k) float32, indices (N, k) int64),
+    best first. Zero rows have similarity 0 to everything. `exclude_self` drops the diagonal (queries is keys).
+    `progress` is an optional callable taking the number of rows finished in each block.
+    """
+    queries, keys = unit_rows(_as_tensor(queries)), unit_rows(_as_tensor(keys))
+    n_queries, dim = queries.shape
+    n_keys, key_dim = keys.shape
+    assert dim == key_dim, f"query dim {dim} != key dim {key_dim}"
+    k = min(k, n_keys - (1 if exclude_self else 0))
+    values = torch.empty((n_queries, k), dtype=torch.float32)
+    indices = torch.empty((n_queries, k), dtype=torch.int64)
+    keys_t = keys.T.contiguous()
+    step = block_rows_for(n_keys, block_bytes)
+    for start in range(0, n_queries, step):
+        stop = min(start + step, n_queries)
+        block = queries[start:stop] @ keys_t
+        if exclude_self:
+            rows = torch.arange(start, stop)
+            block[rows - start, rows] = -float("inf")
+        top = torch.topk(block, k, dim=1, largest=True, sorted=True)
+        values[start:stop] = top.values
+        indices[start:stop] = top.indices
+        if progress is not None:
+            progress(stop - start)
+    return values, indices
+
+
+def softmax_weights(similarities: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(similarity / temperature) along each row."""
+    return torch.softmax(similarities / temperature, dim=1)
+
+
+def mix_rows(matrix: torch.Tensor, sources: torch.Tensor, weights: torch.Tensor,
+             block_bytes: int = DEFAULT_BLOCK_BYTES) -> torch.Tensor:
+    """out[i] = sum_j weights[i, j] * matrix[sources[i, j]], skipping sources < 0.
+
+    matrix: (V_s, d) or (V_s,) for a bias; sources: (N, w) int64; weights: (N, w). Returns float32 (N, d) or (N,).
+    """
+    vector = matrix.dim() == 1
+    table = _as_tensor(matrix if not vector else matrix[:, None])
+    sources = torch.as_tensor(sources, dtype=torch.int64)
+    weights = torch.as_tensor(weights, dtype=torch.float32)
+    n_rows, width = sources.shape
+    out = torch.zeros((n_rows, table.shape[1]), dtype=torch.float32)
+    if width == 0:
+        return out[:, 0] if vector else out
+    step = block_rows_for(width * table.shape[1], block_bytes)
+    for start in range(0, n_rows, step):
+        index = sources[start:start + step]
+        valid = index >= 0
+        gathered = table[index.clamp_min(0)]  # (b, w, d)
+        block_weights = torch.where(valid, weights[start:start + step], torch.zeros(()))
+        out[start:start + step] = torch.einsum("bw,bwd->bd", block_weights, gathered)
+    return out[:, 0] if vector else out

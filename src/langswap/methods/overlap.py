@@ -1,0 +1,40 @@
+"""`overlap`: rows of tokens whose canonical forms match are copied (de Vries and Nissim, 2021); the rest fall back.
+
+Canonical forms come from `langswap.tokens`, so `ĠHaus` (byte-level BPE), `▁Haus` (SentencePiece) and `Haus`
+(WordPiece, word start) are the same token, while `##haus` and `Ġhaus` are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlapConfig(MethodConfig):
+    """Copy the rows of exactly matching tokens; the fallback places the rest."""
+
+
+def copy_exact_matches(mapping: TokenMapping, inputs: TransferInputs) -> int:
+    """Copy the source row of every target token with an identical canonical form; returns how many."""
+    index = inputs.source.index()
+    rows, sources = [], []
+    for token in inputs.target.tokens:
+        source_id = index.get(token.key) if token.key is not None else None
+        if source_id is not None:
+            rows.append(token.id)
+            sources.append(source_id)
+    if rows:
+        mapping.copy_rows(np.asarray(rows), np.asarray(sources), Kind.COPIED)
+    return len(rows)
+
+
+@register_method("overlap", OverlapConfig)
+def overlap(inputs: TransferInputs, config: OverlapConfig, progress: bool = False) -> TokenMapping:
+    """Copy rows of tokens shared by both vocabularies (exact canonical match); fall back elsewhere."""
+    mapping = TokenMapping.empty(len(inputs.target))
+    copy_exact_matches(mapping, inputs)
+    return mapping

@@ -1,0 +1,23 @@
+"""`random`: every non-special row drawn per dimension from N(mean, std) of the source rows.
+
+The FullRand baseline and the starting point of TransInner (Minixhofer et al., 2022; de Vries and Nissim, 2021).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomConfig(MethodConfig):
+    """Random initialisation with the source embeddings' per-dimension statistics."""
+
+
+@register_method("random", RandomConfig)
+def random_init(inputs: TransferInputs, config: RandomConfig, progress: bool = False) -> TokenMapping:
+    """Per-dimension normal with the source embeddings' mean and standard deviation (FullRand)."""
+    mapping = TokenMapping.empty(len(inputs.target))
+    mapping.kinds[:] = Kind.RANDOM
+    return mapping

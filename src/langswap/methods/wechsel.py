@@ -1,0 +1,129 @@
+"""`wechsel`: WECHSEL (Minixhofer, Paischer and Rekabsaz, NAACL 2022).
+
+Each token of both vocabularies gets a vector in a shared, aligned word-vector space, either from fastText's
+character n-grams (`subword_source: ngrams`; the known word's vector when the token text is a known word) or, as
+WECHSEL-TFR (`subword_source: frequency`), the frequency-weighted mean of the vectors of the words whose
+tokenisation (with and without a leading space) contains the token. Each target token is then the
+softmax(cosine / temperature) mix of its `neighbors` most similar source tokens.
+
+Differences from the `wechsel` package, on purpose: source tokens without a vector (special tokens, partial UTF-8)
+are never neighbours; the mixing runs in float32 in row blocks (no float64 copy, no dense V_t x V_s matrix); tokens
+without a vector get the shared fallback (random by default, as in the paper) from a seeded generator.
+Not handled: word2vec models without n-grams in `ngrams` mode (their unknown tokens get no vector and fall back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+
+from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
+from langswap.methods.kernels import softmax_weights, topk_cosine
+from langswap.methods.overlap import copy_exact_matches
+from langswap.tokens import Vocabulary
+
+
+@dataclass(frozen=True, kw_only=True)
+class WechselConfig(MethodConfig):
+    """WECHSEL (Minixhofer et al., NAACL 2022)."""
+
+    neighbors: int = field(default=10, metadata={"help": "Source tokens mixed into each target token."})
+    temperature: float = field(default=0.1, metadata={"help": "Softmax temperature over cosine similarities."})
+    subword_source: Literal["ngrams", "frequency"] = field(
+        default="ngrams", metadata={"help": "Token vectors from fastText character n-grams (ngrams), or the "
+                                            "frequency-weighted mean of the words containing the token "
+                                            "(frequency, WECHSEL-TFR)."})
+    max_words: int = field(default=200_000, metadata={"help": "Most frequent words used by subword_source=frequency."})
+    exact_matches: bool = field(default=False, metadata={"help": "Copy the rows of exactly matching tokens first; "
+                                                                "mix only the rest."})
+
+    def __post_init__(self):
+        from langswap.errors import ConfigError
+
+        if self.neighbors < 1:
+            raise ConfigError(f"method.neighbors is {self.neighbors}; it must be at least 1.")
+        if not self.temperature > 0:
+            raise ConfigError(f"method.temperature is {self.temperature}; it must be greater than 0.")
+
+
+def ngram_token_vectors(vocabulary: Vocabulary, vectors) -> np.ndarray:
+    """(V, D) vector of each token's text (fastText n-grams for unknown texts); zero rows for tokens without text."""
+    texts = [vocabulary.word_text(i) or "" for i in range(len(vocabulary))]
+    matrix = vectors.vectors(texts)
+    matrix[[i for i, text in enumerate(texts) if not text]] = 0.0
+    return matrix
+
+
+def frequency_token_vectors(vocabulary: Vocabulary, vectors, max_words: int) -> np.ndarray:
+    """(V, D) frequency-weighted mean vector of the words whose tokenisation contains each token (WECHSEL-TFR)."""
+    words = vectors.words[:max_words]
+    freqs = torch.as_tensor(vectors.freqs[:max_words], dtype=torch.float64)
+    word_vectors = torch.from_numpy(vectors.word_matrix(len(words))).to(torch.float64)
+    tokenizer = vocabulary.tokenizer
+    token_ids, word_ids = [], []
+    for variant in (words, [" " + word for word in words]):
+        encoded = tokenizer(variant, add_special_tokens=False)["input_ids"]
+        for word_index, ids in enumerate(encoded):
+            for token_id in set(ids):
+                token_ids.append(token_id)
+                word_ids.append(word_index)
+    # a word counts once per token even when both spellings contain it
+    pairs = np.unique(np.stack([np.asarray(token_ids, dtype=np.int64), np.asarray(word_ids, dtype=np.int64)]), axis=1)
+    token_index, word_index = torch.from_numpy(pairs[0]), torch.from_numpy(pairs[1])
+    weights = freqs[word_index]
+    sums = torch.zeros((len(vocabulary), word_vectors.shape[1]), dtype=torch.float64)
+    sums.index_add_(0, token_index, word_vectors[word_index] * weights[:, None])
+    totals = torch.zeros(len(vocabulary), dtype=torch.float64).index_add_(0, token_index, weights)
+    means = sums / totals.clamp_min(1e-300)[:, None]
+    special = [token.id for token in vocabulary.tokens if token.special]
+    means[special] = 0.0
+    return means.to(torch.float32).numpy()
+
+
+def token_vectors(vocabulary: Vocabulary, vectors, config: WechselConfig) -> np.ndarray:
+    if config.subword_source == "frequency":
+        return frequency_token_vectors(vocabulary, vectors, config.max_words)
+    return ngram_token_vectors(vocabulary, vectors)
+
+
+def nearest_sources(target_vectors: np.ndarray, source_vectors: np.ndarray, neighbors: int, temperature: float,
+                    progress=None) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+    """The similarity-and-mixing step: for every target row with a vector, its top source rows and weights.
+
+    target_vectors: (V_t, D), source_vectors: (V_s, D). Returns (target rows placed, source ids (n, k), weights
+    (n, k)). Source rows that are zero never count as neighbours."""
+    source_rows = np.flatnonzero(np.abs(source_vectors).sum(axis=1) > 0)
+    target_rows = np.flatnonzero(np.abs(target_vectors).sum(axis=1) > 0)
+    if len(source_rows) == 0 or len(target_rows) == 0:
+        return target_rows[:0], torch.empty((0, 0), dtype=torch.int64), torch.empty((0, 0))
+    similarities, indices = topk_cosine(target_vectors[target_rows], source_vectors[source_rows], neighbors,
+                                        progress=progress)
+    weights = softmax_weights(similarities, temperature)
+    return target_rows, torch.from_numpy(source_rows)[indices], weights
+
+
+@register_method("wechsel", WechselConfig, requires=("vectors",))
+def wechsel(inputs: TransferInputs, config: WechselConfig, progress: bool = False) -> TokenMapping:
+    """Mix the source rows of each target token's nearest source tokens in aligned word-vector space (WECHSEL)."""
+    mapping = TokenMapping.empty(len(inputs.target))
+    if config.exact_matches:
+        copy_exact_matches(mapping, inputs)
+    source_vectors = token_vectors(inputs.source, inputs.source_vectors, config)
+    target_vectors = token_vectors(inputs.target, inputs.target_vectors, config)
+    target_vectors[mapping.kinds != Kind.UNPLACED] = 0.0  # rows already copied need no neighbours
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=int((np.abs(target_vectors).sum(axis=1) > 0).sum()), desc="wechsel neighbours",
+                   unit="token")
+    rows, sources, weights = nearest_sources(target_vectors, source_vectors, config.neighbors, config.temperature,
+                                             progress=bar.update if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    if len(rows):
+        mapping.set_rows(rows, Kind.MIXED, sources.numpy(), weights.numpy())
+    return mapping

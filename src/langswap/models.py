@@ -1,0 +1,63 @@
+"""Loading models and tokenizers from folders or hub names, with errors that say what to fix.
+
+The objective (causal or masked LM) is read from the config's architectures; a model with neither head is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from langswap.errors import MissingResourceError, VocabularyError
+
+logger = logging.getLogger(__name__)
+
+
+def objective_of(config) -> str:
+    """'masked' for *ForMaskedLM architectures, 'causal' otherwise."""
+    architectures = getattr(config, "architectures", None) or []
+    if any(name.endswith("ForMaskedLM") for name in architectures):
+        return "masked"
+    return "causal"
+
+
+def _quiet_transformers() -> None:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+
+
+def load_model(name_or_path: str | Path, objective: str | None = None):
+    """Load a causal- or masked-LM model in the dtype it was saved in."""
+    _quiet_transformers()
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    name = str(name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        raise MissingResourceError(
+            f"cannot load a model config from '{name}': {str(error).splitlines()[0]} Give a folder written by "
+            "save_pretrained (with config.json), or a hub name while online.") from error
+    objective = objective or objective_of(config)
+    loader = AutoModelForMaskedLM if objective == "masked" else AutoModelForCausalLM
+    model = loader.from_pretrained(name, dtype="auto")
+    model.eval()
+    return model
+
+
+def load_tokenizer(name_or_path: str | Path, what: str = "tokenizer"):
+    """A fast tokenizer from a folder or hub name."""
+    _quiet_transformers()
+    from transformers import AutoTokenizer
+
+    name = str(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, use_fast=True)
+    except (OSError, ValueError, TypeError) as error:
+        raise MissingResourceError(
+            f"cannot load the {what} from '{name}': {str(error).splitlines()[0]} Give a folder with tokenizer.json "
+            "(a Hugging Face fast tokenizer; `langswap tokenizer` trains one), or a hub name while online.") from error
+    if not getattr(tokenizer, "is_fast", False):
+        raise VocabularyError(f"the {what} at '{name}' is a slow tokenizer; save it as a fast one (tokenizer.json).")
+    return tokenizer

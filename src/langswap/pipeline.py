@@ -1,0 +1,244 @@
+"""transfer -> evaluate, as a config describes it.
+
+`transfer(config)` loads the source model and tokenizers, prepares the resources the method declares (aligned word
+vectors), runs the method, installs the new embeddings, and writes the output folder: model, tokenizer,
+`langswap.json` (resolved config, version, seed, counts, alignment report, metrics) and `provenance.tsv` (how each
+target token was made). The folder is written under a temporary name and renamed when complete; an existing folder is
+kept unless `overwrite`. Everything is checked before the slow steps start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from langswap import __version__
+from langswap.config import from_dict, to_dict
+from langswap.errors import ConfigError, MissingResourceError, OutputExistsError
+from langswap.methods.base import Kind, MethodConfig, TokenMapping, get_method, run_method, TransferInputs
+from langswap.resources.alignment import AlignConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class ResourcesConfig:
+    """Files the methods consume."""
+
+    source_vectors: str | None = field(default=None, metadata={"help": "Source-language word vectors (.bin/.vec)."})
+    target_vectors: str | None = field(default=None, metadata={"help": "Target-language word vectors (.bin/.vec)."})
+    dictionary: str | None = field(default=None, metadata={"help": "Bilingual dictionary, source<TAB>target lines."})
+    alignment: str | None = field(default=None, metadata={"help": "Rotation (.npy) written by `langswap align`; "
+                                                                   "used instead of fitting one on the dictionary."})
+
+
+@dataclass(kw_only=True)
+class TransferConfig:
+    """A whole transfer: source model, target tokenizer, method, resources, output."""
+
+    source_model: str = field(default="", metadata={"help": "Source model folder or hub name (required)."})
+    source_tokenizer: str | None = field(default=None, metadata={"help": "Source tokenizer; default: the model's."})
+    target_tokenizer: str | None = field(default=None, metadata={"help": "Target tokenizer folder or hub name."})
+    target_text: str | None = field(default=None, metadata={"help": "Train the target tokenizer on this text when "
+                                                                     "target_tokenizer is not given."})
+    vocab_size: int | None = field(default=None, metadata={"help": "Size of a trained target tokenizer; default: "
+                                                                    "the source's."})
+    output: str = field(default="", metadata={"help": "Output model folder (required)."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+    method: MethodConfig = field(default=None, metadata={"help": "Method name and options (`langswap methods`)."})
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    align: AlignConfig = field(default_factory=AlignConfig)
+    eval_text: str | None = field(default=None, metadata={"help": "Held-out target text to score the new model on."})
+    eval_lines: int = field(default=300, metadata={"help": "Lines of eval_text scored."})
+    correspondence: int = field(default=12, metadata={"help": "Target tokens shown with their source tokens."})
+
+    def __post_init__(self):
+        if self.method is None:
+            from langswap.methods.base import make_config
+
+            self.method = make_config("wechsel")
+
+    @staticmethod
+    def resolve_method(value, where: str) -> MethodConfig:
+        from langswap.methods.base import make_config
+
+        if isinstance(value, str):
+            value = {"name": value}
+        if not isinstance(value, dict) or "name" not in value:
+            raise ConfigError(f"'{where.rstrip('.')}' must be a method name or a mapping with 'name' and options.")
+        options = dict(value)
+        return make_config(options.pop("name"), **options)
+
+    def validate(self) -> None:
+        if not self.source_model:
+            raise ConfigError("source_model is not set: give the English model folder or hub name "
+                              "(--set source_model=PATH).")
+        if not self.output:
+            raise ConfigError("output is not set: give the folder to write the new model to (--output PATH).")
+        if not self.target_tokenizer and not self.target_text:
+            raise ConfigError("give target_tokenizer (a tokenizer folder), or target_text to train one on.")
+        for name in ("source_vectors", "target_vectors", "dictionary", "alignment"):
+            value = getattr(self.resources, name)
+            if value and not Path(value).exists():
+                raise MissingResourceError(f"resources.{name} '{value}' does not exist.")
+        for name in ("target_text", "eval_text"):
+            value = getattr(self, name)
+            if value and not Path(value).exists():
+                raise MissingResourceError(f"{name} '{value}' does not exist.")
+        if Path(self.output).exists() and not self.overwrite:
+            raise OutputExistsError(f"output folder '{self.output}' already exists; choose another --output or pass "
+                                    "--overwrite to replace it.")
+
+
+def transfer_config(data: dict) -> TransferConfig:
+    return from_dict(TransferConfig, data)
+
+
+@dataclass
+class TransferReport:
+    output: Path
+    counts: dict
+    alignment: dict | None
+    metrics: dict | None
+    correspondence: list[dict]
+    seconds: dict
+
+
+def prepare_vectors(resources: ResourcesConfig, align_config: AlignConfig):
+    """Load both word-vector files and bring them into one space: (source, target, alignment report)."""
+    from langswap.resources.alignment import align
+    from langswap.resources.dictionary import Dictionary
+    from langswap.resources.vectors import WordVectors
+
+    if not resources.source_vectors or not resources.target_vectors:
+        raise MissingResourceError("this method needs resources.source_vectors and resources.target_vectors "
+                                   "(fastText .bin or .vec; `langswap fasttext TEXT --output FILE.bin` trains them).")
+    source = WordVectors.load(resources.source_vectors)
+    target = WordVectors.load(resources.target_vectors)
+    if resources.alignment:
+        rotation = np.load(resources.alignment)
+        target_transform = Path(resources.alignment).with_name("target_transform.npy")
+        if target_transform.exists():
+            target = target.with_transform(np.load(target_transform))
+        if rotation.shape != (source.dim, target.dim):
+            raise ConfigError(f"alignment '{resources.alignment}' is {rotation.shape[0]}x{rotation.shape[1]} but the "
+                              f"vectors have dimensions {source.dim} and {target.dim}; rerun `langswap align` on "
+                              "these vectors.")
+        return source.with_transform(rotation), target, {"alignment": resources.alignment}
+    if not resources.dictionary:
+        raise MissingResourceError("word vectors of two languages need aligning: set resources.dictionary (a "
+                                   "source<TAB>target file) or resources.alignment (from `langswap align`).")
+    alignment = align(source, target, Dictionary.load(resources.dictionary), align_config)
+    logger.info("aligned vectors: %s pairs, precision@1 %s (CSLS %s)", alignment.report["pairs_used"],
+                alignment.report.get("precision_at_1"), alignment.report.get("precision_at_1_csls"))
+    return alignment.source, alignment.target, alignment.report
+
+
+def write_provenance(path: Path, mapping: TokenMapping, source, target) -> None:
+    """One line per target token: id, token, how made, source tokens with weights."""
+    from langswap.evaluation.correspondence import _show
+
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("id\ttoken\tkind\tsources\n")
+        for token_id in range(len(mapping)):
+            order = np.argsort(-mapping.weights[token_id], kind="stable")
+            sources = " ".join(f"{int(mapping.sources[token_id, j])}:{_show(source, int(mapping.sources[token_id, j]))!r}"
+                               f":{mapping.weights[token_id, j]:.4f}" for j in order if mapping.sources[token_id, j] >= 0)
+            handle.write(f"{token_id}\t{_show(target, token_id)!r}\t{Kind(int(mapping.kinds[token_id])).name.lower()}"
+                         f"\t{sources}\n")
+
+
+def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,
+                 progress: bool = False):
+    """Run the method and install its matrices into `model` (or a deep copy of it): (model, MethodResult)."""
+    import copy as copying
+
+    from langswap.surgery import install_embeddings, update_special_token_ids
+
+    result = run_method(method_config, inputs, matrices.as_dict(), progress=progress)
+    if copy:
+        model = copying.deepcopy(model)
+    install_embeddings(model, result.embeddings, result.output_embeddings, result.output_bias)
+    update_special_token_ids(model, inputs.target.tokenizer)
+    return model, result
+
+
+def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
+    """Run one transfer as `config` says and write the output folder; returns what happened."""
+    from langswap.models import load_model, load_tokenizer, objective_of
+    from langswap.resources.text import atomic_directory
+    from langswap.surgery import read_source_matrices
+    from langswap.tokens import Vocabulary
+
+    config.validate()
+    spec = get_method(config.method.method_name)
+    if "vectors" in spec.requires and not (config.resources.source_vectors and config.resources.target_vectors):
+        raise MissingResourceError(f"method '{spec.name}' needs word vectors: set resources.source_vectors and "
+                                   "resources.target_vectors (`langswap fasttext` trains them) and "
+                                   "resources.dictionary.")
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+    source_tokenizer = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
+    model = load_model(config.source_model)
+    if config.target_tokenizer:
+        target_tokenizer = load_tokenizer(config.target_tokenizer, "target tokenizer")
+    else:
+        from langswap.tokenizer_training import train_tokenizer
+
+        target_tokenizer = train_tokenizer(source_tokenizer, config.target_text, config.vocab_size, progress=progress)
+    source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
+    matrices = read_source_matrices(model, len(source))
+    seconds["load"] = time.perf_counter() - clock
+
+    alignment_report = None
+    source_vectors = target_vectors = None
+    if "vectors" in spec.requires:
+        clock = time.perf_counter()
+        source_vectors, target_vectors, alignment_report = prepare_vectors(config.resources, config.align)
+        seconds["align"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    inputs = TransferInputs(source, target, matrices.embeddings, source_vectors, target_vectors)
+    model, result = apply_method(model, inputs, matrices, config.method, progress=progress)
+    seconds["method"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    from langswap.evaluation.correspondence import correspondence_rows
+
+    rows = correspondence_rows(result.mapping, source, target, count=config.correspondence, seed=config.method.seed)
+    metrics = None
+    if config.eval_text:
+        from langswap.evaluation.language_modeling import evaluate_model
+        from langswap.resources.text import read_text_lines
+
+        lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
+        metrics = evaluate_model(model, target_tokenizer, lines, objective_of(model.config), progress).as_dict()
+        seconds["evaluate"] = time.perf_counter() - clock
+    with atomic_directory(Path(config.output), config.overwrite) as folder:
+        model.save_pretrained(folder)
+        target_tokenizer.save_pretrained(folder)
+        write_provenance(folder / "provenance.tsv", result.mapping, source, target)
+        record = {
+            "langswap_version": __version__,
+            "config": to_dict(config),
+            "seed": config.method.seed,
+            "method": spec.name,
+            "counts": result.mapping.counts(),
+            "source_vocabulary": source.summary(),
+            "target_vocabulary": target.summary(),
+            "tied_embeddings": matrices.tied,
+            "output_bias": matrices.output_bias is not None,
+            "source_padded_rows": matrices.padded_rows,
+            "alignment": alignment_report,
+            "metrics": metrics,
+            "correspondence": rows,
+            "seconds": {key: round(value, 2) for key, value in seconds.items()},
+        }
+        (folder / "langswap.json").write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
+    seconds["total_write"] = time.perf_counter() - clock
+    return TransferReport(Path(config.output), result.mapping.counts(), alignment_report, metrics, rows, seconds)

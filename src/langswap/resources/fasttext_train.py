@@ -1,0 +1,101 @@
+"""Training fastText word vectors on a text file (`langswap fasttext`).
+
+The text is split into words and punctuation first (fastText itself splits only on whitespace, so `Haus.` and
+`Haus` would be two words), case kept. Training runs in a fresh child process: in a process that has already loaded
+a Hugging Face tokenizer, fastText training was seen to fail with "Encountered NaN" again and again, while the same
+file trained fine in a child. The model is written under a temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from langswap.errors import LangswapError, ResourceFormatError
+from langswap.resources.text import read_lines
+
+logger = logging.getLogger(__name__)
+
+WORD = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]", re.UNICODE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FastTextConfig:
+    """fastText training options (names as in fastText)."""
+
+    model: Literal["skipgram", "cbow"] = field(default="skipgram", metadata={"help": "skipgram or cbow."})
+    dim: int = field(default=100, metadata={"help": "Vector dimension."})
+    epoch: int = field(default=10, metadata={"help": "Passes over the text."})
+    minCount: int = field(default=3, metadata={"help": "Words seen fewer times get no vector of their own."})
+    minn: int = field(default=3, metadata={"help": "Shortest character n-gram."})
+    maxn: int = field(default=6, metadata={"help": "Longest character n-gram (0 disables n-grams)."})
+    bucket: int = field(default=2_000_000, metadata={"help": "Hash buckets for n-grams."})
+    lr: float = field(default=0.05, metadata={"help": "Learning rate."})
+    thread: int = field(default=0, metadata={"help": "Threads; 0 = all cores."})
+    seed: int = field(default=0, metadata={"help": "Seed (fastText is only reproducible with thread=1)."})
+
+
+def pretokenize(line: str) -> str:
+    return " ".join(WORD.findall(line))
+
+
+def prepare_corpus(text_path: str | Path, out_path: str | Path) -> int:
+    """Write the word-split text for fastText; returns the number of words. Empty or non-UTF-8 text is an error."""
+    words = 0
+    with open(out_path, "w", encoding="utf-8") as out:
+        for line in read_lines(text_path, what="training text"):
+            split = pretokenize(line)
+            if split:
+                out.write(split + "\n")
+                words += split.count(" ") + 1
+    if words == 0:
+        raise ResourceFormatError(f"training text '{text_path}' has no words; give a UTF-8 text file.")
+    return words
+
+
+def train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig | None = None,
+                   progress: bool = False) -> Path:
+    """Train fastText vectors on `text_path` and save the `.bin` model to `output`; returns the path."""
+    config = config or FastTextConfig()
+    output = Path(output)
+    if output.suffix != ".bin":
+        raise LangswapError(f"fastText output '{output}' must end in .bin (the model with its n-grams).")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="langswap-fasttext-") as workdir:
+        corpus = Path(workdir) / "corpus.txt"
+        words = prepare_corpus(text_path, corpus)
+        logger.info("training fastText (%s, dim %d) on %s words of %s", config.model, config.dim, f"{words:,}",
+                    text_path)
+        partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
+        options = asdict(config)
+        options["thread"] = options["thread"] or (os.cpu_count() or 1)
+        options["verbose"] = 2 if progress else 0
+        job = {"input": str(corpus), "output": str(partial), "options": options}
+        result = subprocess.run([sys.executable, "-m", "langswap.resources.fasttext_train", json.dumps(job)],
+                                stderr=None if progress else subprocess.PIPE, text=True)
+        if result.returncode != 0 or not partial.exists():
+            partial.unlink(missing_ok=True)
+            detail = (result.stderr or "").strip().splitlines()[-1:] if result.stderr else []
+            raise LangswapError(f"fastText training on '{text_path}' failed ({'; '.join(detail) or 'no message'}). "
+                                "With very little text, lower --set minCount=1 or --set dim=50.")
+        partial.replace(output)
+    return output
+
+
+def _child(job: dict) -> None:
+    import fasttext
+
+    model = fasttext.train_unsupervised(job["input"], **job["options"])
+    model.save_model(job["output"])
+
+
+if __name__ == "__main__":
+    _child(json.loads(sys.argv[1]))

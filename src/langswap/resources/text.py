@@ -1,0 +1,82 @@
+"""Reading user text files: plain or gzip, UTF-8 only, with errors that say which line is broken."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from langswap.errors import MissingResourceError, ResourceFormatError
+
+
+def _open_bytes(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def read_lines(path: str | Path, what: str = "text file") -> Iterator[str]:
+    """Lines of a UTF-8 (optionally .gz) file without their newline; a non-UTF-8 line is an error naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingResourceError(f"{what} '{path}' does not exist.")
+    with _open_bytes(path) as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                raise ResourceFormatError(
+                    f"{what} '{path}' is not UTF-8: line {number} has byte 0x{raw[error.start]:02x} at position "
+                    f"{error.start}. Convert it, e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed.txt`.") from error
+
+
+def read_text_lines(path: str | Path, what: str = "text file", max_lines: int | None = None) -> list[str]:
+    """Non-empty lines of a corpus; an empty corpus is an error."""
+    lines = []
+    for line in read_lines(path, what):
+        if line.strip():
+            lines.append(line)
+            if max_lines is not None and len(lines) >= max_lines:
+                break
+    if not lines:
+        raise ResourceFormatError(f"{what} '{path}' has no text (no non-empty line). Give a UTF-8 file with one "
+                                  "document or paragraph per line.")
+    return lines
+
+
+@contextmanager
+def atomic_directory(final: Path, overwrite: bool):
+    """Yield a temporary folder beside `final`; on success it replaces `final`, on failure it is removed.
+
+    An existing `final` is kept unless `overwrite`, and even then only replaced once the new folder is complete."""
+    import shutil
+
+    from langswap.errors import OutputExistsError
+
+    final = Path(final)
+    if final.exists() and not overwrite:
+        raise OutputExistsError(f"output folder '{final}' already exists; choose another --output or pass "
+                                "--overwrite to replace it.")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+    try:
+        yield temporary
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    if final.exists():
+        backup = final.with_name(f".{final.name}.old-{os.getpid()}")
+        final.rename(backup)
+        temporary.rename(final)
+        shutil.rmtree(backup, ignore_errors=True)
+    else:
+        temporary.rename(final)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)

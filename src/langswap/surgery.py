@@ -1,0 +1,118 @@
+"""New embeddings into a model: input and output matrices, tied or untied heads, output bias, config, saving.
+
+`read_source_matrices` takes what methods need from a model: the input embeddings cut to the tokenizer's size
+(matrices padded beyond the tokenizer, e.g. to a multiple of 64, keep only the rows tokens use), and for an untied
+head its output matrix, and an output bias where the head has one (BERT/RoBERTa MLM heads). `install_embeddings`
+resizes the model to the target vocabulary and writes the new rows; a tied head stays tied (it shares the input
+matrix), an untied one gets its own mixed matrix. Config and generation config get the target's special token ids.
+
+Not handled: models whose embeddings are not reachable through `get_input_embeddings()` /
+`get_output_embeddings()`, and encoder-decoder models with separate decoder embeddings.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from langswap.errors import VocabularyError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SourceMatrices:
+    embeddings: torch.Tensor  # (V_s, d) float32
+    output_embeddings: torch.Tensor | None  # (V_s, d) float32 for an untied head
+    output_bias: torch.Tensor | None  # (V_s,) float32
+    tied: bool
+    padded_rows: int  # rows of the model matrix beyond the tokenizer
+
+    def as_dict(self) -> dict[str, torch.Tensor | None]:
+        return {"output_embeddings": self.output_embeddings, "output_bias": self.output_bias}
+
+
+def is_tied(model) -> bool:
+    output = model.get_output_embeddings()
+    if output is None:
+        return False
+    return output.weight is model.get_input_embeddings().weight or (
+        output.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr())
+
+
+def output_bias(model) -> torch.nn.Parameter | None:
+    output = model.get_output_embeddings()
+    bias = getattr(output, "bias", None) if output is not None else None
+    return bias if isinstance(bias, torch.Tensor) else None
+
+
+def read_source_matrices(model, vocabulary_size: int) -> SourceMatrices:
+    """Take the first `vocabulary_size` rows of the model's embedding matrices, as float32 copies."""
+    weight = model.get_input_embeddings().weight
+    rows = weight.shape[0]
+    if rows < vocabulary_size:
+        raise VocabularyError(
+            f"the source model's embedding matrix has {rows:,} rows but its tokenizer has {vocabulary_size:,} tokens, "
+            "so some tokens have no embedding: the tokenizer does not belong to this model. Give the tokenizer saved "
+            "with the model (source_tokenizer: null uses the model folder's own), or resize the model first.")
+    if rows > vocabulary_size:
+        logger.info("source embedding matrix has %d rows beyond its %d tokens (padding); they are not used",
+                    rows - vocabulary_size, vocabulary_size)
+    tied = is_tied(model)
+    output = model.get_output_embeddings()
+    output_matrix = None
+    if output is not None and not tied:
+        if output.weight.shape[0] < vocabulary_size:
+            raise VocabularyError(f"the source model's output matrix has {output.weight.shape[0]:,} rows for "
+                                  f"{vocabulary_size:,} tokens; the tokenizer does not belong to this model.")
+        output_matrix = output.weight.detach()[:vocabulary_size].to(torch.float32).clone()
+    bias = output_bias(model)
+    bias_copy = bias.detach()[:vocabulary_size].to(torch.float32).clone() if bias is not None else None
+    return SourceMatrices(weight.detach()[:vocabulary_size].to(torch.float32).clone(), output_matrix, bias_copy, tied,
+                          rows - vocabulary_size)
+
+
+def install_embeddings(model, embeddings: torch.Tensor, output_embeddings: torch.Tensor | None = None,
+                       bias: torch.Tensor | None = None) -> None:
+    """Resize `model` to len(embeddings) tokens and write the new rows in place (in the model's dtype)."""
+    new_rows, dim = embeddings.shape
+    tied = is_tied(model)
+    if not tied and model.get_output_embeddings() is not None and output_embeddings is None:
+        raise ValueError("the model's head is untied: pass output_embeddings")
+    model.resize_token_embeddings(new_rows, mean_resizing=False)
+    with torch.no_grad():
+        weight = model.get_input_embeddings().weight
+        assert weight.shape == (new_rows, dim), f"resized input matrix {tuple(weight.shape)} != {(new_rows, dim)}"
+        weight.copy_(embeddings.to(weight.dtype))
+        output = model.get_output_embeddings()
+        if output is not None and not tied:
+            output.weight.copy_(output_embeddings.to(output.weight.dtype))
+        new_bias = output_bias(model)
+        if new_bias is not None and bias is not None:
+            new_bias.copy_(bias.to(new_bias.dtype))
+    if tied:
+        model.tie_weights()
+        assert is_tied(model), "a tied head must stay tied"
+    model.config.vocab_size = new_rows
+    text_config = getattr(model.config, "get_text_config", lambda: None)()
+    if text_config is not None and text_config is not model.config:
+        text_config.vocab_size = new_rows
+
+
+def update_special_token_ids(model, tokenizer) -> None:
+    """Point config and generation config at the new tokenizer's special tokens (None where it has none)."""
+    from langswap.tokens import special_token_roles
+
+    roles = special_token_roles(tokenizer)
+    configs = [model.config]
+    if getattr(model, "generation_config", None) is not None:
+        configs.append(model.generation_config)
+    for config in configs:
+        for role in ("bos", "eos", "pad"):
+            name = f"{role}_token_id"
+            if hasattr(config, name) or role in roles:
+                setattr(config, name, roles.get(role))
+        if hasattr(config, "sep_token_id") and "sep" in roles:
+            config.sep_token_id = roles["sep"]
