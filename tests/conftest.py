@@ -122,8 +122,26 @@ def wordpiece_tokenizer(lines: list[str], vocab_size: int = 400):
                                    cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
 
 
+def roberta_tokenizer(lines: list[str], vocab_size: int = 400):
+    """RoBERTa style byte-level BPE: <s> <pad> </s> <unk> <mask> at ids 0-4, as RoBERTa (its pad id 1 is also the
+    position embeddings' padding index, so it must stay small)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(lines, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>", mask_token="<mask>", cls_token="<s>", sep_token="</s>")
+
+
 TOKENIZER_BUILDERS = {"byte_level": byte_level_tokenizer, "sentencepiece": sentencepiece_tokenizer,
-                      "wordpiece": wordpiece_tokenizer}
+                      "wordpiece": wordpiece_tokenizer, "roberta": roberta_tokenizer}
 
 
 # -- tiny models --------------------------------------------------------------------------------------------------------

@@ -78,9 +78,11 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
 
 def from_dict(cls: type, data: dict | None, where: str = "") -> Any:
     """Build dataclass `cls` from a mapping, recursing into nested dataclass fields; unknown keys are errors."""
-    data = dict(data or {})
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"'{where.rstrip('.') or 'config'}' must be a mapping of keys to values.")
+        raise ConfigError(f"'{where.rstrip('.') or 'config'}' must be a mapping of keys to values, not {data!r}.")
+    data = dict(data)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     hints = typing.get_type_hints(cls)
     kwargs = {}

@@ -69,10 +69,10 @@ class TransferConfig:
 
         if isinstance(value, str):
             value = {"name": value}
-        if not isinstance(value, dict) or "name" not in value:
+        if not isinstance(value, dict):
             raise ConfigError(f"'{where.rstrip('.')}' must be a method name or a mapping with 'name' and options.")
         options = dict(value)
-        return make_config(options.pop("name"), **options)
+        return make_config(options.pop("name", "wechsel"), **options)  # options alone: the default method
 
     def validate(self) -> None:
         if not self.source_model:

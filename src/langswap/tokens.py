@@ -184,6 +184,7 @@ class Vocabulary:
             tokens.append(canonical)
         self.tokens: list[CanonicalToken] = tokens
         self._index: dict[tuple[bytes, bool], int] | None = None
+        self._literals: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -191,15 +192,33 @@ class Vocabulary:
     def __getitem__(self, token_id: int) -> CanonicalToken:
         return self.tokens[token_id]
 
+    def is_byte_fallback(self, token_id: int) -> bool:
+        token = self.tokens[token_id]
+        return self.family == SENTENCEPIECE and bool(_BYTE_FALLBACK.match(token.token)) and len(token.raw) == 1
+
     def index(self) -> dict[tuple[bytes, bool], int]:
-        """Canonical key -> the lowest token id with that key."""
+        """Canonical key -> the lowest token id with that key; a SentencePiece `<0x41>` yields to a plain `A`."""
         if self._index is None:
             index: dict[tuple[bytes, bool], int] = {}
-            for token in self.tokens:
+            ordered = sorted(self.tokens, key=lambda token: (self.is_byte_fallback(token.id), token.id))
+            for token in ordered:
                 if token.key is not None and token.key not in index:
                     index[token.key] = token.id
             self._index = index
         return self._index
+
+    def lookup(self, token: CanonicalToken, other_family: str) -> int | None:
+        """The id of this vocabulary's token equal to `token` of another vocabulary: the same literal entry when
+        both tokenizers are of one family, else the same canonical form."""
+        if token.key is None:
+            return None
+        if other_family == self.family:
+            if self._literals is None:
+                self._literals = {t.token: t.id for t in self.tokens if not t.special}
+            same = self._literals.get(token.token)
+            if same is not None:
+                return same
+        return self.index().get(token.key)
 
     def word_text(self, token_id: int) -> str | None:
         """The text a word vector is looked up for: the surface text without surrounding whitespace, or None for

@@ -214,7 +214,7 @@ def subword_sources(inputs: TransferInputs, rows: np.ndarray) -> tuple[list[int]
             continue
         text = token.text
         if text is None:  # partial UTF-8: only an identical byte token in the source can stand for it
-            source_id = inputs.source.index().get(token.key)
+            source_id = inputs.source.lookup(token, inputs.target.family)
             ids = [source_id] if source_id is not None else []
         else:
             ids = [i for i in inputs.source.encode_surface(text, token.word_start) if not inputs.source[i].special]

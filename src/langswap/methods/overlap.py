@@ -20,10 +20,9 @@ class OverlapConfig(MethodConfig):
 
 def copy_exact_matches(mapping: TokenMapping, inputs: TransferInputs) -> int:
     """Copy the source row of every target token with an identical canonical form; returns how many."""
-    index = inputs.source.index()
     rows, sources = [], []
     for token in inputs.target.tokens:
-        source_id = index.get(token.key) if token.key is not None else None
+        source_id = inputs.source.lookup(token, inputs.target.family)
         if source_id is not None:
             rows.append(token.id)
             sources.append(source_id)

@@ -7,7 +7,8 @@ tokenisation (with and without a leading space) contains the token. Each target 
 softmax(cosine / temperature) mix of its `neighbors` most similar source tokens.
 
 Differences from the `wechsel` package, on purpose: source tokens without a vector (special tokens, partial UTF-8)
-are never neighbours; the mixing runs in float32 in row blocks (no float64 copy, no dense V_t x V_s matrix); tokens
+are never neighbours; by default a word-start target token is mixed from word-start source tokens and a
+continuation from continuations (`Ġto` and `to` have the same text, hence the same vector, but not the same role); the mixing runs in float32 in row blocks (no float64 copy, no dense V_t x V_s matrix); tokens
 without a vector get the shared fallback (random by default, as in the paper) from a seeded generator.
 Not handled: word2vec models without n-grams in `ngrams` mode (their unknown tokens get no vector and fall back).
 """
@@ -39,6 +40,9 @@ class WechselConfig(MethodConfig):
     max_words: int = field(default=200_000, metadata={"help": "Most frequent words used by subword_source=frequency."})
     exact_matches: bool = field(default=False, metadata={"help": "Copy the rows of exactly matching tokens first; "
                                                                 "mix only the rest."})
+    match_word_start: bool = field(default=True, metadata={"help": "Mix word-start target tokens from word-start "
+                                                                   "source tokens and continuations from "
+                                                                   "continuations (false: any, as the paper)."})
 
     def __post_init__(self):
         from langswap.errors import ConfigError
@@ -90,19 +94,36 @@ def token_vectors(vocabulary: Vocabulary, vectors, config: WechselConfig) -> np.
 
 
 def nearest_sources(target_vectors: np.ndarray, source_vectors: np.ndarray, neighbors: int, temperature: float,
-                    progress=None) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+                    progress=None, target_groups: np.ndarray | None = None,
+                    source_groups: np.ndarray | None = None) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
     """The similarity-and-mixing step: for every target row with a vector, its top source rows and weights.
 
     target_vectors: (V_t, D), source_vectors: (V_s, D). Returns (target rows placed, source ids (n, k), weights
-    (n, k)). Source rows that are zero never count as neighbours."""
-    source_rows = np.flatnonzero(np.abs(source_vectors).sum(axis=1) > 0)
-    target_rows = np.flatnonzero(np.abs(target_vectors).sum(axis=1) > 0)
-    if len(source_rows) == 0 or len(target_rows) == 0:
-        return target_rows[:0], torch.empty((0, 0), dtype=torch.int64), torch.empty((0, 0))
-    similarities, indices = topk_cosine(target_vectors[target_rows], source_vectors[source_rows], neighbors,
-                                        progress=progress)
-    weights = softmax_weights(similarities, temperature)
-    return target_rows, torch.from_numpy(source_rows)[indices], weights
+    (n, k)). Source rows that are zero never count as neighbours. With group labels (V_t,) and (V_s,), a target
+    row only looks among source rows of its own group (all source rows where its group has none)."""
+    has_source = np.abs(source_vectors).sum(axis=1) > 0
+    has_target = np.abs(target_vectors).sum(axis=1) > 0
+    if target_groups is None or source_groups is None:
+        target_groups, source_groups = np.zeros(len(target_vectors), int), np.zeros(len(source_vectors), int)
+    placed, all_sources, all_weights = [], [], []
+    for group in np.unique(target_groups[has_target]):
+        target_rows = np.flatnonzero(has_target & (target_groups == group))
+        source_rows = np.flatnonzero(has_source & (source_groups == group))
+        if len(source_rows) == 0:
+            source_rows = np.flatnonzero(has_source)
+        if len(source_rows) == 0:
+            continue
+        similarities, indices = topk_cosine(target_vectors[target_rows], source_vectors[source_rows], neighbors,
+                                            progress=progress)
+        placed.append(target_rows)
+        all_sources.append(torch.from_numpy(source_rows)[indices])
+        all_weights.append(softmax_weights(similarities, temperature))
+    if not placed:
+        return np.zeros(0, dtype=np.int64), torch.empty((0, 0), dtype=torch.int64), torch.empty((0, 0))
+    width = max(s.shape[1] for s in all_sources)
+    all_sources = [torch.nn.functional.pad(s, (0, width - s.shape[1]), value=-1) for s in all_sources]
+    all_weights = [torch.nn.functional.pad(w, (0, width - w.shape[1])) for w in all_weights]
+    return np.concatenate(placed), torch.cat(all_sources), torch.cat(all_weights)
 
 
 @register_method("wechsel", WechselConfig, requires=("vectors",))
@@ -120,8 +141,12 @@ def wechsel(inputs: TransferInputs, config: WechselConfig, progress: bool = Fals
 
         bar = tqdm(total=int((np.abs(target_vectors).sum(axis=1) > 0).sum()), desc="wechsel neighbours",
                    unit="token")
+    groups = {}
+    if config.match_word_start:
+        groups = {"target_groups": np.array([t.word_start for t in inputs.target.tokens], dtype=np.int64),
+                  "source_groups": np.array([t.word_start for t in inputs.source.tokens], dtype=np.int64)}
     rows, sources, weights = nearest_sources(target_vectors, source_vectors, config.neighbors, config.temperature,
-                                             progress=bar.update if bar is not None else None)
+                                             progress=bar.update if bar is not None else None, **groups)
     if bar is not None:
         bar.close()
     if len(rows):

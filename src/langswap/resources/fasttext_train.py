@@ -92,8 +92,16 @@ def train_fasttext(text_path: str | Path, output: str | Path, config: FastTextCo
 
 def _child(job: dict) -> None:
     import fasttext
+    from fasttext import FastText
 
-    model = fasttext.train_unsupervised(job["input"], **job["options"])
+    options = dict(job["options"])
+    seed = options.pop("seed", 0)
+    # fasttext 0.9.3's train_unsupervised rejects a `seed` keyword ("unexpected keyword argument 'seed'") although
+    # its arguments have the field; it copies its defaults table into them, so the seed goes in through that table.
+    defaults = getattr(FastText, "unsupervised_default", None)
+    if isinstance(defaults, dict) and "seed" in defaults:
+        defaults["seed"] = seed
+    model = fasttext.train_unsupervised(job["input"], **options)
     model.save_model(job["output"])
 
 

@@ -1,0 +1,195 @@
+"""Known answers: a ciphered language, Procrustes, WECHSEL twins, uniform perplexity, logits kept by surgery."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from langswap.methods import Kind, TransferInputs, make_config, run_method
+from langswap.methods.kernels import mix_rows, topk_cosine
+from langswap.resources.alignment import align, procrustes
+from langswap.resources.dictionary import Dictionary
+from langswap.resources.vectors import WordVectors
+from langswap.tokens import Vocabulary
+
+from conftest import (TOKENIZER_BUILDERS, WORDS, byte_level_tokenizer, cipher_line, cipher_word, english_lines,
+                      tiny_model)
+
+
+# -- ciphered language ---------------------------------------------------------------------------------------------------
+
+def test_procrustes_recovers_the_rotation(cipher_vectors):
+    source = WordVectors.load(cipher_vectors["source"])
+    target = WordVectors.load(cipher_vectors["target"])
+    dictionary = Dictionary([(word, cipher_word(word)) for word in WORDS])
+    alignment = align(source, target, dictionary)
+    assert np.allclose(alignment.rotation, cipher_vectors["rotation"], atol=1e-4)
+    assert alignment.report["precision_at_1"] == 1.0
+    assert alignment.report["precision_at_1_csls"] == 1.0
+    assert alignment.report["word_pairs"] == 4 * len(WORDS)  # the/The on each side, crossed as in WECHSEL
+
+
+def test_procrustes_on_exact_data():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((50, 8))
+    q, _ = np.linalg.qr(rng.standard_normal((8, 8)))
+    assert np.allclose(procrustes(x, x @ q), q, atol=1e-5)
+
+
+def test_wechsel_maps_each_token_onto_its_cipher_twin(cipher_vectors):
+    english = english_lines(1500)
+    # large vocabularies so that every word is one token on both sides
+    source_tokenizer = byte_level_tokenizer(english, vocab_size=600)
+    target_tokenizer = byte_level_tokenizer([cipher_line(line) for line in english], vocab_size=600)
+    source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
+    alignment = align(WordVectors.load(cipher_vectors["source"]), WordVectors.load(cipher_vectors["target"]),
+                      Dictionary([(word, cipher_word(word)) for word in WORDS]))
+    embeddings = torch.randn(len(source), 16, generator=torch.Generator().manual_seed(0))
+    inputs = TransferInputs(source, target, embeddings, alignment.source, alignment.target)
+    result = run_method(make_config("wechsel"), inputs)
+    checked = 0
+    for word in WORDS:
+        source_ids = source_tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+        target_ids = target_tokenizer(" " + cipher_word(word), add_special_tokens=False)["input_ids"]
+        if len(source_ids) != 1 or len(target_ids) != 1:
+            continue
+        row = target_ids[0]
+        assert result.mapping.kinds[row] == Kind.MIXED
+        best = int(result.mapping.sources[row, np.argmax(result.mapping.weights[row])])
+        assert best == source_ids[0], f"{cipher_word(word)!r} mixed mostly from {source[best].token!r}, not {word!r}"
+        assert result.mapping.weights[row].max() > 0.5
+        checked += 1
+    assert checked >= 60, f"only {checked} words were single tokens on both sides"
+
+
+# -- kernels ---------------------------------------------------------------------------------------------------------
+
+def test_blocked_topk_equals_dense_topk():
+    rng = np.random.default_rng(0)
+    queries, keys = rng.standard_normal((300, 12)), rng.standard_normal((500, 12))
+    queries[5] = 0.0
+    values, indices = topk_cosine(queries, keys, 7, block_bytes=4 * 500 * 13)  # 13-row blocks
+    unit = lambda m: m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+    dense = unit(queries) @ unit(keys).T
+    expected = np.sort(dense, axis=1)[:, ::-1][:, :7]
+    assert np.allclose(values.numpy(), expected, atol=1e-5)
+    assert np.allclose(np.take_along_axis(dense, indices.numpy(), axis=1), expected, atol=1e-5)
+
+
+def test_mix_rows_matches_a_loop():
+    matrix = torch.randn(20, 4)
+    sources = torch.tensor([[0, 3, -1], [5, 5, 2]])
+    weights = torch.tensor([[0.5, 0.5, 0.7], [0.2, 0.3, 0.5]])
+    out = mix_rows(matrix, sources, weights, block_bytes=16)
+    assert torch.allclose(out[0], 0.5 * matrix[0] + 0.5 * matrix[3])
+    assert torch.allclose(out[1], 0.5 * matrix[5] + 0.5 * matrix[2])
+    bias = mix_rows(torch.arange(20.0), sources, weights)
+    assert torch.allclose(bias, torch.tensor([1.5, 3.5]))
+
+
+# -- evaluation --------------------------------------------------------------------------------------------------------
+
+class UniformLM(torch.nn.Module):
+    """Logits all equal: every token has probability 1 / vocab_size."""
+
+    def __init__(self, vocab_size: int, masked: bool = False):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.config = type("Config", (), {"max_position_embeddings": 64})()
+
+    def forward(self, input_ids, attention_mask=None):
+        logits = torch.zeros(*input_ids.shape, self.vocab_size) + self.weight
+        return type("Output", (), {"logits": logits})()
+
+
+def test_uniform_logits_give_perplexity_equal_to_vocabulary_size():
+    from langswap.evaluation.language_modeling import causal_lm_score
+
+    tokenizer = byte_level_tokenizer(english_lines(200), vocab_size=300)
+    lines = english_lines(30, seed=9) + [" ".join(english_lines(20, seed=4))]  # the last one needs windows
+    score = causal_lm_score(UniformLM(len(tokenizer)), tokenizer, lines)
+    assert score.perplexity == pytest.approx(len(tokenizer), rel=1e-6)
+    expected_tokens = sum(len(tokenizer(line, add_special_tokens=False)["input_ids"]) for line in lines)
+    assert score.tokens == expected_tokens  # every token scored once, windows included
+    n_bytes = sum(len(line.encode()) for line in lines)
+    assert score.bits_per_byte == pytest.approx(expected_tokens * math.log2(len(tokenizer)) / n_bytes, rel=1e-6)
+
+
+def test_uniform_masked_lm_pseudo_perplexity_equals_vocabulary_size():
+    from langswap.evaluation.language_modeling import pseudo_perplexity
+
+    tokenizer = TOKENIZER_BUILDERS["wordpiece"](english_lines(200), vocab_size=300)
+    score = pseudo_perplexity(UniformLM(len(tokenizer)), tokenizer, english_lines(5, seed=3))
+    assert score.perplexity == pytest.approx(len(tokenizer), rel=1e-6)
+    assert score.kind == "pseudo-perplexity"
+
+
+# -- surgery -----------------------------------------------------------------------------------------------------------
+
+MODEL_FAMILIES = [("gpt2", "byte_level"), ("llama", "sentencepiece"), ("bert", "wordpiece"),
+                  ("roberta", "roberta")]
+
+
+@pytest.mark.parametrize("kind,family", MODEL_FAMILIES)
+def test_overlap_onto_the_models_own_tokenizer_keeps_the_logits(kind, family, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+    from langswap.pipeline import transfer, transfer_config
+
+    tokenizer = TOKENIZER_BUILDERS[family](english_lines(300), vocab_size=300)
+    model = tiny_model(kind, len(tokenizer))
+    source_folder = tmp_path / "source"
+    model.save_pretrained(source_folder)
+    tokenizer.save_pretrained(source_folder)
+    config = transfer_config({"source_model": str(source_folder), "target_tokenizer": str(source_folder),
+                              "output": str(tmp_path / "out"), "method": {"name": "overlap"}})
+    report = transfer(config)
+    assert report.counts.get("random", 0) == 0
+    loader = AutoModelForMaskedLM if kind in ("bert", "roberta") else AutoModelForCausalLM
+    reloaded = loader.from_pretrained(tmp_path / "out")
+    reloaded.eval()
+    ids = torch.tensor([tokenizer(english_lines(1, seed=11)[0])["input_ids"][:40]])
+    with torch.no_grad():
+        assert torch.allclose(model(input_ids=ids).logits, reloaded(input_ids=ids).logits, atol=1e-5)
+    tied = kind in ("gpt2", "bert", "roberta")
+    from langswap.surgery import is_tied
+
+    assert is_tied(reloaded) == tied
+
+
+@pytest.mark.parametrize("kind,family", MODEL_FAMILIES)
+def test_untied_heads_and_biases_get_the_same_mixing(kind, family, tmp_path, cipher_vectors):
+    """Transfer to another vocabulary: each new output row / bias entry is the mapping applied to the old ones."""
+    from langswap.methods.base import TransferInputs as Inputs
+    from langswap.pipeline import apply_method
+    from langswap.surgery import is_tied, output_bias, read_source_matrices
+
+    tokenizer = TOKENIZER_BUILDERS[family](english_lines(300), vocab_size=300)
+    target_tokenizer = TOKENIZER_BUILDERS[family]([cipher_line(l) for l in english_lines(300)], vocab_size=280)
+    model = tiny_model(kind, len(tokenizer))
+    source, target = Vocabulary(tokenizer), Vocabulary(target_tokenizer)
+    matrices = read_source_matrices(model, len(source))
+    new_model, result = apply_method(model, Inputs(source, target, matrices.embeddings), matrices,
+                                     make_config("overlap", fallback="subword"), copy=True)
+    assert new_model.get_input_embeddings().weight.shape[0] == len(target)
+    assert is_tied(new_model) == is_tied(model)
+    mapping = result.mapping
+    rows = mapping.rows_of(Kind.SUBWORD)[:5]
+    for row in rows:
+        picks = mapping.sources[row][mapping.sources[row] >= 0]
+        weights = mapping.weights[row][mapping.sources[row] >= 0]
+        expected = sum(w * matrices.embeddings[p] for p, w in zip(picks, weights))
+        assert torch.allclose(new_model.get_input_embeddings().weight[row], expected, atol=1e-5)
+        if not is_tied(model):
+            old = model.get_output_embeddings().weight
+            expected_out = sum(w * old[p] for p, w in zip(picks, weights))
+            assert torch.allclose(new_model.get_output_embeddings().weight[row], expected_out, atol=1e-5)
+        if output_bias(model) is not None:
+            old_bias = output_bias(model)
+            expected_bias = sum(w * old_bias[p] for p, w in zip(picks, weights))
+            assert torch.allclose(output_bias(new_model)[row], expected_bias, atol=1e-5)
+    assert len(rows) > 0
