@@ -16,15 +16,15 @@ import torch
 
 from conftest import WORDS, byte_level_tokenizer, cipher_word, save_model, tiny_model, wordpiece_tokenizer, write_vec
 from langswap.config import from_dict
-from langswap.errors import (ConfigError, LangswapError, OutputExistsError, ResourceFormatError, VocabularyError)
+from langswap.errors import ConfigError, LangswapError, OutputExistsError, ResourceFormatError, VocabularyError
 from langswap.pipeline import TransferConfig, transfer
-from langswap.resources.alignment import AlignConfig, align
+from langswap.resources.alignment import align
 from langswap.resources.dictionary import Dictionary
 from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
 from langswap.resources.vectors import WordVectors
 from langswap.tokenizer_training import train_tokenizer
 
-# -- helpers ----------------------------------------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------------------------
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -84,7 +84,7 @@ def wordpiece_folder(tmp_path_factory, ciphered) -> Path:
     return folder
 
 
-# -- dictionaries and word vectors --------------------------------------------------------------------------------------
+# -- dictionaries and word vectors -------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +175,7 @@ def test_dictionary_too_small_for_the_dimension(gpt2_folder, target_tokenizer_fo
     assert_nothing_written(output)
 
 
-# -- special tokens -----------------------------------------------------------------------------------------------------
+# -- special tokens ----------------------------------------------------------------------------------------------------
 
 
 def test_target_special_role_missing_in_source(gpt2_folder, wordpiece_folder, tmp_path):
@@ -198,7 +198,7 @@ def test_target_special_role_missing_in_source_with_fallback(gpt2_folder, wordpi
     assert read_record(output)["config"]["method"]["unmatched_special"] == "fallback"
 
 
-# -- embedding matrix vs tokenizer --------------------------------------------------------------------------------------
+# -- embedding matrix vs tokenizer -------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +244,7 @@ def test_embedding_matrix_padded_beyond_tokenizer(resized_models, target_tokeniz
             assert int(source.split(":")[0]) < resized_models["tokens"]
 
 
-# -- text files ---------------------------------------------------------------------------------------------------------
+# -- text files --------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["empty", "blank"])
@@ -286,7 +286,7 @@ def test_bad_evaluation_text(gpt2_folder, target_tokenizer_folder, bad_texts, tm
     assert_nothing_written(output)
 
 
-# -- an existing output folder ------------------------------------------------------------------------------------------
+# -- an existing output folder -----------------------------------------------------------------------------------------
 
 
 def test_existing_output_folder(gpt2_folder, target_tokenizer_folder, tmp_path):
@@ -307,7 +307,7 @@ def test_existing_output_folder(gpt2_folder, target_tokenizer_folder, tmp_path):
     assert leftovers(tmp_path) == []
 
 
-# -- .vec files ---------------------------------------------------------------------------------------------------------
+# -- .vec files --------------------------------------------------------------------------------------------------------
 
 
 def test_vec_file_without_header(cipher_vectors, tmp_path):
@@ -341,7 +341,7 @@ def test_bad_vec_file_in_transfer(gpt2_folder, target_tokenizer_folder, cipher_v
     assert_nothing_written(output)
 
 
-# -- config errors ------------------------------------------------------------------------------------------------------
+# -- config errors -----------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("data, words", [

@@ -156,4 +156,5 @@ def _heldout_precision(source_vectors: WordVectors, target_vectors: WordVectors,
     result = translation_precision(queries, candidates, [gold[w] for w in queries_words], source_pool,
                                    config.csls_neighbors)
     result["pairs_train"] = len(train)
+    result["retrieval_candidates"] = len(candidate_words)
     return result

@@ -39,8 +39,10 @@ class FastTextConfig:
     maxn: int = field(default=6, metadata={"help": "Longest character n-gram (0 disables n-grams)."})
     bucket: int = field(default=2_000_000, metadata={"help": "Hash buckets for n-grams."})
     lr: float = field(default=0.05, metadata={"help": "Learning rate."})
-    thread: int = field(default=0, metadata={"help": "Threads; 0 = all cores."})
-    seed: int = field(default=0, metadata={"help": "Seed (fastText is only reproducible with thread=1)."})
+    thread: int = field(default=0, metadata={"help": "Threads; 0 = all cores (at least 11 run: fastText initialises "
+                                                      "its vectors one tenth per thread)."})
+    seed: int = field(default=0, metadata={"help": "Seed of the initialisation (training with several threads is "
+                                                   "not bitwise reproducible)."})
 
 
 def pretokenize(line: str) -> str:
@@ -101,6 +103,11 @@ def _child(job: dict) -> None:
     defaults = getattr(FastText, "unsupervised_default", None)
     if isinstance(defaults, dict) and "seed" in defaults:
         defaults["seed"] = seed
+    # fastText's DenseMatrix::uniform fills the input matrix one tenth per thread (blocks of m*n/10, one block for
+    # each of `thread` threads), so with fewer threads the other rows keep whatever the memory held: garbage in small
+    # models ("Encountered NaN" in about half the runs with thread=1), zeros in large ones. 11 threads cover all ten
+    # tenths and the remainder; more threads than cores only interleave.
+    options["thread"] = max(int(options.get("thread") or 1), 11)
     model = fasttext.train_unsupervised(job["input"], **options)
     model.save_model(job["output"])
 
