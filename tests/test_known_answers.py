@@ -49,7 +49,7 @@ def test_wechsel_maps_each_token_onto_its_cipher_twin(cipher_vectors):
                       Dictionary([(word, cipher_word(word)) for word in WORDS]))
     embeddings = torch.randn(len(source), 16, generator=torch.Generator().manual_seed(0))
     inputs = TransferInputs(source, target, embeddings, alignment.source, alignment.target)
-    result = run_method(make_config("wechsel"), inputs)
+    result = run_method(make_config("wechsel", exact_matches=False), inputs)  # the mixing itself is under test
     checked = 0
     for word in WORDS:
         source_ids = source_tokenizer(" " + word, add_special_tokens=False)["input_ids"]

@@ -30,7 +30,8 @@ class DemoConfig:
     """What the demo runs."""
 
     methods: str = field(default="random,overlap,wechsel", metadata={"help": "Comma-separated methods to compare."})
-    fallback: str = field(default="random", metadata={"help": "Fallback of every method (random, mean, subword)."})
+    fallback: str | None = field(default=None, metadata={"help": "Fallback of every method (random, mean, subword);"
+                                                                 " default: the methods' own default."})
     eval_lines: int = field(default=300, metadata={"help": "Held-out German lines scored."})
     vocab_size: int = field(default=0, metadata={"help": "German tokenizer size; 0 = the source's (49,152)."})
     vector_dim: int = field(default=100, metadata={"help": "fastText dimension."})
@@ -109,7 +110,8 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     inputs = TransferInputs(source, target, matrices.embeddings, source_vectors, target_vectors)
     wechsel_model = wechsel_result = None
     for name in methods:
-        method_config = make_config(name, seed=config.seed, fallback=config.fallback)
+        options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
+        method_config = make_config(name, **options)
         transferred, result = apply_method(model, inputs, matrices, method_config, copy=True, progress=True)
         score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
         rows.append({"model": name, **score.as_dict(), "counts": result.mapping.summary()})

@@ -46,7 +46,7 @@ class MethodConfig:
 
     seed: int = field(default=0, metadata={"help": "Seed for every random row; results are bitwise reproducible."})
     fallback: Literal["random", "mean", "subword"] = field(
-        default="random", metadata={"help": "How to place tokens the method cannot: random (the papers' choice), "
+        default="subword", metadata={"help": "How to place tokens the method cannot: random (the papers' choice), "
                                             "mean (the source mean row) or subword (mean of the source rows of the "
                                             "token's text as the source tokenizer splits it)."})
     unmatched_special: Literal["error", "fallback"] = field(
@@ -213,11 +213,12 @@ def subword_sources(inputs: TransferInputs, rows: np.ndarray) -> tuple[list[int]
         if token.special:
             continue
         text = token.text
-        if text is None:  # partial UTF-8: only an identical byte token in the source can stand for it
-            source_id = inputs.source.lookup(token, inputs.target.family)
-            ids = [source_id] if source_id is not None else []
-        else:
-            ids = [i for i in inputs.source.encode_surface(text, token.word_start) if not inputs.source[i].special]
+        if text is None:
+            # Partial UTF-8 (a lone byte of a multi-byte character) has no text to split; the target tokenizer
+            # rarely emits it, since whole characters are merged, and with a tied head a copied byte row is a
+            # confident output row for a token that hardly ever comes. It gets the mean row.
+            continue
+        ids = [i for i in inputs.source.encode_surface(text, token.word_start) if not inputs.source[i].special]
         if ids:
             placed.append(int(row))
             pieces.append(ids)

@@ -38,8 +38,9 @@ class WechselConfig(MethodConfig):
                                             "frequency-weighted mean of the words containing the token "
                                             "(frequency, WECHSEL-TFR)."})
     max_words: int = field(default=200_000, metadata={"help": "Most frequent words used by subword_source=frequency."})
-    exact_matches: bool = field(default=False, metadata={"help": "Copy the rows of exactly matching tokens first; "
-                                                                "mix only the rest."})
+    exact_matches: bool = field(default=True, metadata={"help": "Copy the rows of exactly matching tokens first; "
+                                                               "mix only the rest (false: mix every token, as the "
+                                                               "paper)."})
     match_word_start: bool = field(default=True, metadata={"help": "Mix word-start target tokens from word-start "
                                                                    "source tokens and continuations from "
                                                                    "continuations (false: any, as the paper)."})
