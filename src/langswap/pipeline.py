@@ -20,7 +20,8 @@ import numpy as np
 from langswap import __version__
 from langswap.config import from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError, OutputExistsError
-from langswap.methods.base import Kind, MethodConfig, TokenMapping, get_method, run_method, TransferInputs
+from langswap.methods.base import (Kind, MethodConfig, TokenMapping, TransferInputs, check_resources, get_method,
+                                   run_method)
 from langswap.resources.alignment import AlignConfig
 
 logger = logging.getLogger(__name__)
@@ -177,10 +178,7 @@ def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
 
     config.validate()
     spec = get_method(config.method.method_name)
-    if "vectors" in spec.requires and not (config.resources.source_vectors and config.resources.target_vectors):
-        raise MissingResourceError(f"method '{spec.name}' needs word vectors: set resources.source_vectors and "
-                                   "resources.target_vectors (`langswap fasttext` trains them) and "
-                                   "resources.dictionary.")
+    check_resources(spec, bool(config.resources.source_vectors and config.resources.target_vectors))
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
     source_tokenizer = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")

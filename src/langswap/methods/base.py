@@ -272,9 +272,9 @@ def build_matrix(mapping: TokenMapping, matrix: torch.Tensor, seed: int, stream:
     return out.to(matrix.dtype)
 
 
-def check_inputs(spec: MethodSpec, inputs: TransferInputs) -> None:
+def check_resources(spec: MethodSpec, has_vectors: bool) -> None:
     """Fail early, with the fix, when a method's declared resources are missing."""
-    if "vectors" in spec.requires and (inputs.source_vectors is None or inputs.target_vectors is None):
+    if "vectors" in spec.requires and not has_vectors:
         raise MissingResourceError(
             f"method '{spec.name}' needs word vectors for both languages: set resources.source_vectors and "
             "resources.target_vectors (fastText .bin or .vec; `langswap fasttext` trains them), and "
@@ -290,7 +290,7 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
     """
     config = make_config(name_or_config) if isinstance(name_or_config, str) else name_or_config
     spec = get_method(config.method_name)
-    check_inputs(spec, inputs)
+    check_resources(spec, inputs.source_vectors is not None and inputs.target_vectors is not None)
     mapping = spec.function(inputs, config, progress=progress)
     assert isinstance(mapping, TokenMapping) and len(mapping) == len(inputs.target)
     copy_special_tokens(mapping, inputs, config)
