@@ -12,10 +12,10 @@ import torch
 DEFAULT_BLOCK_BYTES = 256 * 2**20
 
 
-def _as_tensor(matrix) -> torch.Tensor:
+def _as_tensor(matrix, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     if isinstance(matrix, torch.Tensor):
-        return matrix.detach().to(torch.float32)
-    return torch.from_numpy(np.ascontiguousarray(matrix, dtype=np.float32))
+        return matrix.detach().to(dtype)
+    return torch.from_numpy(np.ascontiguousarray(matrix)).to(dtype)
 
 
 def unit_rows(matrix: torch.Tensor) -> torch.Tensor:
@@ -28,6 +28,7 @@ def block_rows_for(columns: int, block_bytes: int = DEFAULT_BLOCK_BYTES) -> int:
 
 
 CHUNK = 128  # columns per chunk in the two-stage top-k
+RESCORE = 8  # extra float32 candidates re-scored in float64
 
 
 def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES, progress=None,
@@ -42,16 +43,22 @@ def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES
     Each block of similarities is written into one reused buffer, and its top-k is found in two stages: the maximum
     of every chunk of CHUNK columns, the k chunks with the largest maxima (they hold every one of the row's k largest
     values: a chunk holding one of them has at most k - 1 chunks with a larger maximum), then the top-k among those
-    k * CHUNK columns. Same values as a top-k over the whole row, at a fraction of its cost for large M.
+    k * CHUNK columns. Same values as a top-k over the whole row, at a fraction of its cost for large M. That search
+    keeps k + RESCORE candidates in float32; their cosines are recomputed in float64, which picks and orders the
+    final k, so near-ties fall as in a float64 computation (the `wechsel` package's).
     """
-    queries, keys = unit_rows(_as_tensor(queries)), unit_rows(_as_tensor(keys))
+    queries64, keys64 = unit_rows(_as_tensor(queries, torch.float64)), unit_rows(_as_tensor(keys, torch.float64))
+    queries, keys = queries64.to(torch.float32), keys64.to(torch.float32)
     n_queries, dim = queries.shape
     n_keys, key_dim = keys.shape
     assert dim == key_dim, f"query dim {dim} != key dim {key_dim}"
-    k = max(0, min(k, n_keys - (1 if exclude_self else 0)))
-    values = torch.empty((n_queries, k), dtype=torch.float32)
-    indices = torch.empty((n_queries, k), dtype=torch.int64)
-    if n_queries == 0 or k == 0:
+    final_k = max(0, min(k, n_keys - (1 if exclude_self else 0)))
+    # float32 finds k + RESCORE candidates; float64 picks and orders the best k among them, so that near-ties
+    # (cosines within float32 rounding) are decided as exactly as a float64 computation would decide them
+    k = max(0, min(final_k + RESCORE, n_keys - (1 if exclude_self else 0)))
+    values = torch.empty((n_queries, final_k), dtype=torch.float32)
+    indices = torch.empty((n_queries, final_k), dtype=torch.int64)
+    if n_queries == 0 or final_k == 0:
         return values, indices
     chunks = -(-n_keys // CHUNK)
     two_stage = chunks >= 4 * k
@@ -73,12 +80,15 @@ def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES
             chunked = block.view(stop - start, chunks, CHUNK)
             best_chunks = torch.topk(chunked.amax(dim=2), k, dim=1, sorted=False).indices  # (b, k)
             candidates = chunked[row_ids[:stop - start], best_chunks].view(stop - start, k * CHUNK)
-            top = torch.topk(candidates, k, dim=1, largest=True, sorted=True)
-            values[start:stop] = top.values
+            top = torch.topk(candidates, k, dim=1, largest=True, sorted=False)
             chunk_of = torch.gather(best_chunks, 1, top.indices // CHUNK)
-            indices[start:stop] = chunk_of * CHUNK + top.indices % CHUNK
+            wide = chunk_of * CHUNK + top.indices % CHUNK
         else:
-            torch.topk(block, k, dim=1, largest=True, sorted=True, out=(values[start:stop], indices[start:stop]))
+            wide = torch.topk(block, k, dim=1, largest=True, sorted=False).indices
+        exact = torch.einsum("bd,bwd->bw", queries64[start:stop], keys64[wide])  # (b, k) in float64
+        best = torch.topk(exact, final_k, dim=1, largest=True, sorted=True)
+        values[start:stop] = best.values.to(torch.float32)
+        indices[start:stop] = torch.gather(wide, 1, best.indices)
         if progress is not None:
             progress(stop - start)
     return values, indices
