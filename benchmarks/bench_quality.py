@@ -22,8 +22,10 @@ Run: nice -n 10 python benchmarks/bench_quality.py [--dim 100] [--epochs 10] [--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
+import io
 import json
 import logging
 import os
@@ -75,7 +77,8 @@ class Results:
         row = {"model": name, "method": method, "fallback": fallback, **score.as_dict(), "counts": counts,
                "method_seconds": None if seconds is None else round(seconds, 2), "config": config}
         self.data["rows"].append(row)
-        print(f"    {name:<48} {row['bits_per_byte']:.3f} bits/byte  ppl {row['perplexity']:.1f}  "
+        print(f"    {name + ', ' + fallback:<56} {row['bits_per_byte']:.3f} bits/byte  "
+              f"ppl {row['perplexity']:.1f}  "
               f"({row['tokens']:,} tokens)", flush=True)
         self.save()
 
@@ -225,10 +228,16 @@ def main(argv=None) -> int:
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     matrices = read_source_matrices(model, len(source))
     inputs = TransferInputs(source, target, matrices.embeddings, source_vectors, target_vectors)
-    runs = [("random", "random", {}, ("random",))]
-    runs += [("overlap", "overlap", {}, ("random", "mean", "subword"))]
-    runs += [("wechsel (ngrams)", "wechsel", {"subword_source": "ngrams"}, ("random", "mean", "subword"))]
-    runs += [("wechsel (frequency)", "wechsel", {"subword_source": "frequency"}, ("random", "mean", "subword"))]
+    # Options that changed defaults are spelled out, so a row means the same whatever the current defaults are.
+    every = ("random", "mean", "subword")
+    runs = [("random", "random", {}, ("random",)),
+            ("overlap", "overlap", {}, every),
+            ("wechsel (ngrams)", "wechsel", {"subword_source": "ngrams", "exact_matches": False}, every),
+            ("wechsel (ngrams, match_word_start=false)", "wechsel",
+             {"subword_source": "ngrams", "exact_matches": False, "match_word_start": False}, ("random",)),
+            ("wechsel (ngrams, exact_matches=true)", "wechsel", {"subword_source": "ngrams", "exact_matches": True},
+             every),
+            ("wechsel (frequency)", "wechsel", {"subword_source": "frequency", "exact_matches": False}, every)]
     for label, name, options, fallbacks in runs:
         for fallback in fallbacks:
             config = make_config(name, seed=args.seed, fallback=fallback, **options)
@@ -280,7 +289,8 @@ def run_package(results: Results, model, source_tokenizer, target_tokenizer, mat
     timings["package_init_load_and_align"] = round(time.perf_counter() - clock, 1)
     source_matrix = matrices.embeddings.numpy().astype(np.float32)
     clock = time.perf_counter()
-    matrix, info = aligner.apply(source_tokenizer, target_tokenizer, source_matrix)
+    with contextlib.redirect_stderr(io.StringIO()):  # the package's progress bar cannot be switched off
+        matrix, info = aligner.apply(source_tokenizer, target_tokenizer, source_matrix)
     timings["package_apply"] = round(time.perf_counter() - clock, 1)
     not_found_ids = sorted(set(target_tokenizer.convert_tokens_to_ids(list(info.not_found))))
     results.data["package"] = {"version": getattr(wechsel_package, "__version__", "?"),
@@ -325,6 +335,9 @@ def run_transfer(results: Results, model_dir: Path, tokenizer_dir: Path, resourc
     timings["langswap_transfer_total"] = round(total, 1)
     for key, value in report.seconds.items():
         timings[f"langswap_transfer_{key}"] = round(value, 1)
+    from langswap.config import to_dict
+
+    results.data["transfer_method"] = to_dict(config.method)
     results.data["transfer_counts"] = report.counts
     results.save()
     print(f"    transfer {total:.1f} s in all ({', '.join(f'{k} {v:.1f}' for k, v in report.seconds.items())})",

@@ -12,10 +12,10 @@ import torch
 DEFAULT_BLOCK_BYTES = 256 * 2**20
 
 
-def _as_tensor(matrix, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    if isinstance(matrix, torch.Tensor):
-        return matrix.detach().to(dtype)
-    return torch.from_numpy(np.ascontiguousarray(matrix)).to(dtype)
+def _as_tensor(matrix, dtype: torch.dtype | None = torch.float32) -> torch.Tensor:
+    """A torch view of `matrix` (no copy where possible) in `dtype`, or in its own dtype for None."""
+    tensor = matrix.detach() if isinstance(matrix, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(matrix))
+    return tensor if dtype is None else tensor.to(dtype)
 
 
 def unit_rows(matrix: torch.Tensor) -> torch.Tensor:
@@ -28,7 +28,8 @@ def block_rows_for(columns: int, block_bytes: int = DEFAULT_BLOCK_BYTES) -> int:
 
 
 CHUNK = 128  # columns per chunk in the two-stage top-k
-RESCORE = 8  # extra float32 candidates re-scored in float64
+RESCORE = 8  # extra float32 candidates re-scored in float64 at a near-tie
+TIE_GAP = 1e-5  # float32 cosines closer than this may be in the wrong order
 
 
 def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES, progress=None,
@@ -44,17 +45,18 @@ def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES
     of every chunk of CHUNK columns, the k chunks with the largest maxima (they hold every one of the row's k largest
     values: a chunk holding one of them has at most k - 1 chunks with a larger maximum), then the top-k among those
     k * CHUNK columns. Same values as a top-k over the whole row, at a fraction of its cost for large M. That search
-    keeps k + RESCORE candidates in float32; their cosines are recomputed in float64, which picks and orders the
-    final k, so near-ties fall as in a float64 computation (the `wechsel` package's).
+    keeps k + RESCORE candidates in float32; where the k-th and the (k+1)-th are within TIE_GAP, their cosines are
+    recomputed in float64, which picks the final k, so near-ties fall as in a float64 computation (the `wechsel`
+    package's). Elsewhere the values are float32 cosines.
     """
-    queries64, keys64 = unit_rows(_as_tensor(queries, torch.float64)), unit_rows(_as_tensor(keys, torch.float64))
-    queries, keys = queries64.to(torch.float32), keys64.to(torch.float32)
+    original_queries, original_keys = _as_tensor(queries, None), _as_tensor(keys, None)
+    queries, keys = unit_rows(original_queries.to(torch.float32)), unit_rows(original_keys.to(torch.float32))
     n_queries, dim = queries.shape
     n_keys, key_dim = keys.shape
     assert dim == key_dim, f"query dim {dim} != key dim {key_dim}"
     final_k = max(0, min(k, n_keys - (1 if exclude_self else 0)))
-    # float32 finds k + RESCORE candidates; float64 picks and orders the best k among them, so that near-ties
-    # (cosines within float32 rounding) are decided as exactly as a float64 computation would decide them
+    # float32 finds k + RESCORE candidates; where the k-th and the next are closer than float32 can tell apart,
+    # float64 picks the best k among them, so near-ties are decided as a float64 computation decides them
     k = max(0, min(final_k + RESCORE, n_keys - (1 if exclude_self else 0)))
     values = torch.empty((n_queries, final_k), dtype=torch.float32)
     indices = torch.empty((n_queries, final_k), dtype=torch.int64)
@@ -80,15 +82,23 @@ def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES
             chunked = block.view(stop - start, chunks, CHUNK)
             best_chunks = torch.topk(chunked.amax(dim=2), k, dim=1, sorted=False).indices  # (b, k)
             candidates = chunked[row_ids[:stop - start], best_chunks].view(stop - start, k * CHUNK)
-            top = torch.topk(candidates, k, dim=1, largest=True, sorted=False)
+            top = torch.topk(candidates, k, dim=1, largest=True, sorted=True)
             chunk_of = torch.gather(best_chunks, 1, top.indices // CHUNK)
-            wide = chunk_of * CHUNK + top.indices % CHUNK
+            wide, wide_values = chunk_of * CHUNK + top.indices % CHUNK, top.values
         else:
-            wide = torch.topk(block, k, dim=1, largest=True, sorted=False).indices
-        exact = torch.einsum("bd,bwd->bw", queries64[start:stop], keys64[wide])  # (b, k) in float64
-        best = torch.topk(exact, final_k, dim=1, largest=True, sorted=True)
-        values[start:stop] = best.values.to(torch.float32)
-        indices[start:stop] = torch.gather(wide, 1, best.indices)
+            top = torch.topk(block, k, dim=1, largest=True, sorted=True)
+            wide, wide_values = top.indices, top.values
+        values[start:stop] = wide_values[:, :final_k]
+        indices[start:stop] = wide[:, :final_k]
+        if k > final_k:
+            near_tie = torch.nonzero(wide_values[:, final_k - 1] - wide_values[:, final_k] <= TIE_GAP).flatten()
+            if len(near_tie):
+                exact = torch.einsum("bd,bwd->bw", unit_rows(original_queries[start + near_tie].double()),
+                                     unit_rows(original_keys[wide[near_tie]].double().flatten(0, 1))
+                                     .view(len(near_tie), k, dim))
+                best = torch.topk(exact, final_k, dim=1, largest=True, sorted=True)
+                values[start + near_tie] = best.values.to(torch.float32)
+                indices[start + near_tie] = torch.gather(wide[near_tie], 1, best.indices)
         if progress is not None:
             progress(stop - start)
     return values, indices
