@@ -114,7 +114,8 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         method_config = make_config(name, **options)
         transferred, result = apply_method(model, inputs, matrices, method_config, copy=True, progress=True)
         score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
-        rows.append({"model": name, **score.as_dict(), "counts": result.mapping.summary()})
+        counts = ", ".join(f"{kind} {count:,}" for kind, count in result.mapping.counts().items())
+        rows.append({"model": name, **score.as_dict(), "counts": counts})
         if name == "wechsel":
             wechsel_model, wechsel_result = transferred, result
         else:
