@@ -22,11 +22,10 @@ logger = logging.getLogger(__name__)
 
 def import_fasttext():
     try:
-        import fasttext  # noqa: F401
+        import fasttext
     except ImportError as error:
         raise MissingResourceError("reading fastText .bin files needs the fasttext package: pip install fasttext") \
             from error
-    import fasttext
     fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence the deprecation notice on every load
     return fasttext
 
@@ -123,10 +122,6 @@ class WordVectors:
     def has_subwords(self) -> bool:
         return self._model is not None
 
-    @property
-    def frequencies_known(self) -> bool:
-        return self._model is not None
-
     def __len__(self) -> int:
         return len(self.words)
 
@@ -194,10 +189,3 @@ def normalize_rows(matrix: np.ndarray) -> np.ndarray:
 
 def zipf_frequencies(count: int) -> np.ndarray:
     return 1.0 / np.arange(1, count + 1, dtype=np.float64)
-
-
-def describe(vectors: WordVectors) -> str:
-    kind = "words + n-grams" if vectors.has_subwords else "words only"
-    return f"{vectors.name}: {len(vectors):,} words, dim {vectors.dim} ({kind})"
-
-
