@@ -20,7 +20,7 @@ import numpy as np
 from langswap import __version__
 from langswap.config import from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError, OutputExistsError
-from langswap.methods.base import (Kind, MethodConfig, TokenMapping, TransferInputs, check_resources, get_method,
+from langswap.methods.base import (MethodConfig, TokenMapping, TransferInputs, check_resources, get_method,
                                    run_method)
 from langswap.resources.alignment import AlignConfig
 
@@ -142,16 +142,14 @@ def prepare_vectors(resources: ResourcesConfig, align_config: AlignConfig):
 
 def write_provenance(path: Path, mapping: TokenMapping, source, target) -> None:
     """One line per target token: id, token, how made, source tokens with weights."""
-    from langswap.evaluation.correspondence import _show
+    from langswap.evaluation.correspondence import kind_name, show_token, token_sources
 
     with open(path, "w", encoding="utf-8") as handle:
         handle.write("id\ttoken\tkind\tsources\n")
         for token_id in range(len(mapping)):
-            order = np.argsort(-mapping.weights[token_id], kind="stable")
-            sources = " ".join(f"{int(mapping.sources[token_id, j])}:{_show(source, int(mapping.sources[token_id, j]))!r}"
-                               f":{mapping.weights[token_id, j]:.4f}" for j in order if mapping.sources[token_id, j] >= 0)
-            handle.write(f"{token_id}\t{_show(target, token_id)!r}\t{Kind(int(mapping.kinds[token_id])).name.lower()}"
-                         f"\t{sources}\n")
+            sources = " ".join(f"{source_id}:{show_token(source, source_id)!r}:{weight:.4f}"
+                               for source_id, weight in token_sources(mapping, token_id))
+            handle.write(f"{token_id}\t{show_token(target, token_id)!r}\t{kind_name(mapping, token_id)}\t{sources}\n")
 
 
 def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,

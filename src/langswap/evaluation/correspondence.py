@@ -8,10 +8,22 @@ from langswap.methods.base import Kind, TokenMapping
 from langswap.tokens import Vocabulary
 
 
-def _show(vocabulary: Vocabulary, token_id: int) -> str:
+def show_token(vocabulary: Vocabulary, token_id: int) -> str:
+    """A token for people: `_` marks a word start; specials and partial UTF-8 as in the vocabulary."""
     token = vocabulary[token_id]
     text = token.text if token.text is not None else token.token
     return ("_" if token.word_start else "") + text if not token.special else token.token
+
+
+def token_sources(mapping: TokenMapping, token_id: int) -> list[tuple[int, float]]:
+    """(source id, weight) pairs a target row was made from, heaviest first."""
+    order = np.argsort(-mapping.weights[token_id], kind="stable")
+    return [(int(mapping.sources[token_id, j]), float(mapping.weights[token_id, j]))
+            for j in order if mapping.sources[token_id, j] >= 0]
+
+
+def kind_name(mapping: TokenMapping, token_id: int) -> str:
+    return Kind(int(mapping.kinds[token_id])).name.lower()
 
 
 def correspondence_rows(mapping: TokenMapping, source: Vocabulary, target: Vocabulary, count: int = 12,
@@ -27,11 +39,9 @@ def correspondence_rows(mapping: TokenMapping, source: Vocabulary, target: Vocab
             if candidates else []
     rows = []
     for token_id in token_ids:
-        order = np.argsort(-mapping.weights[token_id])
-        sources = [(_show(source, int(mapping.sources[token_id, j])), float(mapping.weights[token_id, j]))
-                   for j in order if mapping.sources[token_id, j] >= 0]
-        rows.append({"id": int(token_id), "token": _show(target, token_id),
-                     "kind": Kind(int(mapping.kinds[token_id])).name.lower(), "sources": sources})
+        sources = [(show_token(source, source_id), weight) for source_id, weight in token_sources(mapping, token_id)]
+        rows.append({"id": int(token_id), "token": show_token(target, token_id), "kind": kind_name(mapping, token_id),
+                     "sources": sources})
     return rows
 
 

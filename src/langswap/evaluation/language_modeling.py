@@ -39,7 +39,7 @@ def _score(lines: list[str], tokens: int, nll: float, kind: str) -> LMScore:
     return LMScore(len(lines), tokens, n_bytes, nll, math.exp(nll / max(tokens, 1)), nll / LN2 / max(n_bytes, 1), kind)
 
 
-def _context_length(model, tokenizer, max_length: int | None) -> int:
+def _context_length(model, max_length: int | None) -> int:
     limit = getattr(model.config, "max_position_embeddings", None) or 1024
     return min(limit, max_length or 1024)
 
@@ -66,7 +66,7 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
                     progress: bool = False) -> LMScore:
     """Perplexity and bits per byte of a causal LM on `lines` (each scored on its own)."""
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    window = _context_length(model, tokenizer, max_length)
+    window = _context_length(model, max_length)
     encoded = tokenizer(lines, add_special_tokens=False)["input_ids"]
     pieces: list[tuple[list[int], int]] = []
     for ids in encoded:
@@ -79,7 +79,6 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     bar = _bar(progress, len(pieces), "scoring")
     start = 0
     while start < len(pieces):
-        longest = len(pieces[start][0])
         stop = start + 1
         while stop < len(pieces) and (stop - start + 1) * len(pieces[stop][0]) <= batch_tokens:
             stop += 1
@@ -114,7 +113,7 @@ def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None
     if tokenizer.mask_token_id is None:
         raise VocabularyError("pseudo-perplexity needs a tokenizer with a mask token; this one has none (is the "
                               "model a causal LM? use perplexity instead).")
-    window = _context_length(model, tokenizer, max_length)
+    window = _context_length(model, max_length)
     device = next(model.parameters()).device
     special = set(tokenizer.all_special_ids)
     total_nll, total_tokens = 0.0, 0
