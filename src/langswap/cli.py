@@ -71,11 +71,15 @@ def cmd_methods(args) -> int:
 def cmd_init_config(args) -> int:
     from langswap.methods.base import make_config
     from langswap.pipeline import TransferConfig
+    from langswap.training.run import TrainConfig
 
-    config = TransferConfig(method=make_config(args.method))
+    if args.kind == "train":
+        config_cls, config = TrainConfig, TrainConfig()
+    else:
+        config_cls, config = TransferConfig, TransferConfig(method=make_config(args.method))
     text = dump_yaml(to_dict(config))
-    header = "# langswap transfer config: every key with its default. Run: langswap transfer THIS_FILE\n"
-    for line in describe_fields(TransferConfig):
+    header = (f"# langswap {args.kind} config: every key with its default. Run: langswap {args.kind} THIS_FILE\n")
+    for line in describe_fields(config_cls):
         header += "#   " + line + "\n"
     if args.output:
         from langswap.resources.text import atomic_write_text
@@ -198,6 +202,37 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def _train_config(args):
+    from langswap.training.run import TrainConfig
+
+    data = load_yaml(args.config) if args.config else {}
+    for key in ("model", "train_text", "eval_text", "output", "preset", "steps", "objective"):
+        value = getattr(args, key, None)
+        if value is not None:
+            data[key] = value
+    if args.overwrite:
+        data["overwrite"] = True
+    return from_dict(TrainConfig, apply_overrides(data, _overrides(args)))
+
+
+def cmd_train(args) -> int:
+    from langswap.training.run import train
+
+    config = _train_config(args)
+    report = train(config, progress=not args.quiet)
+    for phase in report.phases:
+        speed = f", {phase['tokens_per_second']:,.0f} tokens/s" if phase.get("tokens_per_second") else ""
+        print(f"phase {phase['name']}: {phase['steps']} updates, {phase['trainable_parameters']:,} trainable "
+              f"parameters, final training loss {phase['train_loss']:.4f}{speed}")
+    if report.curve.get("eval"):
+        first, last = report.curve["eval"][0], report.curve["eval"][-1]
+        key = "bits_per_byte" if "bits_per_byte" in last else "loss"
+        print(f"held-out {key.replace('_', ' ')}: {first[key]:.4f} at step {first['step']} -> {last[key]:.4f} at "
+              f"step {last['step']}")
+    print(f"wrote {report.model} (curve: {report.output / 'curve.png'})")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from langswap.demo import DemoConfig, run_demo
 
@@ -213,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     from langswap.pipeline import TransferConfig
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig
+    from langswap.training.run import TrainConfig
 
     parser = argparse.ArgumentParser(prog="langswap", description="Move a pretrained language model to a new "
                                      "language: new tokenizer, embeddings initialised from the old ones.")
@@ -225,7 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.set_defaults(run=cmd_methods)
 
     sub = commands.add_parser("init-config", help="Write a transfer config with every default.")
-    sub.add_argument("--method", default="wechsel", help="Method whose options to include.")
+    sub.add_argument("--for", dest="kind", choices=("transfer", "train"), default="transfer",
+                     help="Which command the config is for.")
+    sub.add_argument("--method", default="wechsel", help="Method whose options to include (transfer).")
     sub.add_argument("--output", help="File to write (default: print).")
     sub.set_defaults(run=cmd_init_config)
 
@@ -241,6 +279,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--overwrite", action="store_true")
     _add_set(sub)
     sub.set_defaults(run=cmd_transfer)
+
+    sub = commands.add_parser("train", help="Continue pretraining a model folder (phases, presets, resume).",
+                              formatter_class=raw, epilog=_set_help(TrainConfig) + textwrap.dedent("""
+
+        many GPUs: the Hugging Face Trainer is the engine, so launch as usual, e.g.
+          accelerate launch -m langswap.cli train CONFIG.yaml
+          torchrun --nproc_per_node 8 -m langswap.cli train CONFIG.yaml
+        Rerun the same command to resume an interrupted run."""))
+    sub.add_argument("config", nargs="?", help="YAML config (`langswap init-config --for train` writes one).")
+    sub.add_argument("--model", help="Model folder with its tokenizer.")
+    sub.add_argument("--train-text", dest="train_text")
+    sub.add_argument("--eval-text", dest="eval_text")
+    sub.add_argument("--output")
+    sub.add_argument("--preset", help="wechsel, fullrand, transinner, tiktotok, embeddings, full.")
+    sub.add_argument("--steps", type=int)
+    sub.add_argument("--objective", help="causal, masked or auto.")
+    sub.add_argument("--overwrite", action="store_true")
+    _add_set(sub)
+    sub.set_defaults(run=cmd_train)
 
     sub = commands.add_parser("tokenizer", help="Train a target tokenizer of the source model's family.")
     sub.add_argument("--source", required=True, help="Source model or tokenizer folder.")

@@ -52,6 +52,13 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
             except ConfigError as error:
                 errors.append(str(error))
         raise ConfigError(errors[0] if errors else f"'{name}' cannot be {value!r}.")
+    if origin is list:
+        (item,) = typing.get_args(annotation) or (Any,)
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            value = [value]  # `--set snapshot_steps=50` means [50]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"'{name}' must be a list, not {value!r}.")
+        return [_coerce(element, item, f"{name}[{i}]") for i, element in enumerate(value)]
     if origin is typing.Literal:
         allowed = typing.get_args(annotation)
         if value not in allowed:

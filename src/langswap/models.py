@@ -12,6 +12,9 @@ from langswap.errors import MissingResourceError, VocabularyError
 
 logger = logging.getLogger(__name__)
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model",
+                   "spiece.model", "sentencepiece.bpe.model")
+
 
 def objective_of(config) -> str:
     """'masked' for *ForMaskedLM architectures, 'causal' otherwise."""
@@ -52,6 +55,11 @@ def load_tokenizer(name_or_path: str | Path, what: str = "tokenizer"):
     from transformers import AutoTokenizer
 
     name = str(name_or_path)
+    if Path(name).is_dir() and not any((Path(name) / file).is_file() for file in TOKENIZER_FILES):
+        # transformers 5 builds an empty tokenizer from config.json alone instead of failing
+        raise MissingResourceError(
+            f"cannot load the {what} from '{name}': the folder has no tokenizer files ({', '.join(TOKENIZER_FILES)}). "
+            "Save the tokenizer into it (tokenizer.save_pretrained(folder)) or give the folder that has it.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, use_fast=True)
     except (OSError, ValueError, TypeError) as error:

@@ -1,0 +1,4 @@
+from langswap.cli import main
+import sys
+
+sys.exit(main())

@@ -1,0 +1,57 @@
+"""Line plots written as PNG (matplotlib, imported only here and only when a plot is drawn)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from langswap.errors import MissingResourceError
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as error:  # pragma: no cover - matplotlib is a dependency
+        raise MissingResourceError("plots need matplotlib: pip install matplotlib") from error
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def line_plot(path: str | Path, series: dict[str, tuple[list[float], list[float]]], xlabel: str, ylabel: str,
+              title: str = "", vlines: list[tuple[float, str]] = (), log_x: bool = False) -> Path:
+    """One panel, one line per series (label -> (xs, ys)); see `line_panels`."""
+    return line_panels(path, [(ylabel, series)], xlabel, title, vlines, log_x)
+
+
+def line_panels(path: str | Path, panels: list[tuple[str, dict[str, tuple[list[float], list[float]]]]],
+                xlabel: str, title: str = "", vlines: list[tuple[float, str]] = (), log_x: bool = False) -> Path:
+    """Panels side by side, each (y label, {series label: (xs, ys)}), markers on the points; written under a
+    temporary name, then renamed. vlines: (x, label) markers such as phase boundaries, drawn on every panel."""
+    plt = _pyplot()
+    figure, axes_row = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.2), dpi=110, squeeze=False)
+    for axes, (ylabel, series) in zip(axes_row[0], panels):
+        for label, (xs, ys) in series.items():
+            axes.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.5, label=label)
+        for x, label in vlines:
+            axes.axvline(x, color="grey", linestyle=":", linewidth=1)
+            axes.annotate(label, (x, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color="grey",
+                          xytext=(3, -12), textcoords="offset points", rotation=90, va="top")
+        if log_x:
+            axes.set_xscale("symlog", linthresh=1)
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel(ylabel)
+        axes.grid(True, alpha=0.3)
+        if len(series) > 1:
+            axes.legend(fontsize=8)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.stem}.partial-{os.getpid()}.png")
+    figure.savefig(temporary)
+    plt.close(figure)
+    temporary.replace(path)
+    return path

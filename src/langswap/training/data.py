@@ -1,0 +1,162 @@
+"""Training text -> fixed-length token blocks, and the collators that batch them.
+
+Documents are one per line of a plain-text file (.txt, optionally .gz) or one per line of a JSONL file (the string
+under `text_field`). They are tokenised, joined into one stream and cut into blocks of the sequence length, as the
+Hugging Face `run_clm` / `run_mlm` examples do, so no position is padding:
+
+- causal LM: each document is `[bos] tokens [eos]` (bos only where the tokenizer has one distinct from eos; GPT-2's
+  `<|endoftext|>` serves as both); blocks are `sequence_length` tokens, labels are the inputs (the model shifts them).
+- masked LM: each block is `[cls] sequence_length-2 tokens [sep]`, documents separated by `[sep]`; 15% of the
+  non-special positions are selected for prediction, 80/10/10 masked/random/kept (`masking.mask_tokens`).
+
+The tail that does not fill a block is dropped. Not handled: streaming corpora larger than memory (tokenise a
+shard, or use `max_lines`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from langswap.errors import ConfigError, ResourceFormatError
+from langswap.resources.text import read_lines, read_text_lines
+
+logger = logging.getLogger(__name__)
+
+
+def read_documents(path: str | Path, what: str = "training text", text_field: str = "text",
+                   max_lines: int | None = None) -> list[str]:
+    """Documents of a .txt/.gz file (one per non-empty line) or a .jsonl file (`text_field` of each object)."""
+    path = Path(path)
+    if not path.name.endswith((".jsonl", ".jsonl.gz")):
+        return read_text_lines(path, what, max_lines=max_lines)
+    documents = []
+    for number, line in enumerate(read_lines(path, what), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ResourceFormatError(f"{what} '{path}' line {number} is not JSON ({error.msg}); a .jsonl file holds "
+                                      f"one object per line, like {{\"{text_field}\": \"...\"}}.") from error
+        if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+            keys = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+            raise ResourceFormatError(f"{what} '{path}' line {number} has no string field '{text_field}' (it has: "
+                                      f"{keys}); set text_field to the key that holds the text.")
+        if record[text_field].strip():
+            documents.append(record[text_field])
+            if max_lines is not None and len(documents) >= max_lines:
+                break
+    if not documents:
+        raise ResourceFormatError(f"{what} '{path}' has no text under '{text_field}'.")
+    return documents
+
+
+@dataclass
+class PackedText:
+    blocks: torch.Tensor  # (n_blocks, sequence_length) token ids
+    tokens: int  # tokens in the whole stream, before the tail was dropped
+    bytes: int  # UTF-8 bytes of the documents
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.bytes / max(self.tokens, 1)
+
+
+def pack(tokenizer, documents: list[str], sequence_length: int, objective: str, what: str = "training text",
+         max_blocks: int | None = None) -> PackedText:
+    """Tokenise `documents` and cut the stream into blocks; fewer tokens than one block is an error."""
+    if sequence_length < 4:
+        raise ConfigError(f"sequence_length is {sequence_length}; use at least 4 (typically 512 or 1024).")
+    if objective == "masked":
+        cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+        sep_id = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+        if cls_id is None or sep_id is None or tokenizer.mask_token_id is None:
+            raise ConfigError("the masked-LM objective needs a tokenizer with cls (or bos), sep (or eos) and mask "
+                              "tokens; this one lacks some. Is the model a causal LM? Use objective: causal.")
+        body = sequence_length - 2
+        before, after = [], [sep_id]
+    else:
+        eos_id, bos_id = tokenizer.eos_token_id, tokenizer.bos_token_id
+        before = [bos_id] if bos_id is not None and bos_id != eos_id else []
+        after = [eos_id] if eos_id is not None else []
+        body = sequence_length
+    stream: list[int] = []
+    for start in range(0, len(documents), 1000):
+        encoded = tokenizer(documents[start:start + 1000], add_special_tokens=False)["input_ids"]
+        for ids in encoded:
+            stream.extend(before)
+            stream.extend(ids)
+            stream.extend(after)
+        if max_blocks is not None and len(stream) >= (max_blocks + 1) * body:
+            break
+    count = len(stream) // body
+    if count == 0:
+        raise ResourceFormatError(
+            f"{what} has {len(stream):,} tokens, fewer than one sequence of {sequence_length}; give more text or a "
+            "smaller sequence_length.")
+    if max_blocks is not None:
+        count = min(count, max_blocks)
+    blocks = torch.tensor(stream[:count * body], dtype=torch.long).view(count, body)
+    if objective == "masked":
+        blocks = torch.cat([torch.full((count, 1), cls_id), blocks, torch.full((count, 1), sep_id)], dim=1)
+    n_bytes = sum(len(document.encode("utf-8")) for document in documents)
+    return PackedText(blocks, len(stream), n_bytes)
+
+
+class BlockDataset(torch.utils.data.Dataset):
+    """Rows of a block tensor as `{"input_ids": ...}` items (with fixed `labels` where the eval set is pre-masked)."""
+
+    def __init__(self, blocks: torch.Tensor, labels: torch.Tensor | None = None):
+        self.blocks, self.labels = blocks, labels
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, index: int) -> dict:
+        item = {"input_ids": self.blocks[index]}
+        if self.labels is not None:
+            item["labels"] = self.labels[index]
+        return item
+
+
+def special_mask_for(tokenizer, input_ids: torch.Tensor) -> torch.Tensor:
+    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+    return torch.isin(input_ids, special)
+
+
+class LMCollator:
+    """Stack blocks; causal: labels = inputs; masked: select and mask positions with the global torch RNG (which the
+    Trainer saves in each checkpoint, so a resumed run masks as the uninterrupted one does). Items that already carry
+    labels (the pre-masked evaluation set) pass through."""
+
+    def __init__(self, tokenizer, objective: str, mlm_probability: float = 0.15):
+        self.tokenizer, self.objective, self.mlm_probability = tokenizer, objective, mlm_probability
+
+    def __call__(self, items: list[dict]) -> dict:
+        input_ids = torch.stack([item["input_ids"] for item in items])
+        batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+        if "labels" in items[0]:
+            batch["labels"] = torch.stack([item["labels"] for item in items])
+        elif self.objective == "masked":
+            batch["input_ids"], batch["labels"] = self.mask(input_ids)
+        else:
+            batch["labels"] = input_ids.clone()
+        return batch
+
+    def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None = None):
+        from langswap.training.masking import mask_tokens
+
+        return mask_tokens(input_ids, self.tokenizer.mask_token_id, len(self.tokenizer),
+                           special_mask_for(self.tokenizer, input_ids), self.mlm_probability, generator=generator)
+
+
+def masked_eval_set(collator: LMCollator, blocks: torch.Tensor, seed: int) -> BlockDataset:
+    """The evaluation blocks masked once with a fixed seed, so every point of the curve scores the same positions."""
+    generator = torch.Generator().manual_seed(seed)
+    masked, labels = collator.mask(blocks, generator=generator)
+    return BlockDataset(masked, labels)

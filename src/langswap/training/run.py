@@ -1,0 +1,566 @@
+"""`train(config)`: continued pretraining of a model folder, in phases, on the Hugging Face Trainer.
+
+The Trainer is the engine, so `accelerate launch` and `torchrun` spread a run over many GPUs (or CPU processes) with
+no distribution code here; bf16/fp16, gradient accumulation and seeding are the Trainer's. What langswap adds:
+
+- phases and the papers' schedules (`phases.py`): each phase is one Trainer run with its own optimizer; a phase
+  starts from the previous phase's final weights;
+- checkpoints that are never half-written (written under `.staging/` and renamed into `checkpoint-N`), and resume:
+  running the same command again continues from the last checkpoint of the unfinished phase and ends with the same
+  weights as an uninterrupted run (the Trainer restores optimizer, schedule, data order and RNG states). A different
+  config for an existing output folder is an error that lists the differences;
+- an evaluation curve on held-out text (at step 0, every `eval_steps`, and at the end of each phase), written as
+  `curve.json` and `curve.png`; for causal LMs the loss is also shown as bits per byte, estimated with the held-out
+  text's bytes per token;
+- model-only snapshots at chosen steps (`snapshot_steps`, used by `langswap bench`).
+
+Output folder:
+    langswap-train.json      resolved config, version, phases, status
+    phase-1-embeddings/      Trainer checkpoints of the phase; final/ when the phase is done
+    snapshots/step-N/        (optional) model + tokenizer at global step N
+    curve.json, curve.png
+    model/                   the trained model + tokenizer; from_pretrained(output/model) loads it
+
+Not handled: streaming datasets, FSDP/DeepSpeed-specific checkpoint formats (the Trainer's own handling applies).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from langswap import __version__
+from langswap.config import to_dict
+from langswap.errors import ConfigError, MissingResourceError, OutputExistsError
+from langswap.training.phases import PRESETS, Phase, plan_phases, remaining_phases, set_trainable
+
+logger = logging.getLogger(__name__)
+
+RECORD = "langswap-train.json"
+# Fields that may change when a run is resumed: they do not change the weights a run ends with.
+RESUMABLE_CHANGES = {"overwrite", "save_steps", "save_total_limit", "snapshot_steps", "eval_steps", "num_workers"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Continued pretraining of a model folder on target-language text."""
+
+    model: str = field(default="", metadata={"help": "Model folder with its tokenizer, e.g. a `langswap transfer` "
+                                                     "output (required)."})
+    train_text: str = field(default="", metadata={"help": "Training text: .txt/.gz (a document per line) or .jsonl "
+                                                          "(required)."})
+    eval_text: str | None = field(default=None, metadata={"help": "Held-out text for the evaluation curve."})
+    output: str = field(default="", metadata={"help": "Output folder (required); rerun to resume."})
+    overwrite: bool = field(default=False, metadata={"help": "Delete an existing output folder and start again."})
+    objective: str = field(default="auto", metadata={"help": "causal, masked, or auto (from the model's "
+                                                             "architecture).", "choices": ("auto", "causal", "masked")})
+    preset: str = field(default="wechsel", metadata={"help": "Phases and schedule: wechsel/fullrand (full model), "
+                                                             "transinner, tiktotok, embeddings (embeddings only), "
+                                                             "full.", "choices": PRESETS})
+    steps: int = field(default=1000, metadata={"help": "Optimizer updates over all phases."})
+    learning_rate: float | None = field(default=None, metadata={"help": "Peak rate; default 5e-4 (causal) or 1e-4 "
+                                                                        "(masked), as in WECHSEL."})
+    warmup_fraction: float = field(default=0.1, metadata={"help": "Share of a phase's updates spent warming up."})
+    embedding_fraction: float | None = field(default=None, metadata={"help": "transinner: share of the steps that "
+                                                                            "train only embeddings (default 0.1); "
+                                                                            "tiktotok: the most they may take "
+                                                                            "(default 0.5)."})
+    settle_window: int = field(default=50, metadata={"help": "tiktotok: steps per window when judging whether the "
+                                                             "loss has settled."})
+    settle_tolerance: float = field(default=0.01, metadata={"help": "tiktotok: the loss has settled when a window "
+                                                                    "improves on the one before by less than this "
+                                                                    "share."})
+    full_lr_scale: float = field(default=0.2, metadata={"help": "tiktotok: full-model rate as a share of the peak."})
+    full_warmup_fraction: float = field(default=0.25, metadata={"help": "tiktotok: warm-up share of the full "
+                                                                        "phase."})
+    batch_size: int = field(default=8, metadata={"help": "Sequences per device per forward pass."})
+    gradient_accumulation: int = field(default=1, metadata={"help": "Forward passes per update."})
+    sequence_length: int = field(default=512, metadata={"help": "Tokens per packed sequence (capped at the "
+                                                                "model's context)."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (not on biases and norms)."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "AdamW beta2."})
+    adam_epsilon: float = field(default=1e-6, metadata={"help": "AdamW epsilon."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Masked LM: share of tokens predicted."})
+    precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPUs that have it, else fp16 on GPUs, "
+                                                             "fp32 on CPU), fp32, bf16 or fp16.",
+                                                     "choices": ("auto", "fp32", "bf16", "fp16")})
+    seed: int = field(default=0, metadata={"help": "Seed of data order, masking and dropout."})
+    save_steps: int = field(default=100, metadata={"help": "Checkpoint every N updates (for resuming)."})
+    save_total_limit: int = field(default=2, metadata={"help": "Checkpoints kept per phase."})
+    eval_steps: int = field(default=100, metadata={"help": "Evaluate on eval_text every N updates."})
+    eval_sequences: int = field(default=64, metadata={"help": "Packed sequences of eval_text evaluated."})
+    logging_steps: int = field(default=10, metadata={"help": "Log the training loss every N updates."})
+    snapshot_steps: list[int] = field(default_factory=list, metadata={"help": "Also save the model at these "
+                                                                              "global steps (snapshots/step-N)."})
+    text_field: str = field(default="text", metadata={"help": "Key of the text in .jsonl files."})
+    max_lines: int | None = field(default=None, metadata={"help": "Read at most this many training documents."})
+    num_workers: int = field(default=0, metadata={"help": "Data-loader worker processes."})
+
+    def validate(self) -> None:
+        for name in ("model", "train_text", "output"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name} is not set (--{name.replace('_', '-')} or `{name}:` in the config).")
+        if not Path(self.model).is_dir():
+            raise MissingResourceError(f"model folder '{self.model}' does not exist; give a folder written by "
+                                       "`langswap transfer` or save_pretrained.")
+        for name in ("train_text", "eval_text"):
+            value = getattr(self, name)
+            if value and not Path(value).is_file():
+                raise MissingResourceError(f"{name} '{value}' does not exist.")
+        positive = ("steps", "batch_size", "gradient_accumulation", "save_steps", "eval_steps", "eval_sequences",
+                    "logging_steps", "save_total_limit", "settle_window")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} is {getattr(self, name)}; it must be at least 1.")
+        for name in ("warmup_fraction", "embedding_fraction", "full_warmup_fraction", "mlm_probability"):
+            if getattr(self, name) is not None and not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name} is {getattr(self, name)}; it must be between 0 and 1.")
+        if self.learning_rate is not None and self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate is {self.learning_rate}; give a positive rate or leave it unset.")
+        bad = [step for step in self.snapshot_steps if not 0 <= step <= self.steps]
+        if bad:
+            raise ConfigError(f"snapshot_steps {bad} are outside 0..steps ({self.steps}).")
+
+
+@dataclass
+class TrainReport:
+    output: Path
+    model: Path  # the trained model folder
+    objective: str
+    phases: list[dict]
+    curve: dict
+    resumed: bool
+    seconds: float
+
+
+# -- output folder and resume -------------------------------------------------------------------------------------------
+
+def _comparable(config: TrainConfig) -> dict:
+    return {key: value for key, value in to_dict(config).items() if key not in RESUMABLE_CHANGES}
+
+
+def _check_output(config: TrainConfig, is_main: bool) -> str:
+    """'fresh', 'resume' or 'complete'; a folder of another run or config is an error (or deleted on overwrite)."""
+    output = Path(config.output)
+    if not output.exists():
+        return "fresh"
+    if config.overwrite:
+        if is_main:
+            shutil.rmtree(output)
+        return "fresh"
+    record_path = output / RECORD
+    if not record_path.is_file():
+        if output.is_dir() and not any(output.iterdir()):
+            return "fresh"
+        raise OutputExistsError(f"output folder '{output}' exists and is not a langswap training run; choose another "
+                                "--output or pass --overwrite to replace it.")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    before, now = record.get("comparable_config", {}), _comparable(config)
+    changed = [f"{key}: was {before.get(key)!r}, now {now.get(key)!r}" for key in sorted(set(before) | set(now))
+               if before.get(key) != now.get(key)]
+    if changed:
+        raise ConfigError(f"output folder '{output}' holds a run with a different config, so it cannot be resumed ("
+                          + "; ".join(changed) + "). Use the same values to resume, another --output, or "
+                          "--overwrite to start again.")
+    return "complete" if record.get("status") == "complete" and (output / "model").is_dir() else "resume"
+
+
+def _write_record(output: Path, record: dict) -> None:
+    from langswap.resources.text import atomic_write_text
+
+    atomic_write_text(output / RECORD, json.dumps(record, indent=2, ensure_ascii=False))
+
+
+def _resolve_objective(config: TrainConfig, model_config) -> str:
+    from langswap.models import objective_of
+
+    architecture = ", ".join(getattr(model_config, "architectures", None) or ["unknown architecture"])
+    actual = objective_of(model_config)
+    if config.objective != "auto" and config.objective != actual:
+        kind = "a masked LM" if actual == "masked" else "a causal LM"
+        raise ConfigError(f"objective is '{config.objective}' but '{config.model}' is {kind} ({architecture}); "
+                          f"{config.objective}-LM training needs a "
+                          + ("*ForMaskedLM model (BERT, RoBERTa)" if config.objective == "masked"
+                             else "*ForCausalLM model (GPT-2, Llama)")
+                          + f". Set objective: {actual} (or auto).")
+    return actual
+
+
+def _precision_flags(precision: str) -> dict:
+    import torch
+
+    if precision == "auto":
+        if torch.cuda.is_available():
+            return {"bf16": True} if torch.cuda.is_bf16_supported() else {"fp16": True}
+        return {}
+    return {"bf16": True} if precision == "bf16" else {"fp16": True} if precision == "fp16" else {}
+
+
+# -- the Trainer and its callbacks --------------------------------------------------------------------------------------
+
+def _trainer_class():
+    import torch
+    from transformers import Trainer
+
+    class PhaseTrainer(Trainer):
+        """The Trainer with a phase's schedule and checkpoints written under a temporary name."""
+
+        def __init__(self, *args, phase: Phase, **kwargs):
+            self.phase = phase
+            self._staging: str | None = None
+            super().__init__(*args, **kwargs)
+
+        def create_scheduler(self, num_training_steps: int, optimizer=None):
+            if self.lr_scheduler is None:
+                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer,
+                                                                      self.phase.lr_factor)
+            return self.lr_scheduler
+
+        def _get_output_dir(self, trial):
+            return self._staging or super()._get_output_dir(trial)
+
+        def _save_checkpoint(self, model, trial):
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+            run_dir = self.args.output_dir
+            name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            self._staging = os.path.join(run_dir, ".staging")
+            try:
+                super()._save_checkpoint(model, trial)
+            finally:
+                self._staging = None
+            self.accelerator.wait_for_everyone()  # every rank has written its RNG state
+            if self.args.should_save:
+                final = os.path.join(run_dir, name)
+                if os.path.exists(final):
+                    shutil.rmtree(final)
+                os.replace(os.path.join(run_dir, ".staging", name), final)
+                shutil.rmtree(os.path.join(run_dir, ".staging"), ignore_errors=True)
+                rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit, use_mtime=False)
+            self.accelerator.wait_for_everyone()
+
+    return PhaseTrainer
+
+
+def _callbacks(config: TrainConfig, phase: Phase, offset: int, curve_writer):
+    from transformers import TrainerCallback
+
+    class Settle(TrainerCallback):
+        """Stop an until-settled phase once the mean training loss of the last window improves on the window
+        before it by less than settle_tolerance (a pure function of the logged losses, so a resumed run stops
+        where the uninterrupted one did)."""
+
+        def on_log(self, args, state, control, **kwargs):
+            window = config.settle_window
+            step = state.global_step
+            if step < 2 * window:
+                return
+            losses = [(entry["step"], entry["loss"]) for entry in state.log_history if "loss" in entry]
+            last = [loss for s, loss in losses if step - window < s <= step]
+            previous = [loss for s, loss in losses if step - 2 * window < s <= step - window]
+            if last and previous:
+                before, now = sum(previous) / len(previous), sum(last) / len(last)
+                if before > 0 and (before - now) / before < config.settle_tolerance:
+                    logger.info("loss settled at step %d (%.4f -> %.4f); ending the embeddings phase", step,
+                                before, now)
+                    control.should_training_stop = True
+
+    class Snapshots(TrainerCallback):
+        trainer = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            step = offset + state.global_step
+            if step in config.snapshot_steps:
+                save_model_atomically(self.trainer, Path(config.output) / "snapshots" / f"step-{step}")
+
+    class Curve(TrainerCallback):
+        def on_log(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                curve_writer(phase, offset, state.log_history, plot="eval_loss" in state.log_history[-1])
+
+    callbacks = [Curve()]
+    if phase.until_settled:
+        callbacks.append(Settle())
+    snapshots = Snapshots() if config.snapshot_steps else None
+    if snapshots:
+        callbacks.append(snapshots)
+    return callbacks, snapshots
+
+
+def save_model_atomically(trainer, folder: Path, extra: dict | None = None) -> None:
+    """trainer.save_model into a temporary folder, renamed to `folder` by the main process when all ranks are done."""
+    temporary = folder.with_name(f".{folder.name}.partial")
+    if trainer.args.should_save and temporary.exists():
+        shutil.rmtree(temporary)  # left by an interrupted run
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(temporary))
+    trainer.accelerator.wait_for_everyone()
+    if trainer.args.should_save:
+        for name, content in (extra or {}).items():
+            (temporary / name).write_text(json.dumps(content, indent=2, ensure_ascii=False), encoding="utf-8")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(temporary, folder)
+    trainer.accelerator.wait_for_everyone()
+
+
+# -- the curve ----------------------------------------------------------------------------------------------------------
+
+class CurveWriter:
+    """Builds curve.json / curve.png from the finished phases' histories and the running phase's log."""
+
+    def __init__(self, output: Path, objective: str, bytes_per_token: float | None):
+        self.output, self.objective, self.bytes_per_token = output, objective, bytes_per_token
+        self.done: list[tuple[Phase, int, list[dict]]] = []
+        self.step0: dict | None = None
+
+    def entries(self, phase: Phase | None = None, offset: int = 0, history: list[dict] = ()) -> dict:
+        train, evaluation, boundaries = [], [], []
+        if self.step0 is not None:
+            evaluation.append(self._eval_entry(0, "start", self.step0))
+        parts = self.done + ([(phase, offset, list(history))] if phase is not None else [])
+        for part, start, log in parts:
+            boundaries.append({"step": start, "phase": part.name})
+            for entry in log:
+                step = start + int(entry.get("step", 0))
+                if "loss" in entry:
+                    train.append({"step": step, "phase": part.name, "loss": round(entry["loss"], 5),
+                                  "learning_rate": entry.get("learning_rate")})
+                if "eval_loss" in entry:
+                    evaluation.append(self._eval_entry(step, part.name, entry))
+        return {"objective": self.objective, "bytes_per_token": self.bytes_per_token, "phases": boundaries,
+                "train": train, "eval": evaluation}
+
+    def _eval_entry(self, step: int, phase: str, metrics: dict) -> dict:
+        loss = metrics["eval_loss"]
+        entry = {"step": step, "phase": phase, "loss": round(loss, 5)}
+        if self.objective == "causal" and self.bytes_per_token:
+            entry["bits_per_byte"] = round(loss / math.log(2) / self.bytes_per_token, 5)
+        return entry
+
+    def __call__(self, phase: Phase | None = None, offset: int = 0, history: list[dict] = (), plot: bool = True):
+        from langswap.resources.text import atomic_write_text
+
+        curve = self.entries(phase, offset, history)
+        atomic_write_text(self.output / "curve.json", json.dumps(curve, indent=2))
+        if plot:
+            self.plot(curve)
+        return curve
+
+    def plot(self, curve: dict) -> None:
+        from langswap.plots import line_panels
+
+        losses = {}
+        if curve["train"]:
+            losses["training"] = ([e["step"] for e in curve["train"]], [e["loss"] for e in curve["train"]])
+        if curve["eval"]:
+            losses["held-out"] = ([e["step"] for e in curve["eval"]], [e["loss"] for e in curve["eval"]])
+        if not losses:
+            return
+        unit = "masked-LM loss (nats/token)" if self.objective == "masked" else "loss (nats/token)"
+        panels = [(unit, losses)]
+        if curve["eval"] and "bits_per_byte" in curve["eval"][0]:
+            panels.append(("held-out bits per byte (estimated)", {
+                "held-out": ([e["step"] for e in curve["eval"]], [e["bits_per_byte"] for e in curve["eval"]])}))
+        vlines = [(p["step"], p["phase"]) for p in curve["phases"]]
+        line_panels(self.output / "curve.png", panels, "update", title=f"training curve: {self.output.name}",
+                    vlines=vlines)
+
+
+# -- the run ------------------------------------------------------------------------------------------------------------
+
+def _load_for_training(folder: str | Path, objective: str):
+    import torch
+
+    from langswap.models import load_model
+
+    model = load_model(folder, objective)
+    return model.to(torch.float32)  # master weights in fp32; bf16/fp16 are autocast by the Trainer
+
+
+def train(config: TrainConfig, progress: bool = False, callbacks: list | None = None) -> TrainReport:
+    """Train `config.model` as `config.preset` says; resumes an interrupted run in `config.output`."""
+    import torch
+    from transformers import AutoConfig, TrainingArguments
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from langswap.models import _quiet_transformers, load_tokenizer
+    from langswap.training.data import BlockDataset, LMCollator, masked_eval_set, pack, read_documents
+
+    clock = time.perf_counter()
+    config.validate()
+    _quiet_transformers()
+    if not progress:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    output = Path(config.output)
+    from accelerate import PartialState
+
+    state = PartialState()
+    status = _check_output(config, state.is_main_process)
+    state.wait_for_everyone()
+    if status == "complete":
+        record = json.loads((output / RECORD).read_text(encoding="utf-8"))
+        logger.info("%s is already complete; nothing to do", output)
+        return TrainReport(output, output / "model", record["objective"], record["phases"],
+                           json.loads((output / "curve.json").read_text()) if (output / "curve.json").exists()
+                           else {}, True, 0.0)
+
+    tokenizer = load_tokenizer(config.model, f"tokenizer of model folder '{config.model}' (a model folder must hold "
+                               "its tokenizer files)")
+    try:
+        model_config = AutoConfig.from_pretrained(config.model)
+    except (OSError, ValueError) as error:
+        raise MissingResourceError(f"'{config.model}' has no readable config.json: {error}") from error
+    objective = _resolve_objective(config, model_config)
+    context = getattr(model_config, "max_position_embeddings", None) or config.sequence_length
+    sequence_length = min(config.sequence_length, context)
+    if sequence_length < config.sequence_length:
+        logger.warning("sequence_length %d is longer than the model's context; using %d", config.sequence_length,
+                       sequence_length)
+    documents = read_documents(config.train_text, "training text", config.text_field, config.max_lines)
+    packed = pack(tokenizer, documents, sequence_length, objective, f"training text '{config.train_text}'")
+    collator = LMCollator(tokenizer, objective, config.mlm_probability)
+    train_set = BlockDataset(packed.blocks)
+    eval_set, bytes_per_token = None, None
+    if config.eval_text:
+        eval_documents = read_documents(config.eval_text, "evaluation text", config.text_field)
+        eval_packed = pack(tokenizer, eval_documents, sequence_length, objective,
+                           f"evaluation text '{config.eval_text}'", max_blocks=config.eval_sequences)
+        bytes_per_token = eval_packed.bytes_per_token
+        eval_set = (masked_eval_set(collator, eval_packed.blocks, config.seed) if objective == "masked"
+                    else BlockDataset(eval_packed.blocks))
+    logger.info("training text: %s documents, %s tokens, %s sequences of %d", f"{len(documents):,}",
+                f"{packed.tokens:,}", f"{len(train_set):,}", sequence_length)
+
+    planned = plan_phases(config, objective)
+    record = {"langswap_version": __version__, "config": to_dict(config), "comparable_config": _comparable(config),
+              "objective": objective, "sequence_length": sequence_length, "training_sequences": len(train_set),
+              "training_tokens": packed.tokens, "status": "running",
+              "phases": [phase.__dict__ for phase in planned]}
+    if state.is_main_process:
+        output.mkdir(parents=True, exist_ok=True)
+        _write_record(output, record)
+    state.wait_for_everyone()
+
+    curve = CurveWriter(output, objective, bytes_per_token)
+    step0_path = output / "eval-step0.json"
+    if step0_path.exists():
+        curve.step0 = json.loads(step0_path.read_text())
+    PhaseTrainer = _trainer_class()
+    done_steps: list[int] = []
+    summaries: list[dict] = []
+    start_model: str | Path = config.model
+    resumed = status == "resume"
+    offset = 0
+    trainer = None
+    for index in range(len(planned)):
+        phase = remaining_phases(planned, done_steps, config)[index]
+        phase_dir = output / f"phase-{phase.name}"
+        final = phase_dir / "final"
+        if (final / "phase.json").is_file():
+            summary = json.loads((final / "phase.json").read_text())
+            curve.done.append((phase, offset, summary.pop("log_history")))
+            summaries.append(summary)
+            done_steps.append(summary["steps"])
+            offset += summary["steps"]
+            start_model = final
+            continue
+        model = _load_for_training(start_model, objective)
+        counts = set_trainable(model, phase.trainable)
+        logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
+                    f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
+        args = TrainingArguments(
+            output_dir=str(phase_dir), max_steps=phase.steps, per_device_train_batch_size=config.batch_size,
+            per_device_eval_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation,
+            learning_rate=phase.learning_rate, weight_decay=config.weight_decay, adam_beta1=config.adam_beta1,
+            adam_beta2=config.adam_beta2, adam_epsilon=config.adam_epsilon, max_grad_norm=config.max_grad_norm,
+            optim="adamw_torch", logging_steps=config.logging_steps, save_strategy="steps",
+            save_steps=config.save_steps, save_total_limit=config.save_total_limit,
+            eval_strategy="steps" if eval_set is not None else "no", eval_steps=config.eval_steps, seed=config.seed,
+            report_to="none", disable_tqdm=not progress, dataloader_num_workers=config.num_workers,
+            remove_unused_columns=False, dataloader_pin_memory=torch.cuda.is_available(),
+            **_precision_flags(config.precision))
+        phase_callbacks, snapshots = _callbacks(config, phase, offset, curve)
+        trainer = PhaseTrainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
+                               data_collator=collator, processing_class=tokenizer, phase=phase,
+                               callbacks=phase_callbacks + list(callbacks or []))
+        if not progress:
+            from transformers.trainer_callback import PrinterCallback
+
+            trainer.remove_callback(PrinterCallback)  # it prints every log line when there is no progress bar
+        if snapshots:
+            snapshots.trainer = trainer
+        checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
+        if state.is_main_process and (phase_dir / ".staging").exists():
+            shutil.rmtree(phase_dir / ".staging")  # a checkpoint an interrupted run did not finish
+        if checkpoint:
+            resumed = True
+            logger.info("resuming phase %s from %s", phase.name, checkpoint)
+        if index == 0 and checkpoint is None and eval_set is not None and curve.step0 is None:
+            curve.step0 = trainer.evaluate()
+            if state.is_main_process:
+                step0_path.write_text(json.dumps(curve.step0))
+        if index == 0 and 0 in config.snapshot_steps and checkpoint is None:
+            save_model_atomically(trainer, output / "snapshots" / "step-0")
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+        steps = trainer.state.global_step
+        if eval_set is not None and not any(e.get("step") == steps and "eval_loss" in e
+                                            for e in trainer.state.log_history):
+            trainer.evaluate()
+        seconds = result.metrics.get("train_runtime")
+        summary = {"name": phase.name, "trainable": phase.trainable, "steps": steps, "planned_steps": phase.steps,
+                   "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "decay": phase.decay,
+                   **counts, "train_loss": result.metrics.get("train_loss"),
+                   "tokens_per_second": (round(result.metrics["train_samples_per_second"] * sequence_length, 1)
+                                         if result.metrics.get("train_samples_per_second") else None),
+                   "train_seconds": seconds}
+        save_model_atomically(trainer, final, {"phase.json": {**summary,
+                                                              "log_history": trainer.state.log_history}})
+        curve.done.append((phase, offset, list(trainer.state.log_history)))
+        summaries.append(summary)
+        done_steps.append(steps)
+        offset += steps
+        start_model = final
+        if state.is_main_process:
+            for checkpoint_dir in phase_dir.glob("checkpoint-*"):
+                shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the phase is done; final/ replaces them
+        state.wait_for_everyone()
+
+    final_curve = curve() if state.is_main_process else {}
+    if state.is_main_process:
+        _write_model(start_model, output / "model", record, summaries, final_curve)
+        record.update({"status": "complete", "phases": summaries, "steps": offset})
+        _write_record(output, record)
+    state.wait_for_everyone()
+    return TrainReport(output, output / "model", objective, summaries, final_curve, resumed,
+                       time.perf_counter() - clock)
+
+
+def _write_model(last_final: Path, folder: Path, record: dict, phases: list[dict], curve: dict) -> None:
+    """Copy the last phase's weights and tokenizer to output/model with a langswap.json that keeps the transfer's
+    record (when the model came from `langswap transfer`) and adds the training."""
+    from langswap.resources.text import atomic_directory
+
+    source_record = Path(record["config"]["model"]) / "langswap.json"
+    with atomic_directory(folder, overwrite=True) as temporary:
+        for item in Path(last_final).iterdir():
+            if item.is_file() and item.name != "phase.json" and item.name != "training_args.bin":
+                shutil.copy2(item, temporary / item.name)
+        provenance = Path(record["config"]["model"]) / "provenance.tsv"
+        if provenance.is_file():
+            shutil.copy2(provenance, temporary / "provenance.tsv")
+        info = json.loads(source_record.read_text(encoding="utf-8")) if source_record.is_file() else {}
+        info["training"] = {"langswap_version": __version__, "config": record["config"],
+                            "objective": record["objective"], "phases": phases,
+                            "final_eval": curve.get("eval", [])[-1:] if curve else []}
+        (temporary / "langswap.json").write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")

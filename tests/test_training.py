@@ -1,0 +1,290 @@
+"""Continued pretraining: frozen/trainable split per phase, schedules, resume equivalence, curves, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import byte_level_tokenizer, english_lines, save_model, tiny_model, wordpiece_tokenizer
+from langswap.errors import ConfigError, MissingResourceError, OutputExistsError, ResourceFormatError
+from langswap.training.phases import Phase, embedding_parameters, plan_phases, remaining_phases
+from langswap.training.run import TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("train-text")
+    (folder / "train.txt").write_text("\n".join(english_lines(300, seed=5)) + "\n", encoding="utf-8")
+    (folder / "eval.txt").write_text("\n".join(english_lines(40, seed=6)) + "\n", encoding="utf-8")
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": line, "id": i}) + "\n"
+                                                for i, line in enumerate(english_lines(300, seed=5))))
+    return folder
+
+
+def _model_folder(root: Path, kind: str) -> Path:
+    lines = english_lines(300, seed=5)
+    tokenizer = wordpiece_tokenizer(lines) if kind == "bert" else byte_level_tokenizer(lines)
+    return save_model(tiny_model(kind, len(tokenizer)), tokenizer, root / kind)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("train-models")
+    return {kind: _model_folder(root, kind) for kind in ("gpt2", "llama", "bert")}
+
+
+def _config(model: Path, texts: Path, output: Path, **options) -> TrainConfig:
+    base = dict(model=str(model), train_text=str(texts / "train.txt"), eval_text=str(texts / "eval.txt"),
+                output=str(output), steps=6, batch_size=4, sequence_length=32, save_steps=3, eval_steps=3,
+                logging_steps=1, eval_sequences=4)
+    base.update(options)
+    return TrainConfig(**base)
+
+
+def _state(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+# -- phases: which parameters move ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "bert"])
+def test_embeddings_phase_leaves_every_other_parameter_bitwise_unchanged(kind, models, texts, tmp_path):
+    report = train(_config(models[kind], texts, tmp_path / "run", preset="embeddings"))
+    before, after = _state(models[kind]), _state(report.model)
+    from langswap.models import load_model
+
+    model = load_model(models[kind])
+    trainable_names = {name for name, p in model.named_parameters()
+                       if any(p is q for q in embedding_parameters(model))}
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert changed, "nothing trained"
+    assert changed <= trainable_names | {n for n in before if n.endswith("decoder.weight") or n.endswith(
+        "lm_head.weight")}, f"frozen parameters moved: {sorted(changed - trainable_names)}"
+    input_name = next(n for n, p in model.named_parameters() if p is model.get_input_embeddings().weight)
+    assert input_name in changed
+    if kind == "llama":  # untied head: both matrices train
+        assert "lm_head.weight" in changed
+    if kind == "bert":  # the output bias trains, the position embeddings and norms do not
+        assert any(name.endswith("predictions.bias") for name in changed)
+        assert not any("position_embeddings" in name or "LayerNorm" in name for name in changed)
+    assert report.phases[0]["trainable_parameters"] < report.phases[0]["total_parameters"]
+
+
+def test_transinner_freezes_the_body_in_phase_one_then_trains_everything(models, texts, tmp_path):
+    report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=10))
+    assert [p["name"] for p in report.phases] == ["1-embeddings", "2-full"]
+    assert [p["steps"] for p in report.phases] == [1, 9]
+    start, middle, end = _state(models["gpt2"]), _state(tmp_path / "run" / "phase-1-embeddings" / "final"), \
+        _state(report.model)
+    body = [name for name in start if "wte" not in name and "lm_head" not in name]
+    assert all(torch.equal(start[name], middle[name]) for name in body)
+    assert not torch.equal(start["transformer.wte.weight"], middle["transformer.wte.weight"])
+    assert sum(not torch.equal(middle[name], end[name]) for name in body) > len(body) // 2
+
+
+# -- schedules ----------------------------------------------------------------------------------------------------------
+
+def test_linear_warmup_then_linear_decay_at_chosen_steps():
+    phase = Phase("1-full", "full", steps=100, learning_rate=5e-4, warmup_steps=10)
+    assert phase.learning_rate_at(0) == pytest.approx(5e-5)
+    assert phase.learning_rate_at(4) == pytest.approx(2.5e-4)
+    assert phase.learning_rate_at(9) == pytest.approx(5e-4)
+    assert phase.learning_rate_at(10) == pytest.approx(5e-4)
+    assert phase.learning_rate_at(55) == pytest.approx(5e-4 * 45 / 90)
+    assert phase.learning_rate_at(99) == pytest.approx(5e-4 / 90)
+    constant = Phase("1-embeddings", "embeddings", 100, 1e-3, 10, decay="constant")
+    assert [constant.learning_rate_at(s) for s in (0, 9, 50, 99)] == pytest.approx([1e-4, 1e-3, 1e-3, 1e-3])
+
+
+def test_presets_follow_the_papers():
+    wechsel = plan_phases(TrainConfig(preset="wechsel", steps=1000), "causal")
+    assert [(p.trainable, p.steps, p.learning_rate, p.warmup_steps) for p in wechsel] == [("full", 1000, 5e-4, 100)]
+    masked = plan_phases(TrainConfig(preset="fullrand", steps=1000), "masked")
+    assert masked[0].learning_rate == 1e-4
+    inner = plan_phases(TrainConfig(preset="transinner", steps=1000), "causal")
+    assert [(p.trainable, p.steps, p.warmup_steps) for p in inner] == [("embeddings", 100, 10), ("full", 900, 90)]
+    tik = plan_phases(TrainConfig(preset="tiktotok", steps=1000), "causal")
+    assert (tik[0].trainable, tik[0].steps, tik[0].decay, tik[0].until_settled) == ("embeddings", 500, "constant",
+                                                                                     True)
+    assert (tik[1].learning_rate, tik[1].warmup_steps) == (pytest.approx(1e-4), 125)
+    # the first phase settled after 200 updates: the full phase gets the other 800, warming up over a quarter
+    replanned = remaining_phases(tik, [200], TrainConfig(preset="tiktotok", steps=1000))
+    assert (replanned[1].steps, replanned[1].warmup_steps) == (800, 200)
+
+
+def test_the_optimizer_uses_the_scheduled_rate_at_every_update(models, texts, tmp_path):
+    from transformers import TrainerCallback
+
+    seen: list[tuple[int, float]] = []
+
+    class Record(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            seen.append((state.global_step, optimizer.param_groups[0]["lr"]))
+
+    config = _config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=20, eval_text=None)
+    train(config, callbacks=[Record()])
+    phases = plan_phases(config, "causal")
+    expected = [phases[0].learning_rate_at(s) for s in range(phases[0].steps)] + \
+               [phases[1].learning_rate_at(s) for s in range(phases[1].steps)]
+    assert [lr for _, lr in seen] == pytest.approx(expected)
+
+
+def test_tiktotok_ends_the_embedding_phase_when_the_loss_settles(models, texts, tmp_path):
+    # a tolerance of 1 means "settled" as soon as two windows exist: after 2 x settle_window updates
+    report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="tiktotok", steps=20, settle_window=2,
+                           settle_tolerance=1.0, eval_text=None))
+    assert [p["steps"] for p in report.phases] == [4, 16]
+    assert report.phases[1]["planned_steps"] == 16
+
+
+# -- resume -------------------------------------------------------------------------------------------------------------
+
+def _cli_train(config: TrainConfig, path: Path) -> list[str]:
+    from langswap.config import dump_yaml, to_dict
+
+    path.write_text(dump_yaml(to_dict(config)), encoding="utf-8")
+    return [sys.executable, "-m", "langswap", "-q", "train", str(path)]
+
+
+@pytest.mark.parametrize("preset", ["wechsel", "transinner"])
+def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(preset, models, texts, tmp_path):
+    steps = 16
+    options = dict(preset=preset, steps=steps, save_steps=2, eval_steps=4, logging_steps=2)
+    reference = train(_config(models["gpt2"], texts, tmp_path / "reference", **options))
+
+    config = _config(models["gpt2"], texts, tmp_path / "interrupted", **options)
+    process = subprocess.Popen(_cli_train(config, tmp_path / "train.yaml"), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    phase_dir = "phase-2-full" if preset == "transinner" else "phase-1-full"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        checkpoints = list((tmp_path / "interrupted" / phase_dir).glob("checkpoint-*"))
+        if any(int(c.name.split("-")[1]) >= 4 for c in checkpoints):
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the run ended before it could be killed: " + process.stderr.read().decode()
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (tmp_path / "interrupted" / "model").exists()
+    # a checkpoint the killed run was writing is never picked up
+    (tmp_path / "interrupted" / phase_dir / ".staging" / f"checkpoint-{steps}").mkdir(parents=True, exist_ok=True)
+
+    resumed = train(config)
+    assert resumed.resumed
+    final_reference, final_resumed = _state(reference.model), _state(resumed.model)
+    assert final_reference.keys() == final_resumed.keys()
+    assert all(torch.equal(final_reference[name], final_resumed[name]) for name in final_reference)
+    assert [e["loss"] for e in resumed.curve["eval"]] == pytest.approx([e["loss"] for e in reference.curve["eval"]])
+    assert not (tmp_path / "interrupted" / phase_dir / ".staging").exists()
+
+
+def test_running_a_finished_config_again_does_nothing(models, texts, tmp_path):
+    config = _config(models["gpt2"], texts, tmp_path / "run", preset="embeddings", steps=2)
+    first = train(config)
+    mtime = (first.model / "model.safetensors").stat().st_mtime_ns
+    again = train(config)
+    assert again.resumed and (again.model / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+# -- outputs ------------------------------------------------------------------------------------------------------------
+
+def test_curve_json_and_png_and_a_loadable_model(models, texts, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="wechsel", steps=6,
+                           snapshot_steps=[0, 3]))
+    curve = json.loads((tmp_path / "run" / "curve.json").read_text())
+    assert [e["step"] for e in curve["eval"]] == [0, 3, 6]
+    assert all(e["bits_per_byte"] > 0 for e in curve["eval"])
+    assert [e["step"] for e in curve["train"]] == [1, 2, 3, 4, 5, 6]
+    assert (tmp_path / "run" / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    model = AutoModelForCausalLM.from_pretrained(report.model)
+    AutoTokenizer.from_pretrained(report.model)
+    assert json.loads((report.model / "langswap.json").read_text())["training"]["phases"][0]["steps"] == 6
+    assert torch.equal(_state(tmp_path / "run" / "snapshots" / "step-0")["transformer.wte.weight"],
+                       _state(models["gpt2"])["transformer.wte.weight"])
+    assert (tmp_path / "run" / "snapshots" / "step-3" / "tokenizer.json").exists()
+    assert model.config.vocab_size == AutoModelForCausalLM.from_pretrained(models["gpt2"]).config.vocab_size
+
+
+def test_masked_lm_training_evaluates_fixed_masks(models, texts, tmp_path):
+    report = train(_config(models["bert"], texts, tmp_path / "run", preset="wechsel", steps=4, eval_steps=2))
+    assert report.objective == "masked" and report.phases[0]["learning_rate"] == 1e-4
+    losses = [e["loss"] for e in report.curve["eval"]]
+    assert len(losses) == 3 and all(0 < loss < 20 for loss in losses)
+    assert "bits_per_byte" not in report.curve["eval"][0]
+
+
+def test_jsonl_training_text_equals_the_same_text_as_lines(models, texts, tmp_path):
+    plain = train(_config(models["gpt2"], texts, tmp_path / "plain", steps=2, eval_text=None))
+    jsonl = train(_config(models["gpt2"], texts, tmp_path / "jsonl", steps=2, eval_text=None,
+                          train_text=str(texts / "train.jsonl")))
+    a, b = _state(plain.model), _state(jsonl.model)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+# -- bad input ----------------------------------------------------------------------------------------------------------
+
+def test_text_shorter_than_one_sequence(models, texts, tmp_path):
+    short = tmp_path / "short.txt"
+    short.write_text("Too short.\n", encoding="utf-8")
+    with pytest.raises(ResourceFormatError, match="fewer than one sequence of 32"):
+        train(_config(models["gpt2"], texts, tmp_path / "run", train_text=str(short)))
+    assert not (tmp_path / "run").exists()
+
+
+def test_model_folder_without_tokenizer(models, texts, tmp_path):
+    from langswap.models import load_model
+
+    folder = tmp_path / "no-tokenizer"
+    load_model(models["gpt2"]).save_pretrained(folder)
+    with pytest.raises(MissingResourceError, match="tokenizer"):
+        train(_config(folder, texts, tmp_path / "run"))
+
+
+def test_resuming_with_a_different_config_is_refused(models, texts, tmp_path):
+    train(_config(models["gpt2"], texts, tmp_path / "run", steps=2, eval_text=None))
+    with pytest.raises(ConfigError, match=r"steps: was 2, now 3.*--overwrite"):
+        train(_config(models["gpt2"], texts, tmp_path / "run", steps=3, eval_text=None))
+    # changing only how often checkpoints are written is fine
+    train(_config(models["gpt2"], texts, tmp_path / "run", steps=2, eval_text=None, save_steps=1))
+    # and --overwrite starts again
+    train(_config(models["gpt2"], texts, tmp_path / "run", steps=3, eval_text=None, overwrite=True))
+
+
+def test_output_folder_of_something_else_is_kept(models, texts, tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "notes.txt").write_text("mine")
+    with pytest.raises(OutputExistsError):
+        train(_config(models["gpt2"], texts, tmp_path / "run"))
+    assert (tmp_path / "run" / "notes.txt").read_text() == "mine"
+
+
+def test_masked_objective_on_a_causal_model_and_the_reverse(models, texts, tmp_path):
+    with pytest.raises(ConfigError, match="objective is 'masked' but .* is a causal LM.*objective: causal"):
+        train(_config(models["gpt2"], texts, tmp_path / "a", objective="masked"))
+    with pytest.raises(ConfigError, match="objective is 'causal' but .* is a masked LM.*objective: masked"):
+        train(_config(models["bert"], texts, tmp_path / "b", objective="causal"))
+
+
+def test_bad_jsonl_and_bad_values(models, texts, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"body": "no text key"}\n', encoding="utf-8")
+    with pytest.raises(ResourceFormatError, match="line 2 has no string field 'text'.*body"):
+        train(_config(models["gpt2"], texts, tmp_path / "run", train_text=str(bad)))
+    with pytest.raises(ConfigError, match="snapshot_steps"):
+        train(_config(models["gpt2"], texts, tmp_path / "run", snapshot_steps=[99]))
+    with pytest.raises(ConfigError, match="choose one of"):
+        from langswap.config import from_dict
+
+        from_dict(TrainConfig, {"preset": "wechsl"})
