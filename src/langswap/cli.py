@@ -75,6 +75,10 @@ def cmd_init_config(args) -> int:
 
     if args.kind == "train":
         config_cls, config = TrainConfig, TrainConfig()
+    elif args.kind == "bench":
+        from langswap.bench import BenchConfig
+
+        config_cls, config = BenchConfig, BenchConfig()
     else:
         config_cls, config = TransferConfig, TransferConfig(method=make_config(args.method))
     text = dump_yaml(to_dict(config))
@@ -233,6 +237,19 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from langswap.bench import BenchConfig, run_bench
+
+    data = load_yaml(args.config)
+    if args.output:
+        data["output"] = args.output
+    config = from_dict(BenchConfig, apply_overrides(data, _overrides(args)))
+    result = run_bench(config, progress=not args.quiet)
+    print((result["output"] / "table.md").read_text(encoding="utf-8"), end="")
+    print(f"wrote {result['output']}: table.md, results.jsonl and a plot per metric")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from langswap.demo import DemoConfig, run_demo
 
@@ -248,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     from langswap.pipeline import TransferConfig
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig
+    from langswap.bench import BenchConfig
     from langswap.training.run import TrainConfig
 
     parser = argparse.ArgumentParser(prog="langswap", description="Move a pretrained language model to a new "
@@ -261,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.set_defaults(run=cmd_methods)
 
     sub = commands.add_parser("init-config", help="Write a transfer config with every default.")
-    sub.add_argument("--for", dest="kind", choices=("transfer", "train"), default="transfer",
+    sub.add_argument("--for", dest="kind", choices=("transfer", "train", "bench"), default="transfer",
                      help="Which command the config is for.")
     sub.add_argument("--method", default="wechsel", help="Method whose options to include (transfer).")
     sub.add_argument("--output", help="File to write (default: print).")
@@ -298,6 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--overwrite", action="store_true")
     _add_set(sub)
     sub.set_defaults(run=cmd_train)
+
+    sub = commands.add_parser("bench", help="Compare methods at step 0 and after short training: table + plots.",
+                              formatter_class=raw, epilog=_set_help(BenchConfig))
+    sub.add_argument("config", help="Bench YAML (`langswap init-config --for bench` writes one).")
+    sub.add_argument("--output", help="Output folder (overrides the YAML's).")
+    _add_set(sub)
+    sub.set_defaults(run=cmd_bench)
 
     sub = commands.add_parser("tokenizer", help="Train a target tokenizer of the source model's family.")
     sub.add_argument("--source", required=True, help="Source model or tokenizer folder.")

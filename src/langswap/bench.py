@@ -1,0 +1,347 @@
+"""`langswap bench`: compare methods the way the papers do, at step 0 and after short training.
+
+A YAML file names the source model, the target data, the methods (each with its options, optionally a grid of
+options to sweep) and the steps at which to measure. For each method variant the bench transfers the model, trains
+it (by default embeddings only: `train.preset: embeddings`) up to the largest step, keeping a snapshot at every
+listed step, and measures each snapshot on held-out text (bits per byte for causal LMs, pseudo-perplexity for masked
+LMs) and, when `probe` names two .conllu files, with a part-of-speech probe. It writes:
+
+    results.jsonl        one line per (variant, step): every metric; the record a resumed bench reads
+    table.md             a markdown table: a row per variant, a column per metric and step
+    <metric>.png         the metric against steps, one line per variant
+    alignment/, tokenizer/   shared by all variants (aligned once, trained once)
+    runs/<variant>/      transfer/ (the step-0 model), train/ (langswap train's folder), variant.json
+
+Rerunning the same command resumes: finished measurements are read back, an unfinished training resumes from its
+last checkpoint. A variant whose options changed under the same label is an error.
+
+A grid sweeps options: `grid: {neighbors: [1, 10], temperature: [0.1, 1]}` is the product (4 variants); a list of
+mappings is their union, each mapping itself a product, e.g. WECHSEL's Table 7:
+`grid: [{neighbors: 1, temperature: 1}, {neighbors: 10, temperature: [0.1, 1]}, {neighbors: 50, temperature: [0.1, 1]}]`
+with `subword_source: ...` added to each to sweep subword vectors too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from langswap.config import dump_yaml, from_dict, to_dict
+from langswap.errors import ConfigError, MissingResourceError
+from langswap.pipeline import ResourcesConfig, TransferConfig
+from langswap.resources.alignment import AlignConfig
+
+logger = logging.getLogger(__name__)
+
+# TrainConfig keys the bench sets itself, per variant
+RESERVED_TRAIN_KEYS = {"model", "train_text", "eval_text", "output", "steps", "snapshot_steps", "overwrite"}
+
+
+def _default_methods() -> list:
+    return [{"name": "random"}, {"name": "overlap"}, {"name": "wechsel"}]
+
+
+@dataclass(kw_only=True)
+class BenchConfig:
+    """Methods x steps on one source model and one target language."""
+
+    source_model: str = field(default="", metadata={"help": "Source model folder (required)."})
+    source_tokenizer: str | None = field(default=None, metadata={"help": "Source tokenizer; default: the model's."})
+    target_tokenizer: str | None = field(default=None, metadata={"help": "Target tokenizer folder."})
+    target_text: str | None = field(default=None, metadata={"help": "Train a target tokenizer on this text when "
+                                                                     "target_tokenizer is not given."})
+    vocab_size: int | None = field(default=None, metadata={"help": "Size of a trained target tokenizer."})
+    train_text: str | None = field(default=None, metadata={"help": "Target text to train on (needed for steps > "
+                                                                    "0)."})
+    eval_text: str = field(default="", metadata={"help": "Held-out target text (required)."})
+    eval_lines: int = field(default=300, metadata={"help": "Lines of eval_text scored."})
+    output: str = field(default="", metadata={"help": "Output folder (required); rerun to resume."})
+    steps: list[int] = field(default_factory=lambda: [0, 50, 200], metadata={"help": "Training steps at which "
+                                                                                      "every variant is measured."})
+    methods: list[dict] = field(default_factory=_default_methods, metadata={
+        "help": "Methods to compare: each {name: ..., options..., label: optional, grid: optional}."})
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    align: AlignConfig = field(default_factory=AlignConfig)
+    train: dict = field(default_factory=lambda: {"preset": "embeddings"}, metadata={
+        "help": "langswap train options for every variant (`langswap init-config --for train` lists them)."})
+    probe: dict | None = field(default=None, metadata={
+        "help": "POS probe at every step: {train: dev.conllu, test: test.conllu, options of the probe}."})
+
+    def validate(self) -> None:
+        for name in ("source_model", "eval_text", "output"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name} is not set (`{name}:` in the bench YAML).")
+        if not self.target_tokenizer and not self.target_text:
+            raise ConfigError("give target_tokenizer (a tokenizer folder), or target_text to train one on.")
+        for name in ("eval_text", "train_text", "target_text"):
+            value = getattr(self, name)
+            if value and not Path(value).is_file():
+                raise MissingResourceError(f"{name} '{value}' does not exist.")
+        if not self.steps or any(step < 0 for step in self.steps):
+            raise ConfigError(f"steps is {self.steps}; give a list of steps >= 0, e.g. [0, 50, 200].")
+        if max(self.steps) > 0 and not self.train_text:
+            raise ConfigError(f"steps {self.steps} include training, so train_text must be set.")
+        if not self.methods:
+            raise ConfigError("methods is empty; name at least one (`langswap methods` lists them).")
+
+
+@dataclass
+class Variant:
+    label: str
+    method: dict  # {"name": ..., options}
+
+
+def _expand_grid(grid, where: str) -> list[dict]:
+    if grid is None:
+        return [{}]
+    entries = grid if isinstance(grid, list) else [grid]
+    out = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}.grid must be a mapping of option -> list of values, or a list of such "
+                              f"mappings; got {entry!r}.")
+        keys = list(entry)
+        values = [value if isinstance(value, list) else [value] for value in entry.values()]
+        out.extend(dict(zip(keys, combination)) for combination in itertools.product(*values))
+    return out
+
+
+def _format_value(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def expand_variants(methods: list) -> list[Variant]:
+    """Method entries -> variants with unique labels; every name and option is checked against the registry."""
+    variants: list[Variant] = []
+    for index, entry in enumerate(methods):
+        where = f"methods[{index}]"
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise ConfigError(f"{where} must be a method name or a mapping with 'name' (and options); got {entry!r}.")
+        entry = dict(entry)
+        label, grid = entry.pop("label", None), entry.pop("grid", None)
+        for point in _expand_grid(grid, where):
+            method = {**entry, **point}
+            TransferConfig.resolve_method(method, f"{where}.")  # unknown method or option: an error listing them
+            name = label or method["name"]
+            if point:
+                name += " " + ",".join(f"{key}={_format_value(value)}" for key, value in point.items())
+            variants.append(Variant(name, method))
+    labels = [variant.label for variant in variants]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise ConfigError(f"two method entries have the same label {duplicates}; give each a distinct `label:`.")
+    return variants
+
+
+def _folder_name(label: str) -> str:
+    return "".join(char if char.isalnum() or char in "-_.=," else "_" for char in label)
+
+
+def _train_config(config: BenchConfig, model: Path, output: Path):
+    from langswap.training.run import TrainConfig
+
+    overlap = RESERVED_TRAIN_KEYS & set(config.train)
+    if overlap:
+        raise ConfigError(f"train.{sorted(overlap)[0]} is set by the bench itself; remove it from `train:` (steps "
+                          "come from the top-level `steps`).")
+    final = max(config.steps)
+    options = {"save_steps": max(1, min(50, final)), **config.train, "model": str(model),
+               "train_text": config.train_text, "output": str(output), "steps": final,
+               "snapshot_steps": sorted(step for step in set(config.steps) if 0 < step < final)}
+    return from_dict(TrainConfig, options, where="train.")
+
+
+def _probe_config(config: BenchConfig):
+    if config.probe is None:
+        return None
+    from langswap.evaluation.probes import ProbeConfig
+
+    options = dict(config.probe)
+    paths = {key: options.pop(key, None) for key in ("train", "test")}
+    for key, value in paths.items():
+        if not value:
+            raise ConfigError(f"probe.{key} is not set: give a .conllu file (train on one split, test on another).")
+        if not Path(value).is_file():
+            raise MissingResourceError(f"probe.{key} '{value}' does not exist.")
+    return paths, from_dict(ProbeConfig, options, where="probe.")
+
+
+def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, progress: bool) -> dict:
+    """Align the vectors and train the target tokenizer once for all variants; returns transfer config keys."""
+    import numpy as np
+
+    from langswap.methods.base import get_method
+    from langswap.resources.text import atomic_directory
+
+    shared: dict = {"resources": to_dict(config.resources), "align": to_dict(config.align)}
+    needs_vectors = any("vectors" in get_method(v.method["name"]).requires for v in variants)
+    if needs_vectors and not config.resources.alignment:
+        folder = output / "alignment"
+        if not (folder / "alignment.npy").is_file():
+            from langswap.pipeline import prepare_vectors
+
+            resources = ResourcesConfig(**{**to_dict(config.resources), "alignment": None})
+            source, target, report = prepare_vectors(resources, config.align)
+            with atomic_directory(folder, overwrite=True) as temporary:
+                np.save(temporary / "alignment.npy", source.transform)
+                if target.transform is not None:
+                    np.save(temporary / "target_transform.npy", target.transform)
+                (temporary / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+        shared["resources"]["alignment"] = str(folder / "alignment.npy")
+    if config.target_tokenizer:
+        shared["target_tokenizer"] = config.target_tokenizer
+    else:
+        folder = output / "tokenizer"
+        if not (folder / "tokenizer.json").is_file():
+            from langswap.models import load_tokenizer
+            from langswap.tokenizer_training import train_tokenizer
+
+            source = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
+            with atomic_directory(folder, overwrite=True) as temporary:
+                train_tokenizer(source, config.target_text, config.vocab_size, progress=progress).save_pretrained(
+                    temporary)
+        shared["target_tokenizer"] = str(folder)
+    return shared
+
+
+def _read_results(path: Path) -> dict[tuple[str, int], dict]:
+    results = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                results[(row["variant"], row["step"])] = row
+    return results
+
+
+def _append_result(path: Path, row: dict) -> None:
+    with open(path, "a", encoding="utf-8") as handle:  # one complete line per measurement
+        handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        handle.flush()
+
+
+def _measure(folder: Path, lines: list[str], probe, progress: bool) -> dict:
+    from langswap.evaluation.language_modeling import evaluate_model
+    from langswap.models import load_model, load_tokenizer, objective_of
+
+    tokenizer = load_tokenizer(folder)
+    model = load_model(folder)
+    score = evaluate_model(model, tokenizer, lines, objective_of(model.config), progress=progress)
+    metrics = {"bits_per_byte": score.bits_per_byte} if score.kind == "perplexity" else {}
+    metrics[score.kind.replace("-", "_")] = score.perplexity
+    if probe is not None:
+        from langswap.evaluation.probes import pos_probe
+
+        paths, probe_config = probe
+        result = pos_probe(folder, paths["train"], paths["test"], probe_config)
+        metrics["pos_accuracy"] = result.accuracy
+    return {key: round(value, 5) for key, value in metrics.items()}
+
+
+def run_bench(config: BenchConfig, progress: bool = False) -> dict:
+    """Run every variant at every step (resuming), then write table.md and the plots; returns the results."""
+    from langswap.pipeline import transfer
+    from langswap.resources.text import atomic_write_text, read_text_lines
+    from langswap.training.run import train
+
+    config.validate()
+    variants = expand_variants(config.methods)
+    probe = _probe_config(config)
+    output = Path(config.output)
+    if max(config.steps) > 0:  # check the train options before anything slow starts
+        _train_config(config, output, output)
+    output.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(output / "bench.yaml", dump_yaml(to_dict(config)))
+    lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
+    results_path = output / "results.jsonl"
+    results = _read_results(results_path)
+    shared = _prepare_shared(config, variants, output, progress)
+    steps = sorted(set(config.steps))
+    for variant in variants:
+        run = output / "runs" / _folder_name(variant.label)
+        record = {"label": variant.label, "method": variant.method, "shared": shared}
+        if (run / "variant.json").is_file():
+            before = json.loads((run / "variant.json").read_text(encoding="utf-8"))
+            if before != record:
+                raise ConfigError(f"variant '{variant.label}' in '{output}' was run with other options ({before}); "
+                                  "give it another label, another output folder, or delete its runs/ folder.")
+        run.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run / "variant.json", json.dumps(record, indent=2, ensure_ascii=False))
+        if all((variant.label, step) in results for step in steps):
+            continue
+        logger.info("variant %s", variant.label)
+        if not (run / "transfer" / "langswap.json").is_file():
+            transfer_config = from_dict(TransferConfig, {
+                "source_model": config.source_model, "source_tokenizer": config.source_tokenizer,
+                "output": str(run / "transfer"), "overwrite": True, "method": variant.method, **shared})
+            transfer(transfer_config, progress=progress)
+        folders = {0: run / "transfer"}
+        if steps[-1] > 0:
+            report = train(_train_config(config, run / "transfer", run / "train"), progress=progress)
+            folders.update({step: run / "train" / "snapshots" / f"step-{step}" for step in steps if 0 < step})
+            folders[steps[-1]] = report.model
+        for step in steps:
+            if (variant.label, step) in results:
+                continue
+            metrics = _measure(folders[step], lines, probe, progress)
+            row = {"variant": variant.label, "method": variant.method["name"], "step": step, **metrics}
+            _append_result(results_path, row)
+            results[(variant.label, step)] = row
+            logger.info("%s step %d: %s", variant.label, step, metrics)
+    rows = [results[(variant.label, step)] for variant in variants for step in steps]
+    write_report(output, rows, [v.label for v in variants], steps)
+    return {"output": output, "rows": rows}
+
+
+METRIC_NAMES = {"bits_per_byte": "bits per byte", "pseudo_perplexity": "pseudo-perplexity",
+                "pos_accuracy": "POS probe accuracy", "perplexity": "perplexity"}
+LOWER_IS_BETTER = {"bits_per_byte", "pseudo_perplexity", "perplexity"}
+
+
+def format_table(rows: list[dict], labels: list[str], steps: list[int]) -> str:
+    """Markdown: a row per variant, a column per (metric, step); the best value of each column in bold."""
+    metrics = [m for m in METRIC_NAMES if any(m in row for row in rows)]
+    by_key = {(row["variant"], row["step"]): row for row in rows}
+    header = ["method"] + [f"{METRIC_NAMES[m]} @ {step}" for m in metrics for step in steps]
+    best = {}
+    for metric in metrics:
+        for step in steps:
+            values = [by_key[(label, step)].get(metric) for label in labels if (label, step) in by_key]
+            values = [v for v in values if v is not None and not math.isnan(v)]
+            if values:
+                best[(metric, step)] = min(values) if metric in LOWER_IS_BETTER else max(values)
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for label in labels:
+        cells = [label]
+        for metric in metrics:
+            for step in steps:
+                value = by_key.get((label, step), {}).get(metric)
+                text = "" if value is None else f"{value:.4f}"
+                cells.append(f"**{text}**" if value is not None and value == best.get((metric, step)) else text)
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def write_report(output: Path, rows: list[dict], labels: list[str], steps: list[int]) -> list[Path]:
+    from langswap.plots import line_plot
+    from langswap.resources.text import atomic_write_text
+
+    atomic_write_text(output / "table.md", format_table(rows, labels, steps))
+    written = [output / "table.md"]
+    metrics = [m for m in METRIC_NAMES if any(m in row for row in rows)]
+    for metric in metrics:
+        series = {}
+        for label in labels:
+            points = [(row["step"], row[metric]) for row in rows if row["variant"] == label and metric in row]
+            if points:
+                series[label] = ([s for s, _ in points], [v for _, v in points])
+        written.append(line_plot(output / f"{metric}.png", series, "training steps (embeddings only unless "
+                                 "train.preset says otherwise)", METRIC_NAMES[metric],
+                                 title=f"{METRIC_NAMES[metric]} against steps ({output.name})"))
+    return written

@@ -1,0 +1,127 @@
+"""`langswap bench`: methods x steps on the tiny model, table and plots, grids, resume, bad YAML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from langswap.bench import BenchConfig, expand_variants, format_table, run_bench
+from langswap.cli import main
+from langswap.config import from_dict
+from langswap.errors import ConfigError
+
+
+def _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, **changes) -> Path:
+    data = {
+        "source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder),
+        "train_text": str(corpus_dir / "xx.txt"), "eval_text": str(corpus_dir / "xx.test.txt"), "eval_lines": 20,
+        "output": str(tmp_path / "bench"), "steps": [0, 2, 4],
+        "methods": ["random", {"name": "overlap"}, {"name": "wechsel", "neighbors": 3}],
+        "resources": {"source_vectors": str(cipher_vectors["source"]),
+                      "target_vectors": str(cipher_vectors["target"]), "dictionary": str(corpus_dir / "en-xx.tsv")},
+        "align": {"heldout_words": 20},
+        "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 32, "save_steps": 2},
+    }
+    data.update(changes)
+    path = tmp_path / "bench.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_bench_writes_table_plots_and_resumes(capsys, tmp_path, gpt2_folder, target_tokenizer_folder,
+                                              cipher_vectors, corpus_dir):
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir)
+    assert main(["-q", "bench", str(path)]) == 0
+    out = capsys.readouterr().out
+    bench = tmp_path / "bench"
+    table = (bench / "table.md").read_text()
+    assert table in out
+    lines = table.splitlines()
+    assert lines[0] == ("| method | bits per byte @ 0 | bits per byte @ 2 | bits per byte @ 4 | perplexity @ 0 | "
+                        "perplexity @ 2 | perplexity @ 4 |")
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| random", "| overlap", "| wechsel"]
+    rows = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
+    assert [(r["variant"], r["step"]) for r in rows] == [(v, s) for v in ("random", "overlap", "wechsel")
+                                                         for s in (0, 2, 4)]
+    by = {(r["variant"], r["step"]): r["bits_per_byte"] for r in rows}
+    # each figure is the held-out score of the model at that step: step 0 is the transfer, the last the trained model
+    from langswap.evaluation.language_modeling import causal_lm_score
+    from langswap.models import load_model, load_tokenizer
+    from langswap.resources.text import read_text_lines
+
+    held_out = read_text_lines(corpus_dir / "xx.test.txt", max_lines=20)
+    for step, folder in ((0, bench / "runs" / "wechsel" / "transfer"), (4, bench / "runs" / "wechsel" / "train" /
+                                                                          "model")):
+        score = causal_lm_score(load_model(folder), load_tokenizer(folder), held_out)
+        assert by[("wechsel", step)] == pytest.approx(score.bits_per_byte, abs=1e-5)
+    # embedding-only training moves every method (the values are measured, not copied)
+    assert len({by[("random", s)] for s in (0, 2, 4)}) == 3
+    for metric in ("bits_per_byte", "perplexity"):
+        assert (bench / f"{metric}.png").read_bytes()[:4] == b"\x89PNG"
+    # the step-2 model is the training snapshot; the step-0 model is the transfer
+    assert (bench / "runs" / "wechsel" / "train" / "snapshots" / "step-2" / "model.safetensors").exists()
+    assert (bench / "runs" / "wechsel" / "transfer" / "provenance.tsv").exists()
+
+    # resume: a lost measurement is redone, the others are read back, the trained models are not retrained
+    (bench / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:-1]) + "\n")
+    model_file = bench / "runs" / "wechsel" / "train" / "model" / "model.safetensors"
+    mtime = model_file.stat().st_mtime_ns
+    assert main(["-q", "bench", str(path)]) == 0
+    again = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
+    assert again[-1] == rows[-1]
+    assert model_file.stat().st_mtime_ns == mtime
+
+    # the same label with other options is refused
+    changed = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
+                          methods=[{"name": "wechsel", "neighbors": 5}])
+    assert main(["-q", "bench", str(changed)]) == 2
+    assert "variant 'wechsel'" in capsys.readouterr().err
+
+
+def test_grid_expands_to_labelled_variants():
+    table7 = [{"neighbors": 1, "temperature": 1}, {"neighbors": [10, 50], "temperature": [0.1, 1]}]
+    variants = expand_variants([{"name": "wechsel", "grid": table7, "subword_source": "ngrams"}])
+    assert [v.label for v in variants] == [
+        "wechsel neighbors=1,temperature=1", "wechsel neighbors=10,temperature=0.1", "wechsel neighbors=10,temperature=1",
+        "wechsel neighbors=50,temperature=0.1", "wechsel neighbors=50,temperature=1"]
+    assert variants[1].method == {"name": "wechsel", "subword_source": "ngrams", "neighbors": 10, "temperature": 0.1}
+    product = expand_variants([{"name": "wechsel", "label": "w", "grid": {"subword_source": ["ngrams", "frequency"],
+                                                                          "neighbors": [1, 10]}}])
+    assert len(product) == 4 and product[0].label == "w subword_source=ngrams,neighbors=1"
+
+
+def test_bench_yaml_with_unknown_method_or_option_lists_the_valid_ones():
+    with pytest.raises(ConfigError, match=r"unknown method 'wechse'.*overlap.*random.*wechsel"):
+        expand_variants([{"name": "wechse"}])
+    with pytest.raises(ConfigError, match=r"unknown key 'method.neigbors'.*Did you mean 'neighbors'.*temperature"):
+        expand_variants([{"name": "wechsel", "neigbors": 5}])
+    with pytest.raises(ConfigError, match=r"unknown key 'method.k'.*neighbors"):
+        expand_variants([{"name": "wechsel", "grid": {"k": [1, 10]}}])
+    with pytest.raises(ConfigError, match="same label"):
+        expand_variants(["random", {"name": "random"}])
+    with pytest.raises(ConfigError, match="unknown key 'method'.*Valid keys here: .*methods"):
+        from_dict(BenchConfig, {"method": "wechsel"})
+
+
+def test_bench_refuses_bad_train_options_before_working(tmp_path, gpt2_folder, target_tokenizer_folder,
+                                                        cipher_vectors, corpus_dir, capsys):
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
+                       train={"presett": "embeddings"})
+    assert main(["-q", "bench", str(path)]) == 2
+    assert "unknown key 'train.presett'. Did you mean 'preset'" in capsys.readouterr().err
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
+                       train={"steps": 10})
+    assert main(["-q", "bench", str(path)]) == 2
+    assert "train.steps is set by the bench itself" in capsys.readouterr().err
+    assert not (tmp_path / "bench" / "runs").exists()
+
+
+def test_table_marks_the_best_value_of_each_column():
+    rows = [{"variant": "a", "step": 0, "bits_per_byte": 2.0, "pos_accuracy": 0.5},
+            {"variant": "b", "step": 0, "bits_per_byte": 1.5, "pos_accuracy": 0.75}]
+    table = format_table(rows, ["a", "b"], [0])
+    assert table.splitlines()[2] == "| a | 2.0000 | 0.5000 |"
+    assert table.splitlines()[3] == "| b | **1.5000** | **0.7500** |"
