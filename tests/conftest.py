@@ -180,6 +180,25 @@ def tiny_model(kind: str, vocab_size: int, seed: int = 0):
     return model
 
 
+def uniform_lm(vocab_size: int, max_position_embeddings: int = 64):
+    """A model whose logits are all equal: every token has probability 1 / vocab_size, so any perplexity of it is
+    vocab_size. Takes input_ids and attention_mask, as causal and masked LMs do."""
+    import torch
+
+    class UniformLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vocab_size = vocab_size
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+            self.config = type("Config", (), {"max_position_embeddings": max_position_embeddings})()
+
+        def forward(self, input_ids, attention_mask=None):
+            logits = torch.zeros(*input_ids.shape, self.vocab_size) + self.weight
+            return type("Output", (), {"logits": logits})()
+
+    return UniformLM()
+
+
 def save_model(model, tokenizer, folder: Path) -> Path:
     model.config.bos_token_id = tokenizer.bos_token_id
     model.config.eos_token_id = tokenizer.eos_token_id

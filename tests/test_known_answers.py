@@ -16,7 +16,7 @@ from langswap.resources.vectors import WordVectors
 from langswap.tokens import Vocabulary
 
 from conftest import (TOKENIZER_BUILDERS, WORDS, byte_level_tokenizer, cipher_line, cipher_word, english_lines,
-                      tiny_model)
+                      tiny_model, uniform_lm)
 
 
 # -- ciphered language ---------------------------------------------------------------------------------------------------
@@ -92,26 +92,12 @@ def test_mix_rows_matches_a_loop():
 
 # -- evaluation --------------------------------------------------------------------------------------------------------
 
-class UniformLM(torch.nn.Module):
-    """Logits all equal: every token has probability 1 / vocab_size."""
-
-    def __init__(self, vocab_size: int, masked: bool = False):
-        super().__init__()
-        self.vocab_size = vocab_size
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.config = type("Config", (), {"max_position_embeddings": 64})()
-
-    def forward(self, input_ids, attention_mask=None):
-        logits = torch.zeros(*input_ids.shape, self.vocab_size) + self.weight
-        return type("Output", (), {"logits": logits})()
-
-
 def test_uniform_logits_give_perplexity_equal_to_vocabulary_size():
     from langswap.evaluation.language_modeling import causal_lm_score
 
     tokenizer = byte_level_tokenizer(english_lines(200), vocab_size=300)
     lines = english_lines(30, seed=9) + [" ".join(english_lines(20, seed=4))]  # the last one needs windows
-    score = causal_lm_score(UniformLM(len(tokenizer)), tokenizer, lines)
+    score = causal_lm_score(uniform_lm(len(tokenizer)), tokenizer, lines)
     assert score.perplexity == pytest.approx(len(tokenizer), rel=1e-6)
     expected_tokens = sum(len(tokenizer(line, add_special_tokens=False)["input_ids"]) for line in lines)
     assert score.tokens == expected_tokens  # every token scored once, windows included
@@ -123,7 +109,7 @@ def test_uniform_masked_lm_pseudo_perplexity_equals_vocabulary_size():
     from langswap.evaluation.language_modeling import pseudo_perplexity
 
     tokenizer = TOKENIZER_BUILDERS["wordpiece"](english_lines(200), vocab_size=300)
-    score = pseudo_perplexity(UniformLM(len(tokenizer)), tokenizer, english_lines(5, seed=3))
+    score = pseudo_perplexity(uniform_lm(len(tokenizer)), tokenizer, english_lines(5, seed=3))
     assert score.perplexity == pytest.approx(len(tokenizer), rel=1e-6)
     assert score.kind == "pseudo-perplexity"
 

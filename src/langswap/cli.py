@@ -182,6 +182,34 @@ def cmd_align(args) -> int:
     return 0
 
 
+def cmd_lexicon(args) -> int:
+    from dataclasses import asdict
+
+    from langswap.evaluation.lexicon import LexiconConfig, lexicon_induction
+    from langswap.pipeline import ResourcesConfig, prepare_vectors
+    from langswap.resources.dictionary import Dictionary
+    from langswap.resources.vectors import WordVectors
+
+    config = from_dict(LexiconConfig, apply_overrides({}, _overrides(args)))
+    if args.alignment:  # raw vectors + the rotation `langswap align` wrote
+        resources = ResourcesConfig(source_vectors=args.source_vectors, target_vectors=args.target_vectors,
+                                    alignment=args.alignment)
+        source, target, _ = prepare_vectors(resources, None)
+    else:
+        source, target = WordVectors.load(args.source_vectors), WordVectors.load(args.target_vectors)
+    report = lexicon_induction(source, target, Dictionary.load(args.dictionary), **asdict(config))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    ks = sorted(set(config.ks))
+    print(f"{report['queries']:,} source words of {report['dictionary_entries']:,} dictionary entries, "
+          f"{report['retrieval_candidates']:,} candidate translations")
+    for k in ks:
+        print(f"precision@{k}: nearest neighbour {report[f'precision_at_{k}']:.4f} | CSLS "
+              f"{report[f'precision_at_{k}_csls']:.4f}")
+    return 0
+
+
 def cmd_evaluate(args) -> int:
     from langswap.evaluation.language_modeling import evaluate_model
     from langswap.models import load_model, load_tokenizer, objective_of
@@ -266,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig
     from langswap.bench import BenchConfig
+    from langswap.evaluation.lexicon import LexiconConfig
     from langswap.training.run import TrainConfig
 
     parser = argparse.ArgumentParser(prog="langswap", description="Move a pretrained language model to a new "
@@ -351,6 +380,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--overwrite", action="store_true")
     _add_set(sub)
     sub.set_defaults(run=cmd_align)
+
+    sub = commands.add_parser("lexicon", help="Bilingual lexicon induction: precision@1/@5 (nearest neighbour and "
+                              "CSLS) of aligned word vectors.", formatter_class=raw, epilog=_set_help(LexiconConfig))
+    sub.add_argument("--source-vectors", required=True, help="Source vectors (.bin/.vec), aligned or raw.")
+    sub.add_argument("--target-vectors", required=True)
+    sub.add_argument("--dictionary", required=True, help="source<TAB>target test pairs (held out from the "
+                     "alignment's pairs for a fair figure).")
+    sub.add_argument("--alignment", help="alignment.npy from `langswap align`, applied to raw source vectors.")
+    sub.add_argument("--json", action="store_true")
+    _add_set(sub)
+    sub.set_defaults(run=cmd_lexicon)
 
     sub = commands.add_parser("evaluate", help="Perplexity / bits per byte (or pseudo-perplexity) on a text file.")
     sub.add_argument("model", help="Model folder with its tokenizer.")

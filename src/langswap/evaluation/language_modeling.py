@@ -3,19 +3,27 @@
 - Causal LM: perplexity (per token) and bits per byte (total negative log-likelihood in bits over the UTF-8 bytes of
   the text). Token perplexities of models with different tokenizers do not compare; bits per byte do. Each line is
   scored on its own, after the tokenizer's bos token (or eos where there is no bos, as GPT-2 does), so the first
-  token is predicted too. Lines longer than the context are scored in windows that overlap by half, each token
-  scored once with as much left context as the window allows.
-- Masked LM: pseudo-perplexity (Salazar et al., 2020): each token masked in turn and scored given all the others.
+  token is predicted too. Lines longer than the context are scored in windows that start `stride` tokens apart
+  (default half the context), each token scored once with as much left context as its window allows.
+- Masked LM: pseudo-perplexity (Salazar et al., 2020): each token masked in turn and scored given all the others;
+  and masked-LM loss: BERT's random masking (15%, 80/10/10) drawn from a seed, the loss of the training objective.
+  Lines longer than the context are truncated to it.
+
+Metric names are also the `kind` of the returned `LMScore`: "perplexity", "pseudo-perplexity", "masked-lm-loss".
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 import math
 from dataclasses import asdict, dataclass
 
 import torch
 
-from langswap.errors import VocabularyError
+from langswap.errors import ConfigError, VocabularyError
+
+logger = logging.getLogger(__name__)
 
 LN2 = math.log(2)
 
@@ -23,20 +31,30 @@ LN2 = math.log(2)
 @dataclass
 class LMScore:
     lines: int
-    tokens: int
+    tokens: int  # tokens scored; for "masked-lm-loss", the masked positions
     bytes: int
-    nll: float  # total negative log-likelihood, nats
-    perplexity: float
-    bits_per_byte: float
-    kind: str = "perplexity"  # or "pseudo-perplexity"
+    nll: float  # total negative log-likelihood of the scored tokens, nats
+    perplexity: float  # exp(nll / tokens)
+    bits_per_byte: float  # NaN for "masked-lm-loss", which scores only a sample of the tokens
+    kind: str = "perplexity"  # or "pseudo-perplexity", "masked-lm-loss"
 
     def as_dict(self) -> dict:
-        return {key: (round(value, 5) if isinstance(value, float) else value) for key, value in asdict(self).items()}
+        """The fields, floats rounded to 5 decimals and NaN written as None (JSON has no NaN)."""
+        return {key: (None if math.isnan(value) else round(value, 5)) if isinstance(value, float) else value
+                for key, value in asdict(self).items()}
 
 
-def _score(lines: list[str], tokens: int, nll: float, kind: str) -> LMScore:
+def _score(lines: list[str], tokens: int, nll: float, kind: str, per_byte: bool = True) -> LMScore:
     n_bytes = sum(len(line.encode("utf-8")) for line in lines)
-    return LMScore(len(lines), tokens, n_bytes, nll, math.exp(nll / max(tokens, 1)), nll / LN2 / max(n_bytes, 1), kind)
+    bits_per_byte = nll / LN2 / max(n_bytes, 1) if per_byte else math.nan
+    return LMScore(len(lines), tokens, n_bytes, nll, math.exp(nll / max(tokens, 1)), bits_per_byte, kind)
+
+
+def _mask_token_id(tokenizer, what: str) -> int:
+    if tokenizer.mask_token_id is None:
+        raise VocabularyError(f"{what} needs a tokenizer with a mask token; this one has none (is the model a causal "
+                              "LM? use perplexity instead).")
+    return tokenizer.mask_token_id
 
 
 def _context_length(model, max_length: int | None) -> int:
@@ -44,35 +62,57 @@ def _context_length(model, max_length: int | None) -> int:
     return min(limit, max_length or 1024)
 
 
-def _windows(sequence: list[int], window: int) -> list[tuple[list[int], int]]:
-    """(input ids, number of leading positions whose targets were scored by an earlier window)."""
-    if len(sequence) <= window:
-        return [(sequence, 0)]
-    stride = max(1, window // 2)
-    out, scored_until = [], 0  # tokens 1 .. scored_until have been scored
-    start = 0
+def _windows(sequence: list[int], window: int, stride: int) -> list[tuple[list[int], int]]:
+    """Pieces (tokens, skip) of a sequence: the model reads tokens[:-1] (at most `window` of them) and predicts
+    tokens[1:]; the first `skip` of those predictions were made by an earlier piece and are not scored again.
+
+    Window k reads tokens k * stride ... k * stride + window - 1 and predicts the next token at each of them, the one
+    after the window included, so a window scores up to `window` tokens and the windows together score every token
+    after the first exactly once. Each window after the first scores `stride` new tokens (the last one fewer), the
+    first of them with window - stride + 1 tokens of left context. stride = window gives disjoint windows.
+    """
+    last = len(sequence) - 1  # index of the last token, the last target
+    out, scored_until, start = [], 0, 0  # targets 1 .. scored_until are scored
     while True:
-        stop = min(start + window, len(sequence))
-        chunk = sequence[start:stop]
-        out.append((chunk, max(0, scored_until - start)))
-        scored_until = stop - 1
-        if stop == len(sequence):
+        stop = min(start + window, last)  # this piece's last target
+        out.append((sequence[start:stop + 1], scored_until - start))
+        scored_until = stop
+        if stop == last:
             return out
         start += stride
 
 
+def _check_stride(stride: int | None, window: int) -> int:
+    """The stride to use: `stride`, or half the window for None; a ConfigError when out of range."""
+    if stride is None:
+        return max(1, window // 2)
+    if isinstance(stride, bool) or not isinstance(stride, int) or not 1 <= stride <= window:
+        raise ConfigError(
+            f"stride is {stride!r}; it must be a whole number from 1 to the window ({window} tokens: the model's "
+            "context, or max_length where that is smaller). Each window after the first scores `stride` new tokens "
+            "with at least window - stride + 1 tokens of context: a smaller stride gives more context and costs "
+            "more forward passes. Leave it unset for half the window.")
+    return stride
+
+
 @torch.no_grad()
 def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None = None, batch_tokens: int = 4096,
-                    progress: bool = False) -> LMScore:
-    """Perplexity and bits per byte of a causal LM on `lines` (each scored on its own)."""
+                    progress: bool = False, stride: int | None = None) -> LMScore:
+    """Perplexity and bits per byte of a causal LM on `lines` (each scored on its own).
+
+    A line longer than the window (the model's context, or `max_length` where smaller) is read in windows that
+    start `stride` tokens apart (default half the window), each token scored once (see `_windows`); this is the
+    strided evaluation of the Hugging Face guide "Perplexity of fixed-length models", except that no token is lost
+    where windows meet."""
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     window = _context_length(model, max_length)
+    stride = _check_stride(stride, window)
     encoded = tokenizer(lines, add_special_tokens=False)["input_ids"]
     pieces: list[tuple[list[int], int]] = []
     for ids in encoded:
         sequence = ([prefix] if prefix is not None else []) + list(ids)
         if len(sequence) >= 2:
-            pieces.extend(_windows(sequence, window))
+            pieces.extend(_windows(sequence, window, stride))
     pieces.sort(key=lambda piece: len(piece[0]))
     device = next(model.parameters()).device
     total_nll, total_tokens = 0.0, 0
@@ -80,21 +120,23 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     start = 0
     while start < len(pieces):
         stop = start + 1
-        while stop < len(pieces) and (stop - start + 1) * len(pieces[stop][0]) <= batch_tokens:
+        while stop < len(pieces) and (stop - start + 1) * (len(pieces[stop][0]) - 1) <= batch_tokens:
             stop += 1
         batch = pieces[start:stop]
-        longest = max(len(ids) for ids, _ in batch)
+        longest = max(len(tokens) for tokens, _ in batch) - 1
         input_ids = torch.zeros((len(batch), longest), dtype=torch.long)
+        targets = torch.zeros_like(input_ids)
         attention = torch.zeros_like(input_ids)
-        target_mask = torch.zeros((len(batch), longest - 1), dtype=torch.bool)
-        for row, (ids, skip) in enumerate(batch):
-            input_ids[row, :len(ids)] = torch.tensor(ids)
-            attention[row, :len(ids)] = 1
-            target_mask[row, skip:len(ids) - 1] = True
-        logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits[:, :-1].float()
+        target_mask = torch.zeros((len(batch), longest), dtype=torch.bool)
+        for row, (tokens, skip) in enumerate(batch):
+            tokens = torch.tensor(tokens)
+            input_ids[row, :len(tokens) - 1] = tokens[:-1]
+            targets[row, :len(tokens) - 1] = tokens[1:]
+            attention[row, :len(tokens) - 1] = 1
+            target_mask[row, skip:len(tokens) - 1] = True
+        logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.float()
         log_probs = torch.log_softmax(logits, dim=-1)
-        targets = input_ids[:, 1:].to(device)
-        picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        picked = log_probs.gather(-1, targets.to(device).unsqueeze(-1)).squeeze(-1)
         mask = target_mask.to(device)
         total_nll -= float(picked[mask].double().sum())
         total_tokens += int(mask.sum())
@@ -110,9 +152,7 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
 def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None = None, batch_size: int = 64,
                       progress: bool = False) -> LMScore:
     """Pseudo-perplexity of a masked LM (Salazar et al., 2020) and the matching bits per byte."""
-    if tokenizer.mask_token_id is None:
-        raise VocabularyError("pseudo-perplexity needs a tokenizer with a mask token; this one has none (is the "
-                              "model a causal LM? use perplexity instead).")
+    mask_token_id = _mask_token_id(tokenizer, "pseudo-perplexity")
     window = _context_length(model, max_length)
     device = next(model.parameters()).device
     special = set(tokenizer.all_special_ids)
@@ -127,7 +167,7 @@ def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None
             batch = base.repeat(len(chunk), 1)
             rows = torch.arange(len(chunk))
             where = torch.tensor(chunk)
-            batch[rows, where] = tokenizer.mask_token_id
+            batch[rows, where] = mask_token_id
             logits = model(input_ids=batch.to(device)).logits.float()
             log_probs = torch.log_softmax(logits[rows, where], dim=-1)
             total_nll -= float(log_probs[rows, base[where]].double().sum())
@@ -139,10 +179,93 @@ def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None
     return _score(lines, total_tokens, total_nll, "pseudo-perplexity")
 
 
-def evaluate_model(model, tokenizer, lines: list[str], objective: str, progress: bool = False, **options) -> LMScore:
-    if objective == "masked":
-        return pseudo_perplexity(model, tokenizer, lines, progress=progress, **options)
-    return causal_lm_score(model, tokenizer, lines, progress=progress, **options)
+@torch.no_grad()
+def masked_lm_loss(model, tokenizer, lines: list[str], probability: float = 0.15, seed: int = 0,
+                   max_length: int | None = None, batch_size: int = 32, progress: bool = False) -> LMScore:
+    """Masked-LM loss of a masked LM on `lines`: the mean negative log-likelihood of the original tokens at positions
+    masked by BERT's rule (`langswap.training.masking.mask_tokens`: `probability` of the non-special tokens selected,
+    of those 80% masked, 10% random, 10% kept), as in training.
+
+    Returns an LMScore of kind "masked-lm-loss": tokens = masked positions, nll = their total, perplexity =
+    exp(mean loss) (NaN when no position was selected), bits_per_byte = NaN: only a sample of the tokens is scored,
+    each with all the others visible, so the loss describes no code length of the text (pseudo-perplexity does).
+    The masks come from `seed` alone: line i is masked by `mask_tokens` on its (1, L_i) ids with one generator seeded
+    with `seed`, drawn in line order. They depend on the token ids and len(tokenizer), not on the model or batch_size,
+    so models sharing a tokenizer are compared on the same masks. Lines longer than the window (the model's context,
+    or `max_length` where smaller) are truncated to it.
+    """
+    from langswap.training.masking import IGNORE_INDEX, mask_tokens, special_tokens_mask
+
+    mask_token_id = _mask_token_id(tokenizer, "masked-LM loss")
+    window = _context_length(model, max_length)
+    generator = torch.Generator().manual_seed(seed)
+    rows: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for ids in tokenizer(lines, truncation=True, max_length=window)["input_ids"]:
+        ids = torch.tensor([ids], dtype=torch.long)
+        masked, labels = mask_tokens(ids, mask_token_id, len(tokenizer), special_tokens_mask(tokenizer, ids),
+                                     probability, generator)
+        if ids.shape[1]:
+            rows.append((masked[0], labels[0]))
+    rows.sort(key=lambda row: len(row[0]))  # similar lengths together: less padding
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = next(model.parameters()).device
+    total_nll, total_tokens = 0.0, 0
+    bar = _bar(progress, len(rows), "masked-LM loss")
+    for start in range(0, len(rows), batch_size):
+        batch = rows[start:start + batch_size]
+        longest = max(len(masked) for masked, _ in batch)
+        input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
+        labels = torch.full((len(batch), longest), IGNORE_INDEX, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        for row, (masked, row_labels) in enumerate(batch):
+            input_ids[row, :len(masked)] = masked
+            labels[row, :len(masked)] = row_labels
+            attention[row, :len(masked)] = 1
+        selected = labels != IGNORE_INDEX
+        if selected.any():
+            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
+            log_probs = torch.log_softmax(logits[selected.to(device)].float(), dim=-1)  # (masked positions, V)
+            total_nll -= float(log_probs.gather(-1, labels[selected].to(device)[:, None]).double().sum())
+            total_tokens += int(selected.sum())
+        if bar is not None:
+            bar.update(len(batch))
+    if bar is not None:
+        bar.close()
+    score = _score(lines, total_tokens, total_nll, "masked-lm-loss", per_byte=False)
+    if total_tokens == 0:
+        logger.warning("masked-LM loss: no position was selected in %d lines at probability %s; give more text",
+                       len(lines), probability)
+        score.perplexity = math.nan
+    return score
+
+
+METRICS = {"perplexity": ("causal", causal_lm_score), "pseudo-perplexity": ("masked", pseudo_perplexity),
+           "masked-lm-loss": ("masked", masked_lm_loss)}  # name: (objective it needs, function)
+DEFAULT_METRICS = {"causal": "perplexity", "masked": "pseudo-perplexity"}
+
+
+def evaluate_model(model, tokenizer, lines: list[str], objective: str, progress: bool = False,
+                   metric: str | None = None, **options) -> LMScore:
+    """Score `lines` with `metric` (one of METRICS; None: perplexity for a causal LM, pseudo-perplexity for a masked
+    LM); `objective` is "causal" or "masked" (`langswap.models.objective_of`), `options` go to the metric's function
+    (e.g. max_length, stride; probability, seed)."""
+    if objective not in DEFAULT_METRICS:
+        raise ConfigError(f"objective is {objective!r}; choose one of: {', '.join(DEFAULT_METRICS)}.")
+    metric = metric or DEFAULT_METRICS[objective]
+    if metric not in METRICS:
+        raise ConfigError(f"metric is {metric!r}; choose one of: {', '.join(METRICS)}.")
+    needs, function = METRICS[metric]
+    if needs != objective:
+        fitting = [name for name, (wanted, _) in METRICS.items() if wanted == objective]
+        raise ConfigError(f"metric '{metric}' is for {needs} LMs and this model is a {objective} LM; choose one of: "
+                          f"{', '.join(fitting)}.")
+    accepted = [name for name in inspect.signature(function).parameters
+                if name not in ("model", "tokenizer", "lines", "progress")]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ConfigError(f"metric '{metric}' has no option {', '.join(unknown)}; its options are: "
+                          f"{', '.join(accepted)}.")
+    return function(model, tokenizer, lines, progress=progress, **options)
 
 
 def _bar(progress: bool, total: int, desc: str):

@@ -4,7 +4,7 @@ The source space is rotated onto the target space (as in WECHSEL); since the map
 between source and target vectors do not depend on which side moves. Vectors of different dimension are first
 brought to the smaller dimension by PCA of the larger side. Precision@1 is measured on held-out source words (their
 pairs are not used for the rotation that is tested), with plain nearest neighbour and with CSLS (Conneau et al.,
-2018); the returned rotation is then fitted on all pairs.
+2018), by the retrieval of `langswap.evaluation.lexicon`; the returned rotation is then fitted on all pairs.
 """
 
 from __future__ import annotations
@@ -13,28 +13,22 @@ import logging
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from langswap.errors import VocabularyError
-from langswap.methods.kernels import topk_cosine, unit_rows
-from langswap.resources.dictionary import Dictionary, coverage
+from langswap.evaluation.lexicon import RetrievalConfig, dictionary_precision
+from langswap.resources.dictionary import Dictionary, require_coverage
 from langswap.resources.vectors import WordVectors, normalize_rows
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
-class AlignConfig:
-    """How vectors are aligned and how the alignment is judged."""
+class AlignConfig(RetrievalConfig):
+    """How vectors are aligned and how the alignment is judged (the retrieval options are lexicon induction's)."""
 
     heldout_words: int = field(default=1500, metadata={"help": "Source words held out to measure precision@1 "
                                                                 "(at most a fifth of the covered source words)."})
     normalize: bool = field(default=True, metadata={"help": "Fit the rotation on unit-length vectors."})
-    csls_neighbors: int = field(default=10, metadata={"help": "Neighbourhood size of CSLS."})
-    retrieval_words: int = field(default=200_000, metadata={"help": "Most frequent target words searched when "
-                                                                     "measuring precision@1."})
-    case_variants: bool = field(default=True, metadata={"help": "Try each dictionary word as given, lower-cased "
-                                                                 "and title-cased."})
     seed: int = field(default=0, metadata={"help": "Seed of the held-out split."})
 
 
@@ -61,29 +55,6 @@ def _fit(source_vectors: WordVectors, target_vectors: WordVectors, pairs: list[t
     return procrustes(source, target)
 
 
-def translation_precision(queries: np.ndarray, candidates: np.ndarray, gold: list[set[int]],
-                          source_pool: np.ndarray, csls_neighbors: int = 10, block: int = 256) -> dict:
-    """Precision@1 of retrieving a gold candidate for each query row, by cosine and by CSLS.
-
-    queries: (n, D) mapped source words; candidates: (m, D) target words; gold[i]: candidate indices correct for
-    query i; source_pool: (p, D) mapped source words, the population for CSLS's target-side hubness term."""
-    queries_t, candidates_t = unit_rows(torch.from_numpy(queries)), unit_rows(torch.from_numpy(candidates))
-    k = min(csls_neighbors, len(candidates), len(source_pool))
-    query_hub = topk_cosine(queries, candidates, k)[0].mean(dim=1)  # r_T(x)
-    candidate_hub = topk_cosine(candidates, source_pool, k)[0].mean(dim=1)  # r_S(y)
-    hits_nn = hits_csls = 0
-    for start in range(0, len(queries_t), block):
-        sims = queries_t[start:start + block] @ candidates_t.T
-        best_nn = sims.argmax(dim=1)
-        best_csls = (2 * sims - query_hub[start:start + block, None] - candidate_hub[None, :]).argmax(dim=1)
-        for offset in range(len(best_nn)):
-            hits_nn += int(best_nn[offset]) in gold[start + offset]
-            hits_csls += int(best_csls[offset]) in gold[start + offset]
-    n = max(len(queries), 1)
-    return {"precision_at_1": round(hits_nn / n, 4), "precision_at_1_csls": round(hits_csls / n, 4),
-            "queries": len(queries)}
-
-
 def _pca_to_common_dim(source: WordVectors, target: WordVectors) -> tuple[WordVectors, WordVectors, str | None]:
     if source.dim == target.dim:
         return source, target, None
@@ -103,14 +74,9 @@ def align(source_vectors: WordVectors, target_vectors: WordVectors, dictionary: 
     config = config or AlignConfig()
     source_vectors, target_vectors, pca_note = _pca_to_common_dim(source_vectors, target_vectors)
     dim = source_vectors.dim
-    covered = coverage(dictionary, source_vectors, target_vectors, variants=config.case_variants)
+    covered = require_coverage(dictionary, source_vectors, target_vectors, variants=config.case_variants)
     report: dict = {"source_vectors": source_vectors.name, "target_vectors": target_vectors.name,
                     "dimension": dim, "pca": pca_note, **covered.report()}
-    if not covered.pairs:
-        raise VocabularyError(
-            f"none of the {len(dictionary):,} pairs of dictionary '{dictionary.name}' has both words in the word "
-            f"vectors ({source_vectors.name}, {target_vectors.name}). Check that the dictionary is source<TAB>target "
-            "(not reversed) and that the vectors are for these two languages.")
     if len(covered.pairs) < dim:
         raise VocabularyError(
             f"only {len(covered.pairs):,} of {len(dictionary):,} dictionary pairs have both words in the word "
@@ -139,22 +105,8 @@ def _heldout_precision(source_vectors: WordVectors, target_vectors: WordVectors,
         return {"precision_at_1": None, "precision_at_1_csls": None, "queries": 0,
                 "note": "too few pairs left for a held-out evaluation"}
     rotation = _fit(source_vectors, target_vectors, train, config.normalize)
-    candidate_words = list(target_vectors.words[:config.retrieval_words])
-    candidate_index = {word: i for i, word in reversed(list(enumerate(candidate_words)))}
-    for _, target_word in pairs:  # gold words beyond the frequency cut-off are still retrievable
-        if target_word not in candidate_index:
-            candidate_index[target_word] = len(candidate_words)
-            candidate_words.append(target_word)
-    queries_words = sorted(heldout)
-    gold: dict[str, set[int]] = {word: set() for word in queries_words}
-    for source_word, target_word in pairs:
-        if source_word in gold:
-            gold[source_word].add(candidate_index[target_word])
-    queries = source_vectors.vectors(queries_words) @ rotation
-    candidates = target_vectors.vectors(candidate_words)
-    source_pool = source_vectors.word_matrix(config.retrieval_words) @ rotation
-    result = translation_precision(queries, candidates, [gold[w] for w in queries_words], source_pool,
-                                   config.csls_neighbors)
+    result = dictionary_precision(source_vectors.with_transform(rotation), target_vectors, pairs, sorted(heldout),
+                                  ks=(1,), csls_neighbors=config.csls_neighbors,
+                                  retrieval_words=config.retrieval_words)
     result["pairs_train"] = len(train)
-    result["retrieval_candidates"] = len(candidate_words)
     return result

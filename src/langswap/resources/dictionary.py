@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from langswap.errors import MissingResourceError, ResourceFormatError
+from langswap.errors import MissingResourceError, ResourceFormatError, VocabularyError
 from langswap.resources.text import read_lines
 
 
@@ -84,3 +84,14 @@ def coverage(dictionary: Dictionary, source_vectors, target_vectors, variants: b
                     pairs.append((source_form, target_form))
         covered += hit
     return Coverage(len(dictionary), covered, pairs)
+
+
+def require_coverage(dictionary: Dictionary, source_vectors, target_vectors, variants: bool = True) -> Coverage:
+    """`coverage`, or a VocabularyError saying what to check when not one pair has both words in the vectors."""
+    covered = coverage(dictionary, source_vectors, target_vectors, variants=variants)
+    if not covered.pairs:
+        raise VocabularyError(
+            f"none of the {len(dictionary):,} pairs of dictionary '{dictionary.name}' has both words in the word "
+            f"vectors ({source_vectors.name}, {target_vectors.name}). Check that the dictionary is source<TAB>target "
+            "(not reversed) and that the vectors are for these two languages.")
+    return covered
