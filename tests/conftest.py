@@ -260,3 +260,17 @@ def cipher_vectors(tmp_path_factory) -> dict:
 
 def slow_tests_enabled() -> bool:
     return os.environ.get("LANGSWAP_SLOW_TESTS") == "1"
+
+
+# -- UD files -----------------------------------------------------------------------------------------------------------
+
+def write_conllu(path: Path, sentences) -> Path:
+    """A .conllu file of `Sentence`s (FORM and UPOS filled, a comment line per sentence)."""
+    blocks = []
+    for number, sentence in enumerate(sentences, start=1):
+        rows = [f"# sent_id = {number}", f"# text = {' '.join(sentence.words)}"]
+        rows += [f"{i}\t{word}\t{word}\t{tag}\t_\t_\t0\tdep\t_\t_"
+                 for i, (word, tag) in enumerate(zip(sentence.words, sentence.tags), start=1)]
+        blocks.append("\n".join(rows) + "\n")
+    path.write_text("\n".join(blocks), encoding="utf-8")
+    return path

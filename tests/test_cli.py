@@ -205,7 +205,7 @@ def test_evaluate_prints_bits_per_byte(capsys, gpt2_folder, corpus_dir):
     assert float(match.group(1)) > 1 and float(match.group(2)) > 0
 
     code, out, _ = run(capsys, "evaluate", gpt2_folder, "--text", corpus_dir / "en.txt", "--lines", 20, "--json")
-    result = json.loads(out)
+    result = json.loads(out)["language_modeling"]
     assert code == 0 and result["lines"] == 20 and result["bits_per_byte"] == pytest.approx(float(match.group(2)),
                                                                                              abs=1e-4)
 
@@ -277,3 +277,32 @@ def test_bad_input_exits_2_with_one_paragraph(capsys, case, bad_files, gpt2_fold
     assert not output.exists() or not any(output.iterdir())
     assert not any(".partial" in p.name for p in tmp_path.iterdir())
     assert sorted(p.name for p in bad_files["existing"].iterdir()) == before
+
+
+def test_evaluate_probe_and_finetune_from_the_command_line(capsys, gpt2_folder, tmp_path):
+    from conftest import WORDS, write_conllu
+    from langswap.evaluation import ProbeConfig, Sentence, pos_probe
+
+    tags = ("DET", "NOUN", "VERB")
+    sentences = [Sentence(words, [tags[WORDS.index(w) % 3] for w in words])
+                 for words in ([WORDS[(i * 7 + j) % 40] for j in range(5)] for i in range(40))]
+    train = write_conllu(tmp_path / "train.conllu", sentences[:30])
+    test = write_conllu(tmp_path / "test.conllu", sentences[30:])
+    code, out, _ = run(capsys, "evaluate", gpt2_folder, "--probe-pos", train, test, "--set", "probe.layer=0",
+                       "--finetune", "pos", train, test, "--set", "finetune.epochs=1", "--json")
+    assert code == 0
+    result = json.loads(out)
+    expected = pos_probe(gpt2_folder, train, test, ProbeConfig(layer=0))
+    assert result["pos_probe"]["accuracy"] == pytest.approx(expected.accuracy)
+    assert result["pos_probe"]["layer"] == 0
+    assert 0 <= result["finetune"]["accuracy"] <= 1 and result["finetune"]["task"] == "pos"
+
+
+def test_evaluate_refuses_nothing_to_do_and_a_metric_of_the_other_kind(capsys, gpt2_folder, corpus_dir):
+    code, _, err = run(capsys, "evaluate", gpt2_folder)
+    assert code == 2 and "nothing to evaluate" in err
+    code, _, err = run(capsys, "evaluate", gpt2_folder, "--text", corpus_dir / "en.txt", "--set",
+                       "metric=masked-lm-loss")
+    assert code == 2 and "masked-lm-loss" in err
+    code, _, err = run(capsys, "evaluate", gpt2_folder, "--probe-pos", "a.conllu", "b.conllu", "--set", "probe.layr=1")
+    assert code == 2 and "Did you mean 'layer'" in err

@@ -210,27 +210,70 @@ def cmd_lexicon(args) -> int:
     return 0
 
 
-def cmd_evaluate(args) -> int:
-    from langswap.evaluation.language_modeling import evaluate_model
-    from langswap.models import load_model, load_tokenizer, objective_of
-    from langswap.resources.text import read_text_lines
+def _evaluate_config(args):
+    from langswap.evaluation.options import EvaluateConfig
 
-    tokenizer = load_tokenizer(args.model)
-    model = load_model(args.model)
-    lines = read_text_lines(args.text, "evaluation text", max_lines=args.lines)
-    score = evaluate_model(model, tokenizer, lines, objective_of(model.config), progress=True)
-    result = {"model": args.model, "text": args.text, **score.as_dict()}
+    return from_dict(EvaluateConfig, apply_overrides({}, _overrides(args)))
+
+
+def cmd_evaluate(args) -> int:
+    from langswap.errors import ConfigError
+    from langswap.models import load_model, load_tokenizer, objective_of
+
+    if not (args.text or args.probe_pos or args.finetune or args.correspondence):
+        raise ConfigError("nothing to evaluate: give --text (perplexity / bits per byte), --probe-pos TRAIN TEST, "
+                          "--finetune TASK TRAIN TEST or --correspondence.")
+    config = _evaluate_config(args)
+    result: dict = {"model": args.model}
+    if args.text:
+        from langswap.evaluation.language_modeling import evaluate_model
+        from langswap.resources.text import read_text_lines
+
+        tokenizer = load_tokenizer(args.model)
+        model = load_model(args.model)
+        lines = read_text_lines(args.text, "evaluation text", max_lines=args.lines)
+        options = {key: value for key, value in (("stride", config.stride), ("max_length", config.max_length))
+                   if value is not None}
+        score = evaluate_model(model, tokenizer, lines, objective_of(model.config), progress=not args.quiet,
+                               metric=config.metric, **options)
+        result["language_modeling"] = {"text": args.text, **score.as_dict()}
+        if not args.json:
+            per_byte = "" if score.kind == "masked-lm-loss" else f" | bits per byte {score.bits_per_byte:.4f}"
+            print(f"{score.kind} {score.perplexity:.3f}{per_byte} | {score.tokens:,} tokens, {score.bytes:,} "
+                  f"bytes, {score.lines} lines")
+    if args.probe_pos:
+        from langswap.evaluation.probes import pos_probe
+
+        probe = pos_probe(args.model, args.probe_pos[0], args.probe_pos[1], config.probe, progress=not args.quiet)
+        result["pos_probe"] = probe.as_dict()
+        if not args.json:
+            print(f"POS probe (layer {probe.layer}): accuracy {probe.accuracy:.4f} on {probe.test_words:,} words "
+                  f"(majority baseline {probe.majority_baseline:.4f}; trained on {probe.train_words:,} words)")
+    if args.finetune:
+        from langswap.evaluation.token_classification import finetune_token_classification
+
+        task, train_path, test_path = args.finetune
+        if task not in ("pos", "ner"):
+            raise ConfigError(f"--finetune task is '{task}'; choose pos (.conllu files) or ner (CoNLL columns).")
+        tuned = finetune_token_classification(args.model, train_path, test_path, task, config.finetune,
+                                              progress=not args.quiet, output=args.finetune_output,
+                                              overwrite=args.overwrite)
+        result["finetune"] = tuned.as_dict()
+        if not args.json:
+            scores = f"accuracy {tuned.accuracy:.4f}" + (f", entity F1 {tuned.f1:.4f} (precision {tuned.precision:.4f}"
+                                                         f", recall {tuned.recall:.4f})" if task == "ner" else "")
+            print(f"fine-tuned {task}: {scores} on {tuned.test_words:,} words (majority baseline "
+                  f"{tuned.majority_baseline:.4f})")
     if args.correspondence:
         from langswap.evaluation.correspondence import format_correspondence
 
-        rows = json.loads((Path(args.model) / "langswap.json").read_text())["correspondence"] \
-            if (Path(args.model) / "langswap.json").exists() else []
-        print(format_correspondence(rows) if rows else "no langswap.json with correspondences in this folder")
+        record = Path(args.model) / "langswap.json"
+        rows = json.loads(record.read_text(encoding="utf-8")).get("correspondence") if record.exists() else None
+        result["correspondence"] = rows or []
+        if not args.json:
+            print(format_correspondence(rows) if rows else "no langswap.json with correspondences in this folder")
     if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(f"{score.kind} {score.perplexity:.3f} | bits per byte {score.bits_per_byte:.4f} | {score.tokens:,} "
-              f"tokens, {score.bytes:,} bytes, {score.lines} lines")
+        print(json.dumps(result, indent=2, ensure_ascii=False))
     return 0
 
 
@@ -295,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     from langswap.resources.fasttext_train import FastTextConfig
     from langswap.bench import BenchConfig
     from langswap.evaluation.lexicon import LexiconConfig
+    from langswap.evaluation.options import EvaluateConfig
     from langswap.training.run import TrainConfig
 
     parser = argparse.ArgumentParser(prog="langswap", description="Move a pretrained language model to a new "
@@ -392,12 +436,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_set(sub)
     sub.set_defaults(run=cmd_lexicon)
 
-    sub = commands.add_parser("evaluate", help="Perplexity / bits per byte (or pseudo-perplexity) on a text file.")
-    sub.add_argument("model", help="Model folder with its tokenizer.")
-    sub.add_argument("--text", required=True)
-    sub.add_argument("--lines", type=int, default=300, help="First N non-empty lines are scored.")
+    sub = commands.add_parser("evaluate", help="Perplexity / bits per byte (pseudo-perplexity, masked-LM loss), POS "
+                              "probe, token-classification fine-tuning.", formatter_class=raw,
+                              epilog=_set_help(EvaluateConfig))
+    sub.add_argument("model", help="Model folder with its tokenizer (transferred or not).")
+    sub.add_argument("--text", help="Held-out text: perplexity and bits per byte (causal), pseudo-perplexity "
+                     "(masked).")
+    sub.add_argument("--lines", type=int, default=300, help="First N non-empty lines of --text are scored.")
+    sub.add_argument("--probe-pos", nargs=2, metavar=("TRAIN.conllu", "TEST.conllu"),
+                     help="Linear POS probe on frozen hidden states: trained on one split, accuracy on the other.")
+    sub.add_argument("--finetune", nargs=3, metavar=("TASK", "TRAIN", "TEST"),
+                     help="Fine-tune for token classification: pos (.conllu) or ner (CoNLL columns, BIO tags).")
+    sub.add_argument("--finetune-output", help="Save the fine-tuned model here.")
+    sub.add_argument("--overwrite", action="store_true", help="Replace an existing --finetune-output.")
     sub.add_argument("--correspondence", action="store_true", help="Also show the transfer's token table.")
     sub.add_argument("--json", action="store_true")
+    _add_set(sub)
     sub.set_defaults(run=cmd_evaluate)
 
     sub = commands.add_parser("demo", help="Transfer SmolLM2-135M to German with bundled data; print a table.",

@@ -124,11 +124,6 @@ class BlockDataset(torch.utils.data.Dataset):
         return item
 
 
-def special_mask_for(tokenizer, input_ids: torch.Tensor) -> torch.Tensor:
-    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
-    return torch.isin(input_ids, special)
-
-
 class LMCollator:
     """Stack blocks; causal: labels = inputs; masked: select and mask positions with the global torch RNG (which the
     Trainer saves in each checkpoint, so a resumed run masks as the uninterrupted one does). Items that already carry
@@ -149,10 +144,10 @@ class LMCollator:
         return batch
 
     def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None = None):
-        from langswap.training.masking import mask_tokens
+        from langswap.training.masking import mask_tokens, special_tokens_mask
 
         return mask_tokens(input_ids, self.tokenizer.mask_token_id, len(self.tokenizer),
-                           special_mask_for(self.tokenizer, input_ids), self.mlm_probability, generator=generator)
+                           special_tokens_mask(self.tokenizer, input_ids), self.mlm_probability, generator=generator)
 
 
 def masked_eval_set(collator: LMCollator, blocks: torch.Tensor, seed: int) -> BlockDataset:

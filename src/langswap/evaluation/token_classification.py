@@ -1,0 +1,403 @@
+"""Fine-tuning for token classification: part-of-speech tagging (.conllu) and named entities (CoNLL-2003 columns).
+
+The whole model is fine-tuned with a token-classification head (`AutoModelForTokenClassification`: GPT-2, Llama,
+BERT, RoBERTa and most other architectures) by a plain, seeded PyTorch loop: AdamW, linear decay of the learning
+rate to zero, gradient clipping at 1. Words are mapped to tokens as the probes do (single spaces between words,
+character offsets, the tokenizer's special tokens; see langswap.evaluation.probes). Only the first token of each word
+carries the word's label in training and gives its prediction in evaluation; the other tokens are ignored (-100).
+Long sentences are windowed as for the probes, so no word is dropped.
+
+Evaluation:
+- POS: accuracy over test words.
+- NER: entity precision, recall and F1 (micro-averaged), computed as conlleval and seqeval's default mode do (a
+  chunk starts at B-, at an I- after O or after another type, and so on; IOB1, IOB2 and IOBES tags alike), plus the
+  accuracy over words.
+Labels that occur only in the test split cannot be predicted: such words count as wrong, and their entities as
+missed. Both are reported (`unseen_labels`).
+
+Not handled: labelling the last token of a word (which would suit causal models better), CRF layers, evaluation
+during training or early stopping, multi-GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from langswap.errors import ConfigError, ResourceFormatError
+from langswap.evaluation.conll import Sentence, read_conll_columns, read_conllu
+from langswap.evaluation.probes import (_bar, batches, context_length, encode_sentences, load_sentences, majority,
+                                        make_pieces, pad_id_of, special_tokens, transformers_bars)
+
+logger = logging.getLogger(__name__)
+
+
+# -- entity spans, as conlleval --------------------------------------------------------------------------------------------
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """('B', 'PER') from 'B-PER'; 'O' -> ('O', '_'); a bare 'B' -> ('B', '_'), as seqeval."""
+    return tag[0], tag[1:].split("-", maxsplit=1)[-1] or "_"
+
+
+def _end_of_chunk(previous_tag: str, tag: str, previous_type: str, type_: str) -> bool:
+    if previous_tag in ("E", "S"):
+        return True
+    if previous_tag in ("B", "I") and tag in ("B", "S", "O"):
+        return True
+    return previous_tag != "O" and previous_tag != "." and previous_type != type_
+
+
+def _start_of_chunk(previous_tag: str, tag: str, previous_type: str, type_: str) -> bool:
+    if tag in ("B", "S"):
+        return True
+    if previous_tag in ("E", "S", "O") and tag in ("E", "I"):
+        return True
+    return tag != "O" and tag != "." and previous_type != type_
+
+
+def entities(tags: list[str]) -> list[tuple[str, int, int]]:
+    """Entity chunks (type, first word, last word) of one sentence's tags, as conlleval finds them.
+
+    >>> entities(["B-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-ORG"])
+    [('PER', 0, 1), ('LOC', 3, 3), ('LOC', 4, 4), ('ORG', 5, 5)]"""
+    chunks = []
+    previous_tag, previous_type, begin = "O", "", 0
+    for index, tag in enumerate(list(tags) + ["O"]):
+        tag, type_ = _split_tag(tag)
+        if _end_of_chunk(previous_tag, tag, previous_type, type_):
+            chunks.append((previous_type, begin, index - 1))
+        if _start_of_chunk(previous_tag, tag, previous_type, type_):
+            begin = index
+        previous_tag, previous_type = tag, type_
+    return chunks
+
+
+def check_entity_tags(tags, what: str) -> None:
+    bad = sorted({tag for tag in tags if tag != "O" and not (tag[0] in "BIES" and (len(tag) == 1 or tag[1] == "-"))})
+    if bad:
+        shown = ", ".join(repr(tag) for tag in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise ResourceFormatError(f"the {what} has tags that are not entity tags: {shown}. NER needs BIO tags (O, "
+                                  "B-TYPE, I-TYPE; IOB1 and IOBES work too). Is tag_column right, or is this a POS "
+                                  "task (task='pos')?")
+
+
+def ner_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict:
+    """Entity precision/recall/F1 (micro, exact type and boundaries), word accuracy and per-type scores.
+
+    gold, predicted: per sentence, one tag per word. Matches seqeval's default mode and conlleval."""
+    assert len(gold) == len(predicted), f"{len(gold)} gold sentences but {len(predicted)} predicted"
+    gold_chunks, predicted_chunks = set(), set()
+    correct_words = total_words = 0
+    for index, (gold_tags, predicted_tags) in enumerate(zip(gold, predicted)):
+        assert len(gold_tags) == len(predicted_tags), f"sentence {index}: {len(gold_tags)} vs {len(predicted_tags)}"
+        gold_chunks.update((index, *chunk) for chunk in entities(gold_tags))
+        predicted_chunks.update((index, *chunk) for chunk in entities(predicted_tags))
+        correct_words += sum(g == p for g, p in zip(gold_tags, predicted_tags))
+        total_words += len(gold_tags)
+
+    def prf(gold_set, predicted_set) -> dict:
+        hits = len(gold_set & predicted_set)
+        precision = hits / len(predicted_set) if predicted_set else 0.0
+        recall = hits / len(gold_set) if gold_set else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+        return {"precision": precision, "recall": recall, "f1": f1, "gold": len(gold_set),
+                "predicted": len(predicted_set), "correct": hits}
+
+    by_type_gold, by_type_predicted = defaultdict(set), defaultdict(set)
+    for chunk in gold_chunks:
+        by_type_gold[chunk[1]].add(chunk)
+    for chunk in predicted_chunks:
+        by_type_predicted[chunk[1]].add(chunk)
+    scores = prf(gold_chunks, predicted_chunks)
+    scores["accuracy"] = correct_words / total_words if total_words else 0.0
+    scores["per_type"] = {type_: prf(by_type_gold[type_], by_type_predicted[type_])
+                          for type_ in sorted(set(by_type_gold) | set(by_type_predicted))}
+    return scores
+
+
+# -- fine-tuning -----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneConfig:
+    """Fine-tuning a model with a token-classification head."""
+
+    epochs: int = field(default=3, metadata={"help": "Passes over the training sentences."})
+    learning_rate: float = field(default=5e-5, metadata={"help": "Peak AdamW learning rate; it decays linearly to 0."})
+    batch_size: int = field(default=16, metadata={"help": "Sentences (windows) per optimizer step."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    seed: int = field(default=0, metadata={"help": "Seed of the head's initialisation, dropout and the order of "
+                                                   "sentences; runs on one device are reproducible."})
+    max_length: int | None = field(default=None, metadata={"help": "Tokens per window, special tokens included; "
+                                                                   "default the model's context, at most 1024. "
+                                                                   "Longer sentences are windowed."})
+    max_sentences: int | None = field(default=None, metadata={"help": "Use only the first this many sentences of "
+                                                                      "each split; default all."})
+    device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1, ...; default cuda when there "
+                                                               "is one."})
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"fine-tuning {name} must be at least 1, not {getattr(self, name)}.")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"fine-tuning learning_rate must be positive, not {self.learning_rate}.")
+        if self.weight_decay < 0:
+            raise ConfigError(f"fine-tuning weight_decay must be zero or positive, not {self.weight_decay}.")
+        if self.max_sentences is not None and self.max_sentences < 1:
+            raise ConfigError(f"fine-tuning max_sentences must be at least 1 (or unset for all), not "
+                              f"{self.max_sentences}.")
+
+
+@dataclass
+class FinetuneResult:
+    task: str
+    accuracy: float  # over test words; words with labels unseen in training count as wrong
+    majority_baseline: float  # test accuracy of always predicting the most frequent training label
+    precision: float | None  # NER only: entity precision, recall, F1 (conlleval)
+    recall: float | None
+    f1: float | None
+    train_sentences: int
+    train_words: int
+    test_sentences: int
+    test_words: int
+    labels: list[str]  # the label set, from the training split
+    unseen_labels: dict[str, int]  # test labels absent from training -> number of test words with them
+    final_loss: float  # mean training loss of the last epoch
+    per_type: dict | None = None  # NER only: per entity type precision, recall, F1 and counts
+
+    def as_dict(self) -> dict:
+        def rounded(value):
+            if isinstance(value, float):
+                return round(value, 5)
+            if isinstance(value, dict):
+                return {key: rounded(item) for key, item in value.items()}
+            return value
+
+        return {key: rounded(value) for key, value in asdict(self).items()}
+
+
+def _labelled_pieces(encoded, label_ids: list[list[int]], prefix, suffix, context, causal):
+    """Pieces plus, per piece, the label of each position (-100 = ignored) and the words predicted at which
+    positions: a word's first token carries it; a token that is the first of two words carries the first's."""
+    pieces = make_pieces(encoded, prefix, suffix, context, causal)
+    labels, predicted_at = [], []
+    words_of_first: dict[int, dict[int, list[int]]] = {}  # sentence -> first token -> the words it is first of
+    for piece in pieces:
+        if piece.sentence not in words_of_first:
+            words_of_first[piece.sentence] = {}
+            for word, token in enumerate(encoded[piece.sentence].first_tokens()):
+                if token >= 0:
+                    words_of_first[piece.sentence].setdefault(token, []).append(word)
+        word_of_first = words_of_first[piece.sentence]
+        row = [-100] * len(piece.input_ids)
+        where = []
+        for position, token in zip(piece.positions, piece.tokens):
+            for rank, word in enumerate(word_of_first.get(token, [])):
+                if rank == 0:
+                    row[position] = label_ids[piece.sentence][word]
+                where.append((position, word))
+        labels.append(row)
+        predicted_at.append(where)
+    return pieces, labels, predicted_at
+
+
+def _device(name: str | None) -> torch.device:
+    if name:
+        return torch.device(name)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def finetune_token_classification(model_folder: str | Path, train_path: str | Path | list[Sentence],
+                                  test_path: str | Path | list[Sentence], task: Literal["pos", "ner"] = "pos",
+                                  config: FinetuneConfig | None = None, progress: bool = False,
+                                  output: str | Path | None = None, overwrite: bool = False,
+                                  tokenizer: str | Path | None = None, token_column: int = 0,
+                                  tag_column: int = -1) -> FinetuneResult:
+    """Fine-tune the model in `model_folder` to tag words, and score it on the test split.
+
+    task 'pos' reads .conllu files (UPOS); 'ner' reads CoNLL-2003-style columns (`token_column`, `tag_column`).
+    Splits may also be lists of Sentence. Nothing is written unless `output` is given: then the fine-tuned model,
+    its tokenizer and finetune.json (config, labels, result, version) are saved there atomically."""
+    from langswap.models import _quiet_transformers, load_tokenizer, objective_of
+
+    config = config or FinetuneConfig()
+    if task not in ("pos", "ner"):
+        raise ConfigError(f"task is {task!r}; choose 'pos' (UPOS from .conllu) or 'ner' (BIO tags in CoNLL columns).")
+    if output is not None and Path(output).exists() and not overwrite:
+        from langswap.errors import OutputExistsError
+
+        raise OutputExistsError(f"output folder '{output}' already exists; choose another --output or pass "
+                                "--overwrite to replace it.")
+    if task == "pos":
+        def reader(path, what):
+            return read_conllu(path, what=what)
+    else:
+        def reader(path, what):
+            return read_conll_columns(path, token_column=token_column, tag_column=tag_column, what=what)
+    kind = "CoNLL-U file" if task == "pos" else "CoNLL column file"
+    train = load_sentences(train_path, f"training {kind}", config.max_sentences, reader)
+    test = load_sentences(test_path, f"test {kind}", config.max_sentences, reader)
+    if task == "ner":
+        check_entity_tags((tag for sentence in train for tag in sentence.tags), f"training {kind}")
+        check_entity_tags((tag for sentence in test for tag in sentence.tags), f"test {kind}")
+    train_tags = [tag for sentence in train for tag in sentence.tags]
+    test_tags = [tag for sentence in test for tag in sentence.tags]
+    labels = sorted(set(train_tags))
+    label_ids = {label: index for index, label in enumerate(labels)}
+
+    _quiet_transformers()
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    tokenizer = load_tokenizer(tokenizer if tokenizer is not None else model_folder)
+    try:
+        model_config = AutoConfig.from_pretrained(str(model_folder))
+    except (OSError, ValueError) as error:
+        from langswap.errors import MissingResourceError
+
+        raise MissingResourceError(f"cannot load a model config from '{model_folder}': {str(error).splitlines()[0]} "
+                                   "Give a folder written by save_pretrained (with config.json).") from error
+    causal = objective_of(model_config) != "masked"
+    device = _device(config.device)
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):  # seeded head and dropout, without disturbing the caller's state
+        torch.manual_seed(config.seed)
+        try:
+            with transformers_bars(progress):
+                model = AutoModelForTokenClassification.from_pretrained(
+                    str(model_folder), num_labels=len(labels), id2label=dict(enumerate(labels)),
+                    label2id=label_ids, dtype=torch.float32)
+        except ValueError as error:
+            raise ConfigError(f"the model in '{model_folder}' ({model_config.model_type}) has no token-classification "
+                              f"head in transformers: {str(error).splitlines()[0]}") from error
+        model.to(device)
+        prefix, suffix = special_tokens(tokenizer, "causal" if causal else "masked")
+        context = context_length(model, tokenizer, config.max_length)
+        pad_id = pad_id_of(model, tokenizer)
+
+        train_encoded = encode_sentences(tokenizer, train)
+        train_label_ids = [[label_ids[tag] for tag in sentence.tags] for sentence in train]
+        pieces, piece_labels, _ = _labelled_pieces(train_encoded, train_label_ids, prefix, suffix, context, causal)
+        final_loss = _train(model, pieces, piece_labels, config, pad_id, device, progress)
+
+        test_encoded = encode_sentences(tokenizer, test)
+        test_label_ids = [[label_ids.get(tag, -100) for tag in sentence.tags] for sentence in test]
+        predicted = _predict(model, test_encoded, test_label_ids, prefix, suffix, context, causal, config.batch_size,
+                             pad_id, device, progress)
+    predicted_tags = [[labels[index] if index >= 0 else "<none>" for index in row] for row in predicted]
+    missing = sum(index < 0 for row in predicted for index in row)
+    if missing:
+        logger.warning("%d test words got no token of their own and count as wrong", missing)
+
+    gold_tags = [sentence.tags for sentence in test]
+    correct = sum(g == p for gold, guess in zip(gold_tags, predicted_tags) for g, p in zip(gold, guess))
+    top = majority(train_tags)
+    unseen = Counter(tag for tag in test_tags if tag not in label_ids)
+    precision = recall = f1 = per_type = None
+    if task == "ner":
+        # a word without a prediction is scored as O, so it can only miss an entity, never invent one
+        scores = ner_scores(gold_tags, [[tag if tag != "<none>" else "O" for tag in row] for row in predicted_tags])
+        precision, recall, f1, per_type = scores["precision"], scores["recall"], scores["f1"], scores["per_type"]
+    result = FinetuneResult(
+        task=task, accuracy=correct / len(test_tags), majority_baseline=sum(t == top for t in test_tags) / len(test_tags),
+        precision=precision, recall=recall, f1=f1,
+        train_sentences=len(train), train_words=len(train_tags), test_sentences=len(test), test_words=len(test_tags),
+        labels=labels, unseen_labels=dict(sorted(unseen.items())), final_loss=final_loss, per_type=per_type)
+    summary = f"accuracy {result.accuracy:.4f} (majority baseline {result.majority_baseline:.4f})"
+    if task == "ner":
+        summary = f"entity F1 {f1:.4f} (precision {precision:.4f}, recall {recall:.4f}) | " + summary
+    logger.info("fine-tuned %s for %s: %s | train %s sentences, %s words | test %s sentences, %s words | %d labels",
+                model_folder, task.upper(), summary, f"{len(train):,}", f"{len(train_tags):,}", f"{len(test):,}",
+                f"{len(test_tags):,}", len(labels))
+    if output is not None:
+        _save(model, tokenizer, Path(output), overwrite, {
+            "task": task, "model": str(model_folder),
+            "train": str(train_path) if isinstance(train_path, (str, Path)) else "<sentences>",
+            "test": str(test_path) if isinstance(test_path, (str, Path)) else "<sentences>",
+            "config": asdict(config), "result": result.as_dict()})
+    return result
+
+
+def _train(model, pieces, piece_labels, config: FinetuneConfig, pad_id: int, device, progress: bool) -> float:
+    generator = torch.Generator().manual_seed(config.seed)
+    steps_per_epoch = math.ceil(len(pieces) / config.batch_size)
+    total_steps = steps_per_epoch * config.epochs
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        (no_decay if parameter.ndim < 2 or "norm" in name.lower() else decay).append(parameter)
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.learning_rate)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / total_steps))
+    model.train()
+    bar = _bar(progress, total_steps, "fine-tuning")
+    epoch_loss = 0.0
+    for _ in range(config.epochs):
+        order = torch.randperm(len(pieces), generator=generator).tolist()
+        shuffled = [pieces[index] for index in order]
+        shuffled_labels = [piece_labels[index] for index in order]
+        epoch_loss, batches_seen = 0.0, 0
+        for start, (batch, input_ids, attention) in zip(range(0, len(shuffled), config.batch_size),
+                                                        batches(shuffled, config.batch_size, pad_id)):
+            labels = torch.full(input_ids.shape, -100, dtype=torch.long)
+            for row, piece_row in enumerate(shuffled_labels[start:start + len(batch)]):
+                labels[row, :len(piece_row)] = torch.tensor(piece_row)
+            if not bool((labels >= 0).any()):
+                continue
+            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.float()
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.to(device).flatten(),
+                                                     ignore_index=-100)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            epoch_loss += float(loss.detach())
+            batches_seen += 1
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
+        epoch_loss /= max(batches_seen, 1)
+    if bar is not None:
+        bar.close()
+    model.eval()
+    return epoch_loss
+
+
+@torch.no_grad()
+def _predict(model, encoded, label_ids, prefix, suffix, context, causal, batch_size, pad_id, device,
+             progress: bool) -> list[list[int]]:
+    """Per test sentence, the predicted label id of each word (-1 for a word without a token)."""
+    pieces, _, predicted_at = _labelled_pieces(encoded, label_ids, prefix, suffix, context, causal)
+    order = sorted(range(len(pieces)), key=lambda index: len(pieces[index].input_ids))
+    pieces = [pieces[index] for index in order]
+    predicted_at = [predicted_at[index] for index in order]
+    predicted = [[-1] * sentence.n_words for sentence in encoded]
+    bar = _bar(progress, len(pieces), "tagging")
+    for start, (batch, input_ids, attention) in zip(range(0, len(pieces), batch_size),
+                                                    batches(pieces, batch_size, pad_id)):
+        best = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.argmax(dim=-1).cpu()
+        for row, piece in enumerate(batch):
+            for position, word in predicted_at[start + row]:
+                predicted[piece.sentence][word] = int(best[row, position])
+        if bar is not None:
+            bar.update(len(batch))
+    if bar is not None:
+        bar.close()
+    return predicted
+
+
+def _save(model, tokenizer, output: Path, overwrite: bool, record: dict) -> None:
+    from langswap import __version__
+    from langswap.resources.text import atomic_directory
+
+    with atomic_directory(output, overwrite) as folder, transformers_bars(False):
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        record = {"langswap_version": __version__, **record}
+        (folder / "finetune.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
