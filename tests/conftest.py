@@ -262,7 +262,7 @@ def slow_tests_enabled() -> bool:
     return os.environ.get("LANGSWAP_SLOW_TESTS") == "1"
 
 
-# -- UD files -----------------------------------------------------------------------------------------------------------
+# -- tagged sentences and UD files -----------------------------------------------------------------------------------------------------------
 
 def write_conllu(path: Path, sentences) -> Path:
     """A .conllu file of `Sentence`s (FORM and UPOS filled, a comment line per sentence)."""
@@ -274,3 +274,17 @@ def write_conllu(path: Path, sentences) -> Path:
         blocks.append("\n".join(rows) + "\n")
     path.write_text("\n".join(blocks), encoding="utf-8")
     return path
+
+
+def tagged_sentences(count: int, seed: int, tag_of: dict[str, str], lengths: tuple[int, int] = (3, 9)):
+    """`count` random `Sentence`s over the words of `tag_of`, each word tagged by it (a tag is a function of the
+    word, so a probe or a tagger can be perfect on seen words)."""
+    from langswap.evaluation.conll import Sentence
+
+    rng = random.Random(seed)
+    vocabulary = list(tag_of)
+    out = []
+    for _ in range(count):
+        words = rng.choices(vocabulary, k=rng.randint(*lengths))
+        out.append(Sentence(words, [tag_of[word] for word in words]))
+    return out

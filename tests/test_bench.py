@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from langswap.bench import BenchConfig, expand_variants, format_table, run_bench
+from langswap.bench import BenchConfig, expand_variants, format_table
 from langswap.cli import main
 from langswap.config import from_dict
 from langswap.errors import ConfigError

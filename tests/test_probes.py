@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import random
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 import torch
 
 from conftest import (SHARED_DATA, WORDS, byte_level_tokenizer, english_lines, roberta_tokenizer, save_model,
-                      sentencepiece_tokenizer, tiny_model, wordpiece_tokenizer, write_conllu)
+                      sentencepiece_tokenizer, tagged_sentences, tiny_model, wordpiece_tokenizer, write_conllu)
 from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError
 from langswap.evaluation import (ProbeConfig, Sentence, pos_probe, read_conll_columns, read_conllu,
                                  train_logistic_regression, word_features)
@@ -277,12 +276,7 @@ TAG_OF = {word: TAGS[index % len(TAGS)] if index % 5 else "NOUN" for index, word
 
 
 def synthetic_sentences(count: int, seed: int) -> list[Sentence]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        words = rng.choices(VOCABULARY, k=rng.randint(3, 9))
-        out.append(Sentence(words, [TAG_OF[word] for word in words]))
-    return out
+    return tagged_sentences(count, seed, TAG_OF, (3, 9))
 
 
 def test_probe_recovers_a_tag_that_is_a_function_of_the_word(tmp_path):

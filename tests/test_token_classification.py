@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WORDS, save_model, sentencepiece_tokenizer, tiny_model, wordpiece_tokenizer, write_conllu
+from conftest import (WORDS, save_model, sentencepiece_tokenizer, tagged_sentences, tiny_model, wordpiece_tokenizer,
+                      write_conllu)
 from langswap.errors import ConfigError, OutputExistsError, ResourceFormatError
 from langswap.evaluation import FinetuneConfig, Sentence, entities, finetune_token_classification, ner_scores
 
@@ -67,12 +68,7 @@ TAG_OF = {word: TAGS[index % len(TAGS)] for index, word in enumerate(VOCABULARY)
 
 
 def pos_sentences(count: int, seed: int) -> list[Sentence]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        words = rng.choices(VOCABULARY, k=rng.randint(4, 10))
-        out.append(Sentence(words, [TAG_OF[word] for word in words]))
-    return out
+    return tagged_sentences(count, seed, TAG_OF, (4, 10))
 
 
 @pytest.fixture(scope="module")
