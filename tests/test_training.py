@@ -288,3 +288,18 @@ def test_bad_jsonl_and_bad_values(models, texts, tmp_path):
         from langswap.config import from_dict
 
         from_dict(TrainConfig, {"preset": "wechsl"})
+
+
+def test_torchrun_with_two_cpu_processes_trains_and_saves_once(models, texts, tmp_path):
+    """Plain DDP through torchrun (gloo on CPU): the Trainer does the distribution, langswap only the phases."""
+    config = _config(models["gpt2"], texts, tmp_path / "ddp", preset="transinner", steps=4, batch_size=2, save_steps=2)
+    command = _cli_train(config, tmp_path / "ddp.yaml")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "langswap.cli", "-q"]
+    done = subprocess.run(torchrun + command[command.index("train"):], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("wrote ") == 1  # one summary, from rank 0
+    state = _state(tmp_path / "ddp" / "model")
+    assert not torch.equal(state["transformer.h.0.attn.c_attn.weight"],
+                           _state(models["gpt2"])["transformer.h.0.attn.c_attn.weight"])
+    record = json.loads((tmp_path / "ddp" / "langswap-train.json").read_text())
+    assert record["status"] == "complete" and record["steps"] == 4

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -295,6 +296,8 @@ def cmd_train(args) -> int:
 
     config = _train_config(args)
     report = train(config, progress=not args.quiet)
+    if int(os.environ.get("RANK", "0")) != 0:  # one summary per run, not per process
+        return 0
     for phase in report.phases:
         speed = f", {phase['tokens_per_second']:,.0f} tokens/s" if phase.get("tokens_per_second") else ""
         print(f"phase {phase['name']}: {phase['steps']} updates, {phase['trainable_parameters']:,} trainable "

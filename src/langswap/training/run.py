@@ -405,6 +405,11 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     output = Path(config.output)
     from accelerate import PartialState
 
+    # The Trainer's arguments set up the process group (torchrun / accelerate launch); a PartialState made before
+    # them would pin a single-process state. Without use_cpu on a machine with no GPU, transformers 5 writes no
+    # weights when saving under CPU DDP.
+    use_cpu = not torch.cuda.is_available()
+    TrainingArguments(output_dir=str(output), use_cpu=use_cpu, report_to="none")
     state = PartialState()
     status = _check_output(config, state.is_main_process)
     state.wait_for_everyone()
@@ -488,7 +493,7 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
             save_steps=config.save_steps, save_total_limit=config.save_total_limit,
             eval_strategy="steps" if eval_set is not None else "no", eval_steps=config.eval_steps, seed=config.seed,
             report_to="none", disable_tqdm=not progress, dataloader_num_workers=config.num_workers,
-            remove_unused_columns=False, dataloader_pin_memory=torch.cuda.is_available(),
+            remove_unused_columns=False, dataloader_pin_memory=not use_cpu, use_cpu=use_cpu,
             **_precision_flags(config.precision))
         phase_callbacks, snapshots = _callbacks(config, phase, offset, curve)
         trainer = PhaseTrainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
