@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from langswap.bench import BenchConfig, expand_variants, format_table
+from langswap.bench import BenchConfig, expand_variants, format_table, run_bench
 from langswap.cli import main
 from langswap.config import from_dict
 from langswap.errors import ConfigError
@@ -125,3 +125,22 @@ def test_table_marks_the_best_value_of_each_column():
     table = format_table(rows, ["a", "b"], [0])
     assert table.splitlines()[2] == "| a | 2.0000 | 0.5000 |"
     assert table.splitlines()[3] == "| b | **1.5000** | **0.7500** |"
+
+
+def test_bench_with_a_pos_probe_at_each_step(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors,
+                                             corpus_dir):
+    from conftest import WORDS, cipher_word, tagged_sentences, write_conllu
+    from langswap.evaluation import ProbeConfig, pos_probe
+
+    tag_of = {cipher_word(word): ("NOUN", "VERB", "DET")[i % 3] for i, word in enumerate(WORDS[:30])}
+    train = write_conllu(tmp_path / "train.conllu", tagged_sentences(40, 0, tag_of))
+    test = write_conllu(tmp_path / "test.conllu", tagged_sentences(15, 1, tag_of))
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2],
+                       methods=["overlap"], probe={"train": str(train), "test": str(test), "layer": 1})
+    result = run_bench(from_dict(BenchConfig, yaml.safe_load(path.read_text())))
+    assert [row["step"] for row in result["rows"]] == [0, 2]
+    folder = tmp_path / "bench" / "runs" / "overlap" / "transfer"
+    assert result["rows"][0]["pos_accuracy"] == pytest.approx(
+        pos_probe(folder, train, test, ProbeConfig(layer=1)).accuracy, abs=1e-5)
+    assert "POS probe accuracy @ 2" in (tmp_path / "bench" / "table.md").read_text()
+    assert (tmp_path / "bench" / "pos_accuracy.png").exists()
