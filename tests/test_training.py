@@ -303,3 +303,12 @@ def test_torchrun_with_two_cpu_processes_trains_and_saves_once(models, texts, tm
                            _state(models["gpt2"])["transformer.h.0.attn.c_attn.weight"])
     record = json.loads((tmp_path / "ddp" / "langswap-train.json").read_text())
     assert record["status"] == "complete" and record["steps"] == 4
+
+
+def test_overwrite_keeps_the_old_run_when_the_new_input_is_bad(models, texts, tmp_path):
+    train(_config(models["gpt2"], texts, tmp_path / "run", steps=2, eval_text=None))
+    short = tmp_path / "short.txt"
+    short.write_text("Too short.\n", encoding="utf-8")
+    with pytest.raises(ResourceFormatError, match="fewer than one sequence"):
+        train(_config(models["gpt2"], texts, tmp_path / "run", train_text=str(short), overwrite=True))
+    assert (tmp_path / "run" / "model" / "model.safetensors").exists()

@@ -174,8 +174,6 @@ def _probe_config(config: BenchConfig):
 
 def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, progress: bool) -> dict:
     """Align the vectors and train the target tokenizer once for all variants; returns transfer config keys."""
-    import numpy as np
-
     from langswap.methods.base import get_method
     from langswap.resources.text import atomic_directory
 
@@ -185,14 +183,12 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
         folder = output / "alignment"
         if not (folder / "alignment.npy").is_file():
             from langswap.pipeline import prepare_vectors
+            from langswap.resources.alignment import write_alignment
 
             resources = ResourcesConfig(**{**to_dict(config.resources), "alignment": None})
             source, target, report = prepare_vectors(resources, config.align)
             with atomic_directory(folder, overwrite=True) as temporary:
-                np.save(temporary / "alignment.npy", source.transform)
-                if target.transform is not None:
-                    np.save(temporary / "target_transform.npy", target.transform)
-                (temporary / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+                write_alignment(temporary, source, target, report)
         shared["resources"]["alignment"] = str(folder / "alignment.npy")
     if config.target_tokenizer:
         shared["target_tokenizer"] = config.target_tokenizer
@@ -239,7 +235,7 @@ def _measure(folder: Path, lines: list[str], probe, progress: bool) -> dict:
         from langswap.evaluation.probes import pos_probe
 
         paths, probe_config = probe
-        result = pos_probe(folder, paths["train"], paths["test"], probe_config)
+        result = pos_probe(model, paths["train"], paths["test"], probe_config, tokenizer=tokenizer)
         metrics["pos_accuracy"] = result.accuracy
     return {key: round(value, 5) for key, value in metrics.items()}
 

@@ -157,9 +157,7 @@ def cmd_fasttext(args) -> int:
 
 
 def cmd_align(args) -> int:
-    import numpy as np
-
-    from langswap.resources.alignment import AlignConfig, align
+    from langswap.resources.alignment import AlignConfig, align, write_alignment
     from langswap.resources.dictionary import Dictionary
     from langswap.resources.text import atomic_directory
     from langswap.resources.vectors import WordVectors
@@ -169,11 +167,8 @@ def cmd_align(args) -> int:
     target = WordVectors.load(args.target_vectors)
     alignment = align(source, target, Dictionary.load(args.dictionary), config)
     with atomic_directory(Path(args.output), args.overwrite) as folder:
-        np.save(folder / "alignment.npy", alignment.source.transform)  # raw source space -> shared space
-        if alignment.target.transform is not None:  # the target side was reduced by PCA
-            np.save(folder / "target_transform.npy", alignment.target.transform)
+        write_alignment(folder, alignment.source, alignment.target, alignment.report)
         alignment.source.save_vec(folder / "source.aligned.vec", max_words=args.max_words)
-        (folder / "report.json").write_text(json.dumps(alignment.report, indent=2), encoding="utf-8")
     report = alignment.report
     print(f"wrote {args.output}: {report['word_pairs']:,} word pairs from {report['entries_covered']:,} of "
           f"{report['dictionary_entries']:,} entries; precision@1 {report['precision_at_1']} "
@@ -226,12 +221,13 @@ def cmd_evaluate(args) -> int:
                           "--finetune TASK TRAIN TEST or --correspondence.")
     config = _evaluate_config(args)
     result: dict = {"model": args.model}
+    if args.text or args.probe_pos:  # loaded once for both
+        tokenizer = load_tokenizer(args.model)
+        model = load_model(args.model)
     if args.text:
         from langswap.evaluation.language_modeling import evaluate_model
         from langswap.resources.text import read_text_lines
 
-        tokenizer = load_tokenizer(args.model)
-        model = load_model(args.model)
         lines = read_text_lines(args.text, "evaluation text", max_lines=args.lines)
         options = {key: value for key, value in (("stride", config.stride), ("max_length", config.max_length))
                    if value is not None}
@@ -245,7 +241,8 @@ def cmd_evaluate(args) -> int:
     if args.probe_pos:
         from langswap.evaluation.probes import pos_probe
 
-        probe = pos_probe(args.model, args.probe_pos[0], args.probe_pos[1], config.probe, progress=not args.quiet)
+        probe = pos_probe(model, args.probe_pos[0], args.probe_pos[1], config.probe, progress=not args.quiet,
+                          tokenizer=tokenizer)
         result["pos_probe"] = probe.as_dict()
         if not args.json:
             print(f"POS probe (layer {probe.layer}): accuracy {probe.accuracy:.4f} on {probe.test_words:,} words "

@@ -30,18 +30,26 @@ def _quiet_transformers() -> None:
     transformers.logging.set_verbosity_error()
 
 
-def load_model(name_or_path: str | Path, objective: str | None = None):
-    """Load a causal- or masked-LM model in the dtype it was saved in."""
+def load_config(name_or_path: str | Path):
+    """A model's config (config.json) from a folder or hub name."""
     _quiet_transformers()
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+    from transformers import AutoConfig
 
     name = str(name_or_path)
     try:
-        config = AutoConfig.from_pretrained(name)
+        return AutoConfig.from_pretrained(name)
     except (OSError, ValueError) as error:
         raise MissingResourceError(
             f"cannot load a model config from '{name}': {str(error).splitlines()[0]} Give a folder written by "
             "save_pretrained (with config.json), or a hub name while online.") from error
+
+
+def load_model(name_or_path: str | Path, objective: str | None = None):
+    """Load a causal- or masked-LM model in the dtype it was saved in."""
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+    name = str(name_or_path)
+    config = load_config(name)  # fails with a clear message before the weights are looked for
     objective = objective or objective_of(config)
     loader = AutoModelForMaskedLM if objective == "masked" else AutoModelForCausalLM
     model = loader.from_pretrained(name, dtype="auto")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -110,3 +111,15 @@ def _heldout_precision(source_vectors: WordVectors, target_vectors: WordVectors,
                                   retrieval_words=config.retrieval_words)
     result["pairs_train"] = len(train)
     return result
+
+
+def write_alignment(folder: Path, source: WordVectors, target: WordVectors, report: dict) -> None:
+    """The files `langswap align` writes and `resources.alignment` reads (pipeline.prepare_vectors):
+    alignment.npy (raw source space -> shared space), target_transform.npy where the target side was reduced by PCA,
+    and report.json."""
+    import json
+
+    np.save(folder / "alignment.npy", source.transform)
+    if target.transform is not None:
+        np.save(folder / "target_transform.npy", target.transform)
+    (folder / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")

@@ -65,13 +65,22 @@ def atomic_directory(final: Path, overwrite: bool):
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
+    replace_directory(temporary, final)
+
+
+def replace_directory(complete: Path, final: Path) -> None:
+    """Put the finished folder `complete` at `final`; an existing `final` is moved aside first and deleted only once
+    the new one is in place, so at no moment is neither there."""
+    import shutil
+
+    final = Path(final)
     if final.exists():
         backup = final.with_name(f".{final.name}.old-{os.getpid()}")
         final.rename(backup)
-        temporary.rename(final)
+        Path(complete).rename(final)
         shutil.rmtree(backup, ignore_errors=True)
     else:
-        temporary.rename(final)
+        Path(complete).rename(final)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -38,6 +38,7 @@ from pathlib import Path
 from langswap import __version__
 from langswap.config import to_dict
 from langswap.errors import ConfigError, MissingResourceError, OutputExistsError
+from langswap.resources.text import replace_directory
 from langswap.training.phases import PRESETS, Phase, plan_phases, remaining_phases, set_trainable
 
 logger = logging.getLogger(__name__)
@@ -147,14 +148,11 @@ def _comparable(config: TrainConfig) -> dict:
     return {key: value for key, value in to_dict(config).items() if key not in RESUMABLE_CHANGES}
 
 
-def _check_output(config: TrainConfig, is_main: bool) -> str:
-    """'fresh', 'resume' or 'complete'; a folder of another run or config is an error (or deleted on overwrite)."""
+def _check_output(config: TrainConfig) -> str:
+    """'fresh', 'resume' or 'complete'; a folder of another run or config is an error. With overwrite the folder
+    counts as fresh; it is deleted only once the new run's inputs have been read without error."""
     output = Path(config.output)
-    if not output.exists():
-        return "fresh"
-    if config.overwrite:
-        if is_main:
-            shutil.rmtree(output)
+    if not output.exists() or config.overwrite:
         return "fresh"
     record_path = output / RECORD
     if not record_path.is_file():
@@ -239,10 +237,7 @@ def _trainer_class():
                 self._staging = None
             self.accelerator.wait_for_everyone()  # every rank has written its RNG state
             if self.args.should_save:
-                final = os.path.join(run_dir, name)
-                if os.path.exists(final):
-                    shutil.rmtree(final)
-                os.replace(os.path.join(run_dir, ".staging", name), final)
+                replace_directory(Path(run_dir, ".staging", name), Path(run_dir, name))
                 shutil.rmtree(os.path.join(run_dir, ".staging"), ignore_errors=True)
                 rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit, use_mtime=False)
             self.accelerator.wait_for_everyone()
@@ -306,9 +301,7 @@ def save_model_atomically(trainer, folder: Path, extra: dict | None = None) -> N
     if trainer.args.should_save:
         for name, content in (extra or {}).items():
             (temporary / name).write_text(json.dumps(content, indent=2, ensure_ascii=False), encoding="utf-8")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(temporary, folder)
+        replace_directory(temporary, folder)
     trainer.accelerator.wait_for_everyone()
 
 
@@ -389,10 +382,10 @@ def _load_for_training(folder: str | Path, objective: str):
 def train(config: TrainConfig, progress: bool = False, callbacks: list | None = None) -> TrainReport:
     """Train `config.model` as `config.preset` says; resumes an interrupted run in `config.output`."""
     import torch
-    from transformers import AutoConfig, TrainingArguments
+    from transformers import TrainingArguments
     from transformers.trainer_utils import get_last_checkpoint
 
-    from langswap.models import _quiet_transformers, load_tokenizer
+    from langswap.models import _quiet_transformers, load_config, load_tokenizer
     from langswap.training.data import BlockDataset, LMCollator, masked_eval_set, pack, read_documents
 
     clock = time.perf_counter()
@@ -411,8 +404,7 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     use_cpu = not torch.cuda.is_available()
     TrainingArguments(output_dir=str(output), use_cpu=use_cpu, report_to="none")
     state = PartialState()
-    status = _check_output(config, state.is_main_process)
-    state.wait_for_everyone()
+    status = _check_output(config)
     if status == "complete":
         record = json.loads((output / RECORD).read_text(encoding="utf-8"))
         logger.info("%s is already complete; nothing to do", output)
@@ -422,10 +414,7 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
 
     tokenizer = load_tokenizer(config.model, f"tokenizer of model folder '{config.model}' (a model folder must hold "
                                "its tokenizer files)")
-    try:
-        model_config = AutoConfig.from_pretrained(config.model)
-    except (OSError, ValueError) as error:
-        raise MissingResourceError(f"'{config.model}' has no readable config.json: {error}") from error
+    model_config = load_config(config.model)
     objective = _resolve_objective(config, model_config)
     context = getattr(model_config, "max_position_embeddings", None) or config.sequence_length
     sequence_length = min(config.sequence_length, context)
@@ -453,6 +442,8 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
               "training_tokens": packed.tokens, "status": "running",
               "phases": [phase.__dict__ for phase in planned]}
     if state.is_main_process:
+        if config.overwrite and output.exists():
+            shutil.rmtree(output)
         output.mkdir(parents=True, exist_ok=True)
         _write_record(output, record)
     state.wait_for_everyone()
@@ -467,7 +458,6 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     start_model: str | Path = config.model
     resumed = status == "resume"
     offset = 0
-    trainer = None
     for index in range(len(planned)):
         phase = remaining_phases(planned, done_steps, config)[index]
         phase_dir = output / f"phase-{phase.name}"
