@@ -53,8 +53,8 @@ def test_bench_writes_table_plots_and_resumes(capsys, tmp_path, gpt2_folder, tar
     from langswap.resources.text import read_text_lines
 
     held_out = read_text_lines(corpus_dir / "xx.test.txt", max_lines=20)
-    for step, folder in ((0, bench / "runs" / "wechsel" / "transfer"), (4, bench / "runs" / "wechsel" / "train" /
-                                                                          "model")):
+    (train_folder,) = (bench / "runs" / "wechsel").glob("train-4steps-*")
+    for step, folder in ((0, bench / "runs" / "wechsel" / "transfer"), (4, train_folder / "model")):
         score = causal_lm_score(load_model(folder), load_tokenizer(folder), held_out)
         assert by[("wechsel", step)] == pytest.approx(score.bits_per_byte, abs=1e-5)
     # embedding-only training moves every method (the values are measured, not copied)
@@ -62,17 +62,43 @@ def test_bench_writes_table_plots_and_resumes(capsys, tmp_path, gpt2_folder, tar
     for metric in ("bits_per_byte", "perplexity"):
         assert (bench / f"{metric}.png").read_bytes()[:4] == b"\x89PNG"
     # the step-2 model is the training snapshot; the step-0 model is the transfer
-    assert (bench / "runs" / "wechsel" / "train" / "snapshots" / "step-2" / "model.safetensors").exists()
+    assert (train_folder / "snapshots" / "step-2" / "model.safetensors").exists()
     assert (bench / "runs" / "wechsel" / "transfer" / "provenance.tsv").exists()
 
     # resume: a lost measurement is redone, the others are read back, the trained models are not retrained
     (bench / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:-1]) + "\n")
-    model_file = bench / "runs" / "wechsel" / "train" / "model" / "model.safetensors"
+    model_file = train_folder / "model" / "model.safetensors"
     mtime = model_file.stat().st_mtime_ns
     assert main(["-q", "bench", str(path)]) == 0
     again = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
     assert again[-1] == rows[-1]
     assert model_file.stat().st_mtime_ns == mtime
+
+    # a shorter schedule trains anew beside the old one (its step 2 is not the 4-step run's step 2); step 0 is reused
+    shorter = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2])
+    assert main(["-q", "bench", str(shorter)]) == 0
+    (short_folder,) = (bench / "runs" / "wechsel").glob("train-2steps-*")
+    assert train_folder.is_dir() and (short_folder / "model" / "model.safetensors").exists()
+    added = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()][len(again):]
+    assert [(r["variant"], r["step"]) for r in added] == [("random", 2), ("overlap", 2), ("wechsel", 2)]
+    assert {r["setting"]["trained_with"]["steps"] for r in added} == {2}
+    held = causal_lm_score(load_model(short_folder / "model"), load_tokenizer(short_folder / "model"), held_out)
+    assert added[-1]["bits_per_byte"] == pytest.approx(held.bits_per_byte, abs=1e-5)
+    assert f"| {by[('random', 0)]:.4f}" in (bench / "table.md").read_text().replace("**", "")
+
+    # other held-out lines: every step is measured again, nothing is retrained
+    fewer = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, eval_lines=10)
+    assert main(["-q", "bench", str(fewer)]) == 0
+    remeasured = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()][
+        len(again) + len(added):]
+    assert len(remeasured) == 9 and {r["setting"]["measured_with"]["eval_lines"] for r in remeasured} == {10}
+    assert model_file.stat().st_mtime_ns == mtime
+
+    # a step the finished 4-step run has passed without a snapshot: a clear error, nothing retrained
+    extra = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 1, 2, 4])
+    assert main(["-q", "bench", str(extra)]) == 2
+    err = capsys.readouterr().err
+    assert "no model was saved at step(s) [1]" in err and "train-4steps-" in err
 
     # the same label with other options is refused
     changed = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,

@@ -113,6 +113,7 @@ def test_finetuning_is_deterministic_windows_long_sentences_and_saves_a_record(p
     assert first.accuracy > 0.9  # windows of 5 words: every word is still tagged
     record = json.loads((tmp_path / "tagger" / "finetune.json").read_text())
     assert record["result"] == first.as_dict() and record["config"]["max_length"] == 6 and record["task"] == "pos"
+    assert record["config"]["label_token"] == "auto" and record["result"]["label_token"] == "last"  # causal
     from transformers import AutoModelForTokenClassification
 
     saved = AutoModelForTokenClassification.from_pretrained(tmp_path / "tagger")
@@ -179,3 +180,65 @@ def test_bad_task_input_is_refused(pos_data, tmp_path):
         finetune_token_classification(folder, pos_as_columns, pos_as_columns, task="ner")
     with pytest.raises(ConfigError, match="epochs must be at least 1"):
         FinetuneConfig(epochs=0)
+
+
+# -- which token of a word carries its label --------------------------------------------------------------------------
+
+
+def test_label_sits_on_the_first_or_the_last_token_of_a_word():
+    from langswap.evaluation.probes import EncodedSentence
+    from langswap.evaluation.token_classification import _labelled_pieces
+
+    # words: 0 = one token (10), 1 = three tokens (11 12 13), 2 = two tokens (14 15), the second of which is also
+    # all of word 3 (a token across the boundary). One prefix token (1) before them.
+    sentence = EncodedSentence(ids=[10, 11, 12, 13, 14, 15], token_words=[(0,), (1,), (1,), (1,), (2,), (2, 3)],
+                               n_words=4)
+    label_ids = [[7, 8, 9, 6]]
+    _, labels, predicted_at = _labelled_pieces([sentence], label_ids, [1], [], 64, True, "first")
+    #                  prefix  10  11  12    13    14  15
+    assert labels == [[-100, 7, 8, -100, -100, 9, 6]]
+    assert predicted_at == [[(1, 0), (2, 1), (5, 2), (6, 3)]]
+    _, labels, predicted_at = _labelled_pieces([sentence], label_ids, [1], [], 64, True, "last")
+    # 15 is the last token of words 2 and 3: it carries the earlier word's label and gives both their prediction
+    assert labels == [[-100, 7, -100, -100, 8, -100, 9]]
+    assert predicted_at == [[(1, 0), (4, 1), (6, 2), (6, 3)]]
+
+
+def test_label_token_with_a_real_tokenizer(pos_data):
+    from langswap.evaluation.probes import encode_sentences, special_tokens
+    from langswap.evaluation.token_classification import _labelled_pieces
+    from langswap.models import load_tokenizer
+
+    tokenizer = load_tokenizer(pos_data["models"]["llama"])
+    encoded = encode_sentences(tokenizer, [Sentence(["the", "gardenhouse", "is"], ["DET", "NOUN", "VERB"])])
+    prefix, suffix = special_tokens(tokenizer, "causal")
+    tokens = tokenizer.convert_ids_to_tokens(prefix + encoded[0].ids + suffix)
+    # an unseen word falls apart into bytes and letters; the space before it is a token of no word
+    assert tokens[:4] == ["<s>", "▁the", "▁", "<0x67>"] and tokens[-3:] == ["s", "e", "▁is"]
+    for label_token, inside in (("first", "<0x67>"), ("last", "e")):
+        _, labels, _ = _labelled_pieces(encoded, [[0, 1, 2]], prefix, suffix, 64, True, label_token)
+        labelled = {tokens[position]: label for position, label in enumerate(labels[0]) if label != -100}
+        assert labelled == {"▁the": 0, inside: 1, "▁is": 2}
+        assert labels[0].index(1) == (3 if label_token == "first" else len(tokens) - 2)
+
+
+@pytest.mark.parametrize("kind, label_token, resolved", [
+    ("llama", "auto", "last"), ("bert", "auto", "first"), ("llama", "first", "first"), ("bert", "last", "last")])
+def test_auto_label_token_is_last_for_causal_and_first_for_masked_models(pos_data, kind, label_token, resolved):
+    config = FinetuneConfig(epochs=1, batch_size=8, max_sentences=8, label_token=label_token)
+    result = finetune_token_classification(pos_data["models"][kind], pos_data["train"], pos_data["test"], "pos", config)
+    assert result.label_token == resolved and result.as_dict()["label_token"] == resolved
+    assert result.test_words == sum(len(s.words) for s in pos_data["test_sentences"][:8])
+    assert FinetuneConfig().label_token == "auto"
+    assert FinetuneConfig().resolved_label_token(causal=True) == "last"
+    assert FinetuneConfig().resolved_label_token(causal=False) == "first"
+
+
+def test_bad_label_token_is_refused():
+    from langswap.config import from_dict
+    from langswap.evaluation.options import EvaluateConfig
+
+    with pytest.raises(ConfigError, match=r"label_token is 'middle'; choose one of: auto, first, last"):
+        FinetuneConfig(label_token="middle")
+    with pytest.raises(ConfigError, match=r"label_token is 'Last'; choose one of: auto, first, last"):
+        from_dict(EvaluateConfig, {"finetune": {"label_token": "Last"}})

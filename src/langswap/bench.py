@@ -10,10 +10,14 @@ LMs) and, when `probe` names two .conllu files, with a part-of-speech probe. It 
     table.md             a markdown table: a row per variant, a column per metric and step
     <metric>.png         the metric against steps, one line per variant
     alignment/, tokenizer/   shared by all variants (aligned once, trained once)
-    runs/<variant>/      transfer/ (the step-0 model), train/ (langswap train's folder), variant.json
+    runs/<variant>/      transfer/ (the step-0 model), variant.json, and train-<N>steps-<key>/ (langswap train's
+                         folder for a schedule of N steps with those train options)
 
 Rerunning the same command resumes: finished measurements are read back, an unfinished training resumes from its
-last checkpoint. A variant whose options changed under the same label is an error.
+last checkpoint. A variant whose options changed under the same label is an error. Each measurement records what it
+depends on (the held-out text and lines, the probe and, after step 0, the training options and schedule length), and
+is reused only while those are unchanged: a new `steps` list or `train:` option trains in a new folder beside the
+old one (step 50 of a 200-step schedule is not step 50 of a 50-step one), a new `eval_lines` measures again.
 
 A grid sweeps options: `grid: {neighbors: [1, 10], temperature: [0.1, 1]}` is the product (4 variants); a list of
 mappings is their union, each mapping itself a product, e.g. WECHSEL's Table 7:
@@ -23,6 +27,8 @@ with `subword_source: ...` added to each to sweep subword vectors too.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
 import json
 import logging
@@ -32,7 +38,7 @@ from pathlib import Path
 
 from langswap.config import dump_yaml, from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError
-from langswap.pipeline import ResourcesConfig, TransferConfig
+from langswap.pipeline import ModelPairConfig, ResourcesConfig, TransferConfig
 from langswap.resources.alignment import AlignConfig
 
 logger = logging.getLogger(__name__)
@@ -46,15 +52,9 @@ def _default_methods() -> list:
 
 
 @dataclass(kw_only=True)
-class BenchConfig:
+class BenchConfig(ModelPairConfig):
     """Methods x steps on one source model and one target language."""
 
-    source_model: str = field(default="", metadata={"help": "Source model folder (required)."})
-    source_tokenizer: str | None = field(default=None, metadata={"help": "Source tokenizer; default: the model's."})
-    target_tokenizer: str | None = field(default=None, metadata={"help": "Target tokenizer folder."})
-    target_text: str | None = field(default=None, metadata={"help": "Train a target tokenizer on this text when "
-                                                                     "target_tokenizer is not given."})
-    vocab_size: int | None = field(default=None, metadata={"help": "Size of a trained target tokenizer."})
     train_text: str | None = field(default=None, metadata={"help": "Target text to train on (needed for steps > "
                                                                     "0)."})
     eval_text: str = field(default="", metadata={"help": "Held-out target text (required)."})
@@ -72,12 +72,11 @@ class BenchConfig:
         "help": "POS probe at every step: {train: dev.conllu, test: test.conllu, options of the probe}."})
 
     def validate(self) -> None:
-        for name in ("source_model", "eval_text", "output"):
+        self.validate_pair()
+        for name in ("eval_text", "output"):
             if not getattr(self, name):
                 raise ConfigError(f"{name} is not set (`{name}:` in the bench YAML).")
-        if not self.target_tokenizer and not self.target_text:
-            raise ConfigError("give target_tokenizer (a tokenizer folder), or target_text to train one on.")
-        for name in ("eval_text", "train_text", "target_text"):
+        for name in ("eval_text", "train_text"):
             value = getattr(self, name)
             if value and not Path(value).is_file():
                 raise MissingResourceError(f"{name} '{value}' does not exist.")
@@ -143,18 +142,30 @@ def _folder_name(label: str) -> str:
     return "".join(char if char.isalnum() or char in "-_.=," else "_" for char in label)
 
 
-def _train_config(config: BenchConfig, model: Path, output: Path):
-    from langswap.training.run import TrainConfig
+def _train_config(config: BenchConfig, run: Path):
+    """The langswap train config of one variant, in a folder named by its schedule length and options."""
+    from langswap.training.run import TrainConfig, comparable_config
 
     overlap = RESERVED_TRAIN_KEYS & set(config.train)
     if overlap:
         raise ConfigError(f"train.{sorted(overlap)[0]} is set by the bench itself; remove it from `train:` (steps "
                           "come from the top-level `steps`).")
     final = max(config.steps)
-    options = {"save_steps": max(1, min(50, final)), **config.train, "model": str(model),
-               "train_text": config.train_text, "output": str(output), "steps": final,
+    options = {"save_steps": max(1, min(50, final)), **config.train, "model": str(run / "transfer"),
+               "train_text": config.train_text, "output": "", "steps": final,
                "snapshot_steps": sorted(step for step in set(config.steps) if 0 < step < final)}
-    return from_dict(TrainConfig, options, where="train.")
+    train_config = from_dict(TrainConfig, options, where="train.")
+    key = _train_key(comparable_config(train_config))
+    return dataclasses.replace(train_config, output=str(run / f"train-{final}steps-{_digest(key)}")), key
+
+
+def _train_key(comparable: dict) -> dict:
+    """What a trained measurement depends on besides the variant: the train options minus this variant's paths."""
+    return {key: value for key, value in comparable.items() if key not in ("model", "output")}
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def _probe_config(config: BenchConfig):
@@ -206,13 +217,18 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
     return shared
 
 
-def _read_results(path: Path) -> dict[tuple[str, int], dict]:
+def _result_key(label: str, step: int, setting: dict) -> tuple[str, int, str]:
+    return label, step, json.dumps(setting, sort_keys=True)
+
+
+def _read_results(path: Path) -> dict[tuple[str, int, str], dict]:
+    """Measurements of earlier runs, keyed by variant, step and what they were measured with."""
     results = {}
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
-                results[(row["variant"], row["step"])] = row
+                results[_result_key(row["variant"], row["step"], row.get("setting", {}))] = row
     return results
 
 
@@ -251,7 +267,7 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
     probe = _probe_config(config)
     output = Path(config.output)
     if max(config.steps) > 0:  # check the train options before anything slow starts
-        _train_config(config, output, output)
+        _train_config(config, output)
     output.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output / "bench.yaml", dump_yaml(to_dict(config)))
     lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
@@ -259,8 +275,14 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
     results = _read_results(results_path)
     shared = _prepare_shared(config, variants, output, progress)
     steps = sorted(set(config.steps))
+    measured_with = {"eval_text": config.eval_text, "eval_lines": config.eval_lines, "probe": config.probe}
+    rows = []
     for variant in variants:
         run = output / "runs" / _folder_name(variant.label)
+        train_config, train_key = _train_config(config, run) if steps[-1] > 0 else (None, None)
+        settings = {step: {"measured_with": measured_with, **({"trained_with": train_key} if step else {})}
+                    for step in steps}
+        keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}
         record = {"label": variant.label, "method": variant.method, "shared": shared}
         if (run / "variant.json").is_file():
             before = json.loads((run / "variant.json").read_text(encoding="utf-8"))
@@ -269,7 +291,8 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
                                   "give it another label, another output folder, or delete its runs/ folder.")
         run.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run / "variant.json", json.dumps(record, indent=2, ensure_ascii=False))
-        if all((variant.label, step) in results for step in steps):
+        if all(keys[step] in results for step in steps):
+            rows.extend(results[keys[step]] for step in steps)
             continue
         logger.info("variant %s", variant.label)
         if not (run / "transfer" / "langswap.json").is_file():
@@ -278,19 +301,26 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
                 "output": str(run / "transfer"), "overwrite": True, "method": variant.method, **shared})
             transfer(transfer_config, progress=progress)
         folders = {0: run / "transfer"}
-        if steps[-1] > 0:
-            report = train(_train_config(config, run / "transfer", run / "train"), progress=progress)
-            folders.update({step: run / "train" / "snapshots" / f"step-{step}" for step in steps if 0 < step})
+        if any(step > 0 and keys[step] not in results for step in steps):
+            report = train(train_config, progress=progress)
+            snapshots = Path(train_config.output) / "snapshots"
+            folders.update({step: snapshots / f"step-{step}" for step in steps if 0 < step})
             folders[steps[-1]] = report.model
+            missing = [step for step in steps if keys[step] not in results and not folders[step].is_dir()]
+            if missing:
+                raise ConfigError(f"variant '{variant.label}': no model was saved at step(s) {missing}, because the "
+                                  f"training in '{train_config.output}' had passed them before they were listed in "
+                                  "`steps`. Delete that folder to train again with snapshots at every listed step, "
+                                  "or drop those steps.")
         for step in steps:
-            if (variant.label, step) in results:
-                continue
-            metrics = _measure(folders[step], lines, probe, progress)
-            row = {"variant": variant.label, "method": variant.method["name"], "step": step, **metrics}
-            _append_result(results_path, row)
-            results[(variant.label, step)] = row
-            logger.info("%s step %d: %s", variant.label, step, metrics)
-    rows = [results[(variant.label, step)] for variant in variants for step in steps]
+            if keys[step] not in results:
+                metrics = _measure(folders[step], lines, probe, progress)
+                row = {"variant": variant.label, "method": variant.method["name"], "step": step, **metrics,
+                       "setting": settings[step]}
+                _append_result(results_path, row)
+                results[keys[step]] = row
+                logger.info("%s step %d: %s", variant.label, step, metrics)
+            rows.append(results[keys[step]])
     write_report(output, rows, [v.label for v in variants], steps)
     return {"output": output, "rows": rows}
 

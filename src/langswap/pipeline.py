@@ -39,8 +39,9 @@ class ResourcesConfig:
 
 
 @dataclass(kw_only=True)
-class TransferConfig:
-    """A whole transfer: source model, target tokenizer, method, resources, output."""
+class ModelPairConfig:
+    """The source model and the target tokenizer (a folder, or trained on target text); shared by transfer and
+    bench configs."""
 
     source_model: str = field(default="", metadata={"help": "Source model folder or hub name (required)."})
     source_tokenizer: str | None = field(default=None, metadata={"help": "Source tokenizer; default: the model's."})
@@ -49,6 +50,21 @@ class TransferConfig:
                                                                      "target_tokenizer is not given."})
     vocab_size: int | None = field(default=None, metadata={"help": "Size of a trained target tokenizer; default: "
                                                                     "the source's."})
+
+    def validate_pair(self) -> None:
+        if not self.source_model:
+            raise ConfigError("source_model is not set: give the English model folder or hub name "
+                              "(--set source_model=PATH, or `source_model:` in the YAML).")
+        if not self.target_tokenizer and not self.target_text:
+            raise ConfigError("give target_tokenizer (a tokenizer folder), or target_text to train one on.")
+        if self.target_text and not Path(self.target_text).is_file():
+            raise MissingResourceError(f"target_text '{self.target_text}' does not exist or is not a file.")
+
+
+@dataclass(kw_only=True)
+class TransferConfig(ModelPairConfig):
+    """A whole transfer: source model, target tokenizer, method, resources, output."""
+
     output: str = field(default="", metadata={"help": "Output model folder (required)."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
     method: MethodConfig = field(default=None, metadata={"help": "Method name and options (`langswap methods`)."})
@@ -76,21 +92,15 @@ class TransferConfig:
         return make_config(options.pop("name", "wechsel"), **options)  # options alone: the default method
 
     def validate(self) -> None:
-        if not self.source_model:
-            raise ConfigError("source_model is not set: give the English model folder or hub name "
-                              "(--set source_model=PATH).")
+        self.validate_pair()
         if not self.output:
             raise ConfigError("output is not set: give the folder to write the new model to (--output PATH).")
-        if not self.target_tokenizer and not self.target_text:
-            raise ConfigError("give target_tokenizer (a tokenizer folder), or target_text to train one on.")
         for name in ("source_vectors", "target_vectors", "dictionary", "alignment"):
             value = getattr(self.resources, name)
             if value and not Path(value).exists():
                 raise MissingResourceError(f"resources.{name} '{value}' does not exist.")
-        for name in ("target_text", "eval_text"):
-            value = getattr(self, name)
-            if value and not Path(value).exists():
-                raise MissingResourceError(f"{name} '{value}' does not exist.")
+        if self.eval_text and not Path(self.eval_text).exists():
+            raise MissingResourceError(f"eval_text '{self.eval_text}' does not exist.")
         if Path(self.output).exists() and not self.overwrite:
             raise OutputExistsError(f"output folder '{self.output}' already exists; choose another --output or pass "
                                     "--overwrite to replace it.")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import io
 import json
 import logging
@@ -137,7 +138,7 @@ def smollm2_135m(cache: pathlib.Path | None = None, progress: bool = False) -> p
 
 def _require_gguf() -> None:
     try:
-        import gguf  # noqa: F401
+        importlib.import_module("gguf")
     except ImportError as exc:
         raise MissingResourceError(
             "Reading the SmolLM2 demo model needs the 'gguf' package, which is not installed. "

@@ -3,9 +3,11 @@
 The whole model is fine-tuned with a token-classification head (`AutoModelForTokenClassification`: GPT-2, Llama,
 BERT, RoBERTa and most other architectures) by a plain, seeded PyTorch loop: AdamW, linear decay of the learning
 rate to zero, gradient clipping at 1. Words are mapped to tokens as the probes do (single spaces between words,
-character offsets, the tokenizer's special tokens; see langswap.evaluation.probes). Only the first token of each word
-carries the word's label in training and gives its prediction in evaluation; the other tokens are ignored (-100).
-Long sentences are windowed as for the probes, so no word is dropped.
+character offsets, the tokenizer's special tokens; see langswap.evaluation.probes). One token of each word carries
+the word's label in training and gives its prediction in evaluation; the other tokens are ignored (-100). Which one
+is `label_token`: by default (auto) the last token for causal models, the only one that has seen the whole word, and
+the first for masked models, as BERT's authors did. Long sentences are windowed as for the probes, so no word is
+dropped.
 
 Evaluation:
 - POS: accuracy over test words.
@@ -15,8 +17,7 @@ Evaluation:
 Labels that occur only in the test split cannot be predicted: such words count as wrong, and their entities as
 missed. Both are reported (`unseen_labels`).
 
-Not handled: labelling the last token of a word (which would suit causal models better), CRF layers, evaluation
-during training or early stopping, multi-GPU.
+Not handled: pooling a word's tokens, CRF layers, evaluation during training or early stopping, multi-GPU.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ import torch
 
 from langswap.errors import ConfigError, ResourceFormatError
 from langswap.evaluation.conll import Sentence, read_conll_columns, read_conllu
-from langswap.evaluation.probes import (_bar, batches, context_length, encode_sentences, load_sentences, majority,
-                                        make_pieces, pad_id_of, special_tokens, transformers_bars)
+from langswap.evaluation.probes import (EncodedSentence, _bar, batches, context_length, encode_sentences,
+                                        load_sentences, majority, make_pieces, pad_id_of, special_tokens,
+                                        transformers_bars)
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +126,9 @@ def ner_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict:
 
 # -- fine-tuning -----------------------------------------------------------------------------------------------------------
 
+LABEL_TOKENS = ("auto", "first", "last")
+
+
 @dataclass(frozen=True, kw_only=True)
 class FinetuneConfig:
     """Fine-tuning a model with a token-classification head."""
@@ -141,6 +146,10 @@ class FinetuneConfig:
                                                                       "each split; default all."})
     device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1, ...; default cuda when there "
                                                                "is one."})
+    label_token: str = field(default="auto", metadata={
+        "help": "Which token of a word carries its label in training and gives its prediction: first, last, or auto "
+                "(last for causal models, which see the whole word only at its last token; first for masked ones).",
+        "choices": LABEL_TOKENS})
 
     def __post_init__(self):
         for name in ("epochs", "batch_size"):
@@ -153,6 +162,15 @@ class FinetuneConfig:
         if self.max_sentences is not None and self.max_sentences < 1:
             raise ConfigError(f"fine-tuning max_sentences must be at least 1 (or unset for all), not "
                               f"{self.max_sentences}.")
+        if self.label_token not in LABEL_TOKENS:
+            raise ConfigError(f"fine-tuning label_token is {self.label_token!r}; choose one of: "
+                              f"{', '.join(LABEL_TOKENS)} (auto = last for causal models, first for masked ones).")
+
+    def resolved_label_token(self, causal: bool) -> str:
+        """'first' or 'last': `label_token` with auto decided by the model's kind."""
+        if self.label_token != "auto":
+            return self.label_token
+        return "last" if causal else "first"
 
 
 @dataclass
@@ -170,6 +188,7 @@ class FinetuneResult:
     labels: list[str]  # the label set, from the training split
     unseen_labels: dict[str, int]  # test labels absent from training -> number of test words with them
     final_loss: float  # mean training loss of the last epoch
+    label_token: str  # 'first' or 'last': the token of each word that was labelled and read (auto resolved)
     per_type: dict | None = None  # NER only: per entity type precision, recall, F1 and counts
 
     def as_dict(self) -> dict:
@@ -183,23 +202,37 @@ class FinetuneResult:
         return {key: rounded(value) for key, value in asdict(self).items()}
 
 
-def _labelled_pieces(encoded, label_ids: list[list[int]], prefix, suffix, context, causal):
+def _label_tokens(sentence: EncodedSentence, label_token: str) -> list[int]:
+    """Per word, the token that carries its label: its first or its last (-1 for a word without any)."""
+    if label_token == "first":
+        return sentence.first_tokens()
+    assert label_token == "last", label_token
+    last = [-1] * sentence.n_words
+    for token, words in enumerate(sentence.token_words):
+        for word in words:
+            last[word] = token
+    return last
+
+
+def _labelled_pieces(encoded: list[EncodedSentence], label_ids: list[list[int]], prefix, suffix, context, causal,
+                     label_token: str):
     """Pieces plus, per piece, the label of each position (-100 = ignored) and the words predicted at which
-    positions: a word's first token carries it; a token that is the first of two words carries the first's."""
+    positions. label_token 'first' or 'last': a word's first or last token carries it; a token chosen for two words
+    (one token across their boundary) carries the earlier word's label and gives both their prediction."""
     pieces = make_pieces(encoded, prefix, suffix, context, causal)
     labels, predicted_at = [], []
-    words_of_first: dict[int, dict[int, list[int]]] = {}  # sentence -> first token -> the words it is first of
+    words_at: dict[int, dict[int, list[int]]] = {}  # sentence -> token -> the words it carries
     for piece in pieces:
-        if piece.sentence not in words_of_first:
-            words_of_first[piece.sentence] = {}
-            for word, token in enumerate(encoded[piece.sentence].first_tokens()):
+        if piece.sentence not in words_at:
+            words_at[piece.sentence] = {}
+            for word, token in enumerate(_label_tokens(encoded[piece.sentence], label_token)):
                 if token >= 0:
-                    words_of_first[piece.sentence].setdefault(token, []).append(word)
-        word_of_first = words_of_first[piece.sentence]
+                    words_at[piece.sentence].setdefault(token, []).append(word)
+        words_of_token = words_at[piece.sentence]
         row = [-100] * len(piece.input_ids)
         where = []
         for position, token in zip(piece.positions, piece.tokens):
-            for rank, word in enumerate(word_of_first.get(token, [])):
+            for rank, word in enumerate(words_of_token.get(token, [])):
                 if rank == 0:
                     row[position] = label_ids[piece.sentence][word]
                 where.append((position, word))
@@ -264,6 +297,7 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
         raise MissingResourceError(f"cannot load a model config from '{model_folder}': {str(error).splitlines()[0]} "
                                    "Give a folder written by save_pretrained (with config.json).") from error
     causal = objective_of(model_config) != "masked"
+    label_token = config.resolved_label_token(causal)
     device = _device(config.device)
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # seeded head and dropout, without disturbing the caller's state
@@ -283,13 +317,14 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
 
         train_encoded = encode_sentences(tokenizer, train)
         train_label_ids = [[label_ids[tag] for tag in sentence.tags] for sentence in train]
-        pieces, piece_labels, _ = _labelled_pieces(train_encoded, train_label_ids, prefix, suffix, context, causal)
+        pieces, piece_labels, _ = _labelled_pieces(train_encoded, train_label_ids, prefix, suffix, context, causal,
+                                                   label_token)
         final_loss = _train(model, pieces, piece_labels, config, pad_id, device, progress)
 
         test_encoded = encode_sentences(tokenizer, test)
         test_label_ids = [[label_ids.get(tag, -100) for tag in sentence.tags] for sentence in test]
-        predicted = _predict(model, test_encoded, test_label_ids, prefix, suffix, context, causal, config.batch_size,
-                             pad_id, device, progress)
+        predicted = _predict(model, test_encoded, test_label_ids, prefix, suffix, context, causal, label_token,
+                             config.batch_size, pad_id, device, progress)
     predicted_tags = [[labels[index] if index >= 0 else "<none>" for index in row] for row in predicted]
     missing = sum(index < 0 for row in predicted for index in row)
     if missing:
@@ -308,13 +343,14 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
         task=task, accuracy=correct / len(test_tags), majority_baseline=sum(t == top for t in test_tags) / len(test_tags),
         precision=precision, recall=recall, f1=f1,
         train_sentences=len(train), train_words=len(train_tags), test_sentences=len(test), test_words=len(test_tags),
-        labels=labels, unseen_labels=dict(sorted(unseen.items())), final_loss=final_loss, per_type=per_type)
+        labels=labels, unseen_labels=dict(sorted(unseen.items())), final_loss=final_loss, label_token=label_token,
+        per_type=per_type)
     summary = f"accuracy {result.accuracy:.4f} (majority baseline {result.majority_baseline:.4f})"
     if task == "ner":
         summary = f"entity F1 {f1:.4f} (precision {precision:.4f}, recall {recall:.4f}) | " + summary
-    logger.info("fine-tuned %s for %s: %s | train %s sentences, %s words | test %s sentences, %s words | %d labels",
-                model_folder, task.upper(), summary, f"{len(train):,}", f"{len(train_tags):,}", f"{len(test):,}",
-                f"{len(test_tags):,}", len(labels))
+    logger.info("fine-tuned %s for %s: %s | train %s sentences, %s words | test %s sentences, %s words | %d labels "
+                "| labels on each word's %s token", model_folder, task.upper(), summary, f"{len(train):,}",
+                f"{len(train_tags):,}", f"{len(test):,}", f"{len(test_tags):,}", len(labels), label_token)
     if output is not None:
         _save(model, tokenizer, Path(output), overwrite, {
             "task": task, "model": str(model_folder),
@@ -370,10 +406,11 @@ def _train(model, pieces, piece_labels, config: FinetuneConfig, pad_id: int, dev
 
 
 @torch.no_grad()
-def _predict(model, encoded, label_ids, prefix, suffix, context, causal, batch_size, pad_id, device,
+def _predict(model, encoded, label_ids, prefix, suffix, context, causal, label_token, batch_size, pad_id, device,
              progress: bool) -> list[list[int]]:
-    """Per test sentence, the predicted label id of each word (-1 for a word without a token)."""
-    pieces, _, predicted_at = _labelled_pieces(encoded, label_ids, prefix, suffix, context, causal)
+    """Per test sentence, the predicted label id of each word (-1 for a word without a token), read at the same
+    token of each word as training labelled (`label_token`)."""
+    pieces, _, predicted_at = _labelled_pieces(encoded, label_ids, prefix, suffix, context, causal, label_token)
     order = sorted(range(len(pieces)), key=lambda index: len(pieces[index].input_ids))
     pieces = [pieces[index] for index in order]
     predicted_at = [predicted_at[index] for index in order]

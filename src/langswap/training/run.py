@@ -144,7 +144,8 @@ class TrainReport:
 
 # -- output folder and resume -------------------------------------------------------------------------------------------
 
-def _comparable(config: TrainConfig) -> dict:
+def comparable_config(config: TrainConfig) -> dict:
+    """The options that make two runs the same run: everything but those a resumed run may change."""
     return {key: value for key, value in to_dict(config).items() if key not in RESUMABLE_CHANGES}
 
 
@@ -161,7 +162,7 @@ def _check_output(config: TrainConfig) -> str:
         raise OutputExistsError(f"output folder '{output}' exists and is not a langswap training run; choose another "
                                 "--output or pass --overwrite to replace it.")
     record = json.loads(record_path.read_text(encoding="utf-8"))
-    before, now = record.get("comparable_config", {}), _comparable(config)
+    before, now = record.get("comparable_config", {}), comparable_config(config)
     changed = [f"{key}: was {before.get(key)!r}, now {now.get(key)!r}" for key in sorted(set(before) | set(now))
                if before.get(key) != now.get(key)]
     if changed:
@@ -437,7 +438,8 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
                 f"{packed.tokens:,}", f"{len(train_set):,}", sequence_length)
 
     planned = plan_phases(config, objective)
-    record = {"langswap_version": __version__, "config": to_dict(config), "comparable_config": _comparable(config),
+    record = {"langswap_version": __version__, "config": to_dict(config),
+              "comparable_config": comparable_config(config),
               "objective": objective, "sequence_length": sequence_length, "training_sequences": len(train_set),
               "training_tokens": packed.tokens, "status": "running",
               "phases": [phase.__dict__ for phase in planned]}
