@@ -32,6 +32,26 @@ def test_procrustes_recovers_the_rotation(cipher_vectors):
     assert alignment.report["word_pairs"] == 4 * len(WORDS)  # the/The on each side, crossed as in WECHSEL
 
 
+def test_held_out_words_leave_every_case_variant_out_of_the_fit(cipher_vectors, monkeypatch):
+    """The/the are one held-out word: a variant left in the fit would teach the rotation the test translation."""
+    import langswap.resources.alignment as alignment_module
+
+    fitted, queried = [], []
+    fit, precision = alignment_module._fit, alignment_module.dictionary_precision
+    monkeypatch.setattr(alignment_module, "_fit", lambda s, t, pairs, n: fitted.append(pairs) or fit(s, t, pairs, n))
+    monkeypatch.setattr(alignment_module, "dictionary_precision",
+                        lambda *args, **kwargs: queried.append(args[3]) or precision(*args, **kwargs))
+    source = WordVectors.load(cipher_vectors["source"])
+    target = WordVectors.load(cipher_vectors["target"])
+    report = align(source, target, Dictionary([(word, cipher_word(word)) for word in WORDS])).report
+    held_out_fit, final_fit = fitted
+    queries = queried[0]
+    assert report["heldout_words"] == len(WORDS) // 5 and len(queries) == 2 * report["heldout_words"]
+    assert {q.casefold() for q in queries} == {q.lower() for q in queries if q.islower()}  # both forms of each word
+    assert not {s.casefold() for s, _ in held_out_fit} & {q.casefold() for q in queries}
+    assert len(held_out_fit) == len(final_fit) - 4 * report["heldout_words"]  # 4 pairs per word: the/The x both
+
+
 def test_procrustes_on_exact_data():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((50, 8))

@@ -172,7 +172,8 @@ def cmd_align(args) -> int:
     report = alignment.report
     print(f"wrote {args.output}: {report['word_pairs']:,} word pairs from {report['entries_covered']:,} of "
           f"{report['dictionary_entries']:,} entries; precision@1 {report['precision_at_1']} "
-          f"(CSLS {report['precision_at_1_csls']}) on {report['queries']} held-out words")
+          f"(CSLS {report['precision_at_1_csls']}) on {report.get('heldout_words', 0)} held-out words "
+          f"({report['queries']} queries, case variants included)")
     if report.get("pca"):
         print(report["pca"])
     return 0

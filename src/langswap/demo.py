@@ -99,7 +99,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
                                 dictionary=str(demo_file("en-de.dict.tsv.gz")))
     source_vectors, target_vectors, alignment = prepare_vectors(resources, AlignConfig())
     out(f"    {alignment['word_pairs']:,} word pairs; held-out precision@1 {alignment['precision_at_1']} "
-        f"(CSLS {alignment['precision_at_1_csls']}) on {alignment['queries']} words")
+        f"(CSLS {alignment['precision_at_1_csls']}) on {alignment.get('heldout_words', 0)} words")
 
     out("4/5 scoring held-out German text")
     lines = read_text_lines(german_test, "German test text", max_lines=config.eval_lines)

@@ -3,7 +3,7 @@
 The source space is rotated onto the target space (as in WECHSEL); since the map is orthogonal, cosine similarities
 between source and target vectors do not depend on which side moves. Vectors of different dimension are first
 brought to the smaller dimension by PCA of the larger side. Precision@1 is measured on held-out source words (their
-pairs are not used for the rotation that is tested), with plain nearest neighbour and with CSLS (Conneau et al.,
+pairs, with every case variant of the word, are not used for the rotation that is tested), with plain nearest neighbour and with CSLS (Conneau et al.,
 2018), by the retrieval of `langswap.evaluation.lexicon`; the returned rotation is then fitted on all pairs.
 """
 
@@ -95,12 +95,15 @@ def align(source_vectors: WordVectors, target_vectors: WordVectors, dictionary: 
 
 def _heldout_precision(source_vectors: WordVectors, target_vectors: WordVectors, pairs: list[tuple[str, str]],
                        config: AlignConfig) -> dict:
-    source_words = sorted({s for s, _ in pairs})
+    # Held out by lower-cased source word: the case variants that coverage adds ("house", "House") are one word,
+    # so a held-out word's variant cannot teach the rotation its translation.
+    source_words = sorted({s.casefold() for s, _ in pairs})
     heldout_count = min(config.heldout_words, len(source_words) // 5)
     if heldout_count < 1:
         return {"precision_at_1": None, "precision_at_1_csls": None, "queries": 0}
     order = np.random.default_rng(config.seed).permutation(len(source_words))
-    heldout = {source_words[i] for i in order[:heldout_count]}
+    held = {source_words[i] for i in order[:heldout_count]}
+    heldout = {s for s, _ in pairs if s.casefold() in held}
     train = [pair for pair in pairs if pair[0] not in heldout]
     if len(train) < source_vectors.dim:
         return {"precision_at_1": None, "precision_at_1_csls": None, "queries": 0,
@@ -110,6 +113,7 @@ def _heldout_precision(source_vectors: WordVectors, target_vectors: WordVectors,
                                   ks=(1,), csls_neighbors=config.csls_neighbors,
                                   retrieval_words=config.retrieval_words)
     result["pairs_train"] = len(train)
+    result["heldout_words"] = heldout_count  # case-insensitive; each held-out form present is a query
     return result
 
 
