@@ -40,16 +40,36 @@ def _check_file(path: Path, what: str) -> None:
         raise MissingResourceError(f"{what} '{path}' does not exist.")
 
 
+def _read_sentences(path: Path, what: str, parse, no_sentences_hint: str) -> list[Sentence]:
+    """Sentences of a one-word-a-line file, a blank line between sentences. `parse(number, line)` gives a word line's
+    (word, tag), or None for a line to skip, and raises on a bad line."""
+    _check_file(path, what)
+    sentences: list[Sentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    for number, line in enumerate(read_lines(path, what), start=1):
+        if not line.strip():
+            if words:
+                sentences.append(Sentence(words, tags))
+                words, tags = [], []
+            continue
+        parsed = parse(number, line)
+        if parsed is not None:
+            words.append(parsed[0])
+            tags.append(parsed[1])
+    if words:
+        sentences.append(Sentence(words, tags))
+    if not sentences:
+        raise ResourceFormatError(f"{what} '{path}' has no sentences (no word lines). {no_sentences_hint}")
+    return sentences
+
+
 def read_conllu(path: str | Path, what: str = "CoNLL-U file") -> list[Sentence]:
     """Sentences of a Universal Dependencies .conllu file: FORM (column 2) and UPOS (column 4) of each word.
 
     Comment lines (`#`), multiword token ranges (ID `3-4`) and empty nodes (ID `5.1`) are skipped; a blank line ends
     a sentence."""
     path = Path(path)
-    _check_file(path, what)
-    sentences: list[Sentence] = []
-    words: list[str] = []
-    tags: list[str] = []
 
     def bad(number: int, problem: str) -> ResourceFormatError:
         return ResourceFormatError(
@@ -57,14 +77,9 @@ def read_conllu(path: str | Path, what: str = "CoNLL-U file") -> list[Sentence]:
             f"UPOS XPOS FEATS HEAD DEPREL DEPS MISC, e.g. '{CONLLU_EXAMPLE}'; comments start with '#' and a blank "
             "line ends a sentence. Is this a Universal Dependencies .conllu file?")
 
-    for number, line in enumerate(read_lines(path, what), start=1):
-        if not line.strip():
-            if words:
-                sentences.append(Sentence(words, tags))
-                words, tags = [], []
-            continue
+    def parse(number: int, line: str) -> tuple[str, str] | None:
         if line.startswith("#"):
-            continue
+            return None
         columns = line.split("\t")
         if len(columns) != 10:
             raise bad(number, f"{len(columns)} tab-separated column{'s' if len(columns) != 1 else ''} instead of 10")
@@ -74,7 +89,7 @@ def read_conllu(path: str | Path, what: str = "CoNLL-U file") -> list[Sentence]:
             if not (low.isdigit() and high.isdigit()):
                 raise bad(number, f"ID '{identifier}' is neither a word number, a range like '3-4' nor an empty "
                                   "node like '5.1'")
-            continue
+            return None
         if not identifier.isdigit():
             raise bad(number, f"ID '{identifier}' is not a word number")
         form, upos = columns[1], columns[3]
@@ -82,14 +97,10 @@ def read_conllu(path: str | Path, what: str = "CoNLL-U file") -> list[Sentence]:
             raise bad(number, "FORM (column 2) is empty")
         if not upos or upos == "_":
             raise bad(number, "UPOS (column 4) is empty" if not upos else "UPOS (column 4) is '_' (not annotated)")
-        words.append(form)
-        tags.append(upos)
-    if words:
-        sentences.append(Sentence(words, tags))
-    if not sentences:
-        raise ResourceFormatError(f"{what} '{path}' has no sentences (no word lines). Give a Universal Dependencies "
-                                  f".conllu file, with word lines like '{CONLLU_EXAMPLE}'.")
-    return sentences
+        return form, upos
+
+    return _read_sentences(path, what, parse, "Give a Universal Dependencies .conllu file, with word lines like "
+                                              f"'{CONLLU_EXAMPLE}'.")
 
 
 def read_conll_columns(path: str | Path, token_column: int = 0, tag_column: int = -1,
@@ -98,22 +109,15 @@ def read_conll_columns(path: str | Path, token_column: int = 0, tag_column: int 
     sentences; `-DOCSTART-` lines are skipped. The word is `token_column`, the tag `tag_column` (negative counts
     from the end), both 0-based."""
     path = Path(path)
-    _check_file(path, what)
-    sentences: list[Sentence] = []
-    words: list[str] = []
-    tags: list[str] = []
     width = None  # the number of columns of the first word line; every word line must have as many
     needed = max(token_column if token_column >= 0 else -token_column - 1,
                  tag_column if tag_column >= 0 else -tag_column - 1) + 1
-    for number, line in enumerate(read_lines(path, what), start=1):
+
+    def parse(number: int, line: str) -> tuple[str, str] | None:
+        nonlocal width
         columns = line.split()
-        if not columns:
-            if words:
-                sentences.append(Sentence(words, tags))
-                words, tags = [], []
-            continue
         if columns[0] == "-DOCSTART-":
-            continue
+            return None
         if len(columns) < max(needed, 2):
             raise ResourceFormatError(
                 f"{what} '{path}' line {number}: {len(columns)} column{'s' if len(columns) != 1 else ''} but the "
@@ -127,11 +131,7 @@ def read_conll_columns(path: str | Path, token_column: int = 0, tag_column: int 
                 f"{what} '{path}' line {number}: {len(columns)} columns where the first word line had {width}. "
                 f"Every word line needs the same columns, e.g. '{COLUMNS_EXAMPLE}'; a token containing a space "
                 "cannot be read.")
-        words.append(columns[token_column])
-        tags.append(columns[tag_column])
-    if words:
-        sentences.append(Sentence(words, tags))
-    if not sentences:
-        raise ResourceFormatError(f"{what} '{path}' has no sentences (no word lines). Give a CoNLL-2003-style file "
-                                  f"with lines like '{COLUMNS_EXAMPLE}' and a blank line between sentences.")
-    return sentences
+        return columns[token_column], columns[tag_column]
+
+    return _read_sentences(path, what, parse, "Give a CoNLL-2003-style file with lines like "
+                                              f"'{COLUMNS_EXAMPLE}' and a blank line between sentences.")
