@@ -11,6 +11,7 @@ The bench folder (default ~/.cache/langswap/bench-german) is resumable: rerun th
 The table, results and plot are copied to benchmarks/results/training-de/ and docs/german-embedding-training.png.
 
     python benchmarks/bench_german_training.py [--steps 0 50 200] [--batch-size 2] [--sequence-length 128]
+    python benchmarks/bench_german_training.py --seed 1 --methods overlap wechsel     # the same with another data order
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def parse_args(argv=None):
     parser.add_argument("--table7", action="store_true", help="Instead: WECHSEL's (k, temperature) grid with n-gram "
                         "and frequency subword vectors at the given steps (default step 0), into WORKDIR-table7.")
     parser.add_argument("--probe-sentences", type=int, default=None, help="Cap the sentences of each UD split.")
+    parser.add_argument("--seed", type=int, default=0, help="Training seed (data order). Another seed runs into "
+                        "WORKDIR-seedN, writes benchmarks/results/training-de-seedN/ and skips the probes, which "
+                        "measure step-0 models only.")
     return parser.parse_args(argv)
 
 
@@ -100,6 +104,13 @@ def main(argv=None) -> int:
     }
     if args.table7:
         return run_table7(args, bench)
+    results_dir = REPO / "benchmarks" / "results" / "training-de"
+    if args.seed:
+        bench["train"]["seed"] = args.seed
+        args.workdir = args.workdir.with_name(f"{args.workdir.name}-seed{args.seed}")
+        bench["output"] = str(args.workdir)
+        results_dir = results_dir.with_name(f"training-de-seed{args.seed}")
+        args.skip_probe = True
     args.workdir.mkdir(parents=True, exist_ok=True)
     (args.workdir / "bench-input.yaml").write_text(yaml.safe_dump(bench, sort_keys=False), encoding="utf-8")
     clock = time.perf_counter()
@@ -107,12 +118,12 @@ def main(argv=None) -> int:
     print((args.workdir / "table.md").read_text(), flush=True)
     print(f"bench: {time.perf_counter() - clock:.0f} s", flush=True)
 
-    results_dir = REPO / "benchmarks" / "results" / "training-de"
     results_dir.mkdir(parents=True, exist_ok=True)
     for name in ("table.md", "results.jsonl", "bits_per_byte.png", "bench-input.yaml"):
         shutil.copy2(args.workdir / name, results_dir / name)
-    (REPO / "docs").mkdir(exist_ok=True)
-    shutil.copy2(args.workdir / "bits_per_byte.png", REPO / "docs" / "german-embedding-training.png")
+    if not args.seed:
+        (REPO / "docs").mkdir(exist_ok=True)
+        shutil.copy2(args.workdir / "bits_per_byte.png", REPO / "docs" / "german-embedding-training.png")
 
     if not args.skip_probe:
         probe_rows = run_probes(args, model, args.workdir)
