@@ -170,3 +170,30 @@ def test_bench_with_a_pos_probe_at_each_step(tmp_path, gpt2_folder, target_token
         pos_probe(folder, train, test, ProbeConfig(layer=1)).accuracy, abs=1e-5)
     assert "POS probe accuracy @ 2" in (tmp_path / "bench" / "table.md").read_text()
     assert (tmp_path / "bench" / "pos_accuracy.png").exists()
+
+
+def test_bench_on_a_masked_lm_reports_pseudo_perplexity(tmp_path, english, ciphered, corpus_dir):
+    """BERT-style source: masked-LM training in the bench, pseudo-perplexity (not bits per byte) in the table."""
+    from conftest import save_model, tiny_model, wordpiece_tokenizer
+
+    source_tokenizer = wordpiece_tokenizer(english)
+    source = save_model(tiny_model("bert", len(source_tokenizer)), source_tokenizer, tmp_path / "bert")
+    target = tmp_path / "xx-wordpiece"
+    wordpiece_tokenizer(ciphered, vocab_size=380).save_pretrained(target)
+    config = from_dict(BenchConfig, {
+        "source_model": str(source), "target_tokenizer": str(target), "train_text": str(corpus_dir / "xx.txt"),
+        "eval_text": str(corpus_dir / "xx.test.txt"), "eval_lines": 8, "output": str(tmp_path / "bench"),
+        "steps": [0, 2], "methods": ["random", "overlap"],
+        "train": {"preset": "embeddings", "batch_size": 4, "sequence_length": 32, "save_steps": 2}})
+    rows = run_bench(config)["rows"]
+    assert [(row["variant"], row["step"]) for row in rows] == [("random", 0), ("random", 2), ("overlap", 0),
+                                                               ("overlap", 2)]
+    assert all("bits_per_byte" not in row and row["pseudo_perplexity"] > 1 for row in rows)
+    by = {(row["variant"], row["step"]): row["pseudo_perplexity"] for row in rows}
+    assert by[("random", 0)] != by[("random", 2)]  # the masked-LM training moved the embeddings
+    (train_folder,) = (tmp_path / "bench" / "runs" / "random").glob("train-2steps-*")
+    record = json.loads((train_folder / "langswap-train.json").read_text())
+    assert record["objective"] == "masked"
+    header = (tmp_path / "bench" / "table.md").read_text().splitlines()[0]
+    assert header == "| method | pseudo-perplexity @ 0 | pseudo-perplexity @ 2 |"
+    assert (tmp_path / "bench" / "pseudo_perplexity.png").read_bytes()[:4] == b"\x89PNG"
