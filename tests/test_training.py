@@ -312,3 +312,14 @@ def test_overwrite_keeps_the_old_run_when_the_new_input_is_bad(models, texts, tm
     with pytest.raises(ResourceFormatError, match="fewer than one sequence"):
         train(_config(models["gpt2"], texts, tmp_path / "run", train_text=str(short), overwrite=True))
     assert (tmp_path / "run" / "model" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("cuda, bf16, precision, flags", [
+    (False, False, "auto", {}), (True, True, "auto", {"bf16": True}), (True, False, "auto", {"fp16": True}),
+    (True, True, "fp32", {}), (False, False, "bf16", {"bf16": True}), (True, True, "fp16", {"fp16": True})])
+def test_precision_auto_picks_bf16_where_the_gpu_has_it(cuda, bf16, precision, flags, monkeypatch):
+    from langswap.training.run import _precision_flags
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: bf16)
+    assert _precision_flags(precision) == flags
