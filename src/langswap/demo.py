@@ -81,19 +81,23 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
 
     out("2/5 German tokenizer of the source's family")
     tokenizer_dir = workdir / f"tokenizer-de-{config.vocab_size or len(source_tokenizer)}"
-    if config.redo or not (tokenizer_dir / "tokenizer.json").exists():
+    reused = not config.redo and (tokenizer_dir / "tokenizer.json").exists()
+    if not reused:
         with atomic_directory(tokenizer_dir, overwrite=True) as folder:
             train_tokenizer(source_tokenizer, german_train, config.vocab_size or None, progress=True) \
                 .save_pretrained(folder)
+    out(f"    {'reused' if reused else 'trained'} {tokenizer_dir}")
     target_tokenizer = load_tokenizer(tokenizer_dir, "German tokenizer")
 
     out("3/5 fastText vectors for English and German, aligned with the bundled dictionary")
     vectors = {}
     for language in ("en", "de"):
         path = workdir / f"fasttext-{language}-{config.vector_dim}d-{config.vector_epochs}ep.bin"
-        if config.redo or not path.exists():
+        reused = not config.redo and path.exists()
+        if not reused:
             train_fasttext(demo_file(f"{language}.train.txt.gz"), path,
                            FastTextConfig(dim=config.vector_dim, epoch=config.vector_epochs), progress=False)
+        out(f"    {'reused' if reused else 'trained'} {path} (multi-threaded fastText: retrained vectors differ)")
         vectors[language] = path
     resources = ResourcesConfig(source_vectors=str(vectors["en"]), target_vectors=str(vectors["de"]),
                                 dictionary=str(demo_file("en-de.dict.tsv.gz")))
