@@ -97,7 +97,8 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         if not reused:
             train_fasttext(demo_file(f"{language}.train.txt.gz"), path,
                            FastTextConfig(dim=config.vector_dim, epoch=config.vector_epochs), progress=False)
-        out(f"    {'reused' if reused else 'trained'} {path} (multi-threaded fastText: retrained vectors differ)")
+        out(f"    reused {path}" if reused else f"    trained {path} (fastText on several threads is not "
+            "bitwise repeatable: retrained vectors move the figures a little)")
         vectors[language] = path
     resources = ResourcesConfig(source_vectors=str(vectors["en"]), target_vectors=str(vectors["de"]),
                                 dictionary=str(demo_file("en-de.dict.tsv.gz")))
