@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from langswap.bench import BenchConfig, expand_variants, format_table, run_bench
+from langswap.bench import REFERENCE, BenchConfig, expand_variants, format_table, run_bench
 from langswap.cli import main
 from langswap.config import from_dict
 from langswap.errors import ConfigError
@@ -42,10 +42,10 @@ def test_bench_writes_table_plots_and_resumes(capsys, tmp_path, gpt2_folder, tar
     lines = table.splitlines()
     assert lines[0] == ("| method | bits per byte @ 0 | bits per byte @ 2 | bits per byte @ 4 | perplexity @ 0 | "
                         "perplexity @ 2 | perplexity @ 4 |")
-    assert [line.split(" | ")[0] for line in lines[2:]] == ["| random", "| overlap", "| wechsel"]
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| " + REFERENCE, "| random", "| overlap", "| wechsel"]
     rows = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
-    assert [(r["variant"], r["step"]) for r in rows] == [(v, s) for v in ("random", "overlap", "wechsel")
-                                                         for s in (0, 2, 4)]
+    assert [(r["variant"], r["step"]) for r in rows] == [(REFERENCE, 0)] + [
+        (v, s) for v in ("random", "overlap", "wechsel") for s in (0, 2, 4)]
     by = {(r["variant"], r["step"]): r["bits_per_byte"] for r in rows}
     # each figure is the held-out score of the model at that step: step 0 is the transfer, the last the trained model
     from langswap.evaluation.language_modeling import causal_lm_score
@@ -53,6 +53,10 @@ def test_bench_writes_table_plots_and_resumes(capsys, tmp_path, gpt2_folder, tar
     from langswap.resources.text import read_text_lines
 
     held_out = read_text_lines(corpus_dir / "xx.test.txt", max_lines=20)
+    # the reference is the untouched source model with its own tokenizer, the same in every step's column
+    reference = causal_lm_score(load_model(gpt2_folder), load_tokenizer(gpt2_folder), held_out).bits_per_byte
+    assert rows[0]["bits_per_byte"] == pytest.approx(reference, abs=1e-5)
+    assert lines[2].count(f"{rows[0]['bits_per_byte']:.4f}") == 3
     (train_folder,) = (bench / "runs" / "wechsel").glob("train-4steps-*")
     for step, folder in ((0, bench / "runs" / "wechsel" / "transfer"), (4, train_folder / "model")):
         score = causal_lm_score(load_model(folder), load_tokenizer(folder), held_out)
@@ -91,7 +95,7 @@ def test_bench_writes_table_plots_and_resumes(capsys, tmp_path, gpt2_folder, tar
     assert main(["-q", "bench", str(fewer)]) == 0
     remeasured = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()][
         len(again) + len(added):]
-    assert len(remeasured) == 9 and {r["setting"]["measured_with"]["eval_lines"] for r in remeasured} == {10}
+    assert len(remeasured) == 10 and {r["setting"]["measured_with"]["eval_lines"] for r in remeasured} == {10}
     assert model_file.stat().st_mtime_ns == mtime
 
     # a step the finished 4-step run has passed without a snapshot: a clear error, nothing retrained
@@ -151,6 +155,11 @@ def test_table_marks_the_best_value_of_each_column():
     table = format_table(rows, ["a", "b"], [0])
     assert table.splitlines()[2] == "| a | 2.0000 | 0.5000 |"
     assert table.splitlines()[3] == "| b | **1.5000** | **0.7500** |"
+    # the reference (untouched source model) fills every step's column and never takes the bold
+    rows = [{"variant": REFERENCE, "step": 0, "bits_per_byte": 1.0}, {"variant": "a", "step": 0, "bits_per_byte": 3.0},
+            {"variant": "a", "step": 5, "bits_per_byte": 2.0}]
+    table = format_table(rows, [REFERENCE, "a"], [0, 5]).splitlines()
+    assert table[2:] == [f"| {REFERENCE} | 1.0000 | 1.0000 |", "| a | **3.0000** | **2.0000** |"]
 
 
 def test_bench_with_a_pos_probe_at_each_step(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors,
@@ -164,10 +173,12 @@ def test_bench_with_a_pos_probe_at_each_step(tmp_path, gpt2_folder, target_token
     path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2],
                        methods=["overlap"], probe={"train": str(train), "test": str(test), "layer": 1})
     result = run_bench(from_dict(BenchConfig, yaml.safe_load(path.read_text())))
-    assert [row["step"] for row in result["rows"]] == [0, 2]
+    assert [(row["variant"], row["step"]) for row in result["rows"]] == [(REFERENCE, 0), ("overlap", 0),
+                                                                         ("overlap", 2)]
     folder = tmp_path / "bench" / "runs" / "overlap" / "transfer"
-    assert result["rows"][0]["pos_accuracy"] == pytest.approx(
-        pos_probe(folder, train, test, ProbeConfig(layer=1)).accuracy, abs=1e-5)
+    for row, model in zip(result["rows"], (gpt2_folder, folder)):
+        assert row["pos_accuracy"] == pytest.approx(pos_probe(model, train, test, ProbeConfig(layer=1)).accuracy,
+                                                    abs=1e-5)
     assert "POS probe accuracy @ 2" in (tmp_path / "bench" / "table.md").read_text()
     assert (tmp_path / "bench" / "pos_accuracy.png").exists()
 
@@ -186,8 +197,8 @@ def test_bench_on_a_masked_lm_reports_pseudo_perplexity(tmp_path, english, ciphe
         "steps": [0, 2], "methods": ["random", "overlap"],
         "train": {"preset": "embeddings", "batch_size": 4, "sequence_length": 32, "save_steps": 2}})
     rows = run_bench(config)["rows"]
-    assert [(row["variant"], row["step"]) for row in rows] == [("random", 0), ("random", 2), ("overlap", 0),
-                                                               ("overlap", 2)]
+    assert [(row["variant"], row["step"]) for row in rows] == [(REFERENCE, 0), ("random", 0), ("random", 2),
+                                                               ("overlap", 0), ("overlap", 2)]
     assert all("bits_per_byte" not in row and row["pseudo_perplexity"] > 1 for row in rows)
     by = {(row["variant"], row["step"]): row["pseudo_perplexity"] for row in rows}
     assert by[("random", 0)] != by[("random", 2)]  # the masked-LM training moved the embeddings
@@ -197,3 +208,8 @@ def test_bench_on_a_masked_lm_reports_pseudo_perplexity(tmp_path, english, ciphe
     header = (tmp_path / "bench" / "table.md").read_text().splitlines()[0]
     assert header == "| method | pseudo-perplexity @ 0 | pseudo-perplexity @ 2 |"
     assert (tmp_path / "bench" / "pseudo_perplexity.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_method_labelled_as_the_reference_is_refused():
+    with pytest.raises(ConfigError, match="reference row's; give that method another `label:`"):
+        expand_variants([{"name": "overlap", "label": REFERENCE}])

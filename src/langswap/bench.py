@@ -43,6 +43,8 @@ from langswap.resources.alignment import AlignConfig
 
 logger = logging.getLogger(__name__)
 
+# the label of the untouched source model's row (`reference: true`)
+REFERENCE = "source model, own tokenizer (reference)"
 # TrainConfig keys the bench sets itself, per variant
 RESERVED_TRAIN_KEYS = {"model", "train_text", "eval_text", "output", "steps", "snapshot_steps", "overwrite"}
 
@@ -70,6 +72,9 @@ class BenchConfig(ModelPairConfig):
         "help": "langswap train options for every variant (`langswap init-config --for train` lists them)."})
     probe: dict | None = field(default=None, metadata={
         "help": "POS probe at every step: {train: dev.conllu, test: test.conllu, options of the probe}."})
+    reference: bool = field(default=True, metadata={
+        "help": "Also measure the untouched source model with its own tokenizer on the same text (and probe): a "
+                "reference row in the table and a dashed line in the plots."})
 
     def validate(self) -> None:
         self.validate_pair()
@@ -132,6 +137,8 @@ def expand_variants(methods: list) -> list[Variant]:
                 name += " " + ",".join(f"{key}={_format_value(value)}" for key, value in point.items())
             variants.append(Variant(name, method))
     labels = [variant.label for variant in variants]
+    if REFERENCE in labels:
+        raise ConfigError(f"the label '{REFERENCE}' is the reference row's; give that method another `label:`.")
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
         raise ConfigError(f"two method entries have the same label {duplicates}; give each a distinct `label:`.")
@@ -238,11 +245,11 @@ def _append_result(path: Path, row: dict) -> None:
         handle.flush()
 
 
-def _measure(folder: Path, lines: list[str], probe, progress: bool) -> dict:
+def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokenizer_folder=None) -> dict:
     from langswap.evaluation.language_modeling import evaluate_model
     from langswap.models import load_model, load_tokenizer, objective_of
 
-    tokenizer = load_tokenizer(folder)
+    tokenizer = load_tokenizer(tokenizer_folder or folder)
     model = load_model(folder)
     score = evaluate_model(model, tokenizer, lines, objective_of(model.config), progress=progress)
     metrics = {"bits_per_byte": score.bits_per_byte} if score.kind == "perplexity" else {}
@@ -277,6 +284,16 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
     steps = sorted(set(config.steps))
     measured_with = {"eval_text": config.eval_text, "eval_lines": config.eval_lines, "probe": config.probe}
     rows = []
+    if config.reference:
+        setting = {"measured_with": measured_with, "model": config.source_model,
+                   "tokenizer": config.source_tokenizer}
+        key = _result_key(REFERENCE, 0, setting)
+        if key not in results:
+            logger.info("reference: the source model with its own tokenizer")
+            metrics = _measure(config.source_model, lines, probe, progress, config.source_tokenizer)
+            results[key] = {"variant": REFERENCE, "method": "reference", "step": 0, **metrics, "setting": setting}
+            _append_result(results_path, results[key])
+        rows.append(results[key])
     for variant in variants:
         run = output / "runs" / _folder_name(variant.label)
         train_config, train_key = _train_config(config, run) if steps[-1] > 0 else (None, None)
@@ -321,7 +338,7 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
                 results[keys[step]] = row
                 logger.info("%s step %d: %s", variant.label, step, metrics)
             rows.append(results[keys[step]])
-    write_report(output, rows, [v.label for v in variants], steps)
+    write_report(output, rows, [REFERENCE] * config.reference + [v.label for v in variants], steps)
     return {"output": output, "rows": rows}
 
 
@@ -331,14 +348,19 @@ LOWER_IS_BETTER = {"bits_per_byte", "pseudo_perplexity", "perplexity"}
 
 
 def format_table(rows: list[dict], labels: list[str], steps: list[int]) -> str:
-    """Markdown: a row per variant, a column per (metric, step); the best value of each column in bold."""
+    """Markdown: a row per variant, a column per (metric, step); the best value of each column in bold. The
+    reference row (the untouched source model) has the same value in every column and is not a contender."""
     metrics = [m for m in METRIC_NAMES if any(m in row for row in rows)]
     by_key = {(row["variant"], row["step"]): row for row in rows}
+    for row in rows:  # the untouched reference is the same at every step
+        if row["variant"] == REFERENCE:
+            by_key.update({(REFERENCE, step): row for step in steps})
     header = ["method"] + [f"{METRIC_NAMES[m]} @ {step}" for m in metrics for step in steps]
     best = {}
     for metric in metrics:
         for step in steps:
-            values = [by_key[(label, step)].get(metric) for label in labels if (label, step) in by_key]
+            values = [by_key[(label, step)].get(metric) for label in labels
+                      if (label, step) in by_key and label != REFERENCE]
             values = [v for v in values if v is not None and not math.isnan(v)]
             if values:
                 best[(metric, step)] = min(values) if metric in LOWER_IS_BETTER else max(values)
@@ -362,12 +384,14 @@ def write_report(output: Path, rows: list[dict], labels: list[str], steps: list[
     written = [output / "table.md"]
     metrics = [m for m in METRIC_NAMES if any(m in row for row in rows)]
     for metric in metrics:
-        series = {}
+        series, hlines = {}, []
         for label in labels:
             points = [(row["step"], row[metric]) for row in rows if row["variant"] == label and metric in row]
-            if points:
+            if points and label == REFERENCE:
+                hlines.append((points[0][1], label))
+            elif points:
                 series[label] = ([s for s, _ in points], [v for _, v in points])
         written.append(line_plot(output / f"{metric}.png", series, "training steps (embeddings only unless "
                                  "train.preset says otherwise)", METRIC_NAMES[metric],
-                                 title=f"{METRIC_NAMES[metric]} against steps ({output.name})"))
+                                 title=f"{METRIC_NAMES[metric]} against steps ({output.name})", hlines=hlines))
     return written

@@ -20,20 +20,25 @@ def _pyplot():
 
 
 def line_plot(path: str | Path, series: dict[str, tuple[list[float], list[float]]], xlabel: str, ylabel: str,
-              title: str = "", vlines: list[tuple[float, str]] = (), log_x: bool = False) -> Path:
+              title: str = "", vlines: list[tuple[float, str]] = (), log_x: bool = False,
+              hlines: list[tuple[float, str]] = ()) -> Path:
     """One panel, one line per series (label -> (xs, ys)); see `line_panels`."""
-    return line_panels(path, [(ylabel, series)], xlabel, title, vlines, log_x)
+    return line_panels(path, [(ylabel, series)], xlabel, title, vlines, log_x, hlines)
 
 
 def line_panels(path: str | Path, panels: list[tuple[str, dict[str, tuple[list[float], list[float]]]]],
-                xlabel: str, title: str = "", vlines: list[tuple[float, str]] = (), log_x: bool = False) -> Path:
+                xlabel: str, title: str = "", vlines: list[tuple[float, str]] = (), log_x: bool = False,
+                hlines: list[tuple[float, str]] = ()) -> Path:
     """Panels side by side, each (y label, {series label: (xs, ys)}), markers on the points; written under a
-    temporary name, then renamed. vlines: (x, label) markers such as phase boundaries, drawn on every panel."""
+    temporary name, then renamed. vlines: (x, label) markers such as phase boundaries, drawn on every panel;
+    hlines: (y, label) reference levels, dashed and in the legend."""
     plt = _pyplot()
     figure, axes_row = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.2), dpi=110, squeeze=False)
     for axes, (ylabel, series) in zip(axes_row[0], panels):
         for label, (xs, ys) in series.items():
             axes.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.5, label=label)
+        for y, label in hlines:
+            axes.axhline(y, color="black", linestyle="--", linewidth=1, label=label)
         for x, label in vlines:
             axes.axvline(x, color="grey", linestyle=":", linewidth=1)
             axes.annotate(label, (x, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color="grey",
@@ -43,7 +48,7 @@ def line_panels(path: str | Path, panels: list[tuple[str, dict[str, tuple[list[f
         axes.set_xlabel(xlabel)
         axes.set_ylabel(ylabel)
         axes.grid(True, alpha=0.3)
-        if len(series) > 1:
+        if len(series) + len(hlines) > 1:
             axes.legend(fontsize=8)
     if title:
         figure.suptitle(title, fontsize=10)
