@@ -156,7 +156,7 @@ def run_table7(args, bench: dict) -> int:
     print(f"bench: {time.perf_counter() - clock:.0f} s", flush=True)
     results_dir = REPO / "benchmarks" / "results" / "table7-de"
     results_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("table.md", "results.jsonl", "bench-input.yaml"):
+    for name in ("table.md", "results.jsonl", "bench-input.yaml", "bits_per_byte.png"):
         shutil.copy2(workdir / name, results_dir / name)
     return 0
 

@@ -33,7 +33,9 @@ def line_panels(path: str | Path, panels: list[tuple[str, dict[str, tuple[list[f
     temporary name, then renamed. vlines: (x, label) markers such as phase boundaries, drawn on every panel;
     hlines: (y, label) reference levels, dashed and in the legend."""
     plt = _pyplot()
-    figure, axes_row = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.2), dpi=110, squeeze=False)
+    long_legends = sum(len(series) + len(hlines) > 6 for _, series in panels)
+    figure, axes_row = plt.subplots(1, len(panels), figsize=(6.4 * len(panels) + 3.4 * long_legends, 4.2), dpi=110,
+                                    squeeze=False)
     for axes, (ylabel, series) in zip(axes_row[0], panels):
         for label, (xs, ys) in series.items():
             axes.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.5, label=label)
@@ -48,7 +50,10 @@ def line_panels(path: str | Path, panels: list[tuple[str, dict[str, tuple[list[f
         axes.set_xlabel(xlabel)
         axes.set_ylabel(ylabel)
         axes.grid(True, alpha=0.3)
-        if len(series) + len(hlines) > 1:
+        entries = len(series) + len(hlines)
+        if entries > 6:  # a long legend goes beside the panel, not over the lines
+            axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        elif entries > 1:
             axes.legend(fontsize=8)
     if title:
         figure.suptitle(title, fontsize=10)
@@ -56,7 +61,7 @@ def line_panels(path: str | Path, panels: list[tuple[str, dict[str, tuple[list[f
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.stem}.partial-{os.getpid()}.png")
-    figure.savefig(temporary)
+    figure.savefig(temporary, bbox_inches="tight")
     plt.close(figure)
     temporary.replace(path)
     return path
