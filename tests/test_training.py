@@ -156,13 +156,14 @@ def _cli_train(config: TrainConfig, path: Path) -> list[str]:
     return [sys.executable, "-m", "langswap", "-q", "train", str(path)]
 
 
-@pytest.mark.parametrize("preset", ["wechsel", "transinner"])
-def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(preset, models, texts, tmp_path):
+@pytest.mark.parametrize("kind, preset", [("gpt2", "wechsel"), ("gpt2", "transinner"), ("bert", "wechsel")])
+def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(kind, preset, models, texts, tmp_path):
+    """Causal and masked LM: the masked LM draws fresh masks at every step, which must resume too."""
     steps = 16
     options = dict(preset=preset, steps=steps, save_steps=2, eval_steps=4, logging_steps=2)
-    reference = train(_config(models["gpt2"], texts, tmp_path / "reference", **options))
+    reference = train(_config(models[kind], texts, tmp_path / "reference", **options))
 
-    config = _config(models["gpt2"], texts, tmp_path / "interrupted", **options)
+    config = _config(models[kind], texts, tmp_path / "interrupted", **options)
     process = subprocess.Popen(_cli_train(config, tmp_path / "train.yaml"), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
     phase_dir = "phase-2-full" if preset == "transinner" else "phase-1-full"

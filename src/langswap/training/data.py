@@ -125,9 +125,12 @@ class BlockDataset(torch.utils.data.Dataset):
 
 
 class LMCollator:
-    """Stack blocks; causal: labels = inputs; masked: select and mask positions with the global torch RNG (which the
-    Trainer saves in each checkpoint, so a resumed run masks as the uninterrupted one does). Items that already carry
-    labels (the pre-masked evaluation set) pass through."""
+    """Stack blocks; causal: labels = inputs. Masked: the collator leaves the batch unmasked (no labels) and the
+    trainer masks it with `mask` at the update that uses it (`PhaseTrainer.get_batch_samples`), from a generator
+    seeded by the seed, the phase, the process and the update number. Masking here, with the global random state,
+    would not resume: the data loader collates a batch ahead of the step that uses it, so a checkpoint's random state
+    is already past the next batch's masks. Items that already carry labels (the pre-masked evaluation set) pass
+    through."""
 
     def __init__(self, tokenizer, objective: str, mlm_probability: float = 0.15):
         self.tokenizer, self.objective, self.mlm_probability = tokenizer, objective, mlm_probability
@@ -137,9 +140,7 @@ class LMCollator:
         batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
         if "labels" in items[0]:
             batch["labels"] = torch.stack([item["labels"] for item in items])
-        elif self.objective == "masked":
-            batch["input_ids"], batch["labels"] = self.mask(input_ids)
-        else:
+        elif self.objective == "causal":
             batch["labels"] = input_ids.clone()
         return batch
 

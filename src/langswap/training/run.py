@@ -212,10 +212,25 @@ def _trainer_class():
     class PhaseTrainer(Trainer):
         """The Trainer with a phase's schedule and checkpoints written under a temporary name."""
 
-        def __init__(self, *args, phase: Phase, **kwargs):
-            self.phase = phase
+        def __init__(self, *args, phase: Phase, phase_index: int = 0, **kwargs):
+            self.phase, self.phase_index = phase, phase_index
             self._staging: str | None = None
             super().__init__(*args, **kwargs)
+
+        def get_batch_samples(self, epoch_iterator, num_batches, device):
+            """The batches of one update; a masked-LM batch (no labels yet) is masked here, from a generator seeded
+            by (seed, phase, process, update), so a resumed run draws the masks the uninterrupted one drew whatever
+            the data loader collated ahead, and the loss is still averaged over the masked tokens of all
+            accumulated micro-batches."""
+            batches, count = super().get_batch_samples(epoch_iterator, num_batches, device)
+            if not batches or "labels" in batches[0]:
+                return batches, count
+            generator = torch.Generator().manual_seed(
+                hash((self.args.seed, self.phase_index, self.args.process_index, self.state.global_step))
+                & 0x7FFF_FFFF_FFFF_FFFF)
+            for batch in batches:
+                batch["input_ids"], batch["labels"] = self.data_collator.mask(batch["input_ids"], generator)
+            return batches, self._get_num_items_in_batch(batches, device)
 
         def create_scheduler(self, num_training_steps: int, optimizer=None):
             if self.lr_scheduler is None:
@@ -489,7 +504,7 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
             **_precision_flags(config.precision))
         phase_callbacks, snapshots = _callbacks(config, phase, offset, curve)
         trainer = PhaseTrainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
-                               data_collator=collator, processing_class=tokenizer, phase=phase,
+                               data_collator=collator, processing_class=tokenizer, phase=phase, phase_index=index,
                                callbacks=phase_callbacks + list(callbacks or []))
         if not progress:
             from transformers.trainer_callback import PrinterCallback
