@@ -15,8 +15,8 @@ class EvaluateConfig:
     metric: str | None = field(default=None, metadata={
         "help": "perplexity (causal), pseudo-perplexity or masked-lm-loss (masked); default by the model's kind."})
     stride: int | None = field(default=None, metadata={
-        "help": "Causal LMs: tokens between the starts of windows over lines longer than the context (default "
-                "half the context)."})
+        "help": "Perplexity and pseudo-perplexity: tokens between the starts of windows over lines longer than "
+                "the context (default half the context)."})
     max_length: int | None = field(default=None, metadata={"help": "Window length; default the model's context, "
                                                                    "at most 1024."})
     probe: ProbeConfig = field(default_factory=ProbeConfig)
