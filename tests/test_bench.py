@@ -123,6 +123,32 @@ def test_grid_expands_to_labelled_variants():
     assert len(product) == 4 and product[0].label == "w subword_source=ngrams,neighbors=1"
 
 
+def test_each_plot_draws_one_line_per_method_and_the_reference_dashed(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from langswap.bench import write_report
+
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda figure=None: figures.append(figure))
+    rows = [{"variant": REFERENCE, "step": step, "bits_per_byte": 2.0} for step in (0, 5)]
+    rows += [{"variant": "random", "step": 0, "bits_per_byte": 6.0},
+             {"variant": "random", "step": 5, "bits_per_byte": 4.0},
+             {"variant": "wechsel", "step": 0, "bits_per_byte": 3.0},
+             {"variant": "wechsel", "step": 5, "bits_per_byte": 2.5, "pos_accuracy": 0.7}]
+    written = write_report(tmp_path, rows, [REFERENCE, "random", "wechsel"], [0, 5])
+    assert [path.name for path in written] == ["table.md", "bits_per_byte.png", "pos_accuracy.png"]
+    lines = {line.get_label(): line for line in figures[0].axes[0].get_lines()}
+    assert set(lines) == {REFERENCE, "random", "wechsel"}
+    assert list(lines["random"].get_xdata()) == [0, 5] and list(lines["random"].get_ydata()) == [6.0, 4.0]
+    assert list(lines["wechsel"].get_ydata()) == [3.0, 2.5]
+    assert lines[REFERENCE].get_linestyle() == "--" and set(lines[REFERENCE].get_ydata()) == {2.0}
+    probe = {line.get_label(): list(line.get_ydata()) for line in figures[1].axes[0].get_lines()}
+    assert probe == {"wechsel": [0.7]}  # a metric only one method has: one line, no reference
+    for figure in figures:
+        close(figure)
+
+
 def test_bench_yaml_with_unknown_method_or_option_lists_the_valid_ones():
     with pytest.raises(ConfigError, match=r"unknown method 'wechse'.*overlap.*random.*wechsel"):
         expand_variants([{"name": "wechse"}])

@@ -134,6 +134,27 @@ def test_uniform_masked_lm_pseudo_perplexity_equals_vocabulary_size():
     assert score.kind == "pseudo-perplexity"
 
 
+def test_correspondence_rows_name_the_sources_heaviest_first():
+    from langswap.evaluation.correspondence import correspondence_rows, format_correspondence
+    from langswap.methods.base import TokenMapping
+
+    tokenizer = byte_level_tokenizer(english_lines(200), vocab_size=300)
+    vocabulary = Vocabulary(tokenizer)
+    word = lambda text: tokenizer.convert_tokens_to_ids("\u0120" + text)  # GPT-2's marker of a word start
+    mapping = TokenMapping.empty(len(vocabulary), width=3)
+    target = word("the")
+    mapping.set_rows(np.array([target]), Kind.MIXED, [[word("and"), word("of"), -1]], [[0.25, 0.75, 0.0]])
+    mapping.set_rows(np.array([word("of")]), Kind.COPIED, [[word("of")]], [[1.0]])
+    rows = correspondence_rows(mapping, vocabulary, vocabulary, token_ids=[target, word("of")])
+    assert rows == [{"id": target, "token": "_the", "kind": "mixed", "sources": [("_of", 0.75), ("_and", 0.25)]},
+                    {"id": word("of"), "token": "_of", "kind": "copied", "sources": [("_of", 1.0)]}]
+    assert format_correspondence(rows).splitlines()[2:] == ["| _the | mixed | _of (0.75), _and (0.25) |",
+                                                            "| _of | copied | _of (1.00) |"]
+    # sampling picks only mixed word starts of at least min_length characters
+    assert [row["id"] for row in correspondence_rows(mapping, vocabulary, vocabulary, min_length=3)] == [target]
+    assert correspondence_rows(mapping, vocabulary, vocabulary, min_length=4) == []
+
+
 # -- surgery -----------------------------------------------------------------------------------------------------------
 
 MODEL_FAMILIES = [("gpt2", "byte_level"), ("llama", "sentencepiece"), ("bert", "wordpiece"),

@@ -139,6 +139,59 @@ def test_the_optimizer_uses_the_scheduled_rate_at_every_update(models, texts, tm
     assert [lr for _, lr in seen] == pytest.approx(expected)
 
 
+def test_the_optimizer_is_adamw_with_the_papers_settings(models, texts, tmp_path):
+    """AdamW, betas 0.9/0.98, eps 1e-6, weight decay 0.01 on matrices and none on biases and norms."""
+    from transformers import TrainerCallback
+
+    seen = []
+
+    class Record(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, optimizer=None, model=None, **kwargs):
+            if not seen:
+                names = {id(p): n for n, p in model.named_parameters()}
+                seen.append((optimizer, [(group["betas"], group["eps"], group["weight_decay"],
+                                          [names[id(p)] for p in group["params"]]) for group in optimizer.param_groups]))
+
+    train(_config(models["gpt2"], texts, tmp_path / "run", preset="wechsel", steps=1, eval_text=None),
+          callbacks=[Record()])
+    optimizer, groups = seen[0]
+    assert isinstance(getattr(optimizer, "optimizer", optimizer), torch.optim.AdamW)
+    assert {(betas, eps) for betas, eps, _, _ in groups} == {((0.9, 0.98), 1e-6)}
+    decay = {name: wd for _, _, wd, names in groups for name in names}
+    assert decay["transformer.h.0.attn.c_attn.weight"] == 0.01 and decay["transformer.wte.weight"] == 0.01
+    assert decay["transformer.h.0.attn.c_attn.bias"] == 0.0 and decay["transformer.h.0.ln_1.weight"] == 0.0
+
+
+def test_gradient_accumulation_trains_as_the_larger_batch(tmp_path, texts):
+    """2 forward passes of 2 sequences per update = 1 pass of 4 (no dropout, so only rounding differs)."""
+    lines = english_lines(300, seed=5)
+    tokenizer = byte_level_tokenizer(lines)
+    model = tiny_model("gpt2", len(tokenizer))
+    model.config.resid_pdrop = model.config.embd_pdrop = model.config.attn_pdrop = 0.0
+    folder = save_model(model, tokenizer, tmp_path / "no-dropout")
+    options = dict(preset="wechsel", steps=4, eval_text=None, logging_steps=1)
+    whole = train(_config(folder, texts, tmp_path / "whole", batch_size=4, **options))
+    accumulated = train(_config(folder, texts, tmp_path / "accumulated", batch_size=2, gradient_accumulation=2,
+                                **options))
+    one_pass = train(_config(folder, texts, tmp_path / "one-pass", batch_size=2, **options))
+    a, b, c, start = _state(whole.model), _state(accumulated.model), _state(one_pass.model), _state(folder)
+    assert all(torch.allclose(a[name], b[name], atol=1e-6) for name in a)
+    assert not torch.equal(a["transformer.wte.weight"], start["transformer.wte.weight"])
+    assert any(not torch.allclose(a[name], c[name], atol=1e-6) for name in a)  # half the batch: another result
+    assert [e["loss"] for e in whole.curve["train"]] == pytest.approx([e["loss"] for e in accumulated.curve["train"]],
+                                                                      rel=1e-4)
+
+
+def test_the_seed_decides_the_run(models, texts, tmp_path):
+    options = dict(preset="wechsel", steps=3, eval_text=None)
+    first = train(_config(models["gpt2"], texts, tmp_path / "a", seed=3, **options))
+    again = train(_config(models["gpt2"], texts, tmp_path / "b", seed=3, **options))
+    other = train(_config(models["gpt2"], texts, tmp_path / "c", seed=4, **options))
+    a, b, c = _state(first.model), _state(again.model), _state(other.model)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert not torch.equal(a["transformer.wte.weight"], c["transformer.wte.weight"])
+
+
 def test_tiktotok_ends_the_embedding_phase_when_the_loss_settles(models, texts, tmp_path):
     # a tolerance of 1 means "settled" as soon as two windows exist: after 2 x settle_window updates
     report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="tiktotok", steps=20, settle_window=2,
@@ -235,6 +288,29 @@ def test_jsonl_training_text_equals_the_same_text_as_lines(models, texts, tmp_pa
 
 
 # -- bad input ----------------------------------------------------------------------------------------------------------
+
+def test_packing_concatenates_documents_into_fixed_blocks():
+    from langswap.training.data import pack
+
+    lines = english_lines(300, seed=5)
+    documents = english_lines(30, seed=1)
+    causal_tokenizer = byte_level_tokenizer(lines)  # bos = eos: documents end with eos, no bos before them
+    stream = [t for d in documents for t in causal_tokenizer(d, add_special_tokens=False)["input_ids"]
+              + [causal_tokenizer.eos_token_id]]
+    packed = pack(causal_tokenizer, documents, 16, "causal")
+    assert packed.blocks.shape == (len(stream) // 16, 16) and packed.tokens == len(stream)
+    assert packed.blocks.flatten().tolist() == stream[:packed.blocks.numel()]
+    assert packed.bytes == sum(len(d.encode()) for d in documents)
+
+    masked_tokenizer = wordpiece_tokenizer(lines)  # [CLS] 14 tokens [SEP]; documents separated by [SEP]
+    stream = [t for d in documents for t in masked_tokenizer(d, add_special_tokens=False)["input_ids"]
+              + [masked_tokenizer.sep_token_id]]
+    packed = pack(masked_tokenizer, documents, 16, "masked", max_blocks=3)
+    assert packed.blocks.shape == (3, 16)
+    assert (packed.blocks[:, 0] == masked_tokenizer.cls_token_id).all()
+    assert (packed.blocks[:, -1] == masked_tokenizer.sep_token_id).all()
+    assert packed.blocks[:, 1:-1].flatten().tolist() == stream[:3 * 14]
+
 
 def test_text_shorter_than_one_sequence(models, texts, tmp_path):
     short = tmp_path / "short.txt"
