@@ -111,6 +111,46 @@ def test_bench_writes_table_plots_and_resumes(capsys, tmp_path, gpt2_folder, tar
     assert "variant 'wechsel'" in capsys.readouterr().err
 
 
+def test_a_bench_killed_while_training_resumes_to_the_same_figures(tmp_path, gpt2_folder, target_tokenizer_folder,
+                                                                    cipher_vectors, corpus_dir):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    options = dict(methods=[{"name": "wechsel", "neighbors": 3}], steps=[0, 4, 12], reference=False,
+                   train={"preset": "embeddings", "batch_size": 2, "sequence_length": 32, "save_steps": 2})
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "killed").mkdir()
+    whole_yaml = _bench_yaml(tmp_path / "whole", gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
+                             **options)
+    assert main(["-q", "bench", str(whole_yaml)]) == 0
+    killed_yaml = _bench_yaml(tmp_path / "killed", gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
+                              **options)
+    process = subprocess.Popen([sys.executable, "-m", "langswap", "-q", "bench", str(killed_yaml)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    runs = tmp_path / "killed" / "bench" / "runs" / "wechsel"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if any(int(c.name.split("-")[1]) >= 6 for c in runs.glob("train-*/phase-*/checkpoint-*")):
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the bench ended before it could be killed: " + process.stderr.read().decode()
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (tmp_path / "killed" / "bench" / "table.md").exists()
+    assert list(runs.glob("train-*/phase-*/checkpoint-*")), "killed before training had saved a checkpoint"
+    assert main(["-q", "bench", str(killed_yaml)]) == 0
+
+    def figures(root):
+        rows = [json.loads(line) for line in (root / "bench" / "results.jsonl").read_text().splitlines()]
+        return {(row["variant"], row["step"]): row["bits_per_byte"] for row in rows}
+
+    assert figures(tmp_path / "killed") == figures(tmp_path / "whole")
+    assert len(figures(tmp_path / "whole")) == 3
+
+
 def test_grid_expands_to_labelled_variants():
     table7 = [{"neighbors": 1, "temperature": 1}, {"neighbors": [10, 50], "temperature": [0.1, 1]}]
     variants = expand_variants([{"name": "wechsel", "grid": table7, "subword_source": "ngrams"}])
