@@ -205,6 +205,9 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
 
             resources = ResourcesConfig(**{**to_dict(config.resources), "alignment": None})
             source, target, report = prepare_vectors(resources, config.align)
+            logger.info("aligned vectors: %s pairs; held-out precision@1 %s (CSLS %s) on %s words",
+                        f"{report['pairs_used']:,}", report.get("precision_at_1"), report.get("precision_at_1_csls"),
+                        report.get("heldout_words"))
             with atomic_directory(folder, overwrite=True) as temporary:
                 write_alignment(temporary, source, target, report)
         shared["resources"]["alignment"] = str(folder / "alignment.npy")

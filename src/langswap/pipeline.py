@@ -145,7 +145,7 @@ def prepare_vectors(resources: ResourcesConfig, align_config: AlignConfig):
         raise MissingResourceError("word vectors of two languages need aligning: set resources.dictionary (a "
                                    "source<TAB>target file) or resources.alignment (from `langswap align`).")
     alignment = align(source, target, Dictionary.load(resources.dictionary), align_config)
-    logger.info("aligned vectors: %s pairs, precision@1 %s (CSLS %s)", alignment.report["pairs_used"],
+    logger.debug("aligned vectors: %s pairs, precision@1 %s (CSLS %s)", alignment.report["pairs_used"],
                 alignment.report.get("precision_at_1"), alignment.report.get("precision_at_1_csls"))
     return alignment.source, alignment.target, alignment.report
 
