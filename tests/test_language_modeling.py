@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from langswap.errors import ConfigError, VocabularyError
-from langswap.evaluation.language_modeling import (_masked_windows, _windows, causal_lm_score, evaluate_model,
+from langswap.evaluation.language_modeling import (_windows, causal_lm_score, evaluate_model,
                                                    masked_lm_loss, pseudo_perplexity)
+from langswap.evaluation.probes import window_spans
 from langswap.training.masking import mask_tokens, special_tokens_mask
 
 from conftest import TOKENIZER_BUILDERS, byte_level_tokenizer, english_lines, tiny_model, uniform_lm
@@ -139,23 +140,6 @@ def test_stride_out_of_range_is_a_config_error(gpt2, stride):
 
 # -- pseudo-perplexity -------------------------------------------------------------------------------------------------
 
-def test_masked_windows_score_every_token_once_away_from_the_edges():
-    for length in range(1, 40):
-        for content in range(1, 10):
-            for stride in range(1, content + 1):
-                windows = _masked_windows(length, content, stride)
-                scored = sorted(p for _, _, positions in windows for p in positions)
-                assert scored == list(range(length))
-                for start, stop, positions in windows:
-                    assert 0 <= start < stop <= length and stop - start <= content
-                    assert all(start <= p < stop for p in positions)
-    # a token in the middle of the text is never scored at the edge of a window when another window centres it
-    windows = _masked_windows(100, 20, 10)
-    for start, stop, positions in windows:
-        if 0 < start and stop < 100:
-            assert min(positions) - start >= 4 and stop - 1 - max(positions) >= 4
-
-
 def test_pseudo_perplexity_of_a_long_line_scores_every_token(bert):
     """A line longer than the window is read in windows: all its tokens count, as bits per byte must."""
     _, tokenizer = bert
@@ -174,16 +158,16 @@ def test_pseudo_perplexity_of_a_long_line_scores_every_token(bert):
 
 
 def test_pseudo_perplexity_windows_equal_a_hand_computation(bert):
-    """Each scored token: masked in the window the documented rule picks, [CLS] and [SEP] around that window."""
+    """Each scored token: masked in the window where it is most central, [CLS] and [SEP] around that window."""
     model, tokenizer = bert
     line = " ".join(english_lines(4, seed=12))
     content = tokenizer(line, add_special_tokens=False)["input_ids"]
     window, room = 12, 10  # [CLS] + 10 tokens + [SEP]
     assert len(content) > 2 * room
     nll = 0.0
-    for start, stop, positions in _masked_windows(len(content), room, 5):
+    for start, stop, keep_from, keep_to in window_spans(len(content), room, causal=False, stride=5):
         ids = [tokenizer.cls_token_id] + content[start:stop] + [tokenizer.sep_token_id]
-        for p in positions:
+        for p in range(keep_from, keep_to):
             masked = list(ids)
             masked[1 + p - start] = tokenizer.mask_token_id
             with torch.no_grad():

@@ -228,14 +228,19 @@ def test_window_spans_keep_every_token_once():
     assert window_spans(3, 4, causal=True) == [(0, 3, 0, 3)]
     assert window_spans(10, 4, causal=True) == [(0, 4, 0, 4), (2, 6, 4, 6), (4, 8, 6, 8), (6, 10, 8, 10)]
     assert window_spans(10, 4, causal=False) == [(0, 4, 0, 3), (2, 6, 3, 5), (4, 8, 5, 7), (6, 10, 7, 10)]
+    assert window_spans(10, 4, causal=False, stride=1)[:3] == [(0, 4, 0, 2), (1, 5, 2, 3), (2, 6, 3, 4)]
     for length in range(1, 40):
         for room in range(1, 12):
             for causal in (True, False):
-                kept = []
-                for start, stop, keep_from, keep_to in window_spans(length, room, causal):
-                    assert start <= keep_from <= keep_to <= stop and stop - start <= room
-                    kept.extend(range(keep_from, keep_to))
-                assert kept == list(range(length))
+                for stride in [None, *range(1, room + 1)]:
+                    kept = []
+                    for start, stop, keep_from, keep_to in window_spans(length, room, causal, stride):
+                        assert start <= keep_from <= keep_to <= stop and stop - start <= room
+                        kept.extend(range(keep_from, keep_to))
+                    assert kept == list(range(length))
+    # a bidirectional window keeps its middle: context on both sides of every token away from the text's ends
+    for start, stop, keep_from, keep_to in window_spans(100, 20, causal=False, stride=10)[1:-1]:
+        assert keep_from - start >= 5 and stop - keep_to >= 5
 
 
 def test_long_sentences_are_windowed_not_cut(lines):

@@ -149,32 +149,6 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     return _score(lines, total_tokens, total_nll, "perplexity")
 
 
-def _masked_windows(length: int, content: int, stride: int) -> list[tuple[int, int, list[int]]]:
-    """Windows (start, stop, scored) over `length` tokens for a masked LM that reads at most `content` of them:
-    windows start `stride` apart (the last one ends at the last token), and each token is scored in exactly one
-    window, the one where it sits farthest from an edge (the earlier on a tie), so it sees context on both sides."""
-    if length <= content:
-        return [(0, length, list(range(length)))]
-    starts = list(range(0, length - content, stride)) + [length - content]
-    windows = [(start, start + content, []) for start in starts]
-    for position in range(length):
-        best = max((min(position - start, stop - 1 - position), -k) for k, (start, stop, _) in enumerate(windows)
-                   if start <= position < stop)
-        windows[-best[1]][2].append(position)
-    return [window for window in windows if window[2]]
-
-
-def _special_frame(tokenizer, line: str) -> tuple[list[int], list[int], list[int]]:
-    """(prefix, content, suffix) ids of a line: the tokens the tokenizer adds around it ([CLS] ... [SEP],
-    <s> ... </s>) and the line's own tokens."""
-    content = tokenizer(line, add_special_tokens=False)["input_ids"]
-    full = tokenizer(line)["input_ids"]
-    for at in range(len(full) - len(content) + 1):
-        if full[at:at + len(content)] == content:
-            return full[:at], content, full[at + len(content):]
-    return [], full, []  # a tokenizer that changes the line's tokens when it adds its specials: score them as is
-
-
 @torch.no_grad()
 def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None = None, batch_size: int = 64,
                       progress: bool = False, stride: int | None = None) -> LMScore:
@@ -183,22 +157,25 @@ def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None
     Each non-special token is masked in turn and scored given the rest of its window. A line longer than the window
     (the model's context, or `max_length` where smaller, less the tokenizer's own [CLS]/[SEP]) is read in windows
     that start `stride` tokens apart (default half the window); each token is scored once, in the window where it
-    sits farthest from an edge (`_masked_windows`), so every token of every line counts toward bits per byte."""
+    sits most central (`probes.window_spans`), so every token of every line counts toward bits per byte."""
+    from langswap.evaluation.probes import special_tokens, window_spans
+
     mask_token_id = _mask_token_id(tokenizer, "pseudo-perplexity")
     window = _context_length(model, max_length)
+    prefix, suffix = special_tokens(tokenizer, "masked")
+    room = window - len(prefix) - len(suffix)
+    if room < 1:
+        raise ConfigError(f"the window of {window} tokens leaves no room for text between the tokenizer's "
+                          f"{len(prefix) + len(suffix)} special tokens; give a larger max_length.")
+    stride = _check_stride(stride, room)
     device = next(model.parameters()).device
     special = set(tokenizer.all_special_ids)
     total_nll, total_tokens = 0.0, 0
     bar = _bar(progress, len(lines), "pseudo-perplexity")
-    for line in lines:
-        prefix, content, suffix = _special_frame(tokenizer, line)
-        room = window - len(prefix) - len(suffix)
-        if room < 1:
-            raise ConfigError(f"the window of {window} tokens leaves no room for text between the tokenizer's "
-                              f"{len(prefix) + len(suffix)} special tokens; give a larger max_length.")
-        for start, stop, scored in _masked_windows(len(content), room, _check_stride(stride, room)):
+    for content in tokenizer(lines, add_special_tokens=False)["input_ids"]:
+        for start, stop, keep_from, keep_to in window_spans(len(content), room, causal=False, stride=stride):
             base = torch.tensor(prefix + content[start:stop] + suffix)
-            positions = [len(prefix) + p - start for p in scored if content[p] not in special]
+            positions = [len(prefix) + p - start for p in range(keep_from, keep_to) if content[p] not in special]
             for first in range(0, len(positions), batch_size):
                 chunk = positions[first:first + batch_size]
                 batch = base.repeat(len(chunk), 1)

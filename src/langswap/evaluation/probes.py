@@ -122,14 +122,16 @@ def context_length(model, tokenizer, max_length: int | None = None) -> int:
     return min(limit, max_length) if max_length else min(limit, DEFAULT_CONTEXT)
 
 
-def window_spans(length: int, room: int, causal: bool) -> list[tuple[int, int, int, int]]:
-    """Windows (start, stop, keep_from, keep_to) over `length` tokens, at most `room` each, overlapping by half.
+def window_spans(length: int, room: int, causal: bool, stride: int | None = None) -> list[tuple[int, int, int, int]]:
+    """Windows (start, stop, keep_from, keep_to) over `length` tokens, at most `room` each, starting `stride` apart
+    (default half the room, 1 <= stride <= room).
 
     Every token is kept from exactly one window: a causal model's from the window that gives it the most left
     context, a bidirectional model's from the window where it is most central."""
     if length <= room:
         return [(0, length, 0, length)]
-    stride = max(1, room // 2)
+    stride = stride or max(1, room // 2)
+    assert 1 <= stride <= room, (stride, room)
     margin = room - stride if causal else (room - stride) // 2
     spans, start, keep_from = [], 0, 0
     while True:
