@@ -249,8 +249,9 @@ def test_bench_with_a_pos_probe_at_each_step(tmp_path, gpt2_folder, target_token
     assert (tmp_path / "bench" / "pos_accuracy.png").exists()
 
 
-def test_bench_on_a_masked_lm_reports_pseudo_perplexity(tmp_path, english, ciphered, corpus_dir):
-    """BERT-style source: masked-LM training in the bench, pseudo-perplexity (not bits per byte) in the table."""
+def test_bench_on_a_masked_lm_reports_pseudo_bits_per_byte_and_perplexity(tmp_path, english, ciphered, corpus_dir):
+    """BERT-style source: masked-LM training in the bench; pseudo bits per byte (comparable across tokenizers) and
+    pseudo-perplexity in the table."""
     from conftest import save_model, tiny_model, wordpiece_tokenizer
 
     source_tokenizer = wordpiece_tokenizer(english)
@@ -266,14 +267,25 @@ def test_bench_on_a_masked_lm_reports_pseudo_perplexity(tmp_path, english, ciphe
     assert [(row["variant"], row["step"]) for row in rows] == [(REFERENCE, 0), ("random", 0), ("random", 2),
                                                                ("overlap", 0), ("overlap", 2)]
     assert all("bits_per_byte" not in row and row["pseudo_perplexity"] > 1 for row in rows)
+    from langswap.evaluation.language_modeling import pseudo_perplexity
+    from langswap.models import load_model, load_tokenizer
+    from langswap.resources.text import read_text_lines
+
+    held_out = read_text_lines(corpus_dir / "xx.test.txt", max_lines=8)
+    for variant, folder in ((REFERENCE, source), ("random", tmp_path / "bench" / "runs" / "random" / "transfer")):
+        score = pseudo_perplexity(load_model(folder), load_tokenizer(folder), held_out)
+        (row,) = [row for row in rows if row["variant"] == variant and row["step"] == 0]
+        assert row["pseudo_bits_per_byte"] == pytest.approx(score.bits_per_byte, abs=1e-5)
     by = {(row["variant"], row["step"]): row["pseudo_perplexity"] for row in rows}
     assert by[("random", 0)] != by[("random", 2)]  # the masked-LM training moved the embeddings
     (train_folder,) = (tmp_path / "bench" / "runs" / "random").glob("train-2steps-*")
     record = json.loads((train_folder / "langswap-train.json").read_text())
     assert record["objective"] == "masked"
     header = (tmp_path / "bench" / "table.md").read_text().splitlines()[0]
-    assert header == "| method | pseudo-perplexity @ 0 | pseudo-perplexity @ 2 |"
-    assert (tmp_path / "bench" / "pseudo_perplexity.png").read_bytes()[:4] == b"\x89PNG"
+    assert header == ("| method | pseudo bits per byte @ 0 | pseudo bits per byte @ 2 | pseudo-perplexity @ 0 | "
+                      "pseudo-perplexity @ 2 |")
+    for metric in ("pseudo_bits_per_byte", "pseudo_perplexity"):
+        assert (tmp_path / "bench" / f"{metric}.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_method_labelled_as_the_reference_is_refused():
