@@ -12,6 +12,7 @@ The table, results and plot are copied to benchmarks/results/training-de/ and do
 
     python benchmarks/bench_german_training.py [--steps 0 50 200] [--batch-size 2] [--sequence-length 128]
     python benchmarks/bench_german_training.py --seed 1 --methods overlap wechsel     # the same with another data order
+    python benchmarks/bench_german_training.py --tag long --steps 0 200 600 --methods overlap wechsel   # longer
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="Training seed (data order). Another seed runs into "
                         "WORKDIR-seedN, writes benchmarks/results/training-de-seedN/ and skips the probes, which "
                         "measure step-0 models only.")
+    parser.add_argument("--tag", default=None, help="Run into WORKDIR-TAG and benchmarks/results/training-de-TAG/, "
+                        "skipping the probes (e.g. --tag long --steps 0 200 600 for a longer schedule, which must "
+                        "not replace the main figures).")
     return parser.parse_args(argv)
 
 
@@ -107,9 +111,11 @@ def main(argv=None) -> int:
     results_dir = REPO / "benchmarks" / "results" / "training-de"
     if args.seed:
         bench["train"]["seed"] = args.seed
-        args.workdir = args.workdir.with_name(f"{args.workdir.name}-seed{args.seed}")
+    tag = args.tag or (f"seed{args.seed}" if args.seed else None)
+    if tag:
+        args.workdir = args.workdir.with_name(f"{args.workdir.name}-{tag}")
         bench["output"] = str(args.workdir)
-        results_dir = results_dir.with_name(f"training-de-seed{args.seed}")
+        results_dir = results_dir.with_name(f"training-de-{tag}")
         args.skip_probe = True
     args.workdir.mkdir(parents=True, exist_ok=True)
     (args.workdir / "bench-input.yaml").write_text(yaml.safe_dump(bench, sort_keys=False), encoding="utf-8")
@@ -121,7 +127,7 @@ def main(argv=None) -> int:
     results_dir.mkdir(parents=True, exist_ok=True)
     for name in ("table.md", "results.jsonl", "bits_per_byte.png", "bench-input.yaml"):
         shutil.copy2(args.workdir / name, results_dir / name)
-    if not args.seed:
+    if not tag:
         (REPO / "docs").mkdir(exist_ok=True)
         shutil.copy2(args.workdir / "bits_per_byte.png", REPO / "docs" / "german-embedding-training.png")
 
