@@ -209,21 +209,26 @@ def _cli_train(config: TrainConfig, path: Path) -> list[str]:
     return [sys.executable, "-m", "langswap", "-q", "train", str(path)]
 
 
-@pytest.mark.parametrize("kind, preset", [("gpt2", "wechsel"), ("gpt2", "transinner"), ("bert", "wechsel")])
-def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(kind, preset, models, texts, tmp_path):
-    """Causal and masked LM: the masked LM draws fresh masks at every step, which must resume too."""
+@pytest.mark.parametrize("kind, preset, phase_dir, kill_at", [
+    ("gpt2", "wechsel", "phase-1-full", 4), ("gpt2", "transinner", "phase-2-full", 4),
+    ("bert", "wechsel", "phase-1-full", 4), ("gpt2", "tiktotok", "phase-1-embeddings", 2)])
+def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(kind, preset, phase_dir, kill_at, models,
+                                                                        texts, tmp_path):
+    """Causal and masked LM (whose masks are drawn afresh at every update, which must resume too); Tik-to-Tok killed
+    in its until-settled phase, before the loss has settled, must settle where the uninterrupted run did."""
     steps = 16
     options = dict(preset=preset, steps=steps, save_steps=2, eval_steps=4, logging_steps=2)
+    if preset == "tiktotok":  # a tolerance of 1 settles as soon as two windows of 2 updates exist: at step 4
+        options.update(settle_window=2, settle_tolerance=1.0)
     reference = train(_config(models[kind], texts, tmp_path / "reference", **options))
 
     config = _config(models[kind], texts, tmp_path / "interrupted", **options)
     process = subprocess.Popen(_cli_train(config, tmp_path / "train.yaml"), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
-    phase_dir = "phase-2-full" if preset == "transinner" else "phase-1-full"
     deadline = time.time() + 240
     while time.time() < deadline and process.poll() is None:
         checkpoints = list((tmp_path / "interrupted" / phase_dir).glob("checkpoint-*"))
-        if any(int(c.name.split("-")[1]) >= 4 for c in checkpoints):
+        if any(int(c.name.split("-")[1]) >= kill_at for c in checkpoints):
             break
         time.sleep(0.05)
     assert process.poll() is None, "the run ended before it could be killed: " + process.stderr.read().decode()
@@ -235,6 +240,9 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(kind, pre
 
     resumed = train(config)
     assert resumed.resumed
+    assert [p["steps"] for p in resumed.phases] == [p["steps"] for p in reference.phases]
+    if preset == "tiktotok":
+        assert [p["steps"] for p in reference.phases] == [4, 12]
     final_reference, final_resumed = _state(reference.model), _state(resumed.model)
     assert final_reference.keys() == final_resumed.keys()
     assert all(torch.equal(final_reference[name], final_resumed[name]) for name in final_reference)
