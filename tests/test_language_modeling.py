@@ -146,15 +146,57 @@ def test_pseudo_perplexity_of_a_long_line_scores_every_token(bert):
     vocabulary = len(tokenizer)
     long_line = " ".join(english_lines(12, seed=8))
     lines = english_lines(4, seed=2) + [long_line]
-    special = set(tokenizer.all_special_ids)
-    expected = sum(sum(t not in special for t in tokenizer(line, add_special_tokens=False)["input_ids"])
-                   for line in lines)
+    expected = sum(len(tokenizer(line, add_special_tokens=False)["input_ids"]) for line in lines)
     assert len(tokenizer(long_line)["input_ids"]) > 3 * 16
     n_bytes = sum(len(line.encode()) for line in lines)
     for max_length, stride in ((16, None), (16, 3), (16, 14), (512, None)):
         score = pseudo_perplexity(uniform_lm(vocabulary), tokenizer, lines, max_length=max_length, stride=stride)
         assert score.tokens == expected
         assert score.bits_per_byte == pytest.approx(expected * math.log2(vocabulary) / n_bytes, rel=1e-6)
+
+
+def test_pseudo_perplexity_scores_unknown_tokens_whose_bytes_it_counts(bert):
+    """[UNK] stands for text: skipping it while its bytes stay in the denominator lowered bits per byte."""
+    _, tokenizer = bert
+    line = "the cat sat on the mat \u65e5\u672c\u8a9e \u65e5\u672c\u8a9e"
+    ids = tokenizer(line, add_special_tokens=False)["input_ids"]
+    assert ids.count(tokenizer.unk_token_id) >= 2
+    score = pseudo_perplexity(uniform_lm(len(tokenizer)), tokenizer, [line])
+    assert score.tokens == len(ids)
+    assert score.bits_per_byte == pytest.approx(len(ids) * math.log2(len(tokenizer)) / len(line.encode()), rel=1e-6)
+
+
+@pytest.mark.parametrize("metric", [pseudo_perplexity, masked_lm_loss])
+def test_roberta_long_line_fits_its_usable_positions(metric):
+    """RoBERTa's position ids start after the padding index: 130 positions hold 128 tokens. A window of the
+    config's 130 indexed past the position table."""
+    tokenizer = TOKENIZER_BUILDERS["roberta"](english_lines(300), vocab_size=300)
+    model = tiny_model("roberta", len(tokenizer))
+    assert model.config.max_position_embeddings == 130
+    long_line = " ".join(english_lines(40, seed=3))
+    content = tokenizer(long_line, add_special_tokens=False)["input_ids"]
+    assert len(content) > 2 * 130
+    score = metric(model, tokenizer, [long_line])
+    if metric is pseudo_perplexity:
+        assert score.tokens == len(content)
+    assert math.isfinite(score.nll) and score.tokens > 0
+
+
+def test_pseudo_perplexity_does_not_depend_on_how_copies_are_batched(bert):
+    """The logit budget splits a window's masked copies into passes; the sum must not change."""
+    import langswap.evaluation.language_modeling as language_modeling
+
+    model, tokenizer = bert
+    lines = english_lines(3, seed=4)
+    whole = pseudo_perplexity(model, tokenizer, lines)
+    budget = language_modeling.LOGIT_BUDGET
+    try:
+        language_modeling.LOGIT_BUDGET = 1  # one masked copy per forward pass
+        split = pseudo_perplexity(model, tokenizer, lines)
+    finally:
+        language_modeling.LOGIT_BUDGET = budget
+    assert split.tokens == whole.tokens
+    assert split.nll == pytest.approx(whole.nll, rel=1e-5)
 
 
 def test_pseudo_perplexity_windows_equal_a_hand_computation(bert):

@@ -48,6 +48,8 @@ def test_read_conllu_skips_comments_ranges_and_empty_nodes(tmp_path):
     with gzip.open(tmp_path / "a.conllu.gz", "wt", encoding="utf-8") as handle:
         handle.write(CONLLU.replace("\n", "\r\n"))  # Windows line ends too
     assert read_conllu(tmp_path / "a.conllu.gz") == sentences
+    (tmp_path / "bom.conllu").write_bytes(b"\xef\xbb\xbf" + CONLLU.encode("utf-8"))  # a byte-order mark first
+    assert read_conllu(tmp_path / "bom.conllu") == sentences
 
 
 WORD_LINE = "3\tHaus\tHaus\tNOUN\tNN\t_\t4\tobl\t_\t_"
@@ -332,3 +334,26 @@ def test_probe_on_german_gsd_beats_the_majority_baseline():
     assert result.tags >= 14 and result.test_words > 1000
     # measured: 0.44 against a majority baseline of 0.17 (NOUN)
     assert result.accuracy > result.majority_baseline + 0.15
+
+
+@pytest.mark.parametrize("scheme", ["always", "first"])
+def test_a_stand_alone_space_marker_belongs_to_no_word(scheme):
+    """Metaspace tokenizers give a leading "\u2581" that does not merge with the next character the offsets of that
+    character; it must not be pooled into (or label) the first word."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from langswap.evaluation.probes import encode_sentences
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme)
+    backend.train_from_iterator(["the dogs run fast", "dogs and cats", "a dog"] * 50, trainers.BpeTrainer(
+        vocab_size=200, special_tokens=["<unk>"], show_progress=False, initial_alphabet=list("\u25810123456789")))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+    [encoded] = encode_sentences(tokenizer, [Sentence(["3", "dogs", "4"], ["NUM", "NOUN", "NUM"])])
+    pieces = tokenizer.convert_ids_to_tokens(encoded.ids)
+    assert pieces[:2] == ["\u2581", "3"]  # the marker did not merge with the digit
+    words_of = dict(zip(range(len(pieces)), encoded.token_words))
+    assert words_of[0] == () and words_of[1] == (0,)
+    assert encoded.first_tokens()[0] == 1
+    assert all(words == () for piece, words in zip(pieces, encoded.token_words) if piece == "\u2581")

@@ -152,6 +152,15 @@ def _split_space(token_id: int, token: str, raw: bytes) -> CanonicalToken:
     return CanonicalToken(token_id, token, raw, word_start=False)
 
 
+def canonical_tokens(tokenizer, token_ids) -> dict[int, CanonicalToken]:
+    """The canonical forms of some token ids (special tokens not marked), without building a whole Vocabulary."""
+    family, details = detect_family(tokenizer)
+    added = {entry.content for entry in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).values()}
+    ids = sorted(set(token_ids))
+    names = tokenizer.convert_ids_to_tokens(ids)
+    return {token_id: _canonical(token_id, name or "", family, details, added) for token_id, name in zip(ids, names)}
+
+
 class Vocabulary:
     """The canonical forms of all tokens of one tokenizer, indexed by id (0 .. len(tokenizer) - 1)."""
 

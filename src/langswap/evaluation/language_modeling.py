@@ -27,6 +27,9 @@ from langswap.errors import ConfigError, VocabularyError
 logger = logging.getLogger(__name__)
 
 LN2 = math.log(2)
+# Pseudo-perplexity runs one masked copy of a window per scored token; a pass holds at most this many logits
+# (2**27 floats: 512 MiB in float32), e.g. 8 copies of a 512-token window over a 30,000-token vocabulary.
+LOGIT_BUDGET = 2 ** 27
 
 
 @dataclass
@@ -58,9 +61,10 @@ def _mask_token_id(tokenizer, what: str) -> int:
     return tokenizer.mask_token_id
 
 
-def _context_length(model, max_length: int | None) -> int:
-    limit = getattr(model.config, "max_position_embeddings", None) or 1024
-    return min(limit, max_length or 1024)
+def _logit_width(model, tokenizer) -> int:
+    """Logits per position: the output matrix's rows (it may be padded beyond the tokenizer)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return head.weight.shape[0] if head is not None else len(tokenizer)
 
 
 def _windows(sequence: list[int], window: int, stride: int) -> list[tuple[list[int], int]]:
@@ -105,8 +109,13 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     start `stride` tokens apart (default half the window), each token scored once (see `_windows`); this is the
     strided evaluation of the Hugging Face guide "Perplexity of fixed-length models", except that no token is lost
     where windows meet."""
+    from langswap.evaluation.probes import context_length
+
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    window = _context_length(model, max_length)
+    if prefix is None:
+        logger.warning("the tokenizer has neither a bos nor an eos token: the first token of each line is not "
+                       "scored, though its bytes count toward bits per byte")
+    window = context_length(model, tokenizer, max_length)
     stride = _check_stride(stride, window)
     encoded = tokenizer(lines, add_special_tokens=False)["input_ids"]
     pieces: list[tuple[list[int], int]] = []
@@ -154,14 +163,14 @@ def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None
                       progress: bool = False, stride: int | None = None) -> LMScore:
     """Pseudo-perplexity of a masked LM (Salazar et al., 2020) and the matching bits per byte.
 
-    Each non-special token is masked in turn and scored given the rest of its window. A line longer than the window
+    Each token of the text ([UNK] included) is masked in turn and scored given the rest of its window. A line longer than the window
     (the model's context, or `max_length` where smaller, less the tokenizer's own [CLS]/[SEP]) is read in windows
     that start `stride` tokens apart (default half the window); each token is scored once, in the window where it
     sits most central (`probes.window_spans`), so every token of every line counts toward bits per byte."""
-    from langswap.evaluation.probes import special_tokens, window_spans
+    from langswap.evaluation.probes import context_length, special_tokens, window_spans
 
     mask_token_id = _mask_token_id(tokenizer, "pseudo-perplexity")
-    window = _context_length(model, max_length)
+    window = context_length(model, tokenizer, max_length)
     prefix, suffix = special_tokens(tokenizer, "masked")
     room = window - len(prefix) - len(suffix)
     if room < 1:
@@ -169,21 +178,24 @@ def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None
                           f"{len(prefix) + len(suffix)} special tokens; give a larger max_length.")
     stride = _check_stride(stride, room)
     device = next(model.parameters()).device
-    special = set(tokenizer.all_special_ids)
+    vocabulary = _logit_width(model, tokenizer)
     total_nll, total_tokens = 0.0, 0
     bar = _bar(progress, len(lines), "pseudo-perplexity")
     for content in tokenizer(lines, add_special_tokens=False)["input_ids"]:
         for start, stop, keep_from, keep_to in window_spans(len(content), room, causal=False, stride=stride):
             base = torch.tensor(prefix + content[start:stop] + suffix)
-            positions = [len(prefix) + p - start for p in range(keep_from, keep_to) if content[p] not in special]
-            for first in range(0, len(positions), batch_size):
-                chunk = positions[first:first + batch_size]
+            # Every content token is scored, [UNK] included: its bytes count toward bits per byte as well.
+            positions = [len(prefix) + p - start for p in range(keep_from, keep_to)]
+            # The model returns logits at every position of every copy, (rows, length, V): bound that tensor.
+            rows_per_pass = max(1, min(batch_size, LOGIT_BUDGET // (len(base) * vocabulary)))
+            for first in range(0, len(positions), rows_per_pass):
+                chunk = positions[first:first + rows_per_pass]
                 batch = base.repeat(len(chunk), 1)
                 rows = torch.arange(len(chunk))
                 where = torch.tensor(chunk)
                 batch[rows, where] = mask_token_id
-                logits = model(input_ids=batch.to(device)).logits.float()
-                log_probs = torch.log_softmax(logits[rows, where], dim=-1)
+                logits = model(input_ids=batch.to(device)).logits
+                log_probs = torch.log_softmax(logits[rows, where].float(), dim=-1)
                 total_nll -= float(log_probs[rows, base[where]].double().sum())
                 total_tokens += len(chunk)
         if bar is not None:
@@ -210,8 +222,10 @@ def masked_lm_loss(model, tokenizer, lines: list[str], probability: float = 0.15
     """
     from langswap.training.masking import IGNORE_INDEX, mask_tokens, special_tokens_mask
 
+    from langswap.evaluation.probes import context_length
+
     mask_token_id = _mask_token_id(tokenizer, "masked-LM loss")
-    window = _context_length(model, max_length)
+    window = context_length(model, tokenizer, max_length)
     generator = torch.Generator().manual_seed(seed)
     rows: list[tuple[torch.Tensor, torch.Tensor]] = []
     for ids in tokenizer(lines, truncation=True, max_length=window)["input_ids"]:
@@ -223,10 +237,17 @@ def masked_lm_loss(model, tokenizer, lines: list[str], probability: float = 0.15
     rows.sort(key=lambda row: len(row[0]))  # similar lengths together: less padding
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(model.parameters()).device
+    vocabulary = _logit_width(model, tokenizer)
     total_nll, total_tokens = 0.0, 0
     bar = _bar(progress, len(rows), "masked-LM loss")
-    for start in range(0, len(rows), batch_size):
-        batch = rows[start:start + batch_size]
+    start = 0
+    while start < len(rows):
+        # rows are sorted by length, so the batch's last row is its longest; the logits stay within LOGIT_BUDGET
+        stop = start + 1
+        while (stop < len(rows) and stop - start < batch_size
+               and (stop - start + 1) * len(rows[stop][0]) * vocabulary <= LOGIT_BUDGET):
+            stop += 1
+        batch, start = rows[start:stop], stop
         longest = max(len(masked) for masked, _ in batch)
         input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
         labels = torch.full((len(batch), longest), IGNORE_INDEX, dtype=torch.long)

@@ -60,11 +60,17 @@ class EncodedSentence:
 
 def encode_sentences(tokenizer, sentences: list[Sentence]) -> list[EncodedSentence]:
     """Tokenize each sentence (words joined by single spaces) and map tokens to the words they overlap."""
+    from langswap.tokens import canonical_tokens
+
     if not getattr(tokenizer, "is_fast", False):
         raise VocabularyError("word-level evaluation needs a fast tokenizer (character offsets); this one is slow. "
                               "Save it as a fast one (tokenizer.json).")
     texts = [" ".join(sentence.words) for sentence in sentences]
     encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    # A token that is only a space marker belongs to no word. SentencePiece-style (Metaspace) tokenizers give a
+    # stand-alone leading "▁" the offsets of the first character, which would make it part of the first word.
+    used = canonical_tokens(tokenizer, (token for ids in encoded["input_ids"] for token in ids))
+    blank = {token for token, canonical in used.items() if not canonical.raw.strip()}
     out = []
     for sentence, ids, offsets in zip(sentences, encoded["input_ids"], encoded["offset_mapping"]):
         starts, ends, position = [], [], 0
@@ -73,8 +79,11 @@ def encode_sentences(tokenizer, sentences: list[Sentence]) -> list[EncodedSenten
             ends.append(position + len(word))
             position += len(word) + 1
         token_words = []
-        for start, end in offsets:
+        for token, (start, end) in zip(ids, offsets):
             overlapping = []
+            if token in blank:
+                token_words.append(())
+                continue
             word = bisect.bisect_right(ends, start)  # the first word ending after the token starts
             while end > start and word < len(starts) and starts[word] < end:
                 overlapping.append(word)
@@ -113,7 +122,7 @@ def context_length(model, tokenizer, max_length: int | None = None) -> int:
     config = model.config
     limit = getattr(config, "max_position_embeddings", None) or DEFAULT_CONTEXT
     # RoBERTa-style position ids start after the padding index, so that many positions are unusable
-    padding_idx = getattr(getattr(model.base_model, "embeddings", None), "padding_idx", None)
+    padding_idx = getattr(getattr(getattr(model, "base_model", None), "embeddings", None), "padding_idx", None)
     if padding_idx is not None:
         limit -= padding_idx + 1
     tokenizer_limit = getattr(tokenizer, "model_max_length", None)

@@ -17,14 +17,16 @@ def _open_bytes(path: Path):
 
 
 def read_lines(path: str | Path, what: str = "text file") -> Iterator[str]:
-    """Lines of a UTF-8 (optionally .gz) file without their newline; a non-UTF-8 line is an error naming it."""
+    """Lines of a UTF-8 (optionally .gz) file without their newline and without a leading byte-order mark (Windows
+    editors write one); a non-UTF-8 line is an error naming it."""
     path = Path(path)
     if not path.is_file():
         raise MissingResourceError(f"{what} '{path}' does not exist.")
     with _open_bytes(path) as handle:
         for number, raw in enumerate(handle, start=1):
             try:
-                yield raw.decode("utf-8").rstrip("\r\n")
+                line = raw.decode("utf-8").rstrip("\r\n")
+                yield line.removeprefix("\ufeff") if number == 1 else line
             except UnicodeDecodeError as error:
                 raise ResourceFormatError(
                     f"{what} '{path}' is not UTF-8: line {number} has byte 0x{raw[error.start]:02x} at position "
