@@ -291,3 +291,38 @@ def test_bench_on_a_masked_lm_reports_pseudo_bits_per_byte_and_perplexity(tmp_pa
 def test_a_method_labelled_as_the_reference_is_refused():
     with pytest.raises(ConfigError, match="reference row's; give that method another `label:`"):
         expand_variants([{"name": "overlap", "label": REFERENCE}])
+
+
+def test_a_changed_source_model_is_never_answered_from_old_results(capsys, tmp_path, gpt2_folder,
+                                                                   target_tokenizer_folder, cipher_vectors, corpus_dir):
+    """The variant record holds the model pair, and each measurement the digest of its variant's record: a bench
+    pointed at another source model refuses the old runs, and once they are deleted measures afresh instead of
+    reading back results.jsonl. A last line cut off by a kill is dropped and measured again."""
+    import shutil
+
+    from conftest import save_model, tiny_model
+    from langswap.models import load_tokenizer
+
+    tokenizer = load_tokenizer(gpt2_folder)
+    other_model = save_model(tiny_model("gpt2", len(tokenizer), seed=1), tokenizer, tmp_path / "other-source")
+    options = dict(methods=["random", "overlap"], steps=[0], reference=False)
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, **options)
+    assert main(["-q", "bench", str(path)]) == 0
+    bench = tmp_path / "bench"
+    first = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
+
+    other = _bench_yaml(tmp_path, other_model, target_tokenizer_folder, cipher_vectors, corpus_dir, **options)
+    assert main(["-q", "bench", str(other)]) == 2
+    assert "source_model" in capsys.readouterr().err
+    shutil.rmtree(bench / "runs")
+    assert main(["-q", "bench", str(other)]) == 0
+    rows = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 4  # measured again, not read back
+    assert rows[3]["variant"] == "overlap" and rows[3]["bits_per_byte"] != first[1]["bits_per_byte"]  # other model
+
+    # a kill while a line was being appended leaves half a line: it is dropped and measured again
+    text = (bench / "results.jsonl").read_text()
+    (bench / "results.jsonl").write_text(text[:-40])
+    assert main(["-q", "bench", str(other)]) == 0
+    again = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
+    assert again == rows

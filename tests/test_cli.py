@@ -307,3 +307,22 @@ def test_evaluate_refuses_nothing_to_do_and_a_metric_of_the_other_kind(capsys, g
     assert code == 2 and "masked-lm-loss" in err
     code, _, err = run(capsys, "evaluate", gpt2_folder, "--probe-pos", "a.conllu", "b.conllu", "--set", "probe.layr=1")
     assert code == 2 and "Did you mean 'layer'" in err
+
+
+def test_evaluate_passes_the_masks_seed_and_share_to_masked_lm_loss(capsys, tmp_path, corpus_dir):
+    from conftest import english_lines, save_model, tiny_model, wordpiece_tokenizer
+    from langswap.evaluation.language_modeling import masked_lm_loss
+    from langswap.models import load_model, load_tokenizer
+    from langswap.resources.text import read_text_lines
+
+    tokenizer = wordpiece_tokenizer(english_lines(300))
+    folder = save_model(tiny_model("bert", len(tokenizer)), tokenizer, tmp_path / "bert")
+    code, out, _ = run(capsys, "evaluate", folder, "--text", corpus_dir / "en.txt", "--lines", "20", "--json",
+                       "--set", "metric=masked-lm-loss", "--set", "seed=3", "--set", "mlm_probability=0.3")
+    assert code == 0
+    lines = read_text_lines(corpus_dir / "en.txt", max_lines=20)
+    expected = masked_lm_loss(load_model(folder), load_tokenizer(folder), lines, probability=0.3, seed=3)
+    default = masked_lm_loss(load_model(folder), load_tokenizer(folder), lines)
+    result = json.loads(out)["language_modeling"]
+    assert result["tokens"] == expected.tokens != default.tokens
+    assert result["nll"] == pytest.approx(expected.nll, rel=1e-5)

@@ -250,6 +250,112 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(kind, pre
     assert not (tmp_path / "interrupted" / phase_dir / ".staging").exists()
 
 
+class Crash(Exception):
+    pass
+
+
+def _crash_at(step: int, event: str = "on_step_end"):
+    """A callback that stops the run like a kill at `step` (after that step's checkpoint for on_save)."""
+    from transformers import TrainerCallback
+
+    class CrashCallback(TrainerCallback):
+        pass
+
+    def handler(self, args, state, control, **kwargs):
+        if state.global_step == step:
+            raise Crash(f"crash at step {step}")
+
+    setattr(CrashCallback, event, handler)
+    return CrashCallback()
+
+
+def test_a_run_stopped_before_its_first_checkpoint_resumes_to_the_same_weights(models, texts, tmp_path):
+    """The resumed run skips the step-0 evaluation it has on disk; evaluation must not move the random state that
+    dropout draws from (it did: building the evaluation loader drew from the global generator)."""
+    options = dict(preset="wechsel", steps=6, save_steps=100, eval_steps=2)
+    reference = train(_config(models["gpt2"], texts, tmp_path / "reference", **options))
+    config = _config(models["gpt2"], texts, tmp_path / "interrupted", **options)
+    with pytest.raises(Crash):
+        train(config, callbacks=[_crash_at(3)])
+    assert (tmp_path / "interrupted" / "eval-step0.json").is_file()
+    assert not list((tmp_path / "interrupted" / "phase-1-full").glob("checkpoint-*"))
+    resumed = train(config)
+    a, b = _state(reference.model), _state(resumed.model)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_how_often_a_run_evaluates_does_not_change_its_weights(models, texts, tmp_path):
+    """eval_steps may change when a run is resumed, so it must not change what the run trains (GPT-2 has dropout)."""
+    often = train(_config(models["gpt2"], texts, tmp_path / "often", steps=6, eval_steps=1))
+    rarely = train(_config(models["gpt2"], texts, tmp_path / "rarely", steps=6, eval_steps=100))
+    a, b = _state(often.model), _state(rarely.model)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert len(often.curve["eval"]) > len(rarely.curve["eval"])
+
+
+def test_tiktotok_stopped_at_the_checkpoint_where_the_loss_settled_resumes_to_the_same_phases(models, texts,
+                                                                                             tmp_path):
+    """The loss settles at step 4, where a checkpoint is written; a run stopped right after it must not train on
+    past the settle point (the Trainer clears its stop flag when it resumes)."""
+    options = dict(preset="tiktotok", steps=16, save_steps=2, eval_steps=4, logging_steps=2, settle_window=2,
+                   settle_tolerance=1.0)
+    reference = train(_config(models["gpt2"], texts, tmp_path / "reference", **options))
+    assert [p["steps"] for p in reference.phases] == [4, 12]
+    config = _config(models["gpt2"], texts, tmp_path / "interrupted", **options)
+    with pytest.raises(Crash):
+        train(config, callbacks=[_crash_at(4, "on_save")])
+    assert (tmp_path / "interrupted" / "phase-1-embeddings" / "checkpoint-4").is_dir()
+    resumed = train(config)
+    assert [p["steps"] for p in resumed.phases] == [4, 12]
+    a, b = _state(reference.model), _state(resumed.model)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert [p["train_loss"] for p in resumed.phases] == [p["train_loss"] for p in reference.phases]
+
+
+def test_phases_read_consecutive_slices_of_one_shuffled_stream(models, texts, tmp_path, monkeypatch):
+    """TransInner's full phase goes on where the embeddings phase stopped; it used to start the same shuffled order
+    again and re-read the first phase's batches."""
+    from langswap.models import load_tokenizer
+    from langswap.training.data import LMCollator, pack, read_documents, stream_indices
+
+    seen = []
+    collate = LMCollator.__call__
+
+    def recording(self, items):
+        seen.extend(item["input_ids"] for item in items)
+        return collate(self, items)
+
+    monkeypatch.setattr(LMCollator, "__call__", recording)
+    report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=10, eval_text=None,
+                           seed=7))
+    assert [p["steps"] for p in report.phases] == [1, 9]
+    blocks = pack(load_tokenizer(models["gpt2"]), read_documents(texts / "train.txt"), 32, "causal").blocks
+    expected = stream_indices(len(blocks), 7, 0, 10 * 4)
+    assert len(set(expected)) == 40 <= len(blocks)  # one epoch: every block at most once
+    assert torch.equal(torch.stack(seen), blocks[expected])
+
+
+def test_stream_indices_are_epochs_of_seeded_permutations():
+    from langswap.training.data import stream_indices
+
+    stream = stream_indices(5, 3, 0, 12)
+    assert sorted(stream[:5]) == sorted(stream[5:10]) == list(range(5)) and stream[:5] != stream[5:10]
+    assert stream_indices(5, 3, 7, 5) == stream[7:12]
+    assert stream_indices(5, 3, 0, 5) == torch.randperm(5, generator=torch.Generator().manual_seed(3)).tolist()
+
+
+def test_resuming_with_another_number_of_processes_is_refused(models, texts, tmp_path):
+    from langswap.training.run import _check_output
+
+    config = _config(models["gpt2"], texts, tmp_path / "run", steps=2, eval_text=None)
+    train(config)
+    record = json.loads((tmp_path / "run" / "langswap-train.json").read_text())
+    assert record["processes"] == 1
+    assert _check_output(config, processes=1) == "complete"
+    with pytest.raises(ConfigError, match="processes: was 1, now 2"):
+        _check_output(config, processes=2)
+
+
 def test_running_a_finished_config_again_does_nothing(models, texts, tmp_path):
     config = _config(models["gpt2"], texts, tmp_path / "run", preset="embeddings", steps=2)
     first = train(config)
@@ -320,6 +426,21 @@ def test_packing_concatenates_documents_into_fixed_blocks():
     assert packed.blocks[:, 1:-1].flatten().tolist() == stream[:3 * 14]
 
 
+def test_bytes_per_token_counts_only_the_documents_packed():
+    """The curve's bits per byte divide by bytes per token; with max_blocks the stream stops early, and counting
+    the bytes of the unread documents made the estimate several times too low."""
+    from langswap.training.data import pack
+
+    tokenizer = byte_level_tokenizer(english_lines(300, seed=5))
+    documents = english_lines(3500, seed=2)
+    whole = pack(tokenizer, documents, 16, "causal")
+    cut = pack(tokenizer, documents, 16, "causal", max_blocks=4)  # stops after the first chunk of 1,000
+    first = documents[:1000]
+    assert cut.bytes == sum(len(d.encode()) for d in first)
+    assert cut.tokens == sum(len(tokenizer(d, add_special_tokens=False)["input_ids"]) + 1 for d in first)
+    assert cut.bytes_per_token == pytest.approx(whole.bytes_per_token, rel=0.05)
+
+
 def test_text_shorter_than_one_sequence(models, texts, tmp_path):
     short = tmp_path / "short.txt"
     short.write_text("Too short.\n", encoding="utf-8")
@@ -367,6 +488,8 @@ def test_bad_jsonl_and_bad_values(models, texts, tmp_path):
     bad.write_text('{"text": "fine"}\n{"body": "no text key"}\n', encoding="utf-8")
     with pytest.raises(ResourceFormatError, match="line 2 has no string field 'text'.*body"):
         train(_config(models["gpt2"], texts, tmp_path / "run", train_text=str(bad)))
+    with pytest.raises(ConfigError, match="logging_steps is 5 but settle_window is 2.*at most settle_window"):
+        train(_config(models["gpt2"], texts, tmp_path / "run", preset="tiktotok", logging_steps=5, settle_window=2))
     with pytest.raises(ConfigError, match="snapshot_steps"):
         train(_config(models["gpt2"], texts, tmp_path / "run", snapshot_steps=[99]))
     with pytest.raises(ConfigError, match="choose one of"):

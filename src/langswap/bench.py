@@ -199,7 +199,8 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
     needs_vectors = any("vectors" in get_method(v.method["name"]).requires for v in variants)
     if needs_vectors and not config.resources.alignment:
         folder = output / "alignment"
-        if not (folder / "alignment.npy").is_file():
+        inputs = {"resources": shared["resources"], "align": shared["align"]}
+        if not _built_from(folder, "alignment.npy", inputs):
             from langswap.pipeline import prepare_vectors
             from langswap.resources.alignment import write_alignment
 
@@ -210,12 +211,15 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
                         report.get("heldout_words"))
             with atomic_directory(folder, overwrite=True) as temporary:
                 write_alignment(temporary, source, target, report)
+                _record_inputs(temporary, inputs)
         shared["resources"]["alignment"] = str(folder / "alignment.npy")
     if config.target_tokenizer:
         shared["target_tokenizer"] = config.target_tokenizer
     else:
         folder = output / "tokenizer"
-        if not (folder / "tokenizer.json").is_file():
+        inputs = {"source_tokenizer": config.source_tokenizer or config.source_model, "target_text": config.target_text,
+                  "vocab_size": config.vocab_size}
+        if not _built_from(folder, "tokenizer.json", inputs):
             from langswap.models import load_tokenizer
             from langswap.tokenizer_training import train_tokenizer
 
@@ -223,8 +227,27 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
             with atomic_directory(folder, overwrite=True) as temporary:
                 train_tokenizer(source, config.target_text, config.vocab_size, progress=progress).save_pretrained(
                     temporary)
+                _record_inputs(temporary, inputs)
         shared["target_tokenizer"] = str(folder)
     return shared
+
+
+SHARED_INPUTS = "bench-inputs.json"
+
+
+def _built_from(folder: Path, product: str, inputs: dict) -> bool:
+    """Whether `folder` holds `product`, made from `inputs` (a folder made from other inputs is made again)."""
+    record = folder / SHARED_INPUTS
+    if not (folder / product).is_file() or not record.is_file():
+        return False
+    if json.loads(record.read_text(encoding="utf-8")) == inputs:
+        return True
+    logger.info("%s was made from other inputs; making it again", folder)
+    return False
+
+
+def _record_inputs(folder: Path, inputs: dict) -> None:
+    (folder / SHARED_INPUTS).write_text(json.dumps(inputs, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def _result_key(label: str, step: int, setting: dict) -> tuple[str, int, str]:
@@ -233,12 +256,25 @@ def _result_key(label: str, step: int, setting: dict) -> tuple[str, int, str]:
 
 def _read_results(path: Path) -> dict[tuple[str, int, str], dict]:
     """Measurements of earlier runs, keyed by variant, step and what they were measured with."""
+    from langswap.errors import ResourceFormatError
+    from langswap.resources.text import atomic_write_text
+
     results = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                results[_result_key(row["variant"], row["step"], row.get("setting", {}))] = row
+    if not path.is_file():
+        return results
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for number, line in enumerate(lines, start=1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number < len(lines):
+                raise ResourceFormatError(f"'{path}' line {number} is not JSON ({error.msg}); fix or delete that "
+                                          "line (its measurement is then made again).") from error
+            # the last line of a bench killed while appending it: drop it, the measurement is made again
+            logger.warning("%s: dropping an incomplete last line; that measurement is made again", path)
+            atomic_write_text(path, "".join(kept + "\n" for kept in lines[:-1]))
+            break
+        results[_result_key(row["variant"], row["step"], row.get("setting", {}))] = row
     return results
 
 
@@ -287,6 +323,8 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
     results = _read_results(results_path)
     shared = _prepare_shared(config, variants, output, progress)
     steps = sorted(set(config.steps))
+    pair = {key: getattr(config, key) for key in ("source_model", "source_tokenizer", "target_tokenizer",
+                                                  "target_text", "vocab_size")}
     measured_with = {"eval_text": config.eval_text, "eval_lines": config.eval_lines, "probe": config.probe}
     rows = []
     if config.reference:
@@ -302,15 +340,19 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
     for variant in variants:
         run = output / "runs" / _folder_name(variant.label)
         train_config, train_key = _train_config(config, run) if steps[-1] > 0 else (None, None)
-        settings = {step: {"measured_with": measured_with, **({"trained_with": train_key} if step else {})}
-                    for step in steps}
+        # everything its transfer depends on: a measurement is reused only for the same (the digest in its setting)
+        record = {"label": variant.label, "method": variant.method, "pair": pair, "shared": shared}
+        settings = {step: {"measured_with": measured_with, "variant": _digest(record),
+                           **({"trained_with": train_key} if step else {})} for step in steps}
         keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}
-        record = {"label": variant.label, "method": variant.method, "shared": shared}
         if (run / "variant.json").is_file():
             before = json.loads((run / "variant.json").read_text(encoding="utf-8"))
             if before != record:
-                raise ConfigError(f"variant '{variant.label}' in '{output}' was run with other options ({before}); "
-                                  "give it another label, another output folder, or delete its runs/ folder.")
+                changed = [f"{key}: was {before.get(key)!r}, now {record[key]!r}" for key in record
+                           if before.get(key) != record[key]]
+                raise ConfigError(f"variant '{variant.label}' in '{output}' was run with other inputs ("
+                                  + "; ".join(changed) + "); give it another label, another output folder, or "
+                                  f"delete '{run}'.")
         run.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run / "variant.json", json.dumps(record, indent=2, ensure_ascii=False))
         if all(keys[step] in results for step in steps):

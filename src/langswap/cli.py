@@ -230,7 +230,8 @@ def cmd_evaluate(args) -> int:
         from langswap.resources.text import read_text_lines
 
         lines = read_text_lines(args.text, "evaluation text", max_lines=args.lines)
-        options = {key: value for key, value in (("stride", config.stride), ("max_length", config.max_length))
+        options = {key: value for key, value in (("stride", config.stride), ("max_length", config.max_length),
+                                                 ("probability", config.mlm_probability), ("seed", config.seed))
                    if value is not None}
         score = evaluate_model(model, tokenizer, lines, objective_of(model.config), progress=not args.quiet,
                                metric=config.metric, **options)

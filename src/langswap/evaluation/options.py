@@ -19,5 +19,8 @@ class EvaluateConfig:
                 "the context (default half the context)."})
     max_length: int | None = field(default=None, metadata={"help": "Window length; default the model's context, "
                                                                    "at most 1024."})
+    mlm_probability: float | None = field(default=None, metadata={
+        "help": "masked-lm-loss: share of the tokens masked (default 0.15, as in training)."})
+    seed: int | None = field(default=None, metadata={"help": "masked-lm-loss: seed of the masks (default 0)."})
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)

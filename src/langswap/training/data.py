@@ -60,7 +60,7 @@ def read_documents(path: str | Path, what: str = "training text", text_field: st
 class PackedText:
     blocks: torch.Tensor  # (n_blocks, sequence_length) token ids
     tokens: int  # tokens in the whole stream, before the tail was dropped
-    bytes: int  # UTF-8 bytes of the documents
+    bytes: int  # UTF-8 bytes of the documents in the stream
 
     @property
     def bytes_per_token(self) -> float:
@@ -86,8 +86,11 @@ def pack(tokenizer, documents: list[str], sequence_length: int, objective: str, 
         after = [eos_id] if eos_id is not None else []
         body = sequence_length
     stream: list[int] = []
+    n_bytes = 0  # of the documents tokenised: with max_blocks the rest of the file is never read into the stream
     for start in range(0, len(documents), 1000):
-        encoded = tokenizer(documents[start:start + 1000], add_special_tokens=False)["input_ids"]
+        chunk = documents[start:start + 1000]
+        n_bytes += sum(len(document.encode("utf-8")) for document in chunk)
+        encoded = tokenizer(chunk, add_special_tokens=False)["input_ids"]
         for ids in encoded:
             stream.extend(before)
             stream.extend(ids)
@@ -104,7 +107,6 @@ def pack(tokenizer, documents: list[str], sequence_length: int, objective: str, 
     blocks = torch.tensor(stream[:count * body], dtype=torch.long).view(count, body)
     if objective == "masked":
         blocks = torch.cat([torch.full((count, 1), cls_id), blocks, torch.full((count, 1), sep_id)], dim=1)
-    n_bytes = sum(len(document.encode("utf-8")) for document in documents)
     return PackedText(blocks, len(stream), n_bytes)
 
 
@@ -149,6 +151,22 @@ class LMCollator:
 
         return mask_tokens(input_ids, self.tokenizer.mask_token_id, len(self.tokenizer),
                            special_tokens_mask(self.tokenizer, input_ids), self.mlm_probability, generator=generator)
+
+
+def stream_indices(size: int, seed: int, start: int, count: int) -> list[int]:
+    """Items start .. start + count - 1 of a run's training stream over a dataset of `size` blocks.
+
+    The stream is epoch after epoch of `torch.randperm(size)` drawn from a generator seeded with seed + epoch, the
+    order the Trainer's seeded sampler (accelerate's SeedableRandomSampler) gives one run. Every phase reads its own
+    slice of this one stream, in order: a phase continues where the phase before it stopped instead of reading the
+    same first batches again, and a block is read a second time only after the whole text has been read once."""
+    out: list[int] = []
+    epoch, position = divmod(start, size)
+    while len(out) < count:
+        generator = torch.Generator().manual_seed(seed + epoch)
+        out.extend(torch.randperm(size, generator=generator)[position:].tolist())
+        epoch, position = epoch + 1, 0
+    return out[:count]
 
 
 def masked_eval_set(collator: LMCollator, blocks: torch.Tensor, seed: int) -> BlockDataset:

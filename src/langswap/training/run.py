@@ -38,7 +38,7 @@ from pathlib import Path
 from langswap import __version__
 from langswap.config import to_dict
 from langswap.errors import ConfigError, MissingResourceError, OutputExistsError
-from langswap.resources.text import replace_directory
+from langswap.resources.text import atomic_write_text, replace_directory
 from langswap.training.phases import PRESETS, Phase, plan_phases, remaining_phases, set_trainable
 
 logger = logging.getLogger(__name__)
@@ -126,6 +126,10 @@ class TrainConfig:
                 raise ConfigError(f"{name} is {getattr(self, name)}; it must be between 0 and 1.")
         if self.learning_rate is not None and self.learning_rate <= 0:
             raise ConfigError(f"learning_rate is {self.learning_rate}; give a positive rate or leave it unset.")
+        if self.preset == "tiktotok" and self.logging_steps > self.settle_window:
+            raise ConfigError(f"logging_steps is {self.logging_steps} but settle_window is {self.settle_window}: the "
+                              "tiktotok preset judges the logged training loss per window, so a window needs at "
+                              "least one logged loss. Set logging_steps to at most settle_window.")
         bad = [step for step in self.snapshot_steps if not 0 <= step <= self.steps]
         if bad:
             raise ConfigError(f"snapshot_steps {bad} are outside 0..steps ({self.steps}).")
@@ -149,7 +153,7 @@ def comparable_config(config: TrainConfig) -> dict:
     return {key: value for key, value in to_dict(config).items() if key not in RESUMABLE_CHANGES}
 
 
-def _check_output(config: TrainConfig) -> str:
+def _check_output(config: TrainConfig, processes: int = 1) -> str:
     """'fresh', 'resume' or 'complete'; a folder of another run or config is an error. With overwrite the folder
     counts as fresh; it is deleted only once the new run's inputs have been read without error."""
     output = Path(config.output)
@@ -165,6 +169,8 @@ def _check_output(config: TrainConfig) -> str:
     before, now = record.get("comparable_config", {}), comparable_config(config)
     changed = [f"{key}: was {before.get(key)!r}, now {now.get(key)!r}" for key in sorted(set(before) | set(now))
                if before.get(key) != now.get(key)]
+    if record.get("processes", processes) != processes:  # the batch of an update is batch_size x processes
+        changed.append(f"processes: was {record['processes']}, now {processes}")
     if changed:
         raise ConfigError(f"output folder '{output}' holds a run with a different config, so it cannot be resumed ("
                           + "; ".join(changed) + "). Use the same values to resume, another --output, or "
@@ -173,8 +179,6 @@ def _check_output(config: TrainConfig) -> str:
 
 
 def _write_record(output: Path, record: dict) -> None:
-    from langswap.resources.text import atomic_write_text
-
     atomic_write_text(output / RECORD, json.dumps(record, indent=2, ensure_ascii=False))
 
 
@@ -232,6 +236,21 @@ def _trainer_class():
                 batch["input_ids"], batch["labels"] = self.data_collator.mask(batch["input_ids"], generator)
             return batches, self._get_num_items_in_batch(batches, device)
 
+        def _get_train_sampler(self, train_dataset=None):
+            # The phase's dataset is its slice of the run's stream, already shuffled (`data.stream_indices`).
+            return torch.utils.data.SequentialSampler(train_dataset if train_dataset is not None
+                                                      else self.train_dataset)
+
+        def evaluate(self, *args, **kwargs):
+            """Evaluation leaves the random state as it found it: building its data loader draws from the global
+            generator, which would move every later dropout mask, so a run resumed without the step-0 evaluation,
+            or evaluated at other steps, would end with other weights."""
+            saved = _random_state()
+            try:
+                return super().evaluate(*args, **kwargs)
+            finally:
+                _set_random_state(saved)
+
         def create_scheduler(self, num_training_steps: int, optimizer=None):
             if self.lr_scheduler is None:
                 self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer,
@@ -261,6 +280,57 @@ def _trainer_class():
     return PhaseTrainer
 
 
+def settled(log_history: list[dict], step: int, window: int, tolerance: float) -> tuple[float, float] | None:
+    """(mean loss of the window before, of the last window) when the training loss logged up to `step` has settled:
+    the last `window` updates improve on the `window` before them by less than `tolerance` (a share); else None."""
+    if step < 2 * window:
+        return None
+    losses = [(entry["step"], entry["loss"]) for entry in log_history if "loss" in entry]
+    last = [loss for s, loss in losses if step - window < s <= step]
+    previous = [loss for s, loss in losses if step - 2 * window < s <= step - window]
+    if last and previous:
+        before, now = sum(previous) / len(previous), sum(last) / len(last)
+        if before > 0 and (before - now) / before < tolerance:
+            return before, now
+    return None
+
+
+def _settled_checkpoint(checkpoint: str | None, config: TrainConfig) -> int | None:
+    """The step of `checkpoint` when an until-settled phase stopped there: the rule held at a log of that step, so
+    the uninterrupted run ended the phase at it (a resumed Trainer would clear the stop and train on)."""
+    if checkpoint is None or not (Path(checkpoint) / "trainer_state.json").is_file():
+        return None
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+    step, history = state.get("global_step", 0), state.get("log_history", [])
+    if any(entry.get("step") == step for entry in history) and settled(history, step, config.settle_window,
+                                                                        config.settle_tolerance):
+        return step
+    return None
+
+
+def _random_state() -> dict:
+    import random
+
+    import numpy
+    import torch
+
+    return {"python": random.getstate(), "numpy": numpy.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def _set_random_state(saved: dict) -> None:
+    import random
+
+    import numpy
+    import torch
+
+    random.setstate(saved["python"])
+    numpy.random.set_state(saved["numpy"])
+    torch.set_rng_state(saved["torch"])
+    if saved["cuda"] is not None:
+        torch.cuda.set_rng_state_all(saved["cuda"])
+
+
 def _callbacks(config: TrainConfig, phase: Phase, offset: int, curve_writer):
     from transformers import TrainerCallback
 
@@ -270,19 +340,11 @@ def _callbacks(config: TrainConfig, phase: Phase, offset: int, curve_writer):
         where the uninterrupted one did)."""
 
         def on_log(self, args, state, control, **kwargs):
-            window = config.settle_window
-            step = state.global_step
-            if step < 2 * window:
-                return
-            losses = [(entry["step"], entry["loss"]) for entry in state.log_history if "loss" in entry]
-            last = [loss for s, loss in losses if step - window < s <= step]
-            previous = [loss for s, loss in losses if step - 2 * window < s <= step - window]
-            if last and previous:
-                before, now = sum(previous) / len(previous), sum(last) / len(last)
-                if before > 0 and (before - now) / before < config.settle_tolerance:
-                    logger.info("loss settled at step %d (%.4f -> %.4f); ending the embeddings phase", step,
-                                before, now)
-                    control.should_training_stop = True
+            means = settled(state.log_history, state.global_step, config.settle_window, config.settle_tolerance)
+            if means:
+                logger.info("loss settled at step %d (%.4f -> %.4f); ending the embeddings phase",
+                            state.global_step, *means)
+                control.should_training_stop = True
 
     class Snapshots(TrainerCallback):
         trainer = None
@@ -356,8 +418,6 @@ class CurveWriter:
         return entry
 
     def __call__(self, phase: Phase | None = None, offset: int = 0, history: list[dict] = (), plot: bool = True):
-        from langswap.resources.text import atomic_write_text
-
         curve = self.entries(phase, offset, history)
         atomic_write_text(self.output / "curve.json", json.dumps(curve, indent=2))
         if plot:
@@ -402,7 +462,8 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     from transformers.trainer_utils import get_last_checkpoint
 
     from langswap.models import _quiet_transformers, load_config, load_tokenizer
-    from langswap.training.data import BlockDataset, LMCollator, masked_eval_set, pack, read_documents
+    from langswap.training.data import (BlockDataset, LMCollator, masked_eval_set, pack, read_documents,
+                                        stream_indices)
 
     clock = time.perf_counter()
     config.validate()
@@ -420,7 +481,7 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     use_cpu = not torch.cuda.is_available()
     TrainingArguments(output_dir=str(output), use_cpu=use_cpu, report_to="none")
     state = PartialState()
-    status = _check_output(config)
+    status = _check_output(config, state.num_processes)
     if status == "complete":
         record = json.loads((output / RECORD).read_text(encoding="utf-8"))
         logger.info("%s is already complete; nothing to do", output)
@@ -456,7 +517,7 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     record = {"langswap_version": __version__, "config": to_dict(config),
               "comparable_config": comparable_config(config),
               "objective": objective, "sequence_length": sequence_length, "training_sequences": len(train_set),
-              "training_tokens": packed.tokens, "status": "running",
+              "training_tokens": packed.tokens, "processes": state.num_processes, "status": "running",
               "phases": [phase.__dict__ for phase in planned]}
     if state.is_main_process:
         if config.overwrite and output.exists():
@@ -487,7 +548,11 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
             offset += summary["steps"]
             start_model = final
             continue
-        model = _load_for_training(start_model, objective)
+        checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
+        # An until-settled phase whose loss settled at its last checkpoint ended there: it is not resumed (a resumed
+        # Trainer clears the stop and trains on), its checkpoint is its result.
+        stopped_at = _settled_checkpoint(checkpoint, config) if phase.until_settled else None
+        model = _load_for_training(checkpoint if stopped_at else start_model, objective)
         counts = set_trainable(model, phase.trainable)
         logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
                     f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
@@ -503,7 +568,11 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
             remove_unused_columns=False, dataloader_pin_memory=not use_cpu, use_cpu=use_cpu,
             **_precision_flags(config.precision))
         phase_callbacks, snapshots = _callbacks(config, phase, offset, curve)
-        trainer = PhaseTrainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
+        # this phase's slice of the run's one shuffled stream: it goes on where the phase before stopped
+        per_update = config.batch_size * config.gradient_accumulation * state.num_processes
+        phase_set = torch.utils.data.Subset(train_set, stream_indices(len(train_set), config.seed,
+                                                                      offset * per_update, phase.steps * per_update))
+        trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
                                data_collator=collator, processing_class=tokenizer, phase=phase, phase_index=index,
                                callbacks=phase_callbacks + list(callbacks or []))
         if not progress:
@@ -512,7 +581,6 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
             trainer.remove_callback(PrinterCallback)  # it prints every log line when there is no progress bar
         if snapshots:
             snapshots.trainer = trainer
-        checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
         if state.is_main_process and (phase_dir / ".staging").exists():
             shutil.rmtree(phase_dir / ".staging")  # a checkpoint an interrupted run did not finish
         if checkpoint:
@@ -521,20 +589,30 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
         if index == 0 and checkpoint is None and eval_set is not None and curve.step0 is None:
             curve.step0 = trainer.evaluate()
             if state.is_main_process:
-                step0_path.write_text(json.dumps(curve.step0))
+                atomic_write_text(step0_path, json.dumps(curve.step0))
         if index == 0 and 0 in config.snapshot_steps and checkpoint is None:
             save_model_atomically(trainer, output / "snapshots" / "step-0")
-        result = trainer.train(resume_from_checkpoint=checkpoint)
+        if stopped_at:
+            from transformers import TrainerState
+
+            logger.info("phase %s: the loss settled at its checkpoint of step %d; the phase ends there", phase.name,
+                        stopped_at)
+            trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+            metrics = {}
+        else:
+            metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
         steps = trainer.state.global_step
         if eval_set is not None and not any(e.get("step") == steps and "eval_loss" in e
                                             for e in trainer.state.log_history):
             trainer.evaluate()
-        seconds = result.metrics.get("train_runtime")
+        seconds = metrics.get("train_runtime")
+        # the mean of the phase's logged losses: the Trainer's train_loss covers only what this process trained
+        logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
         summary = {"name": phase.name, "trainable": phase.trainable, "steps": steps, "planned_steps": phase.steps,
                    "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "decay": phase.decay,
-                   **counts, "train_loss": result.metrics.get("train_loss"),
-                   "tokens_per_second": (round(result.metrics["train_samples_per_second"] * sequence_length, 1)
-                                         if result.metrics.get("train_samples_per_second") else None),
+                   **counts, "train_loss": round(sum(logged) / len(logged), 5) if logged else None,
+                   "tokens_per_second": (round(metrics["train_samples_per_second"] * sequence_length, 1)
+                                         if metrics.get("train_samples_per_second") else None),
                    "train_seconds": seconds}
         save_model_atomically(trainer, final, {"phase.json": {**summary,
                                                               "log_history": trainer.state.log_history}})
