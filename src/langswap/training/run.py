@@ -98,7 +98,8 @@ class TrainConfig:
     save_total_limit: int = field(default=2, metadata={"help": "Checkpoints kept per phase."})
     eval_steps: int = field(default=100, metadata={"help": "Evaluate on eval_text every N updates."})
     eval_sequences: int = field(default=64, metadata={"help": "Packed sequences of eval_text evaluated."})
-    logging_steps: int = field(default=10, metadata={"help": "Log the training loss every N updates."})
+    logging_steps: int = field(default=10, metadata={"help": "Log the training loss every N updates (tiktotok: at "
+                                                             "most settle_window)."})
     snapshot_steps: list[int] = field(default_factory=list, metadata={"help": "Also save the model at these "
                                                                               "global steps (snapshots/step-N)."})
     text_field: str = field(default="text", metadata={"help": "Key of the text in .jsonl files."})
