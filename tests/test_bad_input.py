@@ -391,3 +391,72 @@ def test_method_options_without_a_name_use_the_default_method():
     """`--set method.neighbors=20` (the help's own example) must not need method.name: the default is wechsel."""
     settings = from_dict(TransferConfig, {"method": {"neighbors": 20}})
     assert settings.method.method_name == "wechsel" and settings.method.neighbors == 20
+
+
+# -- models and tokenizers the transfer cannot serve -------------------------------------------------------------------
+
+
+def test_a_model_without_its_language_model_head(english, tmp_path):
+    """A bare BertModel would load as BertForMaskedLM with a random head, silently (transformers' notice is below
+    langswap's log level)."""
+    import transformers
+
+    tokenizer = wordpiece_tokenizer(english)
+    bare = transformers.BertModel(tiny_model("bert", len(tokenizer)).config)
+    bare.save_pretrained(tmp_path / "bare")
+    tokenizer.save_pretrained(tmp_path / "bare")
+    wordpiece_tokenizer([cipher_word(word) for word in english[:300]]).save_pretrained(tmp_path / "target")
+    output = tmp_path / "out"
+    with pytest.raises(ResourceFormatError) as error:
+        transfer(config(tmp_path / "bare", tmp_path / "target", output, "overlap"))
+    assert_message(error, "BertModel", "cls.predictions", "would be random", "language-model head")
+    assert_nothing_written(output)
+    from langswap.models import load_model
+
+    assert load_model(tmp_path / "bare", require_head=False).config.vocab_size == len(tokenizer)  # probes may
+
+
+def test_a_roberta_target_whose_pad_token_has_another_id(english, tmp_path):
+    """RoBERTa numbers positions from its pad id + 1: a target pad at id 4 would shift every position."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from conftest import roberta_tokenizer
+
+    source_tokenizer = roberta_tokenizer(english)
+    source = save_model(tiny_model("roberta", len(source_tokenizer)), source_tokenizer, tmp_path / "source")
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.train_from_iterator([cipher_word(word) for word in english[:300]], trainers.BpeTrainer(
+        vocab_size=380, special_tokens=["<s>", "</s>", "<unk>", "<mask>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    backend.post_processor = processors.RobertaProcessing(("</s>", 1), ("<s>", 0))
+    PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                            pad_token="<pad>", mask_token="<mask>", cls_token="<s>",
+                            sep_token="</s>").save_pretrained(tmp_path / "target")
+    output = tmp_path / "out"
+    with pytest.raises(VocabularyError) as error:
+        transfer(config(source, tmp_path / "target", output, "overlap"))
+    assert_message(error, "pad token at id 4", "pad token at id 1", "every position would shift")
+    assert_nothing_written(output)
+
+
+def test_a_tokenizer_whose_ids_have_gaps(english):
+    """len(tokenizer) counts tokens; with a hole in the ids the last ones would have no row."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from langswap.tokens import Vocabulary
+
+    spec = json.loads(byte_level_tokenizer(english).backend_tokenizer.to_str())
+    vocabulary = spec["model"]["vocab"]
+    victim = next(token for token, token_id in vocabulary.items() if token_id == 300)
+    del vocabulary[victim]
+    spec["model"]["merges"] = [merge for merge in spec["model"]["merges"]
+                               if victim not in (merge if isinstance(merge, list) else merge.split(" "))
+                               and "".join(merge if isinstance(merge, list) else merge.split(" ")) != victim]
+    holed = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), eos_token="<|endoftext|>")
+    with pytest.raises(VocabularyError) as error:
+        Vocabulary(holed)
+    assert_message(error, f"{len(holed):,} tokens", "gaps", "0 .. N-1")

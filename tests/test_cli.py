@@ -145,6 +145,22 @@ def test_align_cipher_vectors(capsys, cipher_vectors, corpus_dir, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["aligned"]
 
 
+def test_transfer_with_a_saved_alignment(capsys, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
+                                         tmp_path):
+    """`langswap align` once, then transfers that read its rotation (resources.alignment): no dictionary needed."""
+    assert run(capsys, "align", "--source-vectors", cipher_vectors["source"], "--target-vectors",
+               cipher_vectors["target"], "--dictionary", corpus_dir / "en-xx.tsv", "--output", tmp_path / "aligned",
+               "--set", "heldout_words=20")[0] == 0
+    alignment = tmp_path / "aligned" / "alignment.npy"
+    code, out, _ = run(capsys, "transfer", "--source-model", gpt2_folder, "--target-tokenizer",
+                       target_tokenizer_folder, "--method", "wechsel", "--output", tmp_path / "xx-model",
+                       "--set", f"resources.source_vectors={cipher_vectors['source']}",
+                       "--set", f"resources.target_vectors={cipher_vectors['target']}",
+                       "--set", f"resources.alignment={alignment}")
+    assert code == 0 and f"alignment: read from {alignment}" in out
+    assert check_transfer_folder(tmp_path / "xx-model")["counts"]["mixed"] > 0
+
+
 def test_transfer_with_yaml_config(capsys, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
                                    tmp_path):
     output = tmp_path / "xx-model"

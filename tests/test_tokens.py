@@ -82,3 +82,37 @@ def test_surface_encoding_uses_the_word_start_flag(vocabularies):
     assert vocabulary.tokenizer.convert_ids_to_tokens(vocabulary.encode_surface("garden", True))[0].startswith("Ġ")
     assert not vocabulary.tokenizer.convert_ids_to_tokens(vocabulary.encode_surface("garden", False))[0] \
         .startswith("Ġ")
+
+
+def test_a_retrained_byte_fallback_tokenizer_keeps_its_byte_tokens(tmp_path):
+    """Llama-2-style: the trainer keeps byte_fallback but drops the <0xNN> entries, so unseen characters became
+    <unk>. They are put back after the trained ids and the total size is the one asked for."""
+    from conftest import english_lines, sentencepiece_tokenizer
+    from langswap.tokenizer_training import train_tokenizer
+
+    source = sentencepiece_tokenizer(english_lines(300))
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(english_lines(500, seed=1)) + "\n", encoding="utf-8")
+    trained = train_tokenizer(source, text, vocab_size=500)
+    assert len(trained) == 500
+    vocabulary = trained.get_vocab()
+    byte_ids = sorted(vocabulary[f"<0x{byte:02X}>"] for byte in range(256))
+    assert byte_ids == list(range(500 - 256, 500))  # appended: no trained id moved
+    line = "Köln 😀 naïve"
+    ids = trained(line, add_special_tokens=False)["input_ids"]
+    assert trained.unk_token_id not in ids
+    assert "<0xC3>" in trained.convert_ids_to_tokens(ids)
+    assert trained.decode(ids) == line
+    assert Vocabulary(trained).is_byte_fallback(vocabulary["<0xC3>"])
+
+
+def test_a_wordpiece_continuation_is_spelled_with_continuation_pieces():
+    """The subword fallback spells a target token's text as the source would inside a word: "##ing", not "in ##g"."""
+    from conftest import wordpiece_tokenizer
+
+    tokenizer = wordpiece_tokenizer(english_lines(400), vocab_size=700)
+    vocabulary = Vocabulary(tokenizer)
+    assert "##ing" in tokenizer.get_vocab()
+    assert tokenizer.convert_ids_to_tokens(vocabulary.encode_surface("ing", False)) == ["##ing"]
+    assert tokenizer.convert_ids_to_tokens(vocabulary.encode_surface("ing", True)) == tokenizer.tokenize("ing")
+    assert tokenizer.convert_ids_to_tokens(vocabulary.encode_surface("ING", False)) == ["##ing"]  # normalised

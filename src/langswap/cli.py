@@ -120,9 +120,11 @@ def cmd_transfer(args) -> int:
     report = transfer(config, progress=True)
     counts = " | ".join(f"{key} {value:,}" for key, value in report.counts.items())
     print(f"wrote {report.output}: {counts}")
-    if report.alignment:
+    if report.alignment and "pairs_used" in report.alignment:
         print(f"alignment: {report.alignment['pairs_used']:,} pairs, precision@1 {report.alignment['precision_at_1']}"
               f" (CSLS {report.alignment['precision_at_1_csls']})")
+    elif report.alignment:  # a rotation given with resources.alignment: no fit, no figures
+        print(f"alignment: read from {report.alignment.get('alignment')}")
     if report.metrics:
         print(f"{report.metrics['kind']} {report.metrics['perplexity']:.2f}, bits per byte "
               f"{report.metrics['bits_per_byte']:.4f} on {report.metrics['lines']} lines")
@@ -224,7 +226,7 @@ def cmd_evaluate(args) -> int:
     result: dict = {"model": args.model}
     if args.text or args.probe_pos:  # loaded once for both
         tokenizer = load_tokenizer(args.model)
-        model = load_model(args.model)
+        model = load_model(args.model, require_head=bool(args.text))  # a probe alone reads hidden states
     if args.text:
         from langswap.evaluation.language_modeling import evaluate_model
         from langswap.resources.text import read_text_lines

@@ -1,6 +1,7 @@
 """Loading models and tokenizers from folders or hub names, with errors that say what to fix.
 
-The objective (causal or masked LM) is read from the config's architectures; a model with neither head is refused.
+The objective (causal or masked LM) is read from the config's architectures; a checkpoint without the weights of
+its language-model head (a bare encoder or decoder body) is refused.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from langswap.errors import MissingResourceError, VocabularyError
+from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError, VocabularyError
 
 logger = logging.getLogger(__name__)
 
@@ -44,15 +45,35 @@ def load_config(name_or_path: str | Path):
             "save_pretrained (with config.json), or a hub name while online.") from error
 
 
-def load_model(name_or_path: str | Path, objective: str | None = None):
-    """Load a causal- or masked-LM model in the dtype it was saved in."""
+def load_model(name_or_path: str | Path, objective: str | None = None, require_head: bool = True):
+    """Load a causal- or masked-LM model in the dtype it was saved in.
+
+    A checkpoint that lacks weights the model needs (a bare `BertModel` or `LlamaModel` has no language-model head)
+    is refused: transformers would fill them with random values and say nothing at langswap's log level. With
+    `require_head=False` (the probes, which read hidden states only) such a model is loaded, with a warning."""
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
     name = str(name_or_path)
     config = load_config(name)  # fails with a clear message before the weights are looked for
     objective = objective or objective_of(config)
     loader = AutoModelForMaskedLM if objective == "masked" else AutoModelForCausalLM
-    model = loader.from_pretrained(name, dtype="auto")
+    try:
+        model, info = loader.from_pretrained(name, dtype="auto", output_loading_info=True)
+    except ValueError as error:  # an architecture without a causal/masked LM class (T5, vision models, ...)
+        raise ConfigError(f"cannot load '{name}' as a {objective} language model: {str(error).splitlines()[0]} "
+                          "langswap handles *ForCausalLM (GPT-2, Llama, ...) and *ForMaskedLM (BERT, RoBERTa) "
+                          "models.") from error
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        architectures = ", ".join(getattr(config, "architectures", None) or ["no architectures in config.json"])
+        message = (f"'{name}' ({architectures}) has no weights for {', '.join(missing[:4])}"
+                   f"{f' and {len(missing) - 4} more' if len(missing) > 4 else ''}: loaded as a {objective} LM "
+                   "these would be random.")
+        if require_head:
+            raise ResourceFormatError(message + " Give a checkpoint with its language-model head (*ForCausalLM or "
+                                      "*ForMaskedLM, e.g. saved from AutoModelForCausalLM), not a bare encoder or "
+                                      "decoder body.")
+        logger.warning("%s Hidden states are unaffected.", message)
     model.eval()
     return model
 

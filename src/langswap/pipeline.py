@@ -181,7 +181,7 @@ def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
     """Run one transfer as `config` says and write the output folder; returns what happened."""
     from langswap.models import load_model, load_tokenizer, objective_of
     from langswap.resources.text import atomic_directory
-    from langswap.surgery import read_source_matrices
+    from langswap.surgery import check_position_offset, read_source_matrices
     from langswap.tokens import Vocabulary
 
     config.validate()
@@ -198,6 +198,7 @@ def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
 
         target_tokenizer = train_tokenizer(source_tokenizer, config.target_text, config.vocab_size, progress=progress)
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
+    check_position_offset(model, target.roles)
     matrices = read_source_matrices(model, len(source))
     seconds["load"] = time.perf_counter() - clock
 

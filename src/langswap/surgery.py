@@ -101,6 +101,24 @@ def install_embeddings(model, embeddings: torch.Tensor, output_embeddings: torch
         text_config.vocab_size = new_rows
 
 
+def check_position_offset(model, target_roles: dict[str, int]) -> None:
+    """RoBERTa-style models (RoBERTa, XLM-R, CamemBERT) number positions from their pad token's id + 1, taken from
+    config.pad_token_id; a target tokenizer whose pad token has another id would shift every position (and overrun
+    the position table near the context length). Refused, naming the id the pad token needs."""
+    embeddings = getattr(getattr(model, "base_model", None), "embeddings", None)
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    if padding_idx is None or not hasattr(embeddings, "position_embeddings"):
+        return
+    pad = target_roles.get("pad")
+    if pad != padding_idx:
+        found = "has no pad token" if pad is None else f"has its pad token at id {pad}"
+        raise VocabularyError(
+            f"the source model numbers positions from its pad token's id ({padding_idx}), as RoBERTa-style models "
+            f"do, but the target tokenizer {found}: every position would shift. Give the target tokenizer a pad "
+            f"token at id {padding_idx} (train it with the source's special tokens first, in the source's order; "
+            "`langswap tokenizer` does this).")
+
+
 def update_special_token_ids(model, tokenizer) -> None:
     """Point config and generation config at the new tokenizer's special tokens (None where it has none)."""
     from langswap.tokens import special_token_roles

@@ -173,6 +173,12 @@ class Vocabulary:
         self.family, self.details = detect_family(tokenizer)
         self.roles = special_token_roles(tokenizer)
         size = len(tokenizer)
+        beyond = sorted(token_id for token_id in tokenizer.get_vocab().values() if token_id >= size)
+        if beyond:
+            raise VocabularyError(
+                f"the tokenizer has {size:,} tokens but gives ids up to {beyond[-1]:,} ({len(beyond):,} at or beyond "
+                f"{size:,}, e.g. {beyond[:5]}): its ids have gaps, so a matrix of one row per token would miss rows "
+                "it can emit. Renumber the vocabulary in tokenizer.json to 0 .. N-1.")
         names = tokenizer.convert_ids_to_tokens(list(range(size)))
         added_decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         added = {entry.content for entry in added_decoder.values()}
@@ -245,9 +251,28 @@ class Vocabulary:
         """Token ids of `text` in this tokenizer, as a word (`word_start`) or a word continuation."""
         if self.family == BYTE_LEVEL and word_start:
             text = " " + text
+        if self.family == WORDPIECE and not word_start:
+            return self._wordpiece_continuation(text)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if self.family == SENTENCEPIECE and not word_start and len(ids) > 1 and self.tokens[ids[0]].raw == b"":
             ids = ids[1:]  # drop the lone "▁" SentencePiece puts before a word that is really a continuation
+        return ids
+
+    def _wordpiece_continuation(self, text: str) -> list[int]:
+        """WordPiece's greedy longest match, from "##" pieces only: the tokenizer itself would spell `text` as a
+        word start ("ing" -> "in ##g" where "##ing" exists)."""
+        normalizer = self.tokenizer.backend_tokenizer.normalizer
+        text = normalizer.normalize_str(text) if normalizer is not None else text
+        vocabulary, prefix = self.tokenizer.get_vocab(), self.details["prefix"]
+        ids, start = [], 0
+        while start < len(text):
+            end = len(text)
+            while end > start and prefix + text[start:end] not in vocabulary:
+                end -= 1
+            if end == start:  # no "##" piece spells it: the tokenizer's own spelling, as a word
+                return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids.append(vocabulary[prefix + text[start:end]])
+            start = end
         return ids
 
     def summary(self) -> str:

@@ -411,7 +411,7 @@ def pos_probe(model_or_folder, train_conllu: str | Path | list[Sentence], test_c
     config = config or ProbeConfig()
     if isinstance(model_or_folder, (str, Path)):
         with transformers_bars(progress):
-            model = load_model(model_or_folder)
+            model = load_model(model_or_folder, require_head=False)  # a probe reads hidden states only
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_or_folder)
     else:
         model = model_or_folder
