@@ -116,3 +116,18 @@ def test_a_wordpiece_continuation_is_spelled_with_continuation_pieces():
     assert tokenizer.convert_ids_to_tokens(vocabulary.encode_surface("ing", False)) == ["##ing"]
     assert tokenizer.convert_ids_to_tokens(vocabulary.encode_surface("ing", True)) == tokenizer.tokenize("ing")
     assert tokenizer.convert_ids_to_tokens(vocabulary.encode_surface("ING", False)) == ["##ing"]  # normalised
+
+
+def test_a_special_token_with_several_roles_copies_the_end_of_text_token():
+    """GPT-2's <|endoftext|> is bos, eos and unk at once; onto a Llama-style source (<s>, </s>, <unk>) it mostly
+    marks the end of a text, so it takes </s>. A literal the source also has wins over any role."""
+    from conftest import byte_level_tokenizer, sentencepiece_tokenizer
+
+    lines = english_lines(300)
+    llama, gpt2 = Vocabulary(sentencepiece_tokenizer(lines)), Vocabulary(byte_level_tokenizer(lines))
+    endoftext = gpt2.roles["eos"]
+    assert gpt2.roles["bos"] == endoftext and set(gpt2[endoftext].roles) >= {"bos", "eos"}
+    matched, unmatched = match_special_tokens(llama, gpt2)
+    assert matched[endoftext] == llama.roles["eos"] and not unmatched
+    matched, _ = match_special_tokens(gpt2, gpt2)
+    assert matched == {endoftext: endoftext}

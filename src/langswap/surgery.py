@@ -125,6 +125,9 @@ def update_special_token_ids(model, tokenizer) -> None:
 
     roles = special_token_roles(tokenizer)
     configs = [model.config]
+    text_config = getattr(model.config, "get_text_config", lambda: None)()
+    if text_config is not None and text_config is not model.config:  # e.g. Gemma-3: the text model reads its own
+        configs.append(text_config)
     if getattr(model, "generation_config", None) is not None:
         configs.append(model.generation_config)
     for config in configs:

@@ -27,6 +27,7 @@ from functools import lru_cache
 from langswap.errors import VocabularyError
 
 SPECIAL_ROLES = ("bos", "eos", "unk", "pad", "mask", "cls", "sep")
+ROLE_PREFERENCE = ("eos", "sep", "bos", "cls", "mask", "pad", "unk")  # which role a multi-role special token copies
 
 BYTE_LEVEL = "byte_level"
 SENTENCEPIECE = "sentencepiece"
@@ -284,7 +285,9 @@ class Vocabulary:
 
 
 def match_special_tokens(source: Vocabulary, target: Vocabulary) -> tuple[dict[int, int], dict[int, tuple[str, ...]]]:
-    """Map target special tokens onto source special tokens by role, then by identical literal for role-less ones.
+    """Map target special tokens onto source special tokens: the same literal where the source has it as a special
+    token, else by role. A token with several roles (GPT-2's `<|endoftext|>` is bos, eos and unk) takes the source
+    token of its first role in ROLE_PREFERENCE: end of text first, as that is what such a token mostly marks.
 
     Returns (target id -> source id, target id -> roles that the source lacks) for the special tokens that could
     not be matched."""
@@ -294,9 +297,10 @@ def match_special_tokens(source: Vocabulary, target: Vocabulary) -> tuple[dict[i
     for token in target.tokens:
         if not token.special or not token.token:
             continue
-        source_id = next((source.roles[role] for role in token.roles if role in source.roles), None)
+        source_id = source_literals.get(token.token)
         if source_id is None:
-            source_id = source_literals.get(token.token)
+            roles = sorted(token.roles, key=ROLE_PREFERENCE.index)
+            source_id = next((source.roles[role] for role in roles if role in source.roles), None)
         if source_id is None:
             unmatched[token.id] = token.roles or ("added:" + token.token,)
         else:
