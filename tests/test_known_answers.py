@@ -220,3 +220,29 @@ def test_untied_heads_and_biases_get_the_same_mixing(kind, family, tmp_path, cip
             expected_bias = sum(w * old_bias[p] for p, w in zip(picks, weights))
             assert torch.allclose(output_bias(new_model)[row], expected_bias, atol=1e-5)
     assert len(rows) > 0
+
+
+def test_frequency_token_vectors_are_frequency_weighted_means_of_the_words_containing_the_token(monkeypatch):
+    """WECHSEL-TFR by hand: a token's vector is the frequency-weighted mean of the vectors of the words whose
+    tokenisation (as a word start or inside text) contains it; the result does not depend on the chunking."""
+    import langswap.methods.wechsel as wechsel
+
+    tokenizer = byte_level_tokenizer(english_lines(300))
+    vocabulary = Vocabulary(tokenizer)
+    words = sorted({word for line in english_lines(50, seed=3) for word in line.split()})[:60]
+    rng = np.random.default_rng(0)
+    vectors = WordVectors(words, rng.standard_normal((len(words), 8)).astype(np.float32),
+                          rng.uniform(1, 10, len(words)))
+    result = wechsel.frequency_token_vectors(vocabulary, vectors, max_words=len(words))
+    sums, totals = np.zeros((len(vocabulary), 8)), np.zeros(len(vocabulary))
+    for index, word in enumerate(words):
+        contained = set(tokenizer(word, add_special_tokens=False)["input_ids"])
+        contained |= set(tokenizer(" " + word, add_special_tokens=False)["input_ids"])
+        for token in contained:
+            sums[token] += vectors.freqs[index] * vectors.word_matrix()[index]
+            totals[token] += vectors.freqs[index]
+    expected = sums / np.maximum(totals, 1e-300)[:, None]
+    np.testing.assert_allclose(result, expected, atol=1e-5)
+    assert (totals > 0).sum() > 20
+    monkeypatch.setattr(wechsel, "PAIR_CHUNK_VALUES", 8 * 3)  # three pairs at a time
+    np.testing.assert_array_equal(wechsel.frequency_token_vectors(vocabulary, vectors, len(words)), result)

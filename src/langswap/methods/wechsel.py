@@ -62,6 +62,9 @@ def ngram_token_vectors(vocabulary: Vocabulary, vectors) -> np.ndarray:
     return matrix
 
 
+PAIR_CHUNK_VALUES = 2 ** 25  # float64 values gathered at once by frequency_token_vectors (256 MiB)
+
+
 def frequency_token_vectors(vocabulary: Vocabulary, vectors, max_words: int) -> np.ndarray:
     """(V, D) frequency-weighted mean vector of the words whose tokenisation contains each token (WECHSEL-TFR)."""
     words = vectors.words[:max_words]
@@ -80,7 +83,11 @@ def frequency_token_vectors(vocabulary: Vocabulary, vectors, max_words: int) -> 
     token_index, word_index = torch.from_numpy(pairs[0]), torch.from_numpy(pairs[1])
     weights = freqs[word_index]
     sums = torch.zeros((len(vocabulary), word_vectors.shape[1]), dtype=torch.float64)
-    sums.index_add_(0, token_index, word_vectors[word_index] * weights[:, None])
+    # in chunks of pairs: gathering all (pairs, D) rows at once took several GB for large word lists
+    chunk = max(1, PAIR_CHUNK_VALUES // word_vectors.shape[1])
+    for start in range(0, len(token_index), chunk):
+        rows = word_index[start:start + chunk]
+        sums.index_add_(0, token_index[start:start + chunk], word_vectors[rows] * weights[start:start + chunk, None])
     totals = torch.zeros(len(vocabulary), dtype=torch.float64).index_add_(0, token_index, weights)
     means = sums / totals.clamp_min(1e-300)[:, None]
     special = [token.id for token in vocabulary.tokens if token.special]
