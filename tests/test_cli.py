@@ -342,3 +342,12 @@ def test_evaluate_passes_the_masks_seed_and_share_to_masked_lm_loss(capsys, tmp_
     result = json.loads(out)["language_modeling"]
     assert result["tokens"] == expected.tokens != default.tokens
     assert result["nll"] == pytest.approx(expected.nll, rel=1e-5)
+
+
+def test_align_refuses_an_existing_output_before_any_work(capsys, tmp_path):
+    """The folder is checked first: vectors that do not even exist are never read."""
+    (tmp_path / "aligned").mkdir()
+    code, _, err = run(capsys, "align", "--source-vectors", tmp_path / "missing.vec", "--target-vectors",
+                       tmp_path / "missing.vec", "--dictionary", tmp_path / "missing.tsv", "--output",
+                       tmp_path / "aligned")
+    assert code == 2 and "'" + str(tmp_path / "aligned") + "' already exists" in err and "--overwrite" in err

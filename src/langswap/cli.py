@@ -18,6 +18,7 @@ from pathlib import Path
 from langswap import __version__
 from langswap.config import apply_overrides, dump_yaml, field_help, from_dict, load_yaml, to_dict
 from langswap.errors import LangswapError
+from langswap.resources.text import refuse_existing
 
 logger = logging.getLogger("langswap")
 
@@ -150,8 +151,7 @@ def cmd_fasttext(args) -> int:
     from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
 
     output = Path(args.output)
-    if output.exists() and not args.overwrite:
-        raise LangswapError(f"'{output}' already exists; choose another --output or pass --overwrite.")
+    refuse_existing(output, args.overwrite, "output file")
     config = from_dict(FastTextConfig, apply_overrides({}, _overrides(args)))
     train_fasttext(args.text, output, config, progress=True)
     print(f"wrote {output}")
@@ -165,6 +165,7 @@ def cmd_align(args) -> int:
     from langswap.resources.vectors import WordVectors
 
     config = from_dict(AlignConfig, apply_overrides({}, _overrides(args)))
+    refuse_existing(args.output, args.overwrite)  # before the alignment, not after it
     source = WordVectors.load(args.source_vectors)
     target = WordVectors.load(args.target_vectors)
     alignment = align(source, target, Dictionary.load(args.dictionary), config)

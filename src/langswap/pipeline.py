@@ -19,10 +19,11 @@ import numpy as np
 
 from langswap import __version__
 from langswap.config import from_dict, to_dict
-from langswap.errors import ConfigError, MissingResourceError, OutputExistsError
+from langswap.errors import ConfigError, MissingResourceError
 from langswap.methods.base import (MethodConfig, TokenMapping, TransferInputs, check_resources, get_method,
                                    run_method)
 from langswap.resources.alignment import AlignConfig
+from langswap.resources.text import refuse_existing
 
 logger = logging.getLogger(__name__)
 
@@ -101,9 +102,7 @@ class TransferConfig(ModelPairConfig):
                 raise MissingResourceError(f"resources.{name} '{value}' does not exist.")
         if self.eval_text and not Path(self.eval_text).exists():
             raise MissingResourceError(f"eval_text '{self.eval_text}' does not exist.")
-        if Path(self.output).exists() and not self.overwrite:
-            raise OutputExistsError(f"output folder '{self.output}' already exists; choose another --output or pass "
-                                    "--overwrite to replace it.")
+        refuse_existing(self.output, self.overwrite)
 
 
 def transfer_config(data: dict) -> TransferConfig:

@@ -263,11 +263,10 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
     config = config or FinetuneConfig()
     if task not in ("pos", "ner"):
         raise ConfigError(f"task is {task!r}; choose 'pos' (UPOS from .conllu) or 'ner' (BIO tags in CoNLL columns).")
-    if output is not None and Path(output).exists() and not overwrite:
-        from langswap.errors import OutputExistsError
+    if output is not None:
+        from langswap.resources.text import refuse_existing
 
-        raise OutputExistsError(f"output folder '{output}' already exists; choose another --output or pass "
-                                "--overwrite to replace it.")
+        refuse_existing(output, overwrite)
     if task == "pos":
         def reader(path, what):
             return read_conllu(path, what=what)

@@ -47,6 +47,16 @@ def read_text_lines(path: str | Path, what: str = "text file", max_lines: int | 
     return lines
 
 
+def refuse_existing(output: str | Path, overwrite: bool, what: str = "output folder") -> None:
+    """An OutputExistsError when `output` exists and may not be replaced: checked before slow work starts, and
+    again by `atomic_directory` when the result is written."""
+    from langswap.errors import OutputExistsError
+
+    if Path(output).exists() and not overwrite:
+        raise OutputExistsError(f"{what} '{output}' already exists; choose another --output or pass --overwrite "
+                                "to replace it.")
+
+
 @contextmanager
 def atomic_directory(final: Path, overwrite: bool):
     """Yield a temporary folder beside `final`; on success it replaces `final`, on failure it is removed.
@@ -54,12 +64,8 @@ def atomic_directory(final: Path, overwrite: bool):
     An existing `final` is kept unless `overwrite`, and even then only replaced once the new folder is complete."""
     import shutil
 
-    from langswap.errors import OutputExistsError
-
     final = Path(final)
-    if final.exists() and not overwrite:
-        raise OutputExistsError(f"output folder '{final}' already exists; choose another --output or pass "
-                                "--overwrite to replace it.")
+    refuse_existing(final, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
     temporary = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
     try:
