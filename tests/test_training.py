@@ -336,12 +336,17 @@ def test_phases_read_consecutive_slices_of_one_shuffled_stream(models, texts, tm
 
 
 def test_stream_indices_are_epochs_of_seeded_permutations():
-    from langswap.training.data import stream_indices
+    from langswap.training.data import BlockDataset, StreamSlice, stream_indices
 
     stream = stream_indices(5, 3, 0, 12)
     assert sorted(stream[:5]) == sorted(stream[5:10]) == list(range(5)) and stream[:5] != stream[5:10]
     assert stream_indices(5, 3, 7, 5) == stream[7:12]
     assert stream_indices(5, 3, 0, 5) == torch.randperm(5, generator=torch.Generator().manual_seed(3)).tolist()
+    blocks = torch.arange(5)[:, None] * 10
+    view = StreamSlice(BlockDataset(blocks), 3, 7, 5)  # what a phase reads: the same slice, an epoch at a time
+    assert len(view) == 5 and [int(view[i]["input_ids"][0]) // 10 for i in range(5)] == stream[7:12]
+    with pytest.raises(IndexError):
+        view[5]
 
 
 def test_resuming_with_another_number_of_processes_is_refused(models, texts, tmp_path):

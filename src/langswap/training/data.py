@@ -153,20 +153,44 @@ class LMCollator:
                            special_tokens_mask(self.tokenizer, input_ids), self.mlm_probability, generator=generator)
 
 
+def _epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
+    return torch.randperm(size, generator=torch.Generator().manual_seed(seed + epoch))
+
+
 def stream_indices(size: int, seed: int, start: int, count: int) -> list[int]:
     """Items start .. start + count - 1 of a run's training stream over a dataset of `size` blocks.
 
     The stream is epoch after epoch of `torch.randperm(size)` drawn from a generator seeded with seed + epoch, the
     order the Trainer's seeded sampler (accelerate's SeedableRandomSampler) gives one run. Every phase reads its own
-    slice of this one stream, in order: a phase continues where the phase before it stopped instead of reading the
-    same first batches again, and a block is read a second time only after the whole text has been read once."""
+    slice of this one stream, in order (`StreamSlice`): a phase continues where the phase before it stopped instead
+    of reading the same first batches again, and a block is read a second time only after the whole text has been
+    read once."""
     out: list[int] = []
     epoch, position = divmod(start, size)
     while len(out) < count:
-        generator = torch.Generator().manual_seed(seed + epoch)
-        out.extend(torch.randperm(size, generator=generator)[position:].tolist())
+        out.extend(_epoch_order(size, seed, epoch)[position:].tolist())
         epoch, position = epoch + 1, 0
     return out[:count]
+
+
+class StreamSlice(torch.utils.data.Dataset):
+    """Items `start` .. `start + count - 1` of the training stream over `dataset` (see `stream_indices`), one
+    epoch's order in memory at a time, so a long run costs no index list of its length."""
+
+    def __init__(self, dataset, seed: int, start: int, count: int):
+        self.dataset, self.seed, self.start, self.count = dataset, seed, start, count
+        self._epoch, self._order = -1, None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int):
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        epoch, position = divmod(self.start + index, len(self.dataset))
+        if epoch != self._epoch:
+            self._epoch, self._order = epoch, _epoch_order(len(self.dataset), self.seed, epoch)
+        return self.dataset[int(self._order[position])]
 
 
 def masked_eval_set(collator: LMCollator, blocks: torch.Tensor, seed: int) -> BlockDataset:

@@ -463,8 +463,8 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     from transformers.trainer_utils import get_last_checkpoint
 
     from langswap.models import _quiet_transformers, load_config, load_tokenizer
-    from langswap.training.data import (BlockDataset, LMCollator, masked_eval_set, pack, read_documents,
-                                        stream_indices)
+    from langswap.training.data import (BlockDataset, LMCollator, StreamSlice, masked_eval_set, pack,
+                                        read_documents)
 
     clock = time.perf_counter()
     config.validate()
@@ -571,8 +571,7 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
         phase_callbacks, snapshots = _callbacks(config, phase, offset, curve)
         # this phase's slice of the run's one shuffled stream: it goes on where the phase before stopped
         per_update = config.batch_size * config.gradient_accumulation * state.num_processes
-        phase_set = torch.utils.data.Subset(train_set, stream_indices(len(train_set), config.seed,
-                                                                      offset * per_update, phase.steps * per_update))
+        phase_set = StreamSlice(train_set, config.seed, offset * per_update, phase.steps * per_update)
         trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
                                data_collator=collator, processing_class=tokenizer, phase=phase, phase_index=index,
                                callbacks=phase_callbacks + list(callbacks or []))
