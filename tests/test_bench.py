@@ -119,7 +119,7 @@ def test_a_bench_killed_while_training_resumes_to_the_same_figures(tmp_path, gpt
     import sys
     import time
 
-    options = dict(methods=[{"name": "wechsel", "neighbors": 3}], steps=[0, 4, 12], reference=False,
+    options = dict(methods=[{"name": "wechsel", "neighbors": 3}], steps=[0, 4, 40], reference=False,
                    train={"preset": "embeddings", "batch_size": 2, "sequence_length": 32, "save_steps": 2})
     (tmp_path / "whole").mkdir()
     (tmp_path / "killed").mkdir()
@@ -310,6 +310,11 @@ def test_a_changed_source_model_is_never_answered_from_old_results(capsys, tmp_p
     assert main(["-q", "bench", str(path)]) == 0
     bench = tmp_path / "bench"
     first = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
+    # alignment options are no input of methods without vectors: their runs and figures stand
+    realigned = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
+                            align={"heldout_words": 10}, **options)
+    assert main(["-q", "bench", str(realigned)]) == 0
+    assert [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()] == first
 
     other = _bench_yaml(tmp_path, other_model, target_tokenizer_folder, cipher_vectors, corpus_dir, **options)
     assert main(["-q", "bench", str(other)]) == 2

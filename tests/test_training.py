@@ -293,6 +293,24 @@ def test_how_often_a_run_evaluates_does_not_change_its_weights(models, texts, tm
     assert len(often.curve["eval"]) > len(rarely.curve["eval"])
 
 
+def test_tiktotok_settles_at_the_same_step_however_often_it_evaluates(models, texts, tmp_path):
+    """The rule is judged at training-loss logs (steps 3, 6, 9) only. Judged at every log, an evaluation at step 8
+    saw windows (4, 8] and (0, 4] holding losses 6 and 3 and stopped there, one step before a run that evaluates
+    rarely."""
+    options = dict(preset="tiktotok", steps=20, logging_steps=3, settle_window=4, settle_tolerance=1.0,
+                   save_steps=100)
+    often = train(_config(models["gpt2"], texts, tmp_path / "often", eval_steps=1, **options))
+    rarely = train(_config(models["gpt2"], texts, tmp_path / "rarely", eval_steps=100, **options))
+    assert [p["steps"] for p in often.phases] == [p["steps"] for p in rarely.phases] == [9, 11]
+
+
+def test_a_phase_shorter_than_logging_steps_still_reports_its_loss(models, texts, tmp_path):
+    report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=10, logging_steps=10,
+                           eval_text=None))
+    assert [p["steps"] for p in report.phases] == [1, 9]
+    assert all(p["train_loss"] is not None and p["train_loss"] > 0 for p in report.phases)
+
+
 def test_tiktotok_stopped_at_the_checkpoint_where_the_loss_settled_resumes_to_the_same_phases(models, texts,
                                                                                              tmp_path):
     """The loss settles at step 4, where a checkpoint is written; a run stopped right after it must not train on
@@ -357,6 +375,10 @@ def test_resuming_with_another_number_of_processes_is_refused(models, texts, tmp
     record = json.loads((tmp_path / "run" / "langswap-train.json").read_text())
     assert record["processes"] == 1
     assert _check_output(config, processes=1) == "complete"
+    assert _check_output(config, processes=2) == "complete"  # a finished run is only read back
+    record["status"] = "running"  # as a run that was interrupted
+    (tmp_path / "run" / "langswap-train.json").write_text(json.dumps(record))
+    assert _check_output(config, processes=1) == "resume"
     with pytest.raises(ConfigError, match="processes: was 1, now 2"):
         _check_output(config, processes=2)
 

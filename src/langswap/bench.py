@@ -306,6 +306,7 @@ def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokeni
 
 def run_bench(config: BenchConfig, progress: bool = False) -> dict:
     """Run every variant at every step (resuming), then write table.md and the plots; returns the results."""
+    from langswap.methods.base import get_method
     from langswap.pipeline import transfer
     from langswap.resources.text import atomic_write_text, read_text_lines
     from langswap.training.run import train
@@ -341,7 +342,10 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
         run = output / "runs" / _folder_name(variant.label)
         train_config, train_key = _train_config(config, run) if steps[-1] > 0 else (None, None)
         # everything its transfer depends on: a measurement is reused only for the same (the digest in its setting)
-        record = {"label": variant.label, "method": variant.method, "pair": pair, "shared": shared}
+        uses_vectors = "vectors" in get_method(variant.method["name"]).requires
+        record = {"label": variant.label, "method": variant.method, "pair": pair,
+                  "shared": shared if uses_vectors else {key: value for key, value in shared.items()
+                                                         if key not in ("resources", "align")}}
         settings = {step: {"measured_with": measured_with, "variant": _digest(record),
                            **({"trained_with": train_key} if step else {})} for step in steps}
         keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}

@@ -170,13 +170,14 @@ def _check_output(config: TrainConfig, processes: int = 1) -> str:
     before, now = record.get("comparable_config", {}), comparable_config(config)
     changed = [f"{key}: was {before.get(key)!r}, now {now.get(key)!r}" for key in sorted(set(before) | set(now))
                if before.get(key) != now.get(key)]
-    if record.get("processes", processes) != processes:  # the batch of an update is batch_size x processes
+    complete = record.get("status") == "complete" and (output / "model").is_dir()
+    if not complete and record.get("processes", processes) != processes:  # an update's batch: batch_size x processes
         changed.append(f"processes: was {record['processes']}, now {processes}")
     if changed:
         raise ConfigError(f"output folder '{output}' holds a run with a different config, so it cannot be resumed ("
                           + "; ".join(changed) + "). Use the same values to resume, another --output, or "
                           "--overwrite to start again.")
-    return "complete" if record.get("status") == "complete" and (output / "model").is_dir() else "resume"
+    return "complete" if complete else "resume"
 
 
 def _write_record(output: Path, record: dict) -> None:
@@ -303,8 +304,8 @@ def _settled_checkpoint(checkpoint: str | None, config: TrainConfig) -> int | No
         return None
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
     step, history = state.get("global_step", 0), state.get("log_history", [])
-    if any(entry.get("step") == step for entry in history) and settled(history, step, config.settle_window,
-                                                                        config.settle_tolerance):
+    if any(entry.get("step") == step and "loss" in entry for entry in history) and settled(
+            history, step, config.settle_window, config.settle_tolerance):
         return step
     return None
 
@@ -341,6 +342,8 @@ def _callbacks(config: TrainConfig, phase: Phase, offset: int, curve_writer):
         where the uninterrupted one did)."""
 
         def on_log(self, args, state, control, **kwargs):
+            if "loss" not in state.log_history[-1]:
+                return  # judged at training-loss logs only: evaluations at other steps must not move the stop
             means = settled(state.log_history, state.global_step, config.settle_window, config.settle_tolerance)
             if means:
                 logger.info("loss settled at step %d (%.4f -> %.4f); ending the embeddings phase",
@@ -610,7 +613,8 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
         logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
         summary = {"name": phase.name, "trainable": phase.trainable, "steps": steps, "planned_steps": phase.steps,
                    "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "decay": phase.decay,
-                   **counts, "train_loss": round(sum(logged) / len(logged), 5) if logged else None,
+                   **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
+                                            else metrics.get("train_loss")),  # a phase shorter than logging_steps
                    "tokens_per_second": (round(metrics["train_samples_per_second"] * sequence_length, 1)
                                          if metrics.get("train_samples_per_second") else None),
                    "train_seconds": seconds}
