@@ -331,3 +331,18 @@ def test_a_changed_source_model_is_never_answered_from_old_results(capsys, tmp_p
     assert main(["-q", "bench", str(other)]) == 0
     again = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
     assert again == rows
+
+
+def test_a_train_mapping_without_a_preset_keeps_embeddings_only_training(tmp_path, gpt2_folder,
+                                                                         target_tokenizer_folder, cipher_vectors,
+                                                                         corpus_dir):
+    """`train: {batch_size: ...}` as in the README's example: the bench still trains embeddings only."""
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
+                       methods=["random"], steps=[0, 2], reference=False,
+                       train={"batch_size": 2, "sequence_length": 32, "save_steps": 2})
+    assert main(["-q", "bench", str(path)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "bench" / "results.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 2 and rows[-1]["setting"]["trained_with"]["preset"] == "embeddings"
+    (run,) = (tmp_path / "bench" / "runs" / "random").glob("train-2steps-*")
+    record = json.loads((run / "langswap-train.json").read_text())
+    assert [phase["trainable"] for phase in record["phases"]] == ["embeddings"]

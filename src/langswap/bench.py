@@ -69,7 +69,8 @@ class BenchConfig(ModelPairConfig):
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     align: AlignConfig = field(default_factory=AlignConfig)
     train: dict = field(default_factory=lambda: {"preset": "embeddings"}, metadata={
-        "help": "langswap train options for every variant (`langswap init-config --for train` lists them)."})
+        "help": "langswap train options for every variant (`langswap init-config --for train` lists them); "
+                "preset is embeddings unless set here."})
     probe: dict | None = field(default=None, metadata={
         "help": "POS probe at every step: {train: dev.conllu, test: test.conllu, options of the probe}."})
     reference: bool = field(default=True, metadata={
@@ -158,7 +159,10 @@ def _train_config(config: BenchConfig, run: Path):
         raise ConfigError(f"train.{sorted(overlap)[0]} is set by the bench itself; remove it from `train:` (steps "
                           "come from the top-level `steps`).")
     final = max(config.steps)
-    options = {"save_steps": max(1, min(50, final)), **config.train, "model": str(run / "transfer"),
+    # a `train:` mapping without a preset keeps the bench's embeddings-only default (it used to fall back to
+    # langswap train's own default, the full-model wechsel recipe)
+    options = {"save_steps": max(1, min(50, final)), "preset": "embeddings", **config.train,
+               "model": str(run / "transfer"),
                "train_text": config.train_text, "output": "", "steps": final,
                "snapshot_steps": sorted(step for step in set(config.steps) if 0 < step < final)}
     train_config = from_dict(TrainConfig, options, where="train.")
