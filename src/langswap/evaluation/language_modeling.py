@@ -67,6 +67,20 @@ def _logit_width(model, tokenizer) -> int:
     return head.weight.shape[0] if head is not None else len(tokenizer)
 
 
+def _length_batches(sizes: list[int], budget: int, max_rows: int | None = None) -> list[tuple[int, int]]:
+    """(start, stop) spans over rows sorted by ascending size: each span grows while its row count times the size of
+    its last (largest) row stays within `budget` (and within `max_rows`); a row alone is always a span."""
+    spans, start = [], 0
+    while start < len(sizes):
+        stop = start + 1
+        while (stop < len(sizes) and (max_rows is None or stop - start < max_rows)
+               and (stop - start + 1) * sizes[stop] <= budget):
+            stop += 1
+        spans.append((start, stop))
+        start = stop
+    return spans
+
+
 def _windows(sequence: list[int], window: int, stride: int) -> list[tuple[list[int], int]]:
     """Pieces (tokens, skip) of a sequence: the model reads tokens[:-1] (at most `window` of them) and predicts
     tokens[1:]; the first `skip` of those predictions were made by an earlier piece and are not scored again.
@@ -127,11 +141,7 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     device = next(model.parameters()).device
     total_nll, total_tokens = 0.0, 0
     bar = _bar(progress, len(pieces), "scoring")
-    start = 0
-    while start < len(pieces):
-        stop = start + 1
-        while stop < len(pieces) and (stop - start + 1) * (len(pieces[stop][0]) - 1) <= batch_tokens:
-            stop += 1
+    for start, stop in _length_batches([len(tokens) - 1 for tokens, _ in pieces], batch_tokens):
         batch = pieces[start:stop]
         longest = max(len(tokens) for tokens, _ in batch) - 1
         input_ids = torch.zeros((len(batch), longest), dtype=torch.long)
@@ -152,7 +162,6 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
         total_tokens += int(mask.sum())
         if bar is not None:
             bar.update(len(batch))
-        start = stop
     if bar is not None:
         bar.close()
     return _score(lines, total_tokens, total_nll, "perplexity")
@@ -163,10 +172,10 @@ def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None
                       progress: bool = False, stride: int | None = None) -> LMScore:
     """Pseudo-perplexity of a masked LM (Salazar et al., 2020) and the matching bits per byte.
 
-    Each token of the text ([UNK] included) is masked in turn and scored given the rest of its window. A line longer than the window
-    (the model's context, or `max_length` where smaller, less the tokenizer's own [CLS]/[SEP]) is read in windows
-    that start `stride` tokens apart (default half the window); each token is scored once, in the window where it
-    sits most central (`probes.window_spans`), so every token of every line counts toward bits per byte."""
+    Each token of the text ([UNK] included) is masked in turn and scored given the rest of its window. A line longer
+    than the window (the model's context, or `max_length` where smaller, less the tokenizer's own [CLS]/[SEP]) is read
+    in windows that start `stride` tokens apart (default half the window); each token is scored once, in the window
+    where it sits most central (`probes.window_spans`), so every token of every line counts toward bits per byte."""
     from langswap.evaluation.probes import context_length, special_tokens, window_spans
 
     mask_token_id = _mask_token_id(tokenizer, "pseudo-perplexity")
@@ -220,9 +229,8 @@ def masked_lm_loss(model, tokenizer, lines: list[str], probability: float = 0.15
     so models sharing a tokenizer are compared on the same masks. Lines longer than the window (the model's context,
     or `max_length` where smaller) are truncated to it.
     """
-    from langswap.training.masking import IGNORE_INDEX, mask_tokens, special_tokens_mask
-
     from langswap.evaluation.probes import context_length
+    from langswap.training.masking import IGNORE_INDEX, mask_tokens, special_tokens_mask
 
     mask_token_id = _mask_token_id(tokenizer, "masked-LM loss")
     window = context_length(model, tokenizer, max_length)
@@ -240,14 +248,9 @@ def masked_lm_loss(model, tokenizer, lines: list[str], probability: float = 0.15
     vocabulary = _logit_width(model, tokenizer)
     total_nll, total_tokens = 0.0, 0
     bar = _bar(progress, len(rows), "masked-LM loss")
-    start = 0
-    while start < len(rows):
-        # rows are sorted by length, so the batch's last row is its longest; the logits stay within LOGIT_BUDGET
-        stop = start + 1
-        while (stop < len(rows) and stop - start < batch_size
-               and (stop - start + 1) * len(rows[stop][0]) * vocabulary <= LOGIT_BUDGET):
-            stop += 1
-        batch, start = rows[start:stop], stop
+    # the logits of a batch, (rows, longest, V), stay within LOGIT_BUDGET
+    for start, stop in _length_batches([len(masked) * vocabulary for masked, _ in rows], LOGIT_BUDGET, batch_size):
+        batch = rows[start:stop]
         longest = max(len(masked) for masked, _ in batch)
         input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
         labels = torch.full((len(batch), longest), IGNORE_INDEX, dtype=torch.long)

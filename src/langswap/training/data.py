@@ -165,12 +165,8 @@ def stream_indices(size: int, seed: int, start: int, count: int) -> list[int]:
     slice of this one stream, in order (`StreamSlice`): a phase continues where the phase before it stopped instead
     of reading the same first batches again, and a block is read a second time only after the whole text has been
     read once."""
-    out: list[int] = []
-    epoch, position = divmod(start, size)
-    while len(out) < count:
-        out.extend(_epoch_order(size, seed, epoch)[position:].tolist())
-        epoch, position = epoch + 1, 0
-    return out[:count]
+    stream = StreamSlice(range(size), seed, start, count)
+    return [stream[index] for index in range(count)]
 
 
 class StreamSlice(torch.utils.data.Dataset):

@@ -239,7 +239,7 @@ def _trainer_class():
             return batches, self._get_num_items_in_batch(batches, device)
 
         def _get_train_sampler(self, train_dataset=None):
-            # The phase's dataset is its slice of the run's stream, already shuffled (`data.stream_indices`).
+            # The phase's dataset is its slice of the run's stream, already shuffled (`data.StreamSlice`).
             return torch.utils.data.SequentialSampler(train_dataset if train_dataset is not None
                                                       else self.train_dataset)
 
@@ -284,10 +284,15 @@ def _trainer_class():
 
 def settled(log_history: list[dict], step: int, window: int, tolerance: float) -> tuple[float, float] | None:
     """(mean loss of the window before, of the last window) when the training loss logged up to `step` has settled:
-    the last `window` updates improve on the `window` before them by less than `tolerance` (a share); else None."""
+    the last `window` updates improve on the `window` before them by less than `tolerance` (a share); else None.
+
+    Judged only at a step whose training loss was logged: an evaluation logged at another step sees other windows,
+    so how often a run evaluates would move the stop."""
     if step < 2 * window:
         return None
     losses = [(entry["step"], entry["loss"]) for entry in log_history if "loss" in entry]
+    if not any(logged == step for logged, _ in losses):
+        return None
     last = [loss for s, loss in losses if step - window < s <= step]
     previous = [loss for s, loss in losses if step - 2 * window < s <= step - window]
     if last and previous:
@@ -304,10 +309,7 @@ def _settled_checkpoint(checkpoint: str | None, config: TrainConfig) -> int | No
         return None
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
     step, history = state.get("global_step", 0), state.get("log_history", [])
-    if any(entry.get("step") == step and "loss" in entry for entry in history) and settled(
-            history, step, config.settle_window, config.settle_tolerance):
-        return step
-    return None
+    return step if settled(history, step, config.settle_window, config.settle_tolerance) else None
 
 
 def _random_state() -> dict:
@@ -342,8 +344,6 @@ def _callbacks(config: TrainConfig, phase: Phase, offset: int, curve_writer):
         where the uninterrupted one did)."""
 
         def on_log(self, args, state, control, **kwargs):
-            if "loss" not in state.log_history[-1]:
-                return  # judged at training-loss logs only: evaluations at other steps must not move the stop
             means = settled(state.log_history, state.global_step, config.settle_window, config.settle_tolerance)
             if means:
                 logger.info("loss settled at step %d (%.4f -> %.4f); ending the embeddings phase",
