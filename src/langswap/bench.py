@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from langswap.config import dump_yaml, from_dict, to_dict
-from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError
+from langswap.errors import ConfigError, MissingResourceError, NumericalError, ResourceFormatError
 from langswap.pipeline import ModelPairConfig, ResourcesConfig, TransferConfig
 from langswap.resources.alignment import AlignConfig
 
@@ -293,7 +293,11 @@ def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokeni
 
     tokenizer = load_tokenizer(tokenizer_folder or folder)
     model = load_model(folder)
-    score = evaluate_model(model, tokenizer, lines, objective_of(model.config), progress=progress)
+    try:
+        score = evaluate_model(model, tokenizer, lines, objective_of(model.config), progress=progress)
+    except NumericalError as error:
+        raise NumericalError(f"bench measurement of '{folder}': {error} The measurements before it are kept in "
+                             "results.jsonl; a rerun measures this one again.") from error
     # per-token figures do not compare across tokenizers; per-byte ones do (for a masked LM, from the pseudo-
     # log-likelihood: not a code length, but the same sum pseudo-perplexity is made of, over bytes)
     per_byte = "bits_per_byte" if score.kind == "perplexity" else "pseudo_bits_per_byte"

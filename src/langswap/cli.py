@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 from langswap import __version__
-from langswap.config import apply_overrides, dump_yaml, field_help, from_dict, load_yaml, to_dict
+from langswap.config import apply_overrides, as_number, dump_yaml, field_help, from_dict, load_yaml, to_dict
 from langswap.errors import LangswapError
 from langswap.resources.text import refuse_existing
 
@@ -41,6 +41,16 @@ def describe_fields(config_cls, prefix: str = "") -> list[str]:
             continue
         lines.append(f"{prefix}{field.name} ({default!r}): {field_help(field)}")
     return lines
+
+
+def count(text: str) -> int:
+    """An argparse type for counts written as people write them: 2000, 2_000, 2e3."""
+    number = as_number(text)
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    if not isinstance(number, int):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 2000, 2_000 or 2e3)")
+    return number
 
 
 def _set_help(config_cls) -> str:
@@ -389,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--eval-text", dest="eval_text")
     sub.add_argument("--output")
     sub.add_argument("--preset", help="wechsel, fullrand, transinner, tiktotok, embeddings, full.")
-    sub.add_argument("--steps", type=int)
+    sub.add_argument("--steps", type=count)
     sub.add_argument("--objective", help="causal, masked or auto.")
     sub.add_argument("--overwrite", action="store_true")
     _add_set(sub)
@@ -406,8 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--source", required=True, help="Source model or tokenizer folder.")
     sub.add_argument("--text", required=True, help="Target-language text, one line per paragraph (.txt/.gz).")
     sub.add_argument("--output", required=True)
-    sub.add_argument("--vocab-size", type=int, default=None, help="Default: the source's vocabulary size.")
-    sub.add_argument("--max-lines", type=int, default=None)
+    sub.add_argument("--vocab-size", type=count, default=None, help="Default: the source's vocabulary size.")
+    sub.add_argument("--max-lines", type=count, default=None)
     sub.add_argument("--overwrite", action="store_true")
     sub.set_defaults(run=cmd_tokenizer)
 
@@ -425,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--target-vectors", required=True)
     sub.add_argument("--dictionary", required=True, help="source<TAB>target lines.")
     sub.add_argument("--output", required=True, help="Folder: alignment.npy, source.aligned.vec, report.json.")
-    sub.add_argument("--max-words", type=int, default=200_000, help="Words written to source.aligned.vec.")
+    sub.add_argument("--max-words", type=count, default=200_000, help="Words written to source.aligned.vec.")
     sub.add_argument("--overwrite", action="store_true")
     _add_set(sub)
     sub.set_defaults(run=cmd_align)
@@ -447,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("model", help="Model folder with its tokenizer (transferred or not).")
     sub.add_argument("--text", help="Held-out text: perplexity and bits per byte (causal), pseudo-perplexity "
                      "(masked).")
-    sub.add_argument("--lines", type=int, default=300, help="First N non-empty lines of --text are scored.")
+    sub.add_argument("--lines", type=count, default=300, help="First N non-empty lines of --text are scored.")
     sub.add_argument("--probe-pos", nargs=2, metavar=("TRAIN.conllu", "TEST.conllu"),
                      help="Linear POS probe on frozen hidden states: trained on one split, accuracy on the other.")
     sub.add_argument("--finetune", nargs=3, metavar=("TASK", "TRAIN", "TEST"),

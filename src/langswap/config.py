@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -69,18 +71,43 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
             return value
         raise ConfigError(f"'{name}' must be true or false, not {value!r}.")
     if annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        number = as_number(value)
+        if isinstance(number, float) and number.is_integer():
+            number = int(number)  # 1e3 steps
+        if isinstance(number, int):
+            return number
         raise ConfigError(f"'{name}' must be an integer, not {value!r}.")
     if annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+        number = as_number(value)
+        if number is not None:
+            return float(number)
         raise ConfigError(f"'{name}' must be a number, not {value!r}.")
     if annotation is str:
         if isinstance(value, (str, Path)):
             return str(value)
         raise ConfigError(f"'{name}' must be a string, not {value!r}.")
     return value
+
+
+# A decimal number as people write it: 5e-4, 1E-3, .5, 1_000, -2.5e+3 (no nan, no inf, no hex).
+_NUMBER = re.compile(r"[+-]?(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d+)?")
+
+
+def as_number(value: Any) -> int | float | None:
+    """`value` as an int or float when it is one or is a string that spells one, else None.
+
+    YAML 1.1 (PyYAML) reads `5e-4` and `1E-3` as strings, since its floats need a dot, so a number from a YAML file or
+    a `--set` override may arrive as text. An integer stays an int (`1_000` -> 1000); a string with a dot or an
+    exponent becomes a float."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        text = value.strip()
+        number = float(text) if any(char in text for char in ".eE") else int(text)
+        return number if math.isfinite(number) else None
+    return None
 
 
 def from_dict(cls: type, data: dict | None, where: str = "") -> Any:

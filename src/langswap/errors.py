@@ -27,3 +27,16 @@ class ResourceFormatError(LangswapError):
 
 class OutputExistsError(LangswapError):
     """The output folder exists and `overwrite` was not asked for."""
+
+
+class NumericalError(LangswapError):
+    """A model's weights or outputs hold NaN or infinite values, or a run produced them."""
+
+
+class TrainingDivergedError(NumericalError):
+    """Training produced a non-finite loss or gradient norm and stopped; the last good checkpoint is kept.
+    `details` (phase, step, learning_rate, precision, reason) go into the run's record."""
+
+    def __init__(self, message: str, **details):
+        super().__init__(message)
+        self.details = details

@@ -1,12 +1,16 @@
 """Loading models and tokenizers from folders or hub names, with errors that say what to fix.
 
 The objective (causal or masked LM) is read from the config's architectures; a checkpoint without the weights of
-its language-model head (a bare encoder or decoder body) is refused.
+its language-model head (a bare encoder or decoder body) is refused. Damaged local files are refused with the file
+named: a `*.safetensors` file whose size is not the one its header describes (`check_safetensors`), and a tokenizer
+JSON file that is cut short or not a tokenizer. Pickled `.bin` weights are not opened to be checked.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import struct
 from pathlib import Path
 
 from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError, VocabularyError
@@ -29,6 +33,15 @@ def _quiet_transformers() -> None:
     import transformers
 
     transformers.logging.set_verbosity_error()
+
+
+def dtype_argument(dtype) -> dict:
+    """`from_pretrained`'s dtype keyword: `dtype` from transformers 4.56 on, `torch_dtype` before (and still accepted
+    by later 4.x releases with a deprecation warning)."""
+    import transformers
+
+    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
 
 def load_config(name_or_path: str | Path):
@@ -57,8 +70,10 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
     config = load_config(name)  # fails with a clear message before the weights are looked for
     objective = objective or objective_of(config)
     loader = AutoModelForMaskedLM if objective == "masked" else AutoModelForCausalLM
+    if Path(name).is_dir():  # a truncated file otherwise fails in safetensors with no file name ("incomplete metadata")
+        check_safetensors(Path(name))
     try:
-        model, info = loader.from_pretrained(name, dtype="auto", output_loading_info=True)
+        model, info = loader.from_pretrained(name, output_loading_info=True, **dtype_argument("auto"))
     except ValueError as error:  # an architecture without a causal/masked LM class (T5, vision models, ...)
         raise ConfigError(f"cannot load '{name}' as a {objective} language model: {str(error).splitlines()[0]} "
                           "langswap handles *ForCausalLM (GPT-2, Llama, ...) and *ForMaskedLM (BERT, RoBERTa) "
@@ -91,10 +106,114 @@ def load_tokenizer(name_or_path: str | Path, what: str = "tokenizer"):
             "Save the tokenizer into it (tokenizer.save_pretrained(folder)) or give the folder that has it.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, use_fast=True)
-    except (OSError, ValueError, TypeError) as error:
+    except Exception as error:  # the tokenizers library raises plain Exception for a tokenizer.json it cannot read
+        damage = damaged_tokenizer_file(name) if Path(name).is_dir() else None
+        if damage:
+            raise ResourceFormatError(f"cannot load the {what} from '{name}': {damage}") from error
+        if not isinstance(error, (OSError, ValueError, TypeError)):
+            raise
         raise MissingResourceError(
             f"cannot load the {what} from '{name}': {str(error).splitlines()[0]} Give a folder with tokenizer.json "
             "(a Hugging Face fast tokenizer; `langswap tokenizer` trains one), or a hub name while online.") from error
     if not getattr(tokenizer, "is_fast", False):
         raise VocabularyError(f"the {what} at '{name}' is a slow tokenizer; save it as a fast one (tokenizer.json).")
     return tokenizer
+
+
+SAFETENSORS_HEADER_LIMIT = 100_000_000  # the safetensors library refuses larger headers
+
+
+def check_safetensors(folder: Path) -> None:
+    """Refuse a `*.safetensors` file in `folder` (a whole checkpoint or one shard) whose size is not the size its
+    header describes: 8 bytes of header length (little-endian), the JSON header, then the tensor data, which ends at
+    the largest `data_offsets` end of the header's tensors. Only the headers are read. `ResourceFormatError` names the
+    file, the expected and the actual size. A sharded checkpoint's index (`*.safetensors.index.json`) must parse and
+    every shard it lists must be there (`MissingResourceError` names the missing ones). Not detected: damaged bytes
+    inside a file of the right size (the format has no checksum)."""
+    for index in sorted(folder.glob("*.safetensors.index.json")):
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            raise ResourceFormatError(f"'{index}' is not a readable shard index ({error}). Download or copy the "
+                                      f"model into '{folder}' again.") from None
+        missing = [shard for shard in shards if not (folder / str(shard)).is_file()]
+        if missing:
+            raise MissingResourceError(
+                f"'{folder}' lacks {len(missing)} of the {len(shards)} weight shards its index '{index.name}' lists: "
+                f"{', '.join(map(str, missing[:4]))}{' ...' if len(missing) > 4 else ''}. Download or copy the model "
+                "again, all of its files.")
+    for path in sorted(folder.glob("*.safetensors")):
+        size = path.stat().st_size
+        fix = (f"An interrupted download or copy leaves such a file; download or copy the model into '{folder}' "
+               "again.")
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                raise ResourceFormatError(f"'{path}' is not a complete safetensors file: it has {size:,} bytes, "
+                                          f"fewer than the 8 of its header length. {fix}")
+            length = struct.unpack("<Q", prefix)[0]
+            if length > SAFETENSORS_HEADER_LIMIT:
+                raise ResourceFormatError(f"'{path}' has a damaged safetensors header: its header length says "
+                                          f"{length:,} bytes, more than safetensors allows. {fix}")
+            if 8 + length > size:
+                raise ResourceFormatError(f"'{path}' is not a complete safetensors file: it has {size:,} bytes, "
+                                          f"fewer than its header alone needs ({8 + length:,}). {fix}")
+            try:
+                header = json.loads(handle.read(length))
+                ends = [int(entry["data_offsets"][1]) for key, entry in header.items() if key != "__metadata__"]
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
+                raise ResourceFormatError(f"'{path}' has a damaged safetensors header ({error}). {fix}") from None
+        expected = 8 + length + max(ends, default=0)
+        if size < expected:
+            raise ResourceFormatError(
+                f"'{path}' is not a complete safetensors file: it has {size:,} of the {expected:,} bytes its header "
+                f"describes ({100 * size / expected:.1f}%). {fix}")
+        if size > expected:
+            raise ResourceFormatError(
+                f"'{path}' is a damaged safetensors file: it has {size:,} bytes, {size - expected:,} more than the "
+                f"{expected:,} its header describes. {fix}")
+
+
+TOKENIZER_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                        "vocab.json")
+
+
+def damaged_tokenizer_file(folder: str | Path) -> str | None:
+    """What is wrong with the first damaged tokenizer JSON file in `folder`, naming it; None where all parse.
+
+    Run after loading failed, so a good tokenizer is read only once: each JSON file must be UTF-8 and valid JSON
+    (one that stops in the middle is called truncated), and tokenizer.json must be a tokenizer the tokenizers library
+    builds."""
+    from tokenizers import Tokenizer
+
+    fix = "Save the tokenizer again (tokenizer.save_pretrained(folder)) or download or copy it again."
+    for file in TOKENIZER_JSON_FILES:
+        path = Path(folder) / file
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        if not data.strip():
+            return f"'{path}' is empty. {fix}"
+        truncated = (f"'{path}' is truncated: its JSON stops in the middle, after {len(data):,} bytes. An interrupted "
+                     f"download or copy leaves such a file. {fix}")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if error.reason == "unexpected end of data":  # cut inside a multi-byte character
+                return truncated
+            return (f"'{path}' is not UTF-8 text (byte 0x{data[error.start]:02x} at position {error.start:,}), so "
+                    f"not a JSON file. {fix}")
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as error:
+            # a cut file fails where it ends (an unterminated string fails where that string starts)
+            if error.pos >= len(text.rstrip()) - 1 or error.msg.startswith("Unterminated string"):
+                return truncated
+            return (f"'{path}' is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno}). "
+                    f"{fix}")
+        if file == "tokenizer.json":
+            try:
+                Tokenizer.from_str(text)
+            except Exception as error:  # the tokenizers library raises plain Exception
+                return f"'{path}' is valid JSON but not a tokenizer ({error}). {fix}"
+    return None

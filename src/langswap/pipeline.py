@@ -15,11 +15,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from langswap import __version__
 from langswap.config import from_dict, to_dict
-from langswap.errors import ConfigError, MissingResourceError
+from langswap.errors import ConfigError, MissingResourceError, NumericalError
 from langswap.methods.base import (MethodConfig, TokenMapping, TransferInputs, check_resources, get_method,
                                    run_method)
 from langswap.resources.alignment import AlignConfig
@@ -121,7 +119,7 @@ class TransferReport:
 
 def prepare_vectors(resources: ResourcesConfig, align_config: AlignConfig):
     """Load both word-vector files and bring them into one space: (source, target, alignment report)."""
-    from langswap.resources.alignment import align
+    from langswap.resources.alignment import align, load_alignment
     from langswap.resources.dictionary import Dictionary
     from langswap.resources.vectors import WordVectors
 
@@ -131,15 +129,8 @@ def prepare_vectors(resources: ResourcesConfig, align_config: AlignConfig):
     source = WordVectors.load(resources.source_vectors)
     target = WordVectors.load(resources.target_vectors)
     if resources.alignment:
-        rotation = np.load(resources.alignment)
-        target_transform = Path(resources.alignment).with_name("target_transform.npy")
-        if target_transform.exists():
-            target = target.with_transform(np.load(target_transform))
-        if rotation.shape != (source.dim, target.dim):
-            raise ConfigError(f"alignment '{resources.alignment}' is {rotation.shape[0]}x{rotation.shape[1]} but the "
-                              f"vectors have dimensions {source.dim} and {target.dim}; rerun `langswap align` on "
-                              "these vectors.")
-        return source.with_transform(rotation), target, {"alignment": resources.alignment}
+        source, target = load_alignment(resources.alignment, source, target)
+        return source, target, {"alignment": resources.alignment}
     if not resources.dictionary:
         raise MissingResourceError("word vectors of two languages need aligning: set resources.dictionary (a "
                                    "source<TAB>target file) or resources.alignment (from `langswap align`).")
@@ -161,6 +152,28 @@ def write_provenance(path: Path, mapping: TokenMapping, source, target) -> None:
             handle.write(f"{token_id}\t{show_token(target, token_id)!r}\t{kind_name(mapping, token_id)}\t{sources}\n")
 
 
+def refuse_non_finite_rows(result, inputs: TransferInputs) -> None:
+    """A method's matrices must be finite: a NaN row would be written into the model and spread through training."""
+    from langswap.evaluation.correspondence import kind_name, show_token, token_sources
+    from langswap.numerics import non_finite_rows
+
+    for what, matrix in (("input embeddings", result.embeddings), ("output embeddings", result.output_embeddings),
+                         ("output bias", result.output_bias)):
+        if matrix is None:
+            continue
+        rows = non_finite_rows(matrix).tolist()
+        if rows:
+            shown = "; ".join(f"{row} {show_token(inputs.target, row)!r} ({kind_name(result.mapping, row)} from "
+                              + (", ".join(f"{source_id} {show_token(inputs.source, source_id)!r}"
+                                           for source_id, _ in token_sources(result.mapping, row)) or "no source")
+                              + ")" for row in rows[:5])
+            raise NumericalError(
+                f"the new {what} hold NaN or infinite values in {len(rows):,} rows ({shown}"
+                f"{'; ...' if len(rows) > 5 else ''}); nothing was written. The source rows they are made from, or "
+                "the word vectors, hold non-finite values: check the source model with `langswap evaluate` and the "
+                "vector files.")
+
+
 def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,
                  progress: bool = False):
     """Run the method and install its matrices into `model` (or a deep copy of it): (model, MethodResult)."""
@@ -169,6 +182,7 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     from langswap.surgery import install_embeddings, update_special_token_ids
 
     result = run_method(method_config, inputs, matrices.as_dict(), progress=progress)
+    refuse_non_finite_rows(result, inputs)
     if copy:
         model = copying.deepcopy(model)
     install_embeddings(model, result.embeddings, result.output_embeddings, result.output_bias)
@@ -179,6 +193,7 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
 def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
     """Run one transfer as `config` says and write the output folder; returns what happened."""
     from langswap.models import load_model, load_tokenizer, objective_of
+    from langswap.numerics import refuse_non_finite
     from langswap.resources.text import atomic_directory
     from langswap.surgery import check_position_offset, read_source_matrices
     from langswap.tokens import Vocabulary
@@ -190,6 +205,8 @@ def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
     clock = time.perf_counter()
     source_tokenizer = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
     model = load_model(config.source_model)
+    refuse_non_finite(model, f"source model '{config.source_model}'", "A transfer would carry them into the new "
+                      "model; give an intact checkpoint (download or copy it again).")
     if config.target_tokenizer:
         target_tokenizer = load_tokenizer(config.target_tokenizer, "target tokenizer")
     else:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from langswap.errors import ConfigError, VocabularyError
+from langswap.errors import ConfigError, NumericalError, VocabularyError
 
 logger = logging.getLogger(__name__)
 
@@ -303,7 +303,16 @@ def evaluate_model(model, tokenizer, lines: list[str], objective: str, progress:
     if unknown:
         raise ConfigError(f"metric '{metric}' has no option {', '.join(unknown)}; its options are: "
                           f"{', '.join(accepted)}.")
-    return function(model, tokenizer, lines, progress=progress, **options)
+    score = function(model, tokenizer, lines, progress=progress, **options)
+    if not math.isfinite(score.nll):
+        from langswap.numerics import describe, non_finite_parameters
+
+        found = non_finite_parameters(model) if isinstance(model, torch.nn.Module) else []
+        cause = (f"its weights hold NaN or infinite values: {describe(found)}" if found else
+                 "its weights are finite, so its activations overflow in this precision (try float32)")
+        raise NumericalError(f"the model's {metric} on this text is not a number (log-likelihood {score.nll}): "
+                             f"{cause}. No figure is reported for it.")
+    return score
 
 
 def _bar(progress: bool, total: int, desc: str):

@@ -258,7 +258,7 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
     task 'pos' reads .conllu files (UPOS); 'ner' reads CoNLL-2003-style columns (`token_column`, `tag_column`).
     Splits may also be lists of Sentence. Nothing is written unless `output` is given: then the fine-tuned model,
     its tokenizer and finetune.json (config, labels, result, version) are saved there atomically."""
-    from langswap.models import _quiet_transformers, load_tokenizer, objective_of
+    from langswap.models import _quiet_transformers, dtype_argument, load_tokenizer, objective_of
 
     config = config or FinetuneConfig()
     if task not in ("pos", "ner"):
@@ -305,7 +305,7 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
             with transformers_bars(progress):
                 model = AutoModelForTokenClassification.from_pretrained(
                     str(model_folder), num_labels=len(labels), id2label=dict(enumerate(labels)),
-                    label2id=label_ids, dtype=torch.float32)
+                    label2id=label_ids, **dtype_argument(torch.float32))
         except ValueError as error:
             raise ConfigError(f"the model in '{model_folder}' ({model_config.model_type}) has no token-classification "
                               f"head in transformers: {str(error).splitlines()[0]}") from error

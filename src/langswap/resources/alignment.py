@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from langswap.errors import VocabularyError
+from langswap.errors import ResourceFormatError, VocabularyError
 from langswap.evaluation.lexicon import RetrievalConfig, dictionary_precision
 from langswap.resources.dictionary import Dictionary, require_coverage
 from langswap.resources.vectors import WordVectors, normalize_rows
@@ -118,7 +118,7 @@ def _heldout_precision(source_vectors: WordVectors, target_vectors: WordVectors,
 
 
 def write_alignment(folder: Path, source: WordVectors, target: WordVectors, report: dict) -> None:
-    """The files `langswap align` writes and `resources.alignment` reads (pipeline.prepare_vectors):
+    """The files `langswap align` writes and `load_alignment` reads:
     alignment.npy (raw source space -> shared space), target_transform.npy where the target side was reduced by PCA,
     and report.json."""
     import json
@@ -127,3 +127,66 @@ def write_alignment(folder: Path, source: WordVectors, target: WordVectors, repo
     if target.transform is not None:
         np.save(folder / "target_transform.npy", target.transform)
     (folder / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+
+
+def load_alignment(path: str | Path, source: WordVectors, target: WordVectors) -> tuple[WordVectors, WordVectors]:
+    """`source` and `target` mapped into the shared space of the alignment that `write_alignment` wrote to `path`.
+
+    Reads `path` (alignment.npy: (source.dim, D)) and, where it exists beside it, target_transform.npy
+    ((target.dim, D), the PCA of a larger target side). Each is refused with `ResourceFormatError` naming the file:
+    not a complete .npy file (a truncated copy: how many bytes of how many), not a 2-D float matrix, values that are
+    not finite, or a shape that does not fit the vectors it is applied to (both numbers and the vectors file are
+    named). The rotation itself is not checked for orthogonality: a PCA projection composed with it is not square."""
+    path = Path(path)
+    rotation = _read_matrix(path)
+    transform_path = path.with_name("target_transform.npy")
+    if transform_path.exists():
+        transform = _read_matrix(transform_path)
+        if transform.shape[0] != target.dim:
+            raise ResourceFormatError(
+                f"'{transform_path}' is {transform.shape[0]} x {transform.shape[1]}, but it maps the target vectors "
+                f"'{target.name}', of dimension {target.dim}: its rows must be {target.dim}. It was written for "
+                "other vectors; rerun `langswap align` on these vectors.")
+        target = target.with_transform(transform)
+    if rotation.shape != (source.dim, target.dim):
+        side = (f"its rows must equal the dimension of the source vectors '{source.name}', {source.dim}"
+                if rotation.shape[0] != source.dim else
+                f"its columns must equal the dimension of the target vectors '{target.name}'"
+                f"{' after target_transform.npy' if transform_path.exists() else ''}, {target.dim}")
+        raise ResourceFormatError(
+            f"alignment '{path}' is {rotation.shape[0]} x {rotation.shape[1]}, but {side}. It was written for other "
+            "vectors; rerun `langswap align` on these vectors.")
+    return source.with_transform(rotation), target
+
+
+def _read_matrix(path: Path) -> np.ndarray:
+    """A 2-D finite float matrix from a .npy file, checked against its own header before it is read."""
+    fix = "Copy it again from the folder `langswap align` wrote, or rerun `langswap align`."
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        try:
+            version = np.lib.format.read_magic(handle)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                           np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read_header(handle)
+        except (ValueError, EOFError) as error:  # no magic string, or a header cut short
+            raise ResourceFormatError(f"alignment file '{path}' is not a complete .npy file ({error}). "
+                                      f"{fix}") from None
+        data_start = handle.tell()
+    if dtype.hasobject or dtype.kind not in "fiu":
+        raise ResourceFormatError(f"alignment file '{path}' holds {dtype} values, not numbers. {fix}")
+    expected = data_start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size != expected:
+        raise ResourceFormatError(
+            f"alignment file '{path}' has {size:,} bytes, but its header ({'x'.join(map(str, shape))} {dtype}) "
+            f"needs {expected:,}: {'it is truncated' if size < expected else 'it has bytes after its data'}. "
+            f"{fix}")
+    matrix = np.load(path, allow_pickle=False)
+    if matrix.ndim != 2 or 0 in matrix.shape:
+        raise ResourceFormatError(f"alignment file '{path}' holds an array of shape {matrix.shape}, not a matrix. "
+                                  f"{fix}")
+    if not np.isfinite(matrix).all():
+        raise ResourceFormatError(
+            f"alignment file '{path}' has {int((~np.isfinite(matrix)).sum()):,} values that are not finite (nan or "
+            "inf). Rerun `langswap align`; if it writes such values again, the word vectors have them.")
+    return matrix.astype(np.float32)

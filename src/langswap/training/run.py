@@ -37,7 +37,7 @@ from pathlib import Path
 
 from langswap import __version__
 from langswap.config import to_dict
-from langswap.errors import ConfigError, MissingResourceError, OutputExistsError
+from langswap.errors import ConfigError, MissingResourceError, OutputExistsError, TrainingDivergedError
 from langswap.resources.text import atomic_write_text, replace_directory
 from langswap.training.phases import PRESETS, Phase, plan_phases, remaining_phases, set_trainable
 
@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 
 RECORD = "langswap-train.json"
 # Fields that may change when a run is resumed: they do not change the weights a run ends with.
+# Under fp16 an update whose gradients overflow is skipped by the loss scaler, which halves its scale; this many
+# skipped in a row (a scale 2^-30 of where it started) means the gradients overflow at every scale.
+FP16_SKIPPED_UPDATES_LIMIT = 30
 RESUMABLE_CHANGES = {"overwrite", "save_steps", "save_total_limit", "snapshot_steps", "eval_steps", "num_workers"}
 
 
@@ -88,7 +91,7 @@ class TrainConfig:
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
     adam_beta2: float = field(default=0.98, metadata={"help": "AdamW beta2."})
     adam_epsilon: float = field(default=1e-6, metadata={"help": "AdamW epsilon."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (0: no clipping)."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Masked LM: share of tokens predicted."})
     precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPUs that have it, else fp16 on GPUs, "
                                                              "fp32 on CPU), fp32, bf16 or fp16.",
@@ -125,6 +128,8 @@ class TrainConfig:
         for name in ("warmup_fraction", "embedding_fraction", "full_warmup_fraction", "mlm_probability"):
             if getattr(self, name) is not None and not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name} is {getattr(self, name)}; it must be between 0 and 1.")
+        if not self.max_grad_norm >= 0:
+            raise ConfigError(f"max_grad_norm is {self.max_grad_norm}; give a positive norm, or 0 for no clipping.")
         if self.learning_rate is not None and self.learning_rate <= 0:
             raise ConfigError(f"learning_rate is {self.learning_rate}; give a positive rate or leave it unset.")
         if self.preset == "tiktotok" and self.logging_steps > self.settle_window:
@@ -209,6 +214,10 @@ def _precision_flags(precision: str) -> dict:
     return {"bf16": True} if precision == "bf16" else {"fp16": True} if precision == "fp16" else {}
 
 
+def _precision_name(flags: dict) -> str:
+    return "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32"
+
+
 # -- the Trainer and its callbacks --------------------------------------------------------------------------------------
 
 def _trainer_class():
@@ -218,10 +227,55 @@ def _trainer_class():
     class PhaseTrainer(Trainer):
         """The Trainer with a phase's schedule and checkpoints written under a temporary name."""
 
-        def __init__(self, *args, phase: Phase, phase_index: int = 0, **kwargs):
-            self.phase, self.phase_index = phase, phase_index
+        def __init__(self, *args, phase: Phase, phase_index: int = 0, offset: int = 0, precision: str = "fp32",
+                     **kwargs):
+            self.phase, self.phase_index, self.offset, self.precision = phase, phase_index, offset, precision
             self._staging: str | None = None
+            self._losses_finite: torch.Tensor | None = None  # all micro-batch losses of this update finite
+            self._skipped_in_a_row = 0
             super().__init__(*args, **kwargs)
+
+        def training_step(self, model, inputs, *args, **kwargs):
+            loss = super().training_step(model, inputs, *args, **kwargs)
+            finite = torch.isfinite(loss.detach()).all()  # stays on the device: read once per update
+            self._losses_finite = finite if self._losses_finite is None else self._losses_finite & finite
+            return loss
+
+        def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
+            # called once per update, after the optimizer step and before logging, evaluation and checkpointing, so a
+            # diverged update is never saved
+            self._check_update(grad_norm)
+            return super()._maybe_log_save_evaluate(tr_loss, grad_norm, *args, **kwargs)
+
+        def _check_update(self, grad_norm) -> None:
+            """Stop on a non-finite training loss or gradient norm. Under fp16 the loss scaler skips an update whose
+            gradients overflow and lowers its scale, which is routine; only a long run of skipped updates stops."""
+            if self._losses_finite is None:  # the epoch-end call repeats the last update's
+                return
+            losses_finite, self._losses_finite = bool(self._losses_finite), None
+            norm = None if grad_norm is None else float(grad_norm)
+            if self.args.fp16 and self.accelerator.optimizer_step_was_skipped:
+                self._skipped_in_a_row += 1
+                if self._skipped_in_a_row < FP16_SKIPPED_UPDATES_LIMIT:
+                    return
+                reason = (f"the fp16 loss scaler skipped {self._skipped_in_a_row} updates in a row (their gradients "
+                          "overflow at every scale)")
+            else:
+                self._skipped_in_a_row = 0
+                if losses_finite and (norm is None or math.isfinite(norm)):
+                    return
+                reason = ("the training loss is " + ("finite" if losses_finite else "NaN or infinite")
+                          + f" and the gradient norm is {norm}")
+            self._diverged(reason, self.state.global_step)
+
+        def _diverged(self, reason: str, step: int) -> None:
+            rate = self.phase.learning_rate_at(max(step - 1, 0))
+            where = (f"update {self.offset + step} (update {step} of phase {self.phase.name}" if step
+                     else f"step {self.offset} (before the first update of phase {self.phase.name}")
+            raise TrainingDivergedError(
+                f"training stopped at {where}, learning rate {rate:.3g}, precision {self.precision}): {reason}.",
+                phase=self.phase.name,
+                step=self.offset + step, learning_rate=rate, precision=self.precision, reason=reason)
 
         def get_batch_samples(self, epoch_iterator, num_batches, device):
             """The batches of one update; a masked-LM batch (no labels yet) is masked here, from a generator seeded
@@ -249,9 +303,13 @@ def _trainer_class():
             or evaluated at other steps, would end with other weights."""
             saved = _random_state()
             try:
-                return super().evaluate(*args, **kwargs)
+                metrics = super().evaluate(*args, **kwargs)
             finally:
                 _set_random_state(saved)
+            loss = metrics.get("eval_loss")
+            if loss is not None and not math.isfinite(loss):
+                self._diverged(f"the held-out loss is {loss}", self.state.global_step)
+            return metrics
 
         def create_scheduler(self, num_training_steps: int, optimizer=None):
             if self.lr_scheduler is None:
@@ -450,13 +508,19 @@ class CurveWriter:
 
 # -- the run ------------------------------------------------------------------------------------------------------------
 
-def _load_for_training(folder: str | Path, objective: str):
+def _load_for_training(folder: str | Path, objective: str, seed: int, tokenizer=None):
+    """The model in fp32 (master weights; bf16/fp16 are autocast by the Trainer), refused when a weight is NaN or
+    infinite, with every input embedding row trainable and non-zero (`numerics.prepare_embeddings_for_training`)."""
     import torch
 
     from langswap.models import load_model
+    from langswap.numerics import prepare_embeddings_for_training, refuse_non_finite
 
-    model = load_model(folder, objective)
-    return model.to(torch.float32)  # master weights in fp32; bf16/fp16 are autocast by the Trainer
+    model = load_model(folder, objective).to(torch.float32)
+    refuse_non_finite(model, f"model '{folder}'", "Training cannot start from it: give the checkpoint it was made "
+                      "from, or transfer the embeddings again (`langswap transfer`).")
+    prepare_embeddings_for_training(model, seed, tokenizer, f"model '{folder}'")
+    return model
 
 
 def train(config: TrainConfig, progress: bool = False, callbacks: list | None = None) -> TrainReport:
@@ -517,6 +581,7 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     logger.info("training text: %s documents, %s tokens, %s sequences of %d", f"{len(documents):,}",
                 f"{packed.tokens:,}", f"{len(train_set):,}", sequence_length)
 
+    precision_flags = _precision_flags(config.precision)
     planned = plan_phases(config, objective)
     record = {"langswap_version": __version__, "config": to_dict(config),
               "comparable_config": comparable_config(config),
@@ -540,96 +605,105 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     start_model: str | Path = config.model
     resumed = status == "resume"
     offset = 0
-    for index in range(len(planned)):
-        phase = remaining_phases(planned, done_steps, config)[index]
-        phase_dir = output / f"phase-{phase.name}"
-        final = phase_dir / "final"
-        if (final / "phase.json").is_file():
-            summary = json.loads((final / "phase.json").read_text())
-            curve.done.append((phase, offset, summary.pop("log_history")))
+    try:
+        for index in range(len(planned)):
+            phase = remaining_phases(planned, done_steps, config)[index]
+            phase_dir = output / f"phase-{phase.name}"
+            final = phase_dir / "final"
+            if (final / "phase.json").is_file():
+                summary = json.loads((final / "phase.json").read_text())
+                curve.done.append((phase, offset, summary.pop("log_history")))
+                summaries.append(summary)
+                done_steps.append(summary["steps"])
+                offset += summary["steps"]
+                start_model = final
+                continue
+            checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
+            # An until-settled phase whose loss settled at its last checkpoint ended there: it is not resumed (a resumed
+            # Trainer clears the stop and trains on), its checkpoint is its result.
+            stopped_at = _settled_checkpoint(checkpoint, config) if phase.until_settled else None
+            model = _load_for_training(checkpoint if stopped_at else start_model, objective, config.seed, tokenizer)
+            counts = set_trainable(model, phase.trainable)
+            logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
+                        f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
+            args = TrainingArguments(
+                output_dir=str(phase_dir), max_steps=phase.steps, per_device_train_batch_size=config.batch_size,
+                per_device_eval_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation,
+                learning_rate=phase.learning_rate, weight_decay=config.weight_decay, adam_beta1=config.adam_beta1,
+                adam_beta2=config.adam_beta2, adam_epsilon=config.adam_epsilon,
+                # no clipping is an infinite norm, so the Trainer still measures the norm that `_check_update` reads
+                max_grad_norm=config.max_grad_norm or math.inf,
+                # a NaN loss is logged as NaN (the run stops on it); under fp16 a skipped update's loss is left out
+                logging_nan_inf_filter=bool(precision_flags.get("fp16")),
+                optim="adamw_torch", logging_steps=config.logging_steps, save_strategy="steps",
+                save_steps=config.save_steps, save_total_limit=config.save_total_limit,
+                eval_strategy="steps" if eval_set is not None else "no", eval_steps=config.eval_steps, seed=config.seed,
+                report_to="none", disable_tqdm=not progress, dataloader_num_workers=config.num_workers,
+                remove_unused_columns=False, dataloader_pin_memory=not use_cpu, use_cpu=use_cpu,
+                **precision_flags)
+            phase_callbacks, snapshots = _callbacks(config, phase, offset, curve)
+            # this phase's slice of the run's one shuffled stream: it goes on where the phase before stopped
+            per_update = config.batch_size * config.gradient_accumulation * state.num_processes
+            phase_set = StreamSlice(train_set, config.seed, offset * per_update, phase.steps * per_update)
+            trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
+                                   data_collator=collator, processing_class=tokenizer, phase=phase, phase_index=index,
+                                   offset=offset, precision=_precision_name(precision_flags),
+                                   callbacks=phase_callbacks + list(callbacks or []))
+            if not progress:
+                from transformers.trainer_callback import PrinterCallback
+
+                trainer.remove_callback(PrinterCallback)  # it prints every log line when there is no progress bar
+            if snapshots:
+                snapshots.trainer = trainer
+            if state.is_main_process and (phase_dir / ".staging").exists():
+                shutil.rmtree(phase_dir / ".staging")  # a checkpoint an interrupted run did not finish
+            if checkpoint:
+                resumed = True
+                logger.info("resuming phase %s from %s", phase.name, checkpoint)
+            if index == 0 and checkpoint is None and eval_set is not None and curve.step0 is None:
+                curve.step0 = trainer.evaluate()
+                if state.is_main_process:
+                    atomic_write_text(step0_path, json.dumps(curve.step0))
+            if index == 0 and 0 in config.snapshot_steps and checkpoint is None:
+                save_model_atomically(trainer, output / "snapshots" / "step-0")
+            if stopped_at:
+                from transformers import TrainerState
+
+                logger.info("phase %s: the loss settled at its checkpoint of step %d; the phase ends there", phase.name,
+                            stopped_at)
+                trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+                metrics = {}
+            else:
+                metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
+            steps = trainer.state.global_step
+            if eval_set is not None and not any(e.get("step") == steps and "eval_loss" in e
+                                                for e in trainer.state.log_history):
+                trainer.evaluate()
+            seconds = metrics.get("train_runtime")
+            # the mean of the phase's logged losses: the Trainer's train_loss covers only what this process trained
+            logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+            summary = {"name": phase.name, "trainable": phase.trainable, "steps": steps, "planned_steps": phase.steps,
+                       "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "decay": phase.decay,
+                       **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
+                                                else metrics.get("train_loss")),  # a phase shorter than logging_steps
+                       "tokens_per_second": (round(metrics["train_samples_per_second"] * sequence_length, 1)
+                                             if metrics.get("train_samples_per_second") else None),
+                       "train_seconds": seconds}
+            save_model_atomically(trainer, final, {"phase.json": {**summary,
+                                                                  "log_history": trainer.state.log_history}})
+            curve.done.append((phase, offset, list(trainer.state.log_history)))
             summaries.append(summary)
-            done_steps.append(summary["steps"])
-            offset += summary["steps"]
+            done_steps.append(steps)
+            offset += steps
             start_model = final
-            continue
-        checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
-        # An until-settled phase whose loss settled at its last checkpoint ended there: it is not resumed (a resumed
-        # Trainer clears the stop and trains on), its checkpoint is its result.
-        stopped_at = _settled_checkpoint(checkpoint, config) if phase.until_settled else None
-        model = _load_for_training(checkpoint if stopped_at else start_model, objective)
-        counts = set_trainable(model, phase.trainable)
-        logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
-                    f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
-        args = TrainingArguments(
-            output_dir=str(phase_dir), max_steps=phase.steps, per_device_train_batch_size=config.batch_size,
-            per_device_eval_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation,
-            learning_rate=phase.learning_rate, weight_decay=config.weight_decay, adam_beta1=config.adam_beta1,
-            adam_beta2=config.adam_beta2, adam_epsilon=config.adam_epsilon, max_grad_norm=config.max_grad_norm,
-            optim="adamw_torch", logging_steps=config.logging_steps, save_strategy="steps",
-            save_steps=config.save_steps, save_total_limit=config.save_total_limit,
-            eval_strategy="steps" if eval_set is not None else "no", eval_steps=config.eval_steps, seed=config.seed,
-            report_to="none", disable_tqdm=not progress, dataloader_num_workers=config.num_workers,
-            remove_unused_columns=False, dataloader_pin_memory=not use_cpu, use_cpu=use_cpu,
-            **_precision_flags(config.precision))
-        phase_callbacks, snapshots = _callbacks(config, phase, offset, curve)
-        # this phase's slice of the run's one shuffled stream: it goes on where the phase before stopped
-        per_update = config.batch_size * config.gradient_accumulation * state.num_processes
-        phase_set = StreamSlice(train_set, config.seed, offset * per_update, phase.steps * per_update)
-        trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
-                               data_collator=collator, processing_class=tokenizer, phase=phase, phase_index=index,
-                               callbacks=phase_callbacks + list(callbacks or []))
-        if not progress:
-            from transformers.trainer_callback import PrinterCallback
-
-            trainer.remove_callback(PrinterCallback)  # it prints every log line when there is no progress bar
-        if snapshots:
-            snapshots.trainer = trainer
-        if state.is_main_process and (phase_dir / ".staging").exists():
-            shutil.rmtree(phase_dir / ".staging")  # a checkpoint an interrupted run did not finish
-        if checkpoint:
-            resumed = True
-            logger.info("resuming phase %s from %s", phase.name, checkpoint)
-        if index == 0 and checkpoint is None and eval_set is not None and curve.step0 is None:
-            curve.step0 = trainer.evaluate()
             if state.is_main_process:
-                atomic_write_text(step0_path, json.dumps(curve.step0))
-        if index == 0 and 0 in config.snapshot_steps and checkpoint is None:
-            save_model_atomically(trainer, output / "snapshots" / "step-0")
-        if stopped_at:
-            from transformers import TrainerState
+                for checkpoint_dir in phase_dir.glob("checkpoint-*"):
+                    shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the phase is done; final/ replaces them
+            state.wait_for_everyone()
 
-            logger.info("phase %s: the loss settled at its checkpoint of step %d; the phase ends there", phase.name,
-                        stopped_at)
-            trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
-            metrics = {}
-        else:
-            metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
-        steps = trainer.state.global_step
-        if eval_set is not None and not any(e.get("step") == steps and "eval_loss" in e
-                                            for e in trainer.state.log_history):
-            trainer.evaluate()
-        seconds = metrics.get("train_runtime")
-        # the mean of the phase's logged losses: the Trainer's train_loss covers only what this process trained
-        logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-        summary = {"name": phase.name, "trainable": phase.trainable, "steps": steps, "planned_steps": phase.steps,
-                   "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "decay": phase.decay,
-                   **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
-                                            else metrics.get("train_loss")),  # a phase shorter than logging_steps
-                   "tokens_per_second": (round(metrics["train_samples_per_second"] * sequence_length, 1)
-                                         if metrics.get("train_samples_per_second") else None),
-                   "train_seconds": seconds}
-        save_model_atomically(trainer, final, {"phase.json": {**summary,
-                                                              "log_history": trainer.state.log_history}})
-        curve.done.append((phase, offset, list(trainer.state.log_history)))
-        summaries.append(summary)
-        done_steps.append(steps)
-        offset += steps
-        start_model = final
-        if state.is_main_process:
-            for checkpoint_dir in phase_dir.glob("checkpoint-*"):
-                shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the phase is done; final/ replaces them
-        state.wait_for_everyone()
-
+    except TrainingDivergedError as error:
+        _record_failure(output, record, curve, error, state)
+        raise
     final_curve = curve() if state.is_main_process else {}
     if state.is_main_process:
         _write_model(start_model, output / "model", record, summaries, final_curve)
@@ -638,6 +712,29 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     state.wait_for_everyone()
     return TrainReport(output, output / "model", objective, summaries, final_curve, resumed,
                        time.perf_counter() - clock)
+
+
+def _record_failure(output: Path, record: dict, curve: CurveWriter, error: TrainingDivergedError, state) -> None:
+    """A diverged run: `langswap-train.json` says failed and why, the curve keeps what was logged, no model/ is
+    written; the phase's checkpoints (all written before the failed update) are kept."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    phase_dir = output / f"phase-{error.details['phase']}"
+    checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
+    last_good = (f"The last good checkpoint, {checkpoint}, is kept: rerunning this command resumes from it and "
+                 "will diverge again")
+    if checkpoint is None:
+        last_good = "The phase had no checkpoint yet"
+    tries = ["a lower learning_rate (--set learning_rate=...)", "a lower max_grad_norm"]
+    if error.details.get("precision") == "fp16":
+        tries.insert(1, "precision bf16 or fp32 (fp16 overflows where they do not)")
+    error.args = (f"{error.args[0]} {last_good}. Try {', '.join(tries[:-1])} or {tries[-1]}, with another --output "
+                  "or --overwrite; `langswap evaluate MODEL --text ...` on the starting model shows whether it "
+                  "already gives NaN.",)
+    if state.is_main_process:
+        record.update({"status": "failed", "failure": {**error.details, "last_checkpoint": checkpoint,
+                                                       "message": error.args[0]}})
+        _write_record(output, record)
 
 
 def _write_model(last_final: Path, folder: Path, record: dict, phases: list[dict], curve: dict) -> None:
