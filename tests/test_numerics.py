@@ -89,7 +89,7 @@ def test_a_zero_pad_row_at_the_start_of_a_block_overflows_the_gradients_of_a_dee
     assert not torch.isfinite(model.get_input_embeddings().weight.grad).all()
 
 
-@pytest.mark.parametrize("preset", ["embeddings", "full", "transinner"])
+@pytest.mark.parametrize("preset", ["embeddings", "transinner"])  # transinner: an embeddings, then a full phase
 def test_a_model_with_a_zero_end_of_text_row_trains_to_finite_weights(preset, deep_folder, short_texts, tmp_path):
     report = train(_config(deep_folder, short_texts, tmp_path / "run", preset=preset, steps=4))
     history = [entry for phase in sorted((tmp_path / "run").glob("phase-*/final/phase.json"))

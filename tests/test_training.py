@@ -213,7 +213,7 @@ def _cli_train(config: TrainConfig, path: Path) -> list[str]:
     ("gpt2", "wechsel", "phase-1-full", 4), ("gpt2", "transinner", "phase-2-full", 4),
     ("bert", "wechsel", "phase-1-full", 4), ("gpt2", "tiktotok", "phase-1-embeddings", 2)])
 def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(kind, preset, phase_dir, kill_at, models,
-                                                                        texts, tmp_path):
+                                                                        texts, tmp_path, caplog):
     """Causal and masked LM (whose masks are drawn afresh at every update, which must resume too); Tik-to-Tok killed
     in its until-settled phase, before the loss has settled, must settle where the uninterrupted run did."""
     steps = 16
@@ -238,8 +238,13 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(kind, pre
     # a checkpoint the killed run was writing is never picked up
     (tmp_path / "interrupted" / phase_dir / ".staging" / f"checkpoint-{steps}").mkdir(parents=True, exist_ok=True)
 
+    from langswap.locking import lock_path
+
+    assert lock_path(config.output).exists()  # the killed run's lock file: its holder is gone
     resumed = train(config)
     assert resumed.resumed
+    assert f"took over the lock of training output folder '{config.output}' from pid {process.pid}" in caplog.text
+    assert not lock_path(config.output).exists()
     assert [p["steps"] for p in resumed.phases] == [p["steps"] for p in reference.phases]
     if preset == "tiktotok":
         assert [p["steps"] for p in reference.phases] == [4, 12]
@@ -525,13 +530,39 @@ def test_bad_jsonl_and_bad_values(models, texts, tmp_path):
         from_dict(TrainConfig, {"preset": "wechsl"})
 
 
-def test_torchrun_with_two_cpu_processes_trains_and_saves_once(models, texts, tmp_path):
-    """Plain DDP through torchrun (gloo on CPU): the Trainer does the distribution, langswap only the phases."""
+def test_torchrun_with_two_cpu_processes_trains_resumes_and_saves_once(models, texts, tmp_path):
+    """Plain DDP through torchrun (gloo on CPU): the Trainer does the distribution, langswap only the phases. The run
+    takes one lock, in rank 0: while another process holds it both ranks stop; a run killed after its first
+    checkpoint takes the lock over and resumes."""
+    from langswap.locking import OutputLock, lock_path
+
     config = _config(models["gpt2"], texts, tmp_path / "ddp", preset="transinner", steps=4, batch_size=2, save_steps=2)
     command = _cli_train(config, tmp_path / "ddp.yaml")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "langswap.cli", "-q"]
-    done = subprocess.run(torchrun + command[command.index("train"):], capture_output=True, text=True, timeout=600)
+    command = torchrun + command[command.index("train"):]
+    with OutputLock(config.output):
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "is being written by another langswap process" in " ".join(refused.stderr.split())
+    assert not (tmp_path / "ddp").exists()
+
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None and not (tmp_path / "ddp" / "phase-1-embeddings" /
+                                                                      "final").exists():
+        time.sleep(0.05)
+    assert process.poll() is None, "the run ended before it could be killed"
+    import psutil
+
+    ranks = psutil.Process(process.pid).children(recursive=True)  # torchrun starts them in sessions of their own
+    for victim in [process] + ranks:
+        victim.send_signal(signal.SIGKILL)
+    process.wait()
+    psutil.wait_procs(ranks, timeout=30)
+    assert lock_path(config.output).exists() and not (tmp_path / "ddp" / "model").exists()
+    done = subprocess.run([part for part in command if part != "-q"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "took over the lock" in " ".join(done.stderr.split())
+    assert not lock_path(config.output).exists()
     assert done.stdout.count("wrote ") == 1  # one summary, from rank 0
     state = _state(tmp_path / "ddp" / "model")
     assert not torch.equal(state["transformer.h.0.attn.c_attn.weight"],

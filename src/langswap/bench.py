@@ -312,7 +312,16 @@ def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokeni
 
 
 def run_bench(config: BenchConfig, progress: bool = False) -> dict:
-    """Run every variant at every step (resuming), then write table.md and the plots; returns the results."""
+    """Run every variant at every step (resuming), then write table.md and the plots; returns the results. One
+    process at a time writes a bench folder (`langswap.locking`): a second bench of the same folder, which would run
+    the same variants into the same run folders, gets `OutputLockedError`."""
+    from langswap.locking import OutputLock
+
+    with OutputLock(config.output, "bench output folder"):
+        return _run_bench(config, progress)
+
+
+def _run_bench(config: BenchConfig, progress: bool) -> dict:
     from langswap.methods.base import get_method
     from langswap.pipeline import transfer
     from langswap.resources.text import atomic_write_text, read_text_lines

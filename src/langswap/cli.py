@@ -18,6 +18,7 @@ from pathlib import Path
 from langswap import __version__
 from langswap.config import apply_overrides, as_number, dump_yaml, field_help, from_dict, load_yaml, to_dict
 from langswap.errors import LangswapError
+from langswap.locking import OutputLock
 from langswap.resources.text import refuse_existing
 
 logger = logging.getLogger("langswap")
@@ -150,7 +151,8 @@ def cmd_tokenizer(args) -> int:
     from langswap.tokenizer_training import train_tokenizer
 
     source = load_tokenizer(args.source, "source tokenizer")
-    with atomic_directory(Path(args.output), args.overwrite) as folder:
+    with OutputLock(args.output, "tokenizer output folder"), atomic_directory(Path(args.output),
+                                                                              args.overwrite) as folder:
         tokenizer = train_tokenizer(source, args.text, args.vocab_size, max_lines=args.max_lines, progress=True)
         tokenizer.save_pretrained(folder)
     print(f"wrote {args.output}: {len(tokenizer):,} tokens, family of {args.source}")
@@ -158,12 +160,13 @@ def cmd_tokenizer(args) -> int:
 
 
 def cmd_fasttext(args) -> int:
-    from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+    from langswap.resources.fasttext_train import FastTextConfig, _train_fasttext
 
     output = Path(args.output)
-    refuse_existing(output, args.overwrite, "output file")
     config = from_dict(FastTextConfig, apply_overrides({}, _overrides(args)))
-    train_fasttext(args.text, output, config, progress=True)
+    with OutputLock(output, "fastText output file"):  # held through the check and the training
+        refuse_existing(output, args.overwrite, "output file")
+        _train_fasttext(args.text, output, config, progress=True)  # the lock is this command's already
     print(f"wrote {output}")
     return 0
 
@@ -175,13 +178,14 @@ def cmd_align(args) -> int:
     from langswap.resources.vectors import WordVectors
 
     config = from_dict(AlignConfig, apply_overrides({}, _overrides(args)))
-    refuse_existing(args.output, args.overwrite)  # before the alignment, not after it
-    source = WordVectors.load(args.source_vectors)
-    target = WordVectors.load(args.target_vectors)
-    alignment = align(source, target, Dictionary.load(args.dictionary), config)
-    with atomic_directory(Path(args.output), args.overwrite) as folder:
-        write_alignment(folder, alignment.source, alignment.target, alignment.report)
-        alignment.source.save_vec(folder / "source.aligned.vec", max_words=args.max_words)
+    with OutputLock(args.output, "alignment output folder"):
+        refuse_existing(args.output, args.overwrite)  # before the alignment, not after it
+        source = WordVectors.load(args.source_vectors)
+        target = WordVectors.load(args.target_vectors)
+        alignment = align(source, target, Dictionary.load(args.dictionary), config)
+        with atomic_directory(Path(args.output), args.overwrite) as folder:
+            write_alignment(folder, alignment.source, alignment.target, alignment.report)
+            alignment.source.save_vec(folder / "source.aligned.vec", max_words=args.max_words)
     report = alignment.report
     print(f"wrote {args.output}: {report['word_pairs']:,} word pairs from {report['entries_covered']:,} of "
           f"{report['dictionary_entries']:,} entries; precision@1 {report['precision_at_1']} "

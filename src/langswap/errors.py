@@ -40,3 +40,7 @@ class TrainingDivergedError(NumericalError):
     def __init__(self, message: str, **details):
         super().__init__(message)
         self.details = details
+
+
+class OutputLockedError(LangswapError):
+    """Another process is writing the same output folder (or file) now."""

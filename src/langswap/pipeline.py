@@ -191,7 +191,16 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
 
 
 def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
-    """Run one transfer as `config` says and write the output folder; returns what happened."""
+    """Run one transfer as `config` says and write the output folder; returns what happened. One process at a time
+    writes an output folder: another gets `OutputLockedError` (`langswap.locking`)."""
+    from langswap.locking import OutputLock
+
+    config.validate()
+    with OutputLock(config.output, "transfer output folder"):
+        return _transfer(config, progress)
+
+
+def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     from langswap.models import load_model, load_tokenizer, objective_of
     from langswap.numerics import refuse_non_finite
     from langswap.resources.text import atomic_directory

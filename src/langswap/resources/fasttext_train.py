@@ -65,7 +65,16 @@ def prepare_corpus(text_path: str | Path, out_path: str | Path) -> int:
 
 def train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig | None = None,
                    progress: bool = False) -> Path:
-    """Train fastText vectors on `text_path` and save the `.bin` model to `output`; returns the path."""
+    """Train fastText vectors on `text_path` and save the `.bin` model to `output`; returns the path. One process
+    at a time writes an output file: another gets `OutputLockedError` (`langswap.locking`)."""
+    from langswap.locking import OutputLock
+
+    with OutputLock(output, "fastText output file"):
+        return _train_fasttext(text_path, output, config, progress)
+
+
+def _train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig | None,
+                    progress: bool) -> Path:
     config = config or FastTextConfig()
     output = Path(output)
     if output.suffix != ".bin":

@@ -26,6 +26,7 @@ Not handled: streaming datasets, FSDP/DeepSpeed-specific checkpoint formats (the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -524,14 +525,12 @@ def _load_for_training(folder: str | Path, objective: str, seed: int, tokenizer=
 
 
 def train(config: TrainConfig, progress: bool = False, callbacks: list | None = None) -> TrainReport:
-    """Train `config.model` as `config.preset` says; resumes an interrupted run in `config.output`."""
+    """Train `config.model` as `config.preset` says; resumes an interrupted run in `config.output`. One process (or
+    one multi-process run) at a time writes an output folder: another gets `OutputLockedError`."""
     import torch
     from transformers import TrainingArguments
-    from transformers.trainer_utils import get_last_checkpoint
 
-    from langswap.models import _quiet_transformers, load_config, load_tokenizer
-    from langswap.training.data import (BlockDataset, LMCollator, StreamSlice, masked_eval_set, pack,
-                                        read_documents)
+    from langswap.models import _quiet_transformers
 
     clock = time.perf_counter()
     config.validate()
@@ -549,6 +548,47 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     use_cpu = not torch.cuda.is_available()
     TrainingArguments(output_dir=str(output), use_cpu=use_cpu, report_to="none")
     state = PartialState()
+    with _run_lock(output, state):
+        return _train(config, progress, callbacks, state, clock)
+
+
+@contextlib.contextmanager
+def _run_lock(output: Path, state):
+    """The output folder's lock (`langswap.locking`), taken by the main process for all ranks before anything is
+    read or written; a refusal reaches every rank, so none touches the folder."""
+    from langswap.errors import OutputLockedError
+    from langswap.locking import OutputLock
+
+    lock, refusal = None, None
+    if state.is_main_process:
+        try:
+            lock = OutputLock(output, "training output folder").acquire()
+        except OutputLockedError as error:
+            refusal = str(error)
+    if state.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        refusal = broadcast_object_list([refusal])[0]
+    if refusal:
+        raise OutputLockedError(refusal)
+    try:
+        yield lock
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, clock: float) -> TrainReport:
+    import torch
+    from transformers import TrainingArguments
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from langswap.models import load_config, load_tokenizer
+    from langswap.training.data import (BlockDataset, LMCollator, StreamSlice, masked_eval_set, pack,
+                                        read_documents)
+
+    output = Path(config.output)
+    use_cpu = not torch.cuda.is_available()
     status = _check_output(config, state.num_processes)
     if status == "complete":
         record = json.loads((output / RECORD).read_text(encoding="utf-8"))
