@@ -278,20 +278,25 @@ def _trainer_class():
                 phase=self.phase.name,
                 step=self.offset + step, learning_rate=rate, precision=self.precision, reason=reason)
 
-        def get_batch_samples(self, epoch_iterator, num_batches, device):
-            """The batches of one update; a masked-LM batch (no labels yet) is masked here, from a generator seeded
-            by (seed, phase, process, update), so a resumed run draws the masks the uninterrupted one drew whatever
-            the data loader collated ahead, and the loss is still averaged over the masked tokens of all
-            accumulated micro-batches."""
-            batches, count = super().get_batch_samples(epoch_iterator, num_batches, device)
-            if not batches or "labels" in batches[0]:
-                return batches, count
+        def get_batch_samples(self, epoch_iterator, num_batches, *args, **kwargs):
+            """The batches of one update; a masked-LM batch (no labels yet) is masked as it is drawn, from a
+            generator seeded by (seed, phase, process, update), so a resumed run draws the masks the uninterrupted
+            one drew whatever the data loader collated ahead, and the Trainer counts the masked tokens of all
+            accumulated micro-batches for the loss. (The Trainer's signature differs across versions: `device` from
+            transformers 4.48 on.)"""
+            if getattr(self.data_collator, "objective", None) != "masked":
+                return super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
             generator = torch.Generator().manual_seed(
                 hash((self.args.seed, self.phase_index, self.args.process_index, self.state.global_step))
                 & 0x7FFF_FFFF_FFFF_FFFF)
-            for batch in batches:
-                batch["input_ids"], batch["labels"] = self.data_collator.mask(batch["input_ids"], generator)
-            return batches, self._get_num_items_in_batch(batches, device)
+
+            def masked():
+                for batch in epoch_iterator:
+                    if "labels" not in batch:
+                        batch["input_ids"], batch["labels"] = self.data_collator.mask(batch["input_ids"], generator)
+                    yield batch
+
+            return super().get_batch_samples(masked(), num_batches, *args, **kwargs)
 
         def _get_train_sampler(self, train_dataset=None):
             # The phase's dataset is its slice of the run's stream, already shuffled (`data.StreamSlice`).
@@ -321,21 +326,27 @@ def _trainer_class():
         def _get_output_dir(self, trial):
             return self._staging or super()._get_output_dir(trial)
 
-        def _save_checkpoint(self, model, trial):
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+        def _save_checkpoint(self, model, trial, *args, **kwargs):  # 4.x also passes `metrics`
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
             run_dir = self.args.output_dir
             name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             self._staging = os.path.join(run_dir, ".staging")
             try:
-                super()._save_checkpoint(model, trial)
+                super()._save_checkpoint(model, trial, *args, **kwargs)
             finally:
                 self._staging = None
             self.accelerator.wait_for_everyone()  # every rank has written its RNG state
             if self.args.should_save:
                 replace_directory(Path(run_dir, ".staging", name), Path(run_dir, name))
                 shutil.rmtree(os.path.join(run_dir, ".staging"), ignore_errors=True)
-                rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit, use_mtime=False)
+                try:  # a function from transformers 5 on, a Trainer method before
+                    from transformers.trainer_utils import rotate_checkpoints
+                except ImportError:
+                    self._rotate_checkpoints(use_mtime=False, output_dir=run_dir)
+                else:
+                    rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
+                                       use_mtime=False)
             self.accelerator.wait_for_everyone()
 
     return PhaseTrainer
