@@ -131,3 +131,23 @@ def test_a_special_token_with_several_roles_copies_the_end_of_text_token():
     assert matched[endoftext] == llama.roles["eos"] and not unmatched
     matched, _ = match_special_tokens(gpt2, gpt2)
     assert matched == {endoftext: endoftext}
+
+
+@pytest.mark.parametrize("family", sorted(TOKENIZER_BUILDERS))
+def test_saved_tokenizer_folders_name_the_generic_class_and_tokenize_alike(family, tmp_path):
+    """transformers 5 writes `tokenizer_class: TokenizersBackend`, which 4.x cannot load; langswap's folders name
+    the generic fast class, which every version reads from tokenizer.json alone."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from langswap.models import save_tokenizer
+
+    tokenizer = TOKENIZER_BUILDERS[family](english_lines(200), vocab_size=300)
+    save_tokenizer(tokenizer, tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    text = english_lines(3, seed=9)
+    assert reloaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert reloaded.all_special_tokens == tokenizer.all_special_tokens

@@ -224,13 +224,13 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
         inputs = {"source_tokenizer": config.source_tokenizer or config.source_model, "target_text": config.target_text,
                   "vocab_size": config.vocab_size}
         if not _built_from(folder, "tokenizer.json", inputs):
-            from langswap.models import load_tokenizer
+            from langswap.models import load_tokenizer, save_tokenizer
             from langswap.tokenizer_training import train_tokenizer
 
             source = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
             with atomic_directory(folder, overwrite=True) as temporary:
-                train_tokenizer(source, config.target_text, config.vocab_size, progress=progress).save_pretrained(
-                    temporary)
+                save_tokenizer(train_tokenizer(source, config.target_text, config.vocab_size, progress=progress),
+                               temporary)
                 _record_inputs(temporary, inputs)
         shared["target_tokenizer"] = str(folder)
     return shared

@@ -146,7 +146,7 @@ def cmd_transfer(args) -> int:
 
 
 def cmd_tokenizer(args) -> int:
-    from langswap.models import load_tokenizer
+    from langswap.models import load_tokenizer, save_tokenizer
     from langswap.resources.text import atomic_directory
     from langswap.tokenizer_training import train_tokenizer
 
@@ -154,7 +154,7 @@ def cmd_tokenizer(args) -> int:
     with OutputLock(args.output, "tokenizer output folder"), atomic_directory(Path(args.output),
                                                                               args.overwrite) as folder:
         tokenizer = train_tokenizer(source, args.text, args.vocab_size, max_lines=args.max_lines, progress=True)
-        tokenizer.save_pretrained(folder)
+        save_tokenizer(tokenizer, folder)
     print(f"wrote {args.output}: {len(tokenizer):,} tokens, family of {args.source}")
     return 0
 

@@ -54,7 +54,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     from langswap.evaluation.correspondence import correspondence_rows, format_correspondence
     from langswap.evaluation.language_modeling import causal_lm_score
     from langswap.methods.base import TransferInputs, get_method, make_config
-    from langswap.models import load_model, load_tokenizer
+    from langswap.models import load_model, load_tokenizer, save_tokenizer
     from langswap.pipeline import ResourcesConfig, apply_method, prepare_vectors
     from langswap.pretrained import cache_dir, smollm2_135m
     from langswap.resources.alignment import AlignConfig
@@ -84,8 +84,8 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     reused = not config.redo and (tokenizer_dir / "tokenizer.json").exists()
     if not reused:
         with atomic_directory(tokenizer_dir, overwrite=True) as folder:
-            train_tokenizer(source_tokenizer, german_train, config.vocab_size or None, progress=True) \
-                .save_pretrained(folder)
+            save_tokenizer(train_tokenizer(source_tokenizer, german_train, config.vocab_size or None, progress=True),
+                           folder)
     out(f"    {'reused' if reused else 'trained'} {tokenizer_dir}")
     target_tokenizer = load_tokenizer(tokenizer_dir, "German tokenizer")
 
@@ -135,7 +135,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         output = workdir / "smollm2-135m-de-wechsel"
         with atomic_directory(output, overwrite=True) as folder:
             wechsel_model.save_pretrained(folder)
-            target_tokenizer.save_pretrained(folder)
+            save_tokenizer(target_tokenizer, folder)
             (folder / "langswap.json").write_text(json.dumps({"demo": rows, "alignment": alignment}, indent=2))
         out(f"\nwrote {output} (AutoModelForCausalLM.from_pretrained loads it); "
             f"{time.perf_counter() - started:.0f} s in all")

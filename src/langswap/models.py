@@ -44,6 +44,18 @@ def dtype_argument(dtype) -> dict:
     return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
 
+def lm_load_arguments(dtype, complete: bool = True) -> dict:
+    """`from_pretrained` arguments for a causal/masked LM: `dtype_argument`, and before transformers 4.51
+    `low_cpu_mem_usage=True` for a checkpoint that holds every weight (`complete`): without it RoBERTa's
+    `_tie_weights` replaces the saved `lm_head.bias` by a freshly initialised one, so a transfer would lose the output
+    bias. With weights missing it cannot be used there (the missing ones would stay on the meta device)."""
+    import transformers
+
+    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
+    old = complete and (major, minor) < (4, 51)
+    return {**dtype_argument(dtype), **({"low_cpu_mem_usage": True} if old else {})}
+
+
 def load_config(name_or_path: str | Path):
     """A model's config (config.json) from a folder or hub name."""
     _quiet_transformers()
@@ -73,7 +85,8 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
     if Path(name).is_dir():  # a truncated file otherwise fails in safetensors with no file name ("incomplete metadata")
         check_safetensors(Path(name))
     try:
-        model, info = loader.from_pretrained(name, output_loading_info=True, **dtype_argument("auto"))
+        model, info = loader.from_pretrained(name, output_loading_info=True,
+                                             **lm_load_arguments("auto", complete=require_head))
     except ValueError as error:  # an architecture without a causal/masked LM class (T5, vision models, ...)
         raise ConfigError(f"cannot load '{name}' as a {objective} language model: {str(error).splitlines()[0]} "
                           "langswap handles *ForCausalLM (GPT-2, Llama, ...) and *ForMaskedLM (BERT, RoBERTa) "
@@ -217,3 +230,27 @@ def damaged_tokenizer_file(folder: str | Path) -> str | None:
             except Exception as error:  # the tokenizers library raises plain Exception
                 return f"'{path}' is valid JSON but not a tokenizer ({error}). {fix}"
     return None
+
+
+def save_tokenizer(tokenizer, folder: str | Path) -> None:
+    """`tokenizer.save_pretrained(folder)`, in a form every supported transformers version loads alike
+    (`portable_tokenizer_config`)."""
+    tokenizer.save_pretrained(str(folder))
+    portable_tokenizer_config(folder)
+
+
+def portable_tokenizer_config(folder: str | Path) -> None:
+    """Name the generic `PreTrainedTokenizerFast` as the class in `folder/tokenizer_config.json`.
+
+    transformers 5 writes `"tokenizer_class": "TokenizersBackend"`, a class 4.x does not have, and its model-specific
+    classes save settings that 4.x's classes of the same name read differently (Llama's `add_bos_token`). The
+    generic class takes the tokenization from tokenizer.json alone, which all versions read the same way, and keeps
+    the special tokens named in the config. A folder without tokenizer.json is left as it is."""
+    folder = Path(folder)
+    config_path = folder / "tokenizer_config.json"
+    if not config_path.is_file() or not (folder / "tokenizer.json").is_file():
+        return
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if config.get("tokenizer_class") != "PreTrainedTokenizerFast":
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -201,7 +201,7 @@ def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
 
 
 def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
-    from langswap.models import load_model, load_tokenizer, objective_of
+    from langswap.models import load_model, load_tokenizer, objective_of, save_tokenizer
     from langswap.numerics import refuse_non_finite
     from langswap.resources.text import atomic_directory
     from langswap.surgery import check_position_offset, read_source_matrices
@@ -253,7 +253,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
         seconds["evaluate"] = time.perf_counter() - clock
     with atomic_directory(Path(config.output), config.overwrite) as folder:
         model.save_pretrained(folder)
-        target_tokenizer.save_pretrained(folder)
+        save_tokenizer(target_tokenizer, folder)
         write_provenance(folder / "provenance.tsv", result.mapping, source, target)
         record = {
             "langswap_version": __version__,

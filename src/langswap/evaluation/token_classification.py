@@ -430,10 +430,11 @@ def _predict(model, encoded, label_ids, prefix, suffix, context, causal, label_t
 
 def _save(model, tokenizer, output: Path, overwrite: bool, record: dict) -> None:
     from langswap import __version__
+    from langswap.models import save_tokenizer
     from langswap.resources.text import atomic_directory
 
     with atomic_directory(output, overwrite) as folder, transformers_bars(False):
         model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        save_tokenizer(tokenizer, folder)
         record = {"langswap_version": __version__, **record}
         (folder / "finetune.json").write_text(json.dumps(record, indent=2), encoding="utf-8")

@@ -791,6 +791,7 @@ def _record_failure(output: Path, record: dict, curve: CurveWriter, error: Train
 def _write_model(last_final: Path, folder: Path, record: dict, phases: list[dict], curve: dict) -> None:
     """Copy the last phase's weights and tokenizer to output/model with a langswap.json that keeps the transfer's
     record (when the model came from `langswap transfer`) and adds the training."""
+    from langswap.models import portable_tokenizer_config
     from langswap.resources.text import atomic_directory
 
     source_record = Path(record["config"]["model"]) / "langswap.json"
@@ -798,6 +799,7 @@ def _write_model(last_final: Path, folder: Path, record: dict, phases: list[dict
         for item in Path(last_final).iterdir():
             if item.is_file() and item.name != "phase.json" and item.name != "training_args.bin":
                 shutil.copy2(item, temporary / item.name)
+        portable_tokenizer_config(temporary)
         provenance = Path(record["config"]["model"]) / "provenance.tsv"
         if provenance.is_file():
             shutil.copy2(provenance, temporary / "provenance.tsv")
