@@ -35,13 +35,18 @@ def _quiet_transformers() -> None:
     transformers.logging.set_verbosity_error()
 
 
-def dtype_argument(dtype) -> dict:
-    """`from_pretrained`'s dtype keyword: `dtype` from transformers 4.56 on, `torch_dtype` before (and still accepted
-    by later 4.x releases with a deprecation warning)."""
+def transformers_version() -> tuple[int, int]:
+    """(major, minor) of the installed transformers."""
     import transformers
 
     major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
-    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+    return major, minor
+
+
+def dtype_argument(dtype) -> dict:
+    """`from_pretrained`'s dtype keyword: `dtype` from transformers 4.56 on, `torch_dtype` before (and still accepted
+    by later 4.x releases with a deprecation warning)."""
+    return {"dtype": dtype} if transformers_version() >= (4, 56) else {"torch_dtype": dtype}
 
 
 def lm_load_arguments(dtype, complete: bool = True) -> dict:
@@ -49,10 +54,7 @@ def lm_load_arguments(dtype, complete: bool = True) -> dict:
     `low_cpu_mem_usage=True` for a checkpoint that holds every weight (`complete`): without it RoBERTa's
     `_tie_weights` replaces the saved `lm_head.bias` by a freshly initialised one, so a transfer would lose the output
     bias. With weights missing it cannot be used there (the missing ones would stay on the meta device)."""
-    import transformers
-
-    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
-    old = complete and (major, minor) < (4, 51)
+    old = complete and transformers_version() < (4, 51)
     return {**dtype_argument(dtype), **({"low_cpu_mem_usage": True} if old else {})}
 
 
