@@ -160,13 +160,11 @@ def cmd_tokenizer(args) -> int:
 
 
 def cmd_fasttext(args) -> int:
-    from langswap.resources.fasttext_train import FastTextConfig, _train_fasttext
+    from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
 
     output = Path(args.output)
     config = from_dict(FastTextConfig, apply_overrides({}, _overrides(args)))
-    with OutputLock(output, "fastText output file"):  # held through the check and the training
-        refuse_existing(output, args.overwrite, "output file")
-        _train_fasttext(args.text, output, config, progress=True)  # the lock is this command's already
+    train_fasttext(args.text, output, config, progress=True, overwrite=args.overwrite)
     print(f"wrote {output}")
     return 0
 

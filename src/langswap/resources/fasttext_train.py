@@ -64,18 +64,19 @@ def prepare_corpus(text_path: str | Path, out_path: str | Path) -> int:
 
 
 def train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig | None = None,
-                   progress: bool = False) -> Path:
-    """Train fastText vectors on `text_path` and save the `.bin` model to `output`; returns the path. One process
-    at a time writes an output file: another gets `OutputLockedError` (`langswap.locking`)."""
+                   progress: bool = False, overwrite: bool = True) -> Path:
+    """Train fastText vectors on `text_path` and save the `.bin` model to `output`; returns the path. An existing
+    `output` is replaced, or with `overwrite=False` refused before any work. One process at a time writes an output
+    file: another gets `OutputLockedError` (`langswap.locking`), and the existence check is made under the lock."""
     from langswap.locking import OutputLock
+    from langswap.resources.text import refuse_existing
 
     with OutputLock(output, "fastText output file"):
-        return _train_fasttext(text_path, output, config, progress)
+        refuse_existing(output, overwrite, "output file")
+        return _train_fasttext(text_path, output, config or FastTextConfig(), progress)
 
 
-def _train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig | None,
-                    progress: bool) -> Path:
-    config = config or FastTextConfig()
+def _train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig, progress: bool) -> Path:
     output = Path(output)
     if output.suffix != ".bin":
         raise LangswapError(f"fastText output '{output}' must end in .bin (the model with its n-grams).")

@@ -45,10 +45,10 @@ from langswap.training.phases import PRESETS, Phase, plan_phases, remaining_phas
 logger = logging.getLogger(__name__)
 
 RECORD = "langswap-train.json"
-# Fields that may change when a run is resumed: they do not change the weights a run ends with.
 # Under fp16 an update whose gradients overflow is skipped by the loss scaler, which halves its scale; this many
 # skipped in a row (a scale 2^-30 of where it started) means the gradients overflow at every scale.
 FP16_SKIPPED_UPDATES_LIMIT = 30
+# Fields that may change when a run is resumed: they do not change the weights a run ends with.
 RESUMABLE_CHANGES = {"overwrite", "save_steps", "save_total_limit", "snapshot_steps", "eval_steps", "num_workers"}
 
 
@@ -267,9 +267,10 @@ def _trainer_class():
                     return
                 reason = ("the training loss is " + ("finite" if losses_finite else "NaN or infinite")
                           + f" and the gradient norm is {norm}")
-            self._diverged(reason, self.state.global_step)
+            self._diverged(reason)
 
-        def _diverged(self, reason: str, step: int) -> None:
+        def _diverged(self, reason: str) -> None:
+            step = self.state.global_step
             rate = self.phase.learning_rate_at(max(step - 1, 0))
             where = (f"update {self.offset + step} (update {step} of phase {self.phase.name}" if step
                      else f"step {self.offset} (before the first update of phase {self.phase.name}")
@@ -314,7 +315,7 @@ def _trainer_class():
                 _set_random_state(saved)
             loss = metrics.get("eval_loss")
             if loss is not None and not math.isfinite(loss):
-                self._diverged(f"the held-out loss is {loss}", self.state.global_step)
+                self._diverged(f"the held-out loss is {loss}")
             return metrics
 
         def create_scheduler(self, num_training_steps: int, optimizer=None):
@@ -560,7 +561,11 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     TrainingArguments(output_dir=str(output), use_cpu=use_cpu, report_to="none")
     state = PartialState()
     with _run_lock(output, state):
-        return _train(config, progress, callbacks, state, clock)
+        try:
+            return _train(config, progress, callbacks, state, use_cpu, clock)
+        except TrainingDivergedError as error:
+            _record_failure(output, error, state)
+            raise
 
 
 @contextlib.contextmanager
@@ -589,8 +594,8 @@ def _run_lock(output: Path, state):
             lock.release()
 
 
-def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, clock: float) -> TrainReport:
-    import torch
+def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, use_cpu: bool,
+           clock: float) -> TrainReport:
     from transformers import TrainingArguments
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -599,7 +604,6 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, c
                                         read_documents)
 
     output = Path(config.output)
-    use_cpu = not torch.cuda.is_available()
     status = _check_output(config, state.num_processes)
     if status == "complete":
         record = json.loads((output / RECORD).read_text(encoding="utf-8"))
@@ -656,105 +660,101 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, c
     start_model: str | Path = config.model
     resumed = status == "resume"
     offset = 0
-    try:
-        for index in range(len(planned)):
-            phase = remaining_phases(planned, done_steps, config)[index]
-            phase_dir = output / f"phase-{phase.name}"
-            final = phase_dir / "final"
-            if (final / "phase.json").is_file():
-                summary = json.loads((final / "phase.json").read_text())
-                curve.done.append((phase, offset, summary.pop("log_history")))
-                summaries.append(summary)
-                done_steps.append(summary["steps"])
-                offset += summary["steps"]
-                start_model = final
-                continue
-            checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
-            # An until-settled phase whose loss settled at its last checkpoint ended there: it is not resumed (a resumed
-            # Trainer clears the stop and trains on), its checkpoint is its result.
-            stopped_at = _settled_checkpoint(checkpoint, config) if phase.until_settled else None
-            model = _load_for_training(checkpoint if stopped_at else start_model, objective, config.seed, tokenizer)
-            counts = set_trainable(model, phase.trainable)
-            logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
-                        f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
-            args = TrainingArguments(
-                output_dir=str(phase_dir), max_steps=phase.steps, per_device_train_batch_size=config.batch_size,
-                per_device_eval_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation,
-                learning_rate=phase.learning_rate, weight_decay=config.weight_decay, adam_beta1=config.adam_beta1,
-                adam_beta2=config.adam_beta2, adam_epsilon=config.adam_epsilon,
-                # no clipping is an infinite norm, so the Trainer still measures the norm that `_check_update` reads
-                max_grad_norm=config.max_grad_norm or math.inf,
-                # a NaN loss is logged as NaN (the run stops on it); under fp16 a skipped update's loss is left out
-                logging_nan_inf_filter=bool(precision_flags.get("fp16")),
-                optim="adamw_torch", logging_steps=config.logging_steps, save_strategy="steps",
-                save_steps=config.save_steps, save_total_limit=config.save_total_limit,
-                eval_strategy="steps" if eval_set is not None else "no", eval_steps=config.eval_steps, seed=config.seed,
-                report_to="none", disable_tqdm=not progress, dataloader_num_workers=config.num_workers,
-                remove_unused_columns=False, dataloader_pin_memory=not use_cpu, use_cpu=use_cpu,
-                **precision_flags)
-            phase_callbacks, snapshots = _callbacks(config, phase, offset, curve)
-            # this phase's slice of the run's one shuffled stream: it goes on where the phase before stopped
-            per_update = config.batch_size * config.gradient_accumulation * state.num_processes
-            phase_set = StreamSlice(train_set, config.seed, offset * per_update, phase.steps * per_update)
-            trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
-                                   data_collator=collator, processing_class=tokenizer, phase=phase, phase_index=index,
-                                   offset=offset, precision=_precision_name(precision_flags),
-                                   callbacks=phase_callbacks + list(callbacks or []))
-            if not progress:
-                from transformers.trainer_callback import PrinterCallback
-
-                trainer.remove_callback(PrinterCallback)  # it prints every log line when there is no progress bar
-            if snapshots:
-                snapshots.trainer = trainer
-            if state.is_main_process and (phase_dir / ".staging").exists():
-                shutil.rmtree(phase_dir / ".staging")  # a checkpoint an interrupted run did not finish
-            if checkpoint:
-                resumed = True
-                logger.info("resuming phase %s from %s", phase.name, checkpoint)
-            if index == 0 and checkpoint is None and eval_set is not None and curve.step0 is None:
-                curve.step0 = trainer.evaluate()
-                if state.is_main_process:
-                    atomic_write_text(step0_path, json.dumps(curve.step0))
-            if index == 0 and 0 in config.snapshot_steps and checkpoint is None:
-                save_model_atomically(trainer, output / "snapshots" / "step-0")
-            if stopped_at:
-                from transformers import TrainerState
-
-                logger.info("phase %s: the loss settled at its checkpoint of step %d; the phase ends there", phase.name,
-                            stopped_at)
-                trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
-                metrics = {}
-            else:
-                metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
-            steps = trainer.state.global_step
-            if eval_set is not None and not any(e.get("step") == steps and "eval_loss" in e
-                                                for e in trainer.state.log_history):
-                trainer.evaluate()
-            seconds = metrics.get("train_runtime")
-            # the mean of the phase's logged losses: the Trainer's train_loss covers only what this process trained
-            logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-            summary = {"name": phase.name, "trainable": phase.trainable, "steps": steps, "planned_steps": phase.steps,
-                       "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "decay": phase.decay,
-                       **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
-                                                else metrics.get("train_loss")),  # a phase shorter than logging_steps
-                       "tokens_per_second": (round(metrics["train_samples_per_second"] * sequence_length, 1)
-                                             if metrics.get("train_samples_per_second") else None),
-                       "train_seconds": seconds}
-            save_model_atomically(trainer, final, {"phase.json": {**summary,
-                                                                  "log_history": trainer.state.log_history}})
-            curve.done.append((phase, offset, list(trainer.state.log_history)))
+    for index in range(len(planned)):
+        phase = remaining_phases(planned, done_steps, config)[index]
+        phase_dir = output / f"phase-{phase.name}"
+        final = phase_dir / "final"
+        if (final / "phase.json").is_file():
+            summary = json.loads((final / "phase.json").read_text())
+            curve.done.append((phase, offset, summary.pop("log_history")))
             summaries.append(summary)
-            done_steps.append(steps)
-            offset += steps
+            done_steps.append(summary["steps"])
+            offset += summary["steps"]
             start_model = final
-            if state.is_main_process:
-                for checkpoint_dir in phase_dir.glob("checkpoint-*"):
-                    shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the phase is done; final/ replaces them
-            state.wait_for_everyone()
+            continue
+        checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
+        # An until-settled phase whose loss settled at its last checkpoint ended there: it is not resumed (a resumed
+        # Trainer clears the stop and trains on), its checkpoint is its result.
+        stopped_at = _settled_checkpoint(checkpoint, config) if phase.until_settled else None
+        model = _load_for_training(checkpoint if stopped_at else start_model, objective, config.seed, tokenizer)
+        counts = set_trainable(model, phase.trainable)
+        logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
+                    f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
+        args = TrainingArguments(
+            output_dir=str(phase_dir), max_steps=phase.steps, per_device_train_batch_size=config.batch_size,
+            per_device_eval_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation,
+            learning_rate=phase.learning_rate, weight_decay=config.weight_decay, adam_beta1=config.adam_beta1,
+            adam_beta2=config.adam_beta2, adam_epsilon=config.adam_epsilon,
+            # no clipping is an infinite norm, so the Trainer still measures the norm that `_check_update` reads
+            max_grad_norm=config.max_grad_norm or math.inf,
+            # a NaN loss is logged as NaN (the run stops on it); under fp16 a skipped update's loss is left out
+            logging_nan_inf_filter=bool(precision_flags.get("fp16")),
+            optim="adamw_torch", logging_steps=config.logging_steps, save_strategy="steps",
+            save_steps=config.save_steps, save_total_limit=config.save_total_limit,
+            eval_strategy="steps" if eval_set is not None else "no", eval_steps=config.eval_steps, seed=config.seed,
+            report_to="none", disable_tqdm=not progress, dataloader_num_workers=config.num_workers,
+            remove_unused_columns=False, dataloader_pin_memory=not use_cpu, use_cpu=use_cpu,
+            **precision_flags)
+        phase_callbacks, snapshots = _callbacks(config, phase, offset, curve)
+        # this phase's slice of the run's one shuffled stream: it goes on where the phase before stopped
+        per_update = config.batch_size * config.gradient_accumulation * state.num_processes
+        phase_set = StreamSlice(train_set, config.seed, offset * per_update, phase.steps * per_update)
+        trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
+                               data_collator=collator, processing_class=tokenizer, phase=phase, phase_index=index,
+                               offset=offset, precision=_precision_name(precision_flags),
+                               callbacks=phase_callbacks + list(callbacks or []))
+        if not progress:
+            from transformers.trainer_callback import PrinterCallback
 
-    except TrainingDivergedError as error:
-        _record_failure(output, record, curve, error, state)
-        raise
+            trainer.remove_callback(PrinterCallback)  # it prints every log line when there is no progress bar
+        if snapshots:
+            snapshots.trainer = trainer
+        if state.is_main_process and (phase_dir / ".staging").exists():
+            shutil.rmtree(phase_dir / ".staging")  # a checkpoint an interrupted run did not finish
+        if checkpoint:
+            resumed = True
+            logger.info("resuming phase %s from %s", phase.name, checkpoint)
+        if index == 0 and checkpoint is None and eval_set is not None and curve.step0 is None:
+            curve.step0 = trainer.evaluate()
+            if state.is_main_process:
+                atomic_write_text(step0_path, json.dumps(curve.step0))
+        if index == 0 and 0 in config.snapshot_steps and checkpoint is None:
+            save_model_atomically(trainer, output / "snapshots" / "step-0")
+        if stopped_at:
+            from transformers import TrainerState
+
+            logger.info("phase %s: the loss settled at its checkpoint of step %d; the phase ends there", phase.name,
+                        stopped_at)
+            trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+            metrics = {}
+        else:
+            metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
+        steps = trainer.state.global_step
+        if eval_set is not None and not any(e.get("step") == steps and "eval_loss" in e
+                                            for e in trainer.state.log_history):
+            trainer.evaluate()
+        seconds = metrics.get("train_runtime")
+        # the mean of the phase's logged losses: the Trainer's train_loss covers only what this process trained
+        logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        summary = {"name": phase.name, "trainable": phase.trainable, "steps": steps, "planned_steps": phase.steps,
+                   "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "decay": phase.decay,
+                   **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
+                                            else metrics.get("train_loss")),  # a phase shorter than logging_steps
+                   "tokens_per_second": (round(metrics["train_samples_per_second"] * sequence_length, 1)
+                                         if metrics.get("train_samples_per_second") else None),
+                   "train_seconds": seconds}
+        save_model_atomically(trainer, final, {"phase.json": {**summary,
+                                                              "log_history": trainer.state.log_history}})
+        curve.done.append((phase, offset, list(trainer.state.log_history)))
+        summaries.append(summary)
+        done_steps.append(steps)
+        offset += steps
+        start_model = final
+        if state.is_main_process:
+            for checkpoint_dir in phase_dir.glob("checkpoint-*"):
+                shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the phase is done; final/ replaces them
+        state.wait_for_everyone()
+
     final_curve = curve() if state.is_main_process else {}
     if state.is_main_process:
         _write_model(start_model, output / "model", record, summaries, final_curve)
@@ -765,9 +765,9 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, c
                        time.perf_counter() - clock)
 
 
-def _record_failure(output: Path, record: dict, curve: CurveWriter, error: TrainingDivergedError, state) -> None:
-    """A diverged run: `langswap-train.json` says failed and why, the curve keeps what was logged, no model/ is
-    written; the phase's checkpoints (all written before the failed update) are kept."""
+def _record_failure(output: Path, error: TrainingDivergedError, state) -> None:
+    """A diverged run: `langswap-train.json` (written when the run started) says failed and why, the curve keeps what
+    was logged, no model/ is written; the phase's checkpoints (all written before the failed update) are kept."""
     from transformers.trainer_utils import get_last_checkpoint
 
     phase_dir = output / f"phase-{error.details['phase']}"
@@ -783,6 +783,7 @@ def _record_failure(output: Path, record: dict, curve: CurveWriter, error: Train
                   "or --overwrite; `langswap evaluate MODEL --text ...` on the starting model shows whether it "
                   "already gives NaN.",)
     if state.is_main_process:
+        record = json.loads((output / RECORD).read_text(encoding="utf-8"))
         record.update({"status": "failed", "failure": {**error.details, "last_checkpoint": checkpoint,
                                                        "message": error.args[0]}})
         _write_record(output, record)
