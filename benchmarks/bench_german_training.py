@@ -71,8 +71,8 @@ def cached_resources(data: Path, model: Path) -> dict:
     tokenizer = QUALITY_CACHE / "tokenizer-de-49152"
     if not (tokenizer / "tokenizer.json").exists():
         from langswap.models import load_tokenizer
-        from langswap.resources.text import atomic_directory
-        from langswap.tokenizer_training import train_tokenizer
+        from langswap.files import atomic_directory
+        from langswap.resources.tokenizer import train_tokenizer
 
         print("training the German tokenizer", flush=True)
         with atomic_directory(tokenizer, overwrite=True) as folder:
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from langswap.bench import BenchConfig, run_bench
     from langswap.config import from_dict
-    from langswap.pretrained import smollm2_135m
+    from langswap.demo.smollm2 import smollm2_135m
 
     model = smollm2_135m()
     resources = cached_resources(args.data, model)

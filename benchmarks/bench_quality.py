@@ -6,7 +6,7 @@ them. Steps, with the slow artefacts cached in a work folder outside the reposit
 
 1. a German tokenizer of SmolLM2's family trained on splits/de.train.txt (vocabulary 49,152);
 2. fastText vectors (skipgram, dim 100, 10 epochs, minCount 3, n-grams 3-6 by default) on de.train and en.train;
-3. alignment of the two with the MUSE en-de dictionary (`langswap.pipeline.prepare_vectors`): held-out
+3. alignment of the two with the MUSE en-de dictionary (`langswap.transfer.prepare_vectors`): held-out
    precision@1, nearest neighbour and CSLS;
 4. bits per byte and token perplexity on the first 300 lines of splits/de.test.txt for the source model with its
    own tokenizer, `random`, `overlap` x 3 fallbacks, `wechsel` (subword_source ngrams and frequency) x 3 fallbacks;
@@ -125,7 +125,7 @@ def markdown(data: dict) -> str:
 
 def source_model_folder() -> Path:
     """The local SmolLM2-135M folder; retried for a while, since another process may still be converting it."""
-    from langswap.pretrained import smollm2_135m
+    from langswap.demo.smollm2 import smollm2_135m
 
     for attempt in range(6):
         try:
@@ -177,11 +177,12 @@ def main(argv=None) -> int:
     from langswap.evaluation.language_modeling import causal_lm_score
     from langswap.methods.base import TransferInputs, make_config
     from langswap.models import load_model, load_tokenizer
-    from langswap.pipeline import ResourcesConfig, apply_method, prepare_vectors
+    from langswap.transfer import ResourcesConfig, apply_method, prepare_vectors
     from langswap.resources.alignment import AlignConfig
-    from langswap.resources.text import atomic_directory, read_text_lines
+    from langswap.files import atomic_directory
+    from langswap.resources.text import read_text_lines
     from langswap.surgery import read_source_matrices
-    from langswap.tokenizer_training import train_tokenizer
+    from langswap.resources.tokenizer import train_tokenizer
     from langswap.tokens import Vocabulary
 
     print("2/7 source model SmolLM2-135M", flush=True)
@@ -322,7 +323,7 @@ def run_package(results: Results, model, source_tokenizer, target_tokenizer, mat
 def run_transfer(results: Results, model_dir: Path, tokenizer_dir: Path, resources, seed: int):
     """Time pipeline.transfer end to end (load, align, method, write) into a temporary folder."""
     from langswap.methods.base import make_config
-    from langswap.pipeline import TransferConfig, transfer
+    from langswap.transfer import TransferConfig, transfer
 
     with tempfile.TemporaryDirectory(prefix="bench-quality-transfer-") as folder:
         config = TransferConfig(source_model=str(model_dir), target_tokenizer=str(tokenizer_dir),

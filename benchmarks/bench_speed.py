@@ -30,7 +30,7 @@ import time
 import numpy as np
 import torch
 
-from langswap.methods.kernels import block_rows_for, mix_rows
+from langswap.kernels import block_rows_for, mix_rows
 from langswap.methods.wechsel import nearest_sources
 
 NEIGHBORS = 10

@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     import torch
     from transformers import TrainerCallback
 
-    from langswap.pretrained import smollm2_135m
+    from langswap.demo.smollm2 import smollm2_135m
     from langswap.training.run import TrainConfig, train
 
     model = args.model or str(smollm2_135m())

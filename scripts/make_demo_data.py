@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the English -> German demo data bundled in ``langswap/demo_data``.
+"""Regenerate the English -> German demo data bundled in ``langswap/demo/data``.
 
 The bundle is built only from redistributable Debian packages (GPL, BSD-style
 and public-domain texts), fetched with ``apt-get download`` and unpacked with
@@ -20,7 +20,7 @@ Outputs (all UTF-8; everything but SOURCES.md gzip-compressed, mtime 0):
 
 Usage::
 
-    python3 scripts/make_demo_data.py [--out src/langswap/demo_data] [--work DIR]
+    python3 scripts/make_demo_data.py [--out src/langswap/demo/data] [--work DIR]
 
 The output is deterministic for fixed package versions (those used for the
 committed files are listed in ``EXPECTED_VERSIONS``; a warning is printed when
@@ -524,7 +524,7 @@ def build_dict(pairs, en_lines, de_lines, budget):
 def main() -> None:
     repo = Path(__file__).resolve().parents[1]
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=repo / "src/langswap/demo_data")
+    ap.add_argument("--out", type=Path, default=repo / "src/langswap/demo/data")
     ap.add_argument("--work", type=Path, default=None,
                     help="scratch dir for .deb files (default: a temporary dir)")
     args = ap.parse_args()

@@ -16,12 +16,12 @@ import torch
 from conftest import WORDS, byte_level_tokenizer, cipher_word, save_model, tiny_model, wordpiece_tokenizer, write_vec
 from langswap.config import from_dict
 from langswap.errors import ConfigError, LangswapError, OutputExistsError, ResourceFormatError, VocabularyError
-from langswap.pipeline import TransferConfig, transfer
+from langswap.transfer import TransferConfig, transfer
 from langswap.resources.alignment import align
 from langswap.resources.dictionary import Dictionary
 from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
 from langswap.resources.vectors import WordVectors
-from langswap.tokenizer_training import train_tokenizer
+from langswap.resources.tokenizer import train_tokenizer
 
 # -- helpers ---------------------------------------------------------------------------------------------------------
 

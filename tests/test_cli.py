@@ -14,7 +14,7 @@ import yaml
 from langswap.cli import build_parser, main
 from langswap.config import from_dict, to_dict
 from langswap.methods.base import config_fields, get_method, method_names
-from langswap.pipeline import ResourcesConfig, TransferConfig
+from langswap.transfer import ResourcesConfig, TransferConfig
 from langswap.resources.alignment import AlignConfig
 
 

@@ -19,7 +19,7 @@ from conftest import WORDS, cipher_word, english_lines, write_vec
 from langswap.cli import main
 from langswap.errors import LangswapError, MissingResourceError, ResourceFormatError
 from langswap.models import load_model, load_tokenizer
-from langswap.pipeline import ResourcesConfig, prepare_vectors
+from langswap.transfer import ResourcesConfig, prepare_vectors
 from langswap.resources.alignment import load_alignment
 from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
 from langswap.resources.vectors import WordVectors, check_fasttext_bin

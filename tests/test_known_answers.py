@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from langswap.methods import Kind, TransferInputs, make_config, run_method
-from langswap.methods.kernels import mix_rows, topk_cosine
+from langswap.kernels import mix_rows, topk_cosine
 from langswap.resources.alignment import align, procrustes
 from langswap.resources.dictionary import Dictionary
 from langswap.resources.vectors import WordVectors
@@ -165,7 +165,7 @@ MODEL_FAMILIES = [("gpt2", "byte_level"), ("llama", "sentencepiece"), ("bert", "
 def test_overlap_onto_the_models_own_tokenizer_keeps_the_logits(kind, family, tmp_path):
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
-    from langswap.pipeline import transfer, transfer_config
+    from langswap.transfer import transfer, transfer_config
 
     tokenizer = TOKENIZER_BUILDERS[family](english_lines(300), vocab_size=300)
     model = tiny_model(kind, len(tokenizer))
@@ -195,7 +195,7 @@ def test_overlap_onto_the_models_own_tokenizer_keeps_the_logits(kind, family, tm
 def test_untied_heads_and_biases_get_the_same_mixing(kind, family, tmp_path, cipher_vectors):
     """Transfer to another vocabulary: each new output row / bias entry is the mapping applied to the old ones."""
     from langswap.methods.base import TransferInputs as Inputs
-    from langswap.pipeline import apply_method
+    from langswap.transfer import apply_method
     from langswap.surgery import is_tied, output_bias, read_source_matrices
 
     tokenizer = TOKENIZER_BUILDERS[family](english_lines(300), vocab_size=300)

@@ -11,7 +11,7 @@ from langswap.errors import ConfigError, VocabularyError
 from langswap.evaluation.language_modeling import (_windows, causal_lm_score, evaluate_model,
                                                    masked_lm_loss, pseudo_perplexity)
 from langswap.evaluation.probes import window_spans
-from langswap.training.masking import mask_tokens, special_tokens_mask
+from langswap.masking import mask_tokens, special_tokens_mask
 
 from conftest import TOKENIZER_BUILDERS, byte_level_tokenizer, english_lines, tiny_model, uniform_lm
 

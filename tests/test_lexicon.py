@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from langswap.errors import ConfigError, VocabularyError
-from langswap.evaluation.lexicon import LexiconConfig, lexicon_induction, nearest_translations, retrieval_precision
+from langswap.evaluation.lexicon import LexiconConfig, lexicon_induction
+from langswap.resources.retrieval import nearest_translations, retrieval_precision
 from langswap.resources.alignment import align
 from langswap.resources.dictionary import Dictionary
 from langswap.resources.vectors import WordVectors

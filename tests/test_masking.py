@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from langswap.errors import ConfigError
-from langswap.training.masking import IGNORE_INDEX, mask_tokens, special_tokens_mask
+from langswap.masking import IGNORE_INDEX, mask_tokens, special_tokens_mask
 
 from conftest import TOKENIZER_BUILDERS, english_lines
 

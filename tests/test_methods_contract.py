@@ -113,7 +113,7 @@ def test_bitwise_deterministic_whatever_the_global_random_state(name, inputs):
 def test_config_round_trip(name):
     config = make_config(name, **CASES[name])
     assert from_dict(get_method(name).config_cls, to_dict(config)) == config
-    from langswap.pipeline import TransferConfig
+    from langswap.transfer import TransferConfig
 
     nested = to_dict(TransferConfig(method=config))["method"]
     assert nested["name"] == name

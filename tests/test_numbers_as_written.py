@@ -54,7 +54,7 @@ def test_set_overrides_as_people_write_them():
 
 
 def test_method_options_as_people_write_them():
-    from langswap.pipeline import transfer_config
+    from langswap.transfer import transfer_config
 
     config = transfer_config({"source_model": "m", "target_tokenizer": "t", "output": "o",
                               "method": {"name": "wechsel", "temperature": "1e-1", "neighbors": "1_0"}})

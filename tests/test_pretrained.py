@@ -1,4 +1,4 @@
-"""Tests for langswap.pretrained: cache location, completeness marker, atomic build, error messages.
+"""Tests for langswap.demo.smollm2: cache location, completeness marker, atomic build, error messages.
 
 Everything here is offline and fast; the conversion itself is replaced by a stub. The one test that downloads
 and converts the real model is marked slow and runs only with LANGSWAP_SLOW_TESTS=1.
@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 
-from langswap import pretrained
+from langswap.demo import smollm2 as pretrained
 from langswap.errors import MissingResourceError, ResourceFormatError
 
 

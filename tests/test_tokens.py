@@ -88,7 +88,7 @@ def test_a_retrained_byte_fallback_tokenizer_keeps_its_byte_tokens(tmp_path):
     """Llama-2-style: the trainer keeps byte_fallback but drops the <0xNN> entries, so unseen characters became
     <unk>. They are put back after the trained ids and the total size is the one asked for."""
     from conftest import english_lines, sentencepiece_tokenizer
-    from langswap.tokenizer_training import train_tokenizer
+    from langswap.resources.tokenizer import train_tokenizer
 
     source = sentencepiece_tokenizer(english_lines(300))
     text = tmp_path / "text.txt"

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from langswap.config import dump_yaml, from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError, NumericalError, ResourceFormatError
-from langswap.pipeline import ModelPairConfig, ResourcesConfig, TransferConfig
+from langswap.transfer import ModelPairConfig, ResourcesConfig, TransferConfig
 from langswap.resources.alignment import AlignConfig
 
 logger = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ def _probe_config(config: BenchConfig):
 def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, progress: bool) -> dict:
     """Align the vectors and train the target tokenizer once for all variants; returns transfer config keys."""
     from langswap.methods.base import get_method
-    from langswap.resources.text import atomic_directory
+    from langswap.files import atomic_directory
 
     shared: dict = {"resources": to_dict(config.resources), "align": to_dict(config.align)}
     needs_vectors = any("vectors" in get_method(v.method["name"]).requires for v in variants)
@@ -205,7 +205,7 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
         folder = output / "alignment"
         inputs = {"resources": shared["resources"], "align": shared["align"]}
         if not _built_from(folder, "alignment.npy", inputs):
-            from langswap.pipeline import prepare_vectors
+            from langswap.transfer import prepare_vectors
             from langswap.resources.alignment import write_alignment
 
             resources = ResourcesConfig(**{**to_dict(config.resources), "alignment": None})
@@ -225,7 +225,7 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
                   "vocab_size": config.vocab_size}
         if not _built_from(folder, "tokenizer.json", inputs):
             from langswap.models import load_tokenizer, save_tokenizer
-            from langswap.tokenizer_training import train_tokenizer
+            from langswap.resources.tokenizer import train_tokenizer
 
             source = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
             with atomic_directory(folder, overwrite=True) as temporary:
@@ -260,7 +260,7 @@ def _result_key(label: str, step: int, setting: dict) -> tuple[str, int, str]:
 
 def _read_results(path: Path) -> dict[tuple[str, int, str], dict]:
     """Measurements of earlier runs, keyed by variant, step and what they were measured with."""
-    from langswap.resources.text import atomic_write_text
+    from langswap.files import atomic_write_text
 
     results = {}
     if not path.is_file():
@@ -323,8 +323,9 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
 
 def _run_bench(config: BenchConfig, progress: bool) -> dict:
     from langswap.methods.base import get_method
-    from langswap.pipeline import transfer
-    from langswap.resources.text import atomic_write_text, read_text_lines
+    from langswap.transfer import transfer
+    from langswap.files import atomic_write_text
+    from langswap.resources.text import read_text_lines
     from langswap.training.run import train
 
     config.validate()
@@ -446,7 +447,7 @@ def format_table(rows: list[dict], labels: list[str], steps: list[int]) -> str:
 
 def write_report(output: Path, rows: list[dict], labels: list[str], steps: list[int]) -> list[Path]:
     from langswap.plots import line_plot
-    from langswap.resources.text import atomic_write_text
+    from langswap.files import atomic_write_text
 
     atomic_write_text(output / "table.md", format_table(rows, labels, steps))
     written = [output / "table.md"]

@@ -19,7 +19,7 @@ from langswap import __version__
 from langswap.config import apply_overrides, as_number, dump_yaml, field_help, from_dict, load_yaml, to_dict
 from langswap.errors import LangswapError
 from langswap.locking import OutputLock
-from langswap.resources.text import refuse_existing
+from langswap.files import refuse_existing
 
 logger = logging.getLogger("langswap")
 
@@ -83,7 +83,7 @@ def cmd_methods(args) -> int:
 
 def cmd_init_config(args) -> int:
     from langswap.methods.base import make_config
-    from langswap.pipeline import TransferConfig
+    from langswap.transfer import TransferConfig
     from langswap.training.run import TrainConfig
 
     if args.kind == "train":
@@ -99,7 +99,7 @@ def cmd_init_config(args) -> int:
     for line in describe_fields(config_cls):
         header += "#   " + line + "\n"
     if args.output:
-        from langswap.resources.text import atomic_write_text
+        from langswap.files import atomic_write_text
 
         atomic_write_text(args.output, header + text)
         print(f"wrote {args.output}")
@@ -109,7 +109,7 @@ def cmd_init_config(args) -> int:
 
 
 def _transfer_config(args):
-    from langswap.pipeline import TransferConfig
+    from langswap.transfer import TransferConfig
 
     data = load_yaml(args.config) if args.config else {}
     for key in ("source_model", "target_tokenizer", "target_text", "output", "eval_text"):
@@ -126,7 +126,7 @@ def _transfer_config(args):
 
 def cmd_transfer(args) -> int:
     from langswap.evaluation.correspondence import format_correspondence
-    from langswap.pipeline import transfer
+    from langswap.transfer import transfer
 
     config = _transfer_config(args)
     report = transfer(config, progress=True)
@@ -147,8 +147,8 @@ def cmd_transfer(args) -> int:
 
 def cmd_tokenizer(args) -> int:
     from langswap.models import load_tokenizer, save_tokenizer
-    from langswap.resources.text import atomic_directory
-    from langswap.tokenizer_training import train_tokenizer
+    from langswap.files import atomic_directory
+    from langswap.resources.tokenizer import train_tokenizer
 
     source = load_tokenizer(args.source, "source tokenizer")
     with OutputLock(args.output, "tokenizer output folder"), atomic_directory(Path(args.output),
@@ -172,7 +172,7 @@ def cmd_fasttext(args) -> int:
 def cmd_align(args) -> int:
     from langswap.resources.alignment import AlignConfig, align, write_alignment
     from langswap.resources.dictionary import Dictionary
-    from langswap.resources.text import atomic_directory
+    from langswap.files import atomic_directory
     from langswap.resources.vectors import WordVectors
 
     config = from_dict(AlignConfig, apply_overrides({}, _overrides(args)))
@@ -198,7 +198,7 @@ def cmd_lexicon(args) -> int:
     from dataclasses import asdict
 
     from langswap.evaluation.lexicon import LexiconConfig, lexicon_induction
-    from langswap.pipeline import ResourcesConfig, prepare_vectors
+    from langswap.transfer import ResourcesConfig, prepare_vectors
     from langswap.resources.dictionary import Dictionary
     from langswap.resources.vectors import WordVectors
 
@@ -339,7 +339,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from langswap.demo import DemoConfig, run_demo
+    from langswap.demo.run import DemoConfig, run_demo
 
     config = from_dict(DemoConfig, apply_overrides({}, _overrides(args)))
     run_demo(config, workdir=Path(args.workdir) if args.workdir else None)
@@ -349,8 +349,8 @@ def cmd_demo(args) -> int:
 # -- parser -------------------------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    from langswap.demo import DemoConfig
-    from langswap.pipeline import TransferConfig
+    from langswap.demo.run import DemoConfig
+    from langswap.transfer import TransferConfig
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig
     from langswap.bench import BenchConfig

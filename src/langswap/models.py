@@ -8,6 +8,7 @@ JSON file that is cut short or not a tokenizer. Pickled `.bin` weights are not o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import struct
@@ -29,10 +30,47 @@ def objective_of(config) -> str:
     return "causal"
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers(progress: bool = True) -> None:
+    """Only transformers' errors reach the user (its warnings are about defaults langswap sets on purpose), and its
+    progress bars only with `progress`."""
     import transformers
 
     transformers.logging.set_verbosity_error()
+    if not progress:
+        transformers.utils.logging.disable_progress_bar()
+
+
+@contextlib.contextmanager
+def transformers_bars(progress: bool):
+    """transformers' own progress bars (loading and saving weights) only when `progress`; restored after."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def position_padding_idx(model) -> int | None:
+    """The pad token id that RoBERTa-style models number positions after (position ids start at it + 1, so that
+    many positions of the table are never used); None for models that number positions from 0."""
+    embeddings = getattr(getattr(model, "base_model", None), "embeddings", None)
+    if embeddings is None or not hasattr(embeddings, "position_embeddings"):
+        return None
+    return getattr(embeddings, "padding_idx", None)
+
+
+def is_tied(model) -> bool:
+    """Whether the output layer is the input embedding matrix itself."""
+    output = model.get_output_embeddings()
+    if output is None:
+        return False
+    return output.weight is model.get_input_embeddings().weight or (
+        output.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr())
 
 
 def transformers_version() -> tuple[int, int]:
@@ -60,7 +98,7 @@ def lm_load_arguments(dtype, complete: bool = True) -> dict:
 
 def load_config(name_or_path: str | Path):
     """A model's config (config.json) from a folder or hub name."""
-    _quiet_transformers()
+    quiet_transformers()
     from transformers import AutoConfig
 
     name = str(name_or_path)
@@ -110,7 +148,7 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
 
 def load_tokenizer(name_or_path: str | Path, what: str = "tokenizer"):
     """A fast tokenizer from a folder or hub name."""
-    _quiet_transformers()
+    quiet_transformers()
     from transformers import AutoTokenizer
 
     name = str(name_or_path)

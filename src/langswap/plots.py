@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from langswap.errors import MissingResourceError
+from langswap.files import atomic_file
 
 
 def _pyplot():
@@ -59,9 +59,9 @@ def line_panels(path: str | Path, panels: list[tuple[str, dict[str, tuple[list[f
         figure.suptitle(title, fontsize=10)
     figure.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.partial-{os.getpid()}.png")
-    figure.savefig(temporary, bbox_inches="tight")
-    plt.close(figure)
-    temporary.replace(path)
+    try:
+        with atomic_file(path) as temporary:
+            figure.savefig(temporary, bbox_inches="tight")
+    finally:
+        plt.close(figure)
     return path

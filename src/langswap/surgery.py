@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from langswap.errors import VocabularyError
+from langswap.models import is_tied, position_padding_idx
 
 logger = logging.getLogger(__name__)
 
@@ -32,14 +33,6 @@ class SourceMatrices:
 
     def as_dict(self) -> dict[str, torch.Tensor | None]:
         return {"output_embeddings": self.output_embeddings, "output_bias": self.output_bias}
-
-
-def is_tied(model) -> bool:
-    output = model.get_output_embeddings()
-    if output is None:
-        return False
-    return output.weight is model.get_input_embeddings().weight or (
-        output.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr())
 
 
 def output_bias(model) -> torch.nn.Parameter | None:
@@ -105,9 +98,8 @@ def check_position_offset(model, target_roles: dict[str, int]) -> None:
     """RoBERTa-style models (RoBERTa, XLM-R, CamemBERT) number positions from their pad token's id + 1, taken from
     config.pad_token_id; a target tokenizer whose pad token has another id would shift every position (and overrun
     the position table near the context length). Refused, naming the id the pad token needs."""
-    embeddings = getattr(getattr(model, "base_model", None), "embeddings", None)
-    padding_idx = getattr(embeddings, "padding_idx", None)
-    if padding_idx is None or not hasattr(embeddings, "position_embeddings"):
+    padding_idx = position_padding_idx(model)
+    if padding_idx is None:
         return
     pad = target_roles.get("pad")
     if pad != padding_idx:

@@ -22,7 +22,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from langswap.batching import right_pad
 from langswap.errors import ConfigError, NumericalError, VocabularyError
+from langswap.progress import bar as progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -140,20 +142,13 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     pieces.sort(key=lambda piece: len(piece[0]))
     device = next(model.parameters()).device
     total_nll, total_tokens = 0.0, 0
-    bar = _bar(progress, len(pieces), "scoring")
+    bar = progress_bar(progress, len(pieces), "scoring")
     for start, stop in _length_batches([len(tokens) - 1 for tokens, _ in pieces], batch_tokens):
         batch = pieces[start:stop]
-        longest = max(len(tokens) for tokens, _ in batch) - 1
-        input_ids = torch.zeros((len(batch), longest), dtype=torch.long)
-        targets = torch.zeros_like(input_ids)
-        attention = torch.zeros_like(input_ids)
-        target_mask = torch.zeros((len(batch), longest), dtype=torch.bool)
-        for row, (tokens, skip) in enumerate(batch):
-            tokens = torch.tensor(tokens)
-            input_ids[row, :len(tokens) - 1] = tokens[:-1]
-            targets[row, :len(tokens) - 1] = tokens[1:]
-            attention[row, :len(tokens) - 1] = 1
-            target_mask[row, skip:len(tokens) - 1] = True
+        input_ids, attention = right_pad([tokens[:-1] for tokens, _ in batch], 0)
+        targets, _ = right_pad([tokens[1:] for tokens, _ in batch], 0)
+        target_mask, _ = right_pad([[False] * skip + [True] * (len(tokens) - 1 - skip) for tokens, skip in batch],
+                                   False, torch.bool)
         logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.float()
         log_probs = torch.log_softmax(logits, dim=-1)
         picked = log_probs.gather(-1, targets.to(device).unsqueeze(-1)).squeeze(-1)
@@ -189,7 +184,7 @@ def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None
     device = next(model.parameters()).device
     vocabulary = _logit_width(model, tokenizer)
     total_nll, total_tokens = 0.0, 0
-    bar = _bar(progress, len(lines), "pseudo-perplexity")
+    bar = progress_bar(progress, len(lines), "pseudo-perplexity")
     for content in tokenizer(lines, add_special_tokens=False)["input_ids"]:
         for start, stop, keep_from, keep_to in window_spans(len(content), room, causal=False, stride=stride):
             base = torch.tensor(prefix + content[start:stop] + suffix)
@@ -218,7 +213,7 @@ def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None
 def masked_lm_loss(model, tokenizer, lines: list[str], probability: float = 0.15, seed: int = 0,
                    max_length: int | None = None, batch_size: int = 32, progress: bool = False) -> LMScore:
     """Masked-LM loss of a masked LM on `lines`: the mean negative log-likelihood of the original tokens at positions
-    masked by BERT's rule (`langswap.training.masking.mask_tokens`: `probability` of the non-special tokens selected,
+    masked by BERT's rule (`langswap.masking.mask_tokens`: `probability` of the non-special tokens selected,
     of those 80% masked, 10% random, 10% kept), as in training.
 
     Returns an LMScore of kind "masked-lm-loss": tokens = masked positions, nll = their total, perplexity =
@@ -230,7 +225,7 @@ def masked_lm_loss(model, tokenizer, lines: list[str], probability: float = 0.15
     or `max_length` where smaller) are truncated to it.
     """
     from langswap.evaluation.probes import context_length
-    from langswap.training.masking import IGNORE_INDEX, mask_tokens, special_tokens_mask
+    from langswap.masking import IGNORE_INDEX, mask_tokens, special_tokens_mask
 
     mask_token_id = _mask_token_id(tokenizer, "masked-LM loss")
     window = context_length(model, tokenizer, max_length)
@@ -247,18 +242,12 @@ def masked_lm_loss(model, tokenizer, lines: list[str], probability: float = 0.15
     device = next(model.parameters()).device
     vocabulary = _logit_width(model, tokenizer)
     total_nll, total_tokens = 0.0, 0
-    bar = _bar(progress, len(rows), "masked-LM loss")
+    bar = progress_bar(progress, len(rows), "masked-LM loss")
     # the logits of a batch, (rows, longest, V), stay within LOGIT_BUDGET
     for start, stop in _length_batches([len(masked) * vocabulary for masked, _ in rows], LOGIT_BUDGET, batch_size):
         batch = rows[start:stop]
-        longest = max(len(masked) for masked, _ in batch)
-        input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
-        labels = torch.full((len(batch), longest), IGNORE_INDEX, dtype=torch.long)
-        attention = torch.zeros_like(input_ids)
-        for row, (masked, row_labels) in enumerate(batch):
-            input_ids[row, :len(masked)] = masked
-            labels[row, :len(masked)] = row_labels
-            attention[row, :len(masked)] = 1
+        input_ids, attention = right_pad([masked for masked, _ in batch], pad_id)
+        labels, _ = right_pad([row_labels for _, row_labels in batch], IGNORE_INDEX)
         selected = labels != IGNORE_INDEX
         if selected.any():
             logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
@@ -313,11 +302,3 @@ def evaluate_model(model, tokenizer, lines: list[str], objective: str, progress:
         raise NumericalError(f"the model's {metric} on this text is not a number (log-likelihood {score.nll}): "
                              f"{cause}. No figure is reported for it.")
     return score
-
-
-def _bar(progress: bool, total: int, desc: str):
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="seq")

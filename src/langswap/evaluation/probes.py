@@ -22,7 +22,6 @@ logged).
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -30,8 +29,11 @@ from pathlib import Path
 
 import torch
 
+from langswap.batching import right_pad
 from langswap.errors import ConfigError, VocabularyError
 from langswap.evaluation.conll import Sentence, read_conllu
+from langswap.models import position_padding_idx
+from langswap.progress import bar as progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -121,8 +123,7 @@ def context_length(model, tokenizer, max_length: int | None = None) -> int:
     """Tokens one sequence may hold, special tokens included."""
     config = model.config
     limit = getattr(config, "max_position_embeddings", None) or DEFAULT_CONTEXT
-    # RoBERTa-style position ids start after the padding index, so that many positions are unusable
-    padding_idx = getattr(getattr(getattr(model, "base_model", None), "embeddings", None), "padding_idx", None)
+    padding_idx = position_padding_idx(model)
     if padding_idx is not None:
         limit -= padding_idx + 1
     tokenizer_limit = getattr(tokenizer, "model_max_length", None)
@@ -184,13 +185,7 @@ def batches(pieces: list[Piece], batch_size: int, pad_id: int):
     """(pieces, input_ids (B, L), attention_mask (B, L)), right-padded."""
     for start in range(0, len(pieces), batch_size):
         batch = pieces[start:start + batch_size]
-        longest = max(len(piece.input_ids) for piece in batch)
-        input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(batch), longest), dtype=torch.long)
-        for row, piece in enumerate(batch):
-            input_ids[row, :len(piece.input_ids)] = torch.tensor(piece.input_ids)
-            attention[row, :len(piece.input_ids)] = 1
-        yield batch, input_ids, attention
+        yield (batch, *right_pad([piece.input_ids for piece in batch], pad_id))
 
 
 def pad_id_of(model, tokenizer) -> int:
@@ -233,7 +228,7 @@ def word_features(model, tokenizer, sentences: list[Sentence], layer: int = -1, 
     device = next(model.parameters()).device
     pad_id = pad_id_of(model, tokenizer)
     sums = counts = sentence_sums = sentence_counts = None
-    bar = _bar(progress, len(pieces), "hidden states")
+    bar = progress_bar(progress, len(pieces), "hidden states")
     for batch, input_ids, attention in batches(pieces, batch_size, pad_id):
         states = backbone(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                           output_hidden_states=True).hidden_states[layer].float().cpu()  # (B, L, hidden)
@@ -406,7 +401,7 @@ def pos_probe(model_or_folder, train_conllu: str | Path | list[Sentence], test_c
     model_or_folder: a model folder or hub name (loaded with langswap.models.load_model, its tokenizer with
     load_tokenizer unless `tokenizer` is given), or a loaded model together with `tokenizer`. The splits are
     .conllu paths or lists of Sentence."""
-    from langswap.models import load_model, load_tokenizer
+    from langswap.models import load_model, load_tokenizer, transformers_bars
 
     config = config or ProbeConfig()
     if isinstance(model_or_folder, (str, Path)):
@@ -453,26 +448,3 @@ def pos_probe(model_or_folder, train_conllu: str | Path | list[Sentence], test_c
                 f"{len(train):,}", f"{len(train_tags):,}", f"{len(test):,}", f"{len(test_tags):,}", len(tag_ids),
                 f" | {sum(unseen_tags.values())} test words with tags unseen in training" if unseen_tags else "")
     return result
-
-
-@contextlib.contextmanager
-def transformers_bars(progress: bool):
-    """transformers' own progress bars (loading and saving weights) only when `progress`; restored after."""
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    if not progress:
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
-
-
-def _bar(progress: bool, total: int, desc: str):
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="seq")

@@ -34,9 +34,10 @@ import torch
 
 from langswap.errors import ConfigError, ResourceFormatError
 from langswap.evaluation.conll import Sentence, read_conll_columns, read_conllu
-from langswap.evaluation.probes import (EncodedSentence, _bar, batches, context_length, encode_sentences,
-                                        load_sentences, majority, make_pieces, pad_id_of, special_tokens,
-                                        transformers_bars)
+from langswap.evaluation.probes import (EncodedSentence, batches, context_length, encode_sentences,
+                                        load_sentences, majority, make_pieces, pad_id_of, special_tokens)
+from langswap.models import transformers_bars
+from langswap.progress import bar as progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -258,13 +259,13 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
     task 'pos' reads .conllu files (UPOS); 'ner' reads CoNLL-2003-style columns (`token_column`, `tag_column`).
     Splits may also be lists of Sentence. Nothing is written unless `output` is given: then the fine-tuned model,
     its tokenizer and finetune.json (config, labels, result, version) are saved there atomically."""
-    from langswap.models import _quiet_transformers, dtype_argument, load_tokenizer, objective_of
+    from langswap.models import dtype_argument, quiet_transformers, load_tokenizer, objective_of
 
     config = config or FinetuneConfig()
     if task not in ("pos", "ner"):
         raise ConfigError(f"task is {task!r}; choose 'pos' (UPOS from .conllu) or 'ner' (BIO tags in CoNLL columns).")
     if output is not None:
-        from langswap.resources.text import refuse_existing
+        from langswap.files import refuse_existing
 
         refuse_existing(output, overwrite)
     if task == "pos":
@@ -284,7 +285,7 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
     labels = sorted(set(train_tags))
     label_ids = {label: index for index, label in enumerate(labels)}
 
-    _quiet_transformers()
+    quiet_transformers()
     from transformers import AutoConfig, AutoModelForTokenClassification
 
     tokenizer = load_tokenizer(tokenizer if tokenizer is not None else model_folder)
@@ -370,7 +371,7 @@ def _train(model, pieces, piece_labels, config: FinetuneConfig, pad_id: int, dev
                                    {"params": no_decay, "weight_decay": 0.0}], lr=config.learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / total_steps))
     model.train()
-    bar = _bar(progress, total_steps, "fine-tuning")
+    bar = progress_bar(progress, total_steps, "fine-tuning")
     epoch_loss = 0.0
     for _ in range(config.epochs):
         order = torch.randperm(len(pieces), generator=generator).tolist()
@@ -414,7 +415,7 @@ def _predict(model, encoded, label_ids, prefix, suffix, context, causal, label_t
     pieces = [pieces[index] for index in order]
     predicted_at = [predicted_at[index] for index in order]
     predicted = [[-1] * sentence.n_words for sentence in encoded]
-    bar = _bar(progress, len(pieces), "tagging")
+    bar = progress_bar(progress, len(pieces), "tagging")
     for start, (batch, input_ids, attention) in zip(range(0, len(pieces), batch_size),
                                                     batches(pieces, batch_size, pad_id)):
         best = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.argmax(dim=-1).cpu()
@@ -431,7 +432,7 @@ def _predict(model, encoded, label_ids, prefix, suffix, context, causal, label_t
 def _save(model, tokenizer, output: Path, overwrite: bool, record: dict) -> None:
     from langswap import __version__
     from langswap.models import save_tokenizer
-    from langswap.resources.text import atomic_directory
+    from langswap.files import atomic_directory
 
     with atomic_directory(output, overwrite) as folder, transformers_bars(False):
         model.save_pretrained(folder)

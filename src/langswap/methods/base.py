@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from langswap.errors import ConfigError, MissingResourceError, VocabularyError
-from langswap.methods.kernels import mix_rows
+from langswap.kernels import mix_rows
 from langswap.tokens import Vocabulary, match_special_tokens
 
 logger = logging.getLogger(__name__)

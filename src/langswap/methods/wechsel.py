@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
-from langswap.methods.kernels import softmax_weights, topk_cosine
+from langswap.progress import bar as progress_bar
+from langswap.kernels import softmax_weights, topk_cosine
 from langswap.methods.overlap import copy_exact_matches
 from langswap.tokens import Vocabulary
 
@@ -143,12 +144,7 @@ def wechsel(inputs: TransferInputs, config: WechselConfig, progress: bool = Fals
     source_vectors = token_vectors(inputs.source, inputs.source_vectors, config)
     target_vectors = token_vectors(inputs.target, inputs.target_vectors, config)
     target_vectors[mapping.kinds != Kind.UNPLACED] = 0.0  # rows already copied need no neighbours
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=int((np.abs(target_vectors).sum(axis=1) > 0).sum()), desc="wechsel neighbours",
-                   unit="token")
+    bar = progress_bar(progress, int((np.abs(target_vectors).sum(axis=1) > 0).sum()), "wechsel neighbours", "token")
     groups = {}
     if config.match_word_start:
         groups = {"target_groups": np.array([t.word_start for t in inputs.target.tokens], dtype=np.int64),

@@ -4,7 +4,7 @@ The source space is rotated onto the target space (as in WECHSEL); since the map
 between source and target vectors do not depend on which side moves. Vectors of different dimension are first
 brought to the smaller dimension by PCA of the larger side. Precision@1 is measured on held-out source words (their
 pairs, with every case variant of the word, are not used for the rotation that is tested), with plain nearest neighbour and with CSLS (Conneau et al.,
-2018), by the retrieval of `langswap.evaluation.lexicon`; the returned rotation is then fitted on all pairs.
+2018), by the retrieval of `langswap.resources.retrieval`; the returned rotation is then fitted on all pairs.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from langswap.errors import ResourceFormatError, VocabularyError
-from langswap.evaluation.lexicon import RetrievalConfig, dictionary_precision
 from langswap.resources.dictionary import Dictionary, require_coverage
+from langswap.resources.retrieval import RetrievalConfig, dictionary_precision
 from langswap.resources.vectors import WordVectors, normalize_rows
 
 logger = logging.getLogger(__name__)

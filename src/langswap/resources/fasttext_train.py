@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from langswap.errors import LangswapError, ResourceFormatError
+from langswap.files import atomic_file
 from langswap.resources.text import read_lines
 
 logger = logging.getLogger(__name__)
@@ -68,8 +69,8 @@ def train_fasttext(text_path: str | Path, output: str | Path, config: FastTextCo
     """Train fastText vectors on `text_path` and save the `.bin` model to `output`; returns the path. An existing
     `output` is replaced, or with `overwrite=False` refused before any work. One process at a time writes an output
     file: another gets `OutputLockedError` (`langswap.locking`), and the existence check is made under the lock."""
+    from langswap.files import refuse_existing
     from langswap.locking import OutputLock
-    from langswap.resources.text import refuse_existing
 
     with OutputLock(output, "fastText output file"):
         refuse_existing(output, overwrite, "output file")
@@ -86,19 +87,17 @@ def _train_fasttext(text_path: str | Path, output: str | Path, config: FastTextC
         words = prepare_corpus(text_path, corpus)
         logger.info("training fastText (%s, dim %d) on %s words of %s", config.model, config.dim, f"{words:,}",
                     text_path)
-        partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
         options = asdict(config)
         options["thread"] = options["thread"] or (os.cpu_count() or 1)
         options["verbose"] = 2 if progress else 0
-        job = {"input": str(corpus), "output": str(partial), "options": options}
-        result = subprocess.run([sys.executable, "-m", "langswap.resources.fasttext_train", json.dumps(job)],
-                                stderr=None if progress else subprocess.PIPE, text=True)
-        if result.returncode != 0 or not partial.exists():
-            partial.unlink(missing_ok=True)
-            detail = (result.stderr or "").strip().splitlines()[-1:] if result.stderr else []
-            raise LangswapError(f"fastText training on '{text_path}' failed ({'; '.join(detail) or 'no message'}). "
-                                "With very little text, lower --set minCount=1 or --set dim=50.")
-        partial.replace(output)
+        with atomic_file(output) as partial:
+            job = {"input": str(corpus), "output": str(partial), "options": options}
+            result = subprocess.run([sys.executable, "-m", "langswap.resources.fasttext_train", json.dumps(job)],
+                                    stderr=None if progress else subprocess.PIPE, text=True)
+            if result.returncode != 0 or not partial.exists():
+                detail = (result.stderr or "").strip().splitlines()[-1:] if result.stderr else []
+                raise LangswapError(f"fastText training on '{text_path}' failed ({'; '.join(detail) or 'no message'})"
+                                    ". With very little text, lower --set minCount=1 or --set dim=50.")
     return output
 
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -45,55 +42,3 @@ def read_text_lines(path: str | Path, what: str = "text file", max_lines: int | 
         raise ResourceFormatError(f"{what} '{path}' has no text (no non-empty line). Give a UTF-8 file with one "
                                   "document or paragraph per line.")
     return lines
-
-
-def refuse_existing(output: str | Path, overwrite: bool, what: str = "output folder") -> None:
-    """An OutputExistsError when `output` exists and may not be replaced: checked before slow work starts, and
-    again by `atomic_directory` when the result is written."""
-    from langswap.errors import OutputExistsError
-
-    if Path(output).exists() and not overwrite:
-        raise OutputExistsError(f"{what} '{output}' already exists; choose another --output or pass --overwrite "
-                                "to replace it.")
-
-
-@contextmanager
-def atomic_directory(final: Path, overwrite: bool):
-    """Yield a temporary folder beside `final`; on success it replaces `final`, on failure it is removed.
-
-    An existing `final` is kept unless `overwrite`, and even then only replaced once the new folder is complete."""
-    import shutil
-
-    final = Path(final)
-    refuse_existing(final, overwrite)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
-    try:
-        yield temporary
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-    replace_directory(temporary, final)
-
-
-def replace_directory(complete: Path, final: Path) -> None:
-    """Put the finished folder `complete` at `final`; an existing `final` is moved aside first and deleted only once
-    the new one is in place, so at no moment is neither there."""
-    import shutil
-
-    final = Path(final)
-    if final.exists():
-        backup = final.with_name(f".{final.name}.old-{os.getpid()}")
-        final.rename(backup)
-        Path(complete).rename(final)
-        shutil.rmtree(backup, ignore_errors=True)
-    else:
-        Path(complete).rename(final)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)

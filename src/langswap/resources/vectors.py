@@ -208,13 +208,12 @@ class WordVectors:
         words = self.words if max_words is None else self.words[:max_words]
         matrix = self.word_matrix(len(words))
         kept = [i for i, word in enumerate(words) if word and not any(char.isspace() for char in word)]
-        path = Path(path)
-        temporary = path.with_name(path.name + ".partial")
-        with open(temporary, "w", encoding="utf-8") as handle:
+        from langswap.files import atomic_file
+
+        with atomic_file(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
             handle.write(f"{len(kept)} {matrix.shape[1]}\n")
             for i in kept:
                 handle.write(words[i] + " " + " ".join(f"{value:.5g}" for value in matrix[i]) + "\n")
-        temporary.replace(path)
         return len(kept)
 
 

@@ -147,7 +147,7 @@ class LMCollator:
         return batch
 
     def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None = None):
-        from langswap.training.masking import mask_tokens, special_tokens_mask
+        from langswap.masking import mask_tokens, special_tokens_mask
 
         return mask_tokens(input_ids, self.tokenizer.mask_token_id, len(self.tokenizer),
                            special_tokens_mask(self.tokenizer, input_ids), self.mlm_probability, generator=generator)

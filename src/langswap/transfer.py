@@ -21,7 +21,7 @@ from langswap.errors import ConfigError, MissingResourceError, NumericalError
 from langswap.methods.base import (MethodConfig, TokenMapping, TransferInputs, check_resources, get_method,
                                    run_method)
 from langswap.resources.alignment import AlignConfig
-from langswap.resources.text import refuse_existing
+from langswap.files import refuse_existing
 
 logger = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
 def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     from langswap.models import load_model, load_tokenizer, objective_of, save_tokenizer
     from langswap.numerics import refuse_non_finite
-    from langswap.resources.text import atomic_directory
+    from langswap.files import atomic_directory
     from langswap.surgery import check_position_offset, read_source_matrices
     from langswap.tokens import Vocabulary
 
@@ -219,7 +219,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     if config.target_tokenizer:
         target_tokenizer = load_tokenizer(config.target_tokenizer, "target tokenizer")
     else:
-        from langswap.tokenizer_training import train_tokenizer
+        from langswap.resources.tokenizer import train_tokenizer
 
         target_tokenizer = train_tokenizer(source_tokenizer, config.target_text, config.vocab_size, progress=progress)
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)

@@ -1,0 +1,69 @@
+"""The package's layers only look down: a module imports from its own layer or the layers below it, never above.
+
+The order is the pipeline's (docs/architecture.md): the base modules every layer uses, then tokens, resources,
+methods, surgery, training, evaluation, transfer, bench, demo, and the command line on top. A module that is not in
+this table fails the test, so a new module is placed in a layer when it is written.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "langswap"
+
+LAYERS = [
+    ("base", ["__init__", "errors", "config", "files", "locking", "numerics", "kernels", "masking", "batching",
+              "progress", "plots", "models"]),
+    ("tokens", ["tokens"]),
+    ("resources", ["resources"]),
+    ("methods", ["methods"]),
+    ("surgery", ["surgery"]),
+    ("training", ["training"]),
+    ("evaluation", ["evaluation"]),
+    ("transfer", ["transfer"]),
+    ("bench", ["bench"]),
+    ("demo", ["demo"]),
+    ("cli", ["cli", "__main__"]),
+]
+LEVEL = {name: level for level, (_, names) in enumerate(LAYERS) for name in names}
+
+
+def layer_of(module: str) -> int:
+    """`langswap.resources.vectors` -> the level of `resources`; a package's own `__init__` counts as the base."""
+    parts = module.split(".")[1:] or ["__init__"]
+    if parts[0] not in LEVEL:
+        raise AssertionError(f"module langswap.{'.'.join(parts)} is in no layer: add it to LAYERS in "
+                             f"{Path(__file__).name} and to docs/architecture.md")
+    return LEVEL[parts[0]]
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            found += [(node.lineno, name) for name in names[:1] if name.split(".")[0] == "langswap"]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "langswap"]
+    return found
+
+
+def modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE.parent).with_suffix("")
+        yield ".".join(relative.parts), path
+
+
+@pytest.mark.parametrize("module,path", list(modules()), ids=lambda value: str(value) if isinstance(value, str)
+                         else "")
+def test_imports_only_look_down(module, path):
+    own = layer_of(module)
+    upward = [f"line {line}: {target} ({LAYERS[layer_of(target)][0]})" for line, target in imports_of(path)
+              if layer_of(target) > own]
+    assert not upward, f"{module} ({LAYERS[own][0]}) imports from a layer above it: " + "; ".join(upward)
+
+
+def test_every_module_has_a_layer():
+    for module, _ in modules():
+        layer_of(module)
