@@ -125,10 +125,97 @@ def test_config_round_trip(name):
 def test_mixing_weights_are_a_distribution(name, inputs):
     result, _, _ = _run(name, inputs)
     mapping = result.mapping
-    placed = np.isin(mapping.kinds, [Kind.SPECIAL, Kind.COPIED, Kind.MIXED, Kind.SUBWORD])
-    sums = mapping.weights[placed].sum(axis=1)
+    placed = np.flatnonzero(np.isin(mapping.kinds, [Kind.SPECIAL, Kind.COPIED, Kind.MIXED, Kind.SUBWORD]))
+    sums = np.array([mapping.row(row)[1].sum() for row in placed])
     assert np.allclose(sums, 1.0, atol=1e-5)
-    assert (mapping.sources[placed][mapping.weights[placed] > 0] < len(inputs.source)).all()
+    assert all((sources[weights > 0] < len(inputs.source)).all() for sources, weights in map(mapping.row, placed))
+
+
+# What each kind promises, written out here rather than read from KIND_RULES, so the test checks the rules too:
+# (fewest sources, most sources or None for any, what the weights are: "one", "distribution" or None).
+KIND_PROMISES = {
+    Kind.SPECIAL: (1, 1, "one"),
+    Kind.COPIED: (1, 1, "one"),
+    Kind.MIXED: (1, None, "distribution"),
+    Kind.SUBWORD: (1, None, "distribution"),
+    Kind.MEAN: (0, 0, None),
+    Kind.RANDOM: (0, 0, None),
+    Kind.BASE_PLUS_OFFSET: (0, 0, None),
+}
+
+
+def test_every_kind_has_a_promise_and_a_rule():
+    from langswap.methods.mapping import KIND_RULES
+
+    assert set(KIND_PROMISES) == set(Kind) - {Kind.UNPLACED}, "a new Kind needs a row in KIND_PROMISES"
+    assert set(KIND_RULES) == set(Kind)
+    for kind, (fewest, most, weights) in KIND_PROMISES.items():
+        rule = KIND_RULES[kind]
+        assert (rule.fewest_sources, rule.most_sources, rule.weights) == (fewest, most, weights or "none")
+        assert rule.head and rule.bias  # each kind states its output head and output bias rule
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("fallback", ["random", "mean", "subword"])
+def test_each_row_keeps_its_kinds_promise(name, fallback, inputs):
+    result, _, _ = _run(name, inputs, fallback=fallback)
+    mapping = result.mapping
+    mapping.check(len(inputs.source))  # run_method checked it too; here it must agree with the row-by-row reading
+    for row in range(len(mapping)):
+        kind = Kind(int(mapping.kinds[row]))
+        fewest, most, promised = KIND_PROMISES[kind]
+        sources, weights = mapping.row(row)
+        assert fewest <= len(sources) and (most is None or len(sources) <= most), (row, kind, sources)
+        assert ((sources >= 0) & (sources < len(inputs.source))).all()
+        if promised == "one":
+            assert weights.tolist() == [1.0]
+        elif promised == "distribution":
+            assert (weights >= 0).all() and abs(float(weights.sum()) - 1.0) <= 1e-5
+        assert (mapping.base_of(row) is not None) == (kind == Kind.BASE_PLUS_OFFSET)
+
+
+def _old_dense_build(mapping, matrix, seed, stream):
+    """The matrices as langswap built them from a dense (V_t, width) table padded with -1: the reference the
+    compressed mapping must equal bit for bit."""
+    from langswap.methods.mapping import random_rows
+
+    width = max(1, mapping.width)
+    sources = np.full((len(mapping), width), -1, dtype=np.int64)
+    weights = np.zeros((len(mapping), width), dtype=np.float32)
+    for row in range(len(mapping)):
+        row_sources, row_weights = mapping.row(row)
+        sources[row, :len(row_sources)] = row_sources
+        weights[row, :len(row_weights)] = row_weights
+    table = matrix.detach().to(torch.float32)
+    vector = table.dim() == 1
+    table2 = table[:, None] if vector else table
+    out = torch.zeros((len(mapping), table2.shape[1]))
+    step = max(1, 256 * 2**20 // (4 * width * table2.shape[1]))
+    for start in range(0, len(mapping), step):  # the old mix_rows: an embedding_bag over the padded table
+        index = torch.from_numpy(sources[start:start + step])
+        block_weights = torch.where(index >= 0, torch.from_numpy(weights[start:start + step]), torch.zeros(()))
+        out[start:start + step] = torch.nn.functional.embedding_bag(index.clamp_min(0), table2,
+                                                                    per_sample_weights=block_weights, mode="sum")
+    out = out[:, 0] if vector else out
+    mean_rows = torch.from_numpy(mapping.rows_of(Kind.MEAN))
+    out[mean_rows] = table.mean(dim=0)
+    random = torch.from_numpy(mapping.rows_of(Kind.RANDOM))
+    out[random] = random_rows(table, len(mapping), seed, stream)[random]
+    return out.to(matrix.dtype)
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.contiguous().view(torch.int16 if tensor.element_size() == 2 else torch.int32)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("fallback", ["random", "mean", "subword"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matrices_equal_the_dense_table_computation_bit_for_bit(name, fallback, dtype, inputs):
+    result, output, bias = _run(name, inputs, fallback=fallback, dtype=dtype)
+    for stream, (built, source) in enumerate([(result.embeddings, inputs.source_embeddings.to(dtype)),
+                                              (result.output_embeddings, output), (result.output_bias, bias)]):
+        assert torch.equal(_bits(built), _bits(_old_dense_build(result.mapping, source, 0, stream)))  # _run's seed
 
 
 def test_random_rows_follow_the_source_statistics(inputs):

@@ -114,22 +114,53 @@ def mix_rows(matrix: torch.Tensor, sources: torch.Tensor, weights: torch.Tensor,
     """out[i] = sum_j weights[i, j] * matrix[sources[i, j]], skipping sources < 0.
 
     matrix: (V_s, d) or (V_s,) for a bias; sources: (N, w) int64; weights: (N, w). Returns float32 (N, d) or (N,).
-    A weighted-sum `embedding_bag` per block of rows: no (N, w, d) gather is materialised. `block_bytes` bounds
-    the rows per call (as the (b, w, d) rows read), which keeps the index copies small.
+    The padded-table form of `mix_csr_rows`: the padding is dropped and the rows are mixed as compressed rows.
+    """
+    sources = torch.as_tensor(sources, dtype=torch.int64)
+    weights = torch.as_tensor(weights, dtype=torch.float32)
+    valid = sources >= 0
+    indptr = torch.zeros(sources.shape[0] + 1, dtype=torch.int64)
+    torch.cumsum(valid.sum(dim=1), dim=0, out=indptr[1:])
+    return mix_csr_rows(matrix, indptr, sources[valid], weights[valid], block_bytes)
+
+
+def mix_csr_rows(matrix: torch.Tensor, indptr, indices, weights,
+                 block_bytes: int = DEFAULT_BLOCK_BYTES) -> torch.Tensor:
+    """out[i] = sum over j in indptr[i]:indptr[i + 1] of weights[j] * matrix[indices[j]]: rows compressed by row.
+
+    matrix: (V_s, d) or (V_s,) for a bias; indptr: (N + 1,) int64 from 0; indices: (nnz,) int64 rows of `matrix`;
+    weights: (nnz,). Numpy or torch. Returns float32 (N, d) or (N,); a row without entries is zero. Each block of
+    rows is one weighted-sum `embedding_bag` over at most block_bytes / (4 d) entries (more only where one row holds
+    more), so no (N, longest row) table and no (entries, d) gather is built: one row of 500 sources costs 500
+    entries. A row's terms are added in their order, as a padded table's row without its padding.
     """
     vector = matrix.dim() == 1
     table = _as_tensor(matrix if not vector else matrix[:, None])
-    sources = torch.as_tensor(sources, dtype=torch.int64)
-    weights = torch.as_tensor(weights, dtype=torch.float32)
-    n_rows, width = sources.shape
-    out = torch.zeros((n_rows, table.shape[1]), dtype=torch.float32)
-    if width == 0 or n_rows == 0:
-        return out[:, 0] if vector else out
-    step = block_rows_for(width * table.shape[1], block_bytes)
-    for start in range(0, n_rows, step):
-        index = sources[start:start + step]
-        valid = index >= 0
-        block_weights = torch.where(valid, weights[start:start + step], torch.zeros(()))
-        out[start:start + step] = torch.nn.functional.embedding_bag(
-            index.clamp_min(0), table, per_sample_weights=block_weights, mode="sum")
+    indptr = _as_tensor(indptr, torch.int64)
+    indices = _as_tensor(indices, torch.int64)
+    weights = _as_tensor(weights, torch.float32)
+    n_rows = len(indptr) - 1
+    assert indptr[0] == 0 and len(indices) == len(weights) == indptr[-1], "indptr, indices and weights disagree"
+    # a block's entries, and its (rows, d) float32 result, stay under block_bytes
+    per_block = max(1, block_bytes // (4 * max(table.shape[1], 1)))
+    out = None
+    start = 0
+    while start < n_rows:
+        # the block ends at the last row whose entries still fit, or after one row that alone holds more
+        stop = int(torch.searchsorted(indptr, indptr[start] + per_block, right=True)) - 1
+        stop = min(max(stop, start + 1), n_rows, start + per_block)
+        first, last = int(indptr[start]), int(indptr[stop])
+        if last > first:
+            mixed = torch.nn.functional.embedding_bag(
+                indices[first:last], table, indptr[start:stop] - first, per_sample_weights=weights[first:last],
+                mode="sum")
+            if start == 0 and stop == n_rows:
+                out = mixed  # one block: its result is the output, not a copy of it
+            else:
+                if out is None:
+                    out = torch.zeros((n_rows, table.shape[1]), dtype=torch.float32)
+                out[start:stop] = mixed
+        start = stop
+    if out is None:
+        out = torch.zeros((n_rows, table.shape[1]), dtype=torch.float32)
     return out[:, 0] if vector else out

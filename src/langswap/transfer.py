@@ -17,9 +17,9 @@ from pathlib import Path
 
 from langswap import __version__
 from langswap.config import from_dict, to_dict
-from langswap.errors import ConfigError, MissingResourceError, NumericalError
-from langswap.methods.base import (MethodConfig, TokenMapping, TransferInputs, check_resources, get_method,
-                                   run_method)
+from langswap.errors import ConfigError, MissingResourceError
+from langswap.methods.base import MethodConfig, TransferInputs, check_resources, get_method, run_method
+from langswap.methods.provenance import refuse_non_finite_rows, write_provenance
 from langswap.resources.alignment import AlignConfig
 from langswap.files import refuse_existing
 
@@ -138,40 +138,6 @@ def prepare_vectors(resources: ResourcesConfig, align_config: AlignConfig):
     logger.debug("aligned vectors: %s pairs, precision@1 %s (CSLS %s)", alignment.report["pairs_used"],
                 alignment.report.get("precision_at_1"), alignment.report.get("precision_at_1_csls"))
     return alignment.source, alignment.target, alignment.report
-
-
-def write_provenance(path: Path, mapping: TokenMapping, source, target) -> None:
-    """One line per target token: id, token, how made, source tokens with weights."""
-    from langswap.evaluation.correspondence import kind_name, show_token, token_sources
-
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write("id\ttoken\tkind\tsources\n")
-        for token_id in range(len(mapping)):
-            sources = " ".join(f"{source_id}:{show_token(source, source_id)!r}:{weight:.4f}"
-                               for source_id, weight in token_sources(mapping, token_id))
-            handle.write(f"{token_id}\t{show_token(target, token_id)!r}\t{kind_name(mapping, token_id)}\t{sources}\n")
-
-
-def refuse_non_finite_rows(result, inputs: TransferInputs) -> None:
-    """A method's matrices must be finite: a NaN row would be written into the model and spread through training."""
-    from langswap.evaluation.correspondence import kind_name, show_token, token_sources
-    from langswap.numerics import non_finite_rows
-
-    for what, matrix in (("input embeddings", result.embeddings), ("output embeddings", result.output_embeddings),
-                         ("output bias", result.output_bias)):
-        if matrix is None:
-            continue
-        rows = non_finite_rows(matrix).tolist()
-        if rows:
-            shown = "; ".join(f"{row} {show_token(inputs.target, row)!r} ({kind_name(result.mapping, row)} from "
-                              + (", ".join(f"{source_id} {show_token(inputs.source, source_id)!r}"
-                                           for source_id, _ in token_sources(result.mapping, row)) or "no source")
-                              + ")" for row in rows[:5])
-            raise NumericalError(
-                f"the new {what} hold NaN or infinite values in {len(rows):,} rows ({shown}"
-                f"{'; ...' if len(rows) > 5 else ''}); nothing was written. The source rows they are made from, or "
-                "the word vectors, hold non-finite values: check the source model with `langswap evaluate` and the "
-                "vector files.")
 
 
 def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,

@@ -1,29 +1,16 @@
-"""Correspondence tables: target tokens with the source tokens they were made from (WECHSEL's Table 6)."""
+"""Correspondence tables: target tokens with the source tokens they were made from (WECHSEL's Table 6).
+
+Rows are read from the mapping row by row (`langswap.methods.provenance`, which `provenance.tsv` reads too)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from langswap.methods.base import Kind, TokenMapping
+from langswap.methods.mapping import Kind, TokenMapping
+from langswap.methods.provenance import base_name, kind_name, show_token, token_sources
 from langswap.tokens import Vocabulary
 
-
-def show_token(vocabulary: Vocabulary, token_id: int) -> str:
-    """A token for people: `_` marks a word start; specials and partial UTF-8 as in the vocabulary."""
-    token = vocabulary[token_id]
-    text = token.text if token.text is not None else token.token
-    return ("_" if token.word_start else "") + text if not token.special else token.token
-
-
-def token_sources(mapping: TokenMapping, token_id: int) -> list[tuple[int, float]]:
-    """(source id, weight) pairs a target row was made from, heaviest first."""
-    order = np.argsort(-mapping.weights[token_id], kind="stable")
-    return [(int(mapping.sources[token_id, j]), float(mapping.weights[token_id, j]))
-            for j in order if mapping.sources[token_id, j] >= 0]
-
-
-def kind_name(mapping: TokenMapping, token_id: int) -> str:
-    return Kind(int(mapping.kinds[token_id])).name.lower()
+__all__ = ["correspondence_rows", "format_correspondence", "kind_name", "show_token", "token_sources"]
 
 
 def correspondence_rows(mapping: TokenMapping, source: Vocabulary, target: Vocabulary, count: int = 12,
@@ -40,8 +27,12 @@ def correspondence_rows(mapping: TokenMapping, source: Vocabulary, target: Vocab
     rows = []
     for token_id in token_ids:
         sources = [(show_token(source, source_id), weight) for source_id, weight in token_sources(mapping, token_id)]
-        rows.append({"id": int(token_id), "token": show_token(target, token_id), "kind": kind_name(mapping, token_id),
-                     "sources": sources})
+        row = {"id": int(token_id), "token": show_token(target, token_id), "kind": kind_name(mapping, token_id),
+               "sources": sources}
+        base = base_name(mapping, token_id)
+        if base is not None:
+            row["base"] = base  # `NAME[ROW]`: a base row plus an offset, made from no source token
+        rows.append(row)
     return rows
 
 
@@ -49,6 +40,7 @@ def format_correspondence(rows: list[dict], top: int = 3) -> str:
     """A markdown table: target token | how made | top source tokens with weights."""
     lines = ["| target token | made by | nearest source tokens (weight) |", "|---|---|---|"]
     for row in rows:
-        sources = ", ".join(f"{name} ({weight:.2f})" for name, weight in row["sources"][:top]) or "-"
+        sources = ", ".join(f"{name} ({weight:.2f})" for name, weight in row["sources"][:top]) \
+            or (f"{row['base']} + offset" if row.get("base") else "-")
         lines.append(f"| {row['token']} | {row['kind']} | {sources} |")
     return "\n".join(lines)

@@ -1,16 +1,16 @@
-"""The method interface: configs, the registry, token mappings and how a mapping becomes matrices.
+"""The method interface: configs, the registry, and the shared finishing step of every method.
 
-A method is a pure function `(TransferInputs, config) -> TokenMapping`. The mapping says, for each target token,
-how its row is made: copied from a source row, mixed from source rows with weights, or left unplaced. The shared
-`finish` step then copies special tokens by role, places what the method left with the configured fallback, and
-applies the same mapping to every source matrix (input embeddings, an untied output head, an output bias), so one
-similarity pass serves them all. Random rows come from a generator seeded by `config.seed`, never global state.
+A method is a pure function `(TransferInputs, config) -> TokenMapping`. The mapping (`methods/mapping.py`) says, for
+each target token, how its row is made: copied from a source row, mixed from source rows with weights, a base row
+plus an offset, or left unplaced. The shared `finish` step then copies special tokens by role, places what the method
+left with the configured fallback, checks each row against its kind's rule, and applies the same mapping to every
+source matrix (input embeddings, an untied output head, an output bias), so one similarity pass serves them all.
+Random rows come from a generator seeded by `config.seed`, never global state.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 from dataclasses import dataclass, field
 from typing import Callable, Literal
@@ -19,22 +19,10 @@ import numpy as np
 import torch
 
 from langswap.errors import ConfigError, MissingResourceError, VocabularyError
-from langswap.kernels import mix_rows
+from langswap.methods.mapping import Kind, TokenMapping, build_matrix
 from langswap.tokens import Vocabulary, match_special_tokens
 
 logger = logging.getLogger(__name__)
-
-
-class Kind(enum.IntEnum):
-    """How a target row was made."""
-
-    UNPLACED = 0  # only inside a method, before the fallback
-    SPECIAL = 1  # copied from the source special token with the same role
-    COPIED = 2  # copied from the source token with the same canonical form
-    MIXED = 3  # weighted mix of source rows (WECHSEL and friends)
-    SUBWORD = 4  # fallback: mean of the source rows of the token's text split by the source tokenizer
-    MEAN = 5  # fallback: the source mean row
-    RANDOM = 6  # per-dimension normal with the source rows' mean and standard deviation
 
 
 FALLBACKS = ("random", "mean", "subword")
@@ -71,51 +59,6 @@ class TransferInputs:
     def __post_init__(self):
         rows, _ = self.source_embeddings.shape
         assert rows == len(self.source), f"{rows} embedding rows for {len(self.source)} source tokens"
-
-
-@dataclass
-class TokenMapping:
-    """Per target token: kind, source ids (-1 = none) and weights. sources/weights: (V_t, width)."""
-
-    kinds: np.ndarray
-    sources: np.ndarray
-    weights: np.ndarray
-
-    @classmethod
-    def empty(cls, size: int, width: int = 1) -> "TokenMapping":
-        return cls(np.zeros(size, dtype=np.int8), np.full((size, width), -1, dtype=np.int64),
-                   np.zeros((size, width), dtype=np.float32))
-
-    def __len__(self) -> int:
-        return len(self.kinds)
-
-    def set_rows(self, rows, kind: Kind, sources, weights) -> None:
-        """Set rows (index array) to `kind` with (len(rows), w) sources and weights, widening the table if needed."""
-        sources = np.asarray(sources, dtype=np.int64).reshape(len(rows), -1)
-        weights = np.asarray(weights, dtype=np.float32).reshape(len(rows), -1)
-        width = sources.shape[1]
-        if width > self.sources.shape[1]:
-            extra = width - self.sources.shape[1]
-            self.sources = np.pad(self.sources, ((0, 0), (0, extra)), constant_values=-1)
-            self.weights = np.pad(self.weights, ((0, 0), (0, extra)))
-        self.kinds[rows] = kind
-        self.sources[rows] = -1
-        self.weights[rows] = 0.0
-        self.sources[rows, :width] = sources
-        self.weights[rows, :width] = weights
-
-    def copy_rows(self, rows, source_ids, kind: Kind = Kind.COPIED) -> None:
-        self.set_rows(np.asarray(rows), kind, np.asarray(source_ids)[:, None], np.ones((len(rows), 1)))
-
-    def rows_of(self, kind: Kind) -> np.ndarray:
-        return np.flatnonzero(self.kinds == kind)
-
-    def counts(self) -> dict[str, int]:
-        return {kind.name.lower(): int((self.kinds == kind).sum()) for kind in Kind if (self.kinds == kind).any()}
-
-    def summary(self) -> str:
-        parts = [f"{name} {count:,}" for name, count in self.counts().items()]
-        return " | ".join(parts + [f"total {len(self):,}"])
 
 
 @dataclass
@@ -201,8 +144,7 @@ def copy_special_tokens(mapping: TokenMapping, inputs: TransferInputs, config: M
                 f"(source roles: {', '.join(sorted(inputs.source.roles)) or 'none'}). Give the target tokenizer the "
                 "source's special tokens, or place these rows with the fallback: --set method.unmatched_special="
                 "fallback.")
-        rows = np.fromiter(unmatched.keys(), dtype=np.int64)
-        mapping.kinds[rows] = Kind.UNPLACED
+        mapping.set_kind(np.fromiter(unmatched.keys(), dtype=np.int64), Kind.UNPLACED)
 
 
 def subword_sources(inputs: TransferInputs, rows: np.ndarray) -> tuple[list[int], list[list[int]]]:
@@ -232,44 +174,16 @@ def apply_fallback(mapping: TokenMapping, inputs: TransferInputs, fallback: str)
     if fallback == "subword":
         placed, pieces = subword_sources(inputs, rows)
         if placed:
-            width = max(len(ids) for ids in pieces)
-            sources = np.full((len(placed), width), -1, dtype=np.int64)
-            weights = np.zeros((len(placed), width), dtype=np.float32)
-            for i, ids in enumerate(pieces):
-                sources[i, :len(ids)] = ids
-                weights[i, :len(ids)] = 1.0 / len(ids)
-            mapping.set_rows(np.asarray(placed), Kind.SUBWORD, sources, weights)
-        rows = mapping.rows_of(Kind.UNPLACED)  # what even the source tokenizer cannot spell gets the mean
-        mapping.kinds[rows] = Kind.MEAN
+            lengths = np.array([len(ids) for ids in pieces], dtype=np.int64)
+            sources = np.fromiter((i for ids in pieces for i in ids), dtype=np.int64, count=int(lengths.sum()))
+            weights = np.repeat(1.0 / lengths, lengths)
+            mapping.set_ragged_rows(np.asarray(placed), Kind.SUBWORD, lengths, sources, weights)
+        # what even the source tokenizer cannot spell gets the mean
+        mapping.set_kind(mapping.rows_of(Kind.UNPLACED), Kind.MEAN)
     elif fallback == "mean":
-        mapping.kinds[rows] = Kind.MEAN
+        mapping.set_kind(rows, Kind.MEAN)
     else:
-        mapping.kinds[rows] = Kind.RANDOM
-
-
-def random_rows(matrix: torch.Tensor, count: int, seed: int, stream: int) -> torch.Tensor:
-    """(count, d) rows ~ N(mean_j, std_j) per dimension j of `matrix` (or (count,) for a vector)."""
-    table = matrix.to(torch.float32)
-    generator = np.random.default_rng([seed, stream])
-    mean, std = table.mean(dim=0).numpy(), table.std(dim=0).numpy()
-    shape = (count,) + tuple(table.shape[1:])
-    noise = generator.standard_normal(shape).astype(np.float32)
-    return torch.from_numpy(mean + std * noise)
-
-
-def build_matrix(mapping: TokenMapping, matrix: torch.Tensor, seed: int, stream: int) -> torch.Tensor:
-    """Apply a finished mapping to one source matrix (V_s, d) or bias (V_s,); returns (V_t, ...) in its dtype."""
-    table = matrix.detach().to(torch.float32)
-    out = mix_rows(table, torch.from_numpy(mapping.sources), torch.from_numpy(mapping.weights))
-    mean_rows = mapping.rows_of(Kind.MEAN)
-    if len(mean_rows):
-        out[torch.from_numpy(mean_rows)] = table.mean(dim=0)
-    random = mapping.rows_of(Kind.RANDOM)
-    if len(random):
-        # drawn for every target row so a token's random row does not depend on which other rows are random
-        out[torch.from_numpy(random)] = random_rows(table, len(mapping), seed, stream)[torch.from_numpy(random)]
-    assert not (mapping.kinds == Kind.UNPLACED).any(), "finish() must place every row"
-    return out.to(matrix.dtype)
+        mapping.set_kind(rows, Kind.RANDOM)
 
 
 def check_resources(spec: MethodSpec, has_vectors: bool) -> None:
@@ -286,7 +200,8 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
     """Run a registered method and build the new matrices.
 
     `source_matrices` may hold "output_embeddings" (V_s, d) and "output_bias" (V_s,) besides the input embeddings
-    in `inputs`; each gets the same mapping. Streams 0/1/2 seed their random rows independently.
+    in `inputs`; each gets the same mapping, by the head and bias rule of each row's kind (KIND_RULES). Streams 0/1/2
+    seed their random rows independently.
     """
     config = make_config(name_or_config) if isinstance(name_or_config, str) else name_or_config
     spec = get_method(config.method_name)
@@ -295,13 +210,13 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
     assert isinstance(mapping, TokenMapping) and len(mapping) == len(inputs.target)
     copy_special_tokens(mapping, inputs, config)
     apply_fallback(mapping, inputs, config.fallback)
+    mapping.check(len(inputs.source))  # each kind's rule (KIND_RULES), every row placed
     logger.info("%s: %s", spec.name, mapping.summary())
     source_matrices = source_matrices or {}
-    result = MethodResult(mapping, build_matrix(mapping, inputs.source_embeddings, config.seed, 0))
-    if source_matrices.get("output_embeddings") is not None:
-        result.output_embeddings = build_matrix(mapping, source_matrices["output_embeddings"], config.seed, 1)
-    if source_matrices.get("output_bias") is not None:
-        result.output_bias = build_matrix(mapping, source_matrices["output_bias"], config.seed, 2)
+    result = MethodResult(mapping, build_matrix(mapping, inputs.source_embeddings, config.seed, "embeddings"))
+    for which in ("output_embeddings", "output_bias"):
+        if source_matrices.get(which) is not None:
+            setattr(result, which, build_matrix(mapping, source_matrices[which], config.seed, which))
     return result
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
 
 
@@ -19,5 +21,5 @@ class RandomConfig(MethodConfig):
 def random_init(inputs: TransferInputs, config: RandomConfig, progress: bool = False) -> TokenMapping:
     """Per-dimension normal with the source embeddings' mean and standard deviation (FullRand)."""
     mapping = TokenMapping.empty(len(inputs.target))
-    mapping.kinds[:] = Kind.RANDOM
+    mapping.set_kind(np.arange(len(mapping)), Kind.RANDOM)
     return mapping

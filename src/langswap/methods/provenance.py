@@ -1,0 +1,81 @@
+"""How each target row was made, for people: `provenance.tsv`, and the error that names non-finite new rows.
+
+Both read a `TokenMapping` row by row (its compressed rows; nothing is widened to a table). The correspondence
+table (`langswap.evaluation.correspondence`) reads the same functions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from langswap.errors import NumericalError
+from langswap.methods.mapping import Kind, TokenMapping
+from langswap.tokens import Vocabulary
+
+
+def show_token(vocabulary: Vocabulary, token_id: int) -> str:
+    """A token for people: `_` marks a word start; specials and partial UTF-8 as in the vocabulary."""
+    token = vocabulary[token_id]
+    text = token.text if token.text is not None else token.token
+    return ("_" if token.word_start else "") + text if not token.special else token.token
+
+
+def token_sources(mapping: TokenMapping, token_id: int) -> list[tuple[int, float]]:
+    """(source id, weight) pairs a target row was made from, heaviest first (ties in the order they were set)."""
+    sources, weights = mapping.row(token_id)
+    order = np.argsort(-weights, kind="stable")
+    return [(int(sources[j]), float(weights[j])) for j in order]
+
+
+def kind_name(mapping: TokenMapping, token_id: int) -> str:
+    return Kind(int(mapping.kinds[token_id])).name.lower()
+
+
+def base_name(mapping: TokenMapping, token_id: int) -> str | None:
+    """`NAME[ROW]` of a BASE_PLUS_OFFSET row's base row; None for any other row."""
+    base = mapping.base_of(token_id)
+    return None if base is None else f"{base[0]}[{base[1]}]"
+
+
+def write_provenance(path: Path, mapping: TokenMapping, source: Vocabulary, target: Vocabulary) -> None:
+    """One line per target token: id, token, how made, source tokens with weights (`ID:'TOKEN':WEIGHT` each, heaviest
+    first), or for a BASE_PLUS_OFFSET row its base row as `NAME[ROW]+offset`."""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("id\ttoken\tkind\tsources\n")
+        for token_id in range(len(mapping)):
+            base = base_name(mapping, token_id)
+            sources = f"{base}+offset" if base is not None else " ".join(
+                f"{source_id}:{show_token(source, source_id)!r}:{weight:.4f}"
+                for source_id, weight in token_sources(mapping, token_id))
+            handle.write(f"{token_id}\t{show_token(target, token_id)!r}\t{kind_name(mapping, token_id)}\t{sources}\n")
+
+
+def refuse_non_finite_rows(result, inputs) -> None:
+    """A method's matrices must be finite: a NaN row would be written into the model and spread through training.
+
+    `result` is a MethodResult and `inputs` its TransferInputs."""
+    from langswap.numerics import non_finite_rows
+
+    for what, matrix in (("input embeddings", result.embeddings), ("output embeddings", result.output_embeddings),
+                         ("output bias", result.output_bias)):
+        if matrix is None:
+            continue
+        rows = non_finite_rows(matrix).tolist()
+        if rows:
+            shown = "; ".join(f"{row} {show_token(inputs.target, row)!r} ({kind_name(result.mapping, row)} from "
+                              + _made_from(result.mapping, inputs.source, row) + ")" for row in rows[:5])
+            raise NumericalError(
+                f"the new {what} hold NaN or infinite values in {len(rows):,} rows ({shown}"
+                f"{'; ...' if len(rows) > 5 else ''}); nothing was written. The source rows they are made from, or "
+                "the word vectors, hold non-finite values: check the source model with `langswap evaluate` and the "
+                "vector files.")
+
+
+def _made_from(mapping: TokenMapping, source: Vocabulary, row: int) -> str:
+    base = base_name(mapping, row)
+    if base is not None:
+        return f"{base} plus an offset"
+    return ", ".join(f"{source_id} {show_token(source, source_id)!r}"
+                     for source_id, _ in token_sources(mapping, row)) or "no source"
