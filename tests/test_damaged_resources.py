@@ -19,7 +19,8 @@ from conftest import WORDS, cipher_word, english_lines, write_vec
 from langswap.cli import main
 from langswap.errors import LangswapError, MissingResourceError, ResourceFormatError
 from langswap.models import load_model, load_tokenizer
-from langswap.transfer import ResourcesConfig, prepare_vectors
+from langswap.resources.kinds import resources_config
+from langswap.resources.kinds.vectors import load_aligned
 from langswap.resources.alignment import load_alignment
 from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
 from langswap.resources.vectors import WordVectors, check_fasttext_bin
@@ -214,10 +215,10 @@ def test_complete_alignment_loads(cipher_vectors, vectors, tmp_path):
 def test_alignment_of_the_wrong_shape(cipher_vectors, tmp_path, shape, words):
     path = tmp_path / "alignment.npy"
     np.save(path, np.eye(*shape, dtype=np.float32))
-    resources = ResourcesConfig(source_vectors=str(cipher_vectors["source"]),
+    resources = resources_config(source_vectors=str(cipher_vectors["source"]),
                                 target_vectors=str(cipher_vectors["target"]), alignment=str(path))
     with pytest.raises(ResourceFormatError) as error:
-        prepare_vectors(resources, None)
+        load_aligned(resources, None)
     assert_message(error, str(path), *words, "rerun `langswap align`")
 
 

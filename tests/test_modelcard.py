@@ -59,8 +59,9 @@ def transferred(tmp_path_factory, source, target_tokenizer_folder, cipher_vector
         "resources": {"source_vectors": str(cipher_vectors["source"]), "target_vectors": str(cipher_vectors["target"]),
                       "dictionary": str(corpus_dir / "en-xx.tsv")},
         "eval_text": str(corpus_dir / "xx.test.txt"), "eval_lines": 20}))
-    # save_pretrained does not bring the source's README along: a card in a new folder replaces nobody's README
-    assert not (output / "README.md").exists()
+    # transfer writes the card itself; save_pretrained does not bring the source's README along, so nothing was kept
+    assert MARKER in (output / "README.md").read_text(encoding="utf-8")
+    assert not (output / "README.original.md").exists()
     return output
 
 

@@ -9,7 +9,7 @@ LMs) and, when `probe` names two .conllu files, with a part-of-speech probe. It 
     results.jsonl        one line per (variant, step): every metric; the record a resumed bench reads
     table.md             a markdown table: a row per variant, a column per metric and step
     <metric>.png         the metric against steps, one line per variant
-    alignment/, tokenizer/   shared by all variants (aligned once, trained once)
+    resources/<kind>/, tokenizer/   shared by all variants (e.g. the vectors aligned once; trained once)
     runs/<variant>/      transfer/ (the step-0 model), variant.json, and train-<N>steps-<key>/ (langswap train's
                          folder for a schedule of N steps with those train options)
 
@@ -38,8 +38,7 @@ from pathlib import Path
 
 from langswap.config import dump_yaml, from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError, NumericalError, ResourceFormatError
-from langswap.transfer import ModelPairConfig, ResourcesConfig, TransferConfig
-from langswap.resources.alignment import AlignConfig
+from langswap.transfer import ModelPairConfig, TransferConfig
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +65,6 @@ class BenchConfig(ModelPairConfig):
                                                                                       "every variant is measured."})
     methods: list[dict] = field(default_factory=_default_methods, metadata={
         "help": "Methods to compare: each {name: ..., options..., label: optional, grid: optional}."})
-    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
-    align: AlignConfig = field(default_factory=AlignConfig)
     train: dict = field(default_factory=lambda: {"preset": "embeddings"}, metadata={
         "help": "langswap train options for every variant (`langswap init-config --for train` lists them); "
                 "preset is embeddings unless set here."})
@@ -195,28 +192,27 @@ def _probe_config(config: BenchConfig):
 
 
 def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, progress: bool) -> dict:
-    """Align the vectors and train the target tokenizer once for all variants; returns transfer config keys."""
-    from langswap.methods.base import get_method
+    """Build each resource the variants need once (e.g. align the vectors) and train the target tokenizer once for
+    all variants; returns transfer config keys."""
     from langswap.files import atomic_directory
+    from langswap.methods.base import get_method
+    from langswap.resources.kinds import get_resource
 
     shared: dict = {"resources": to_dict(config.resources), "align": to_dict(config.align)}
-    needs_vectors = any("vectors" in get_method(v.method["name"]).requires for v in variants)
-    if needs_vectors and not config.resources.alignment:
-        folder = output / "alignment"
-        inputs = {"resources": shared["resources"], "align": shared["align"]}
-        if not _built_from(folder, "alignment.npy", inputs):
-            from langswap.transfer import prepare_vectors
-            from langswap.resources.alignment import write_alignment
-
-            resources = ResourcesConfig(**{**to_dict(config.resources), "alignment": None})
-            source, target, report = prepare_vectors(resources, config.align)
-            logger.info("aligned vectors: %s pairs; held-out precision@1 %s (CSLS %s) on %s words",
-                        f"{report['pairs_used']:,}", report.get("precision_at_1"), report.get("precision_at_1_csls"),
-                        report.get("heldout_words"))
+    needed = sorted({name for variant in variants for name in get_method(variant.method["name"]).requires})
+    for name in needed:
+        kind = get_resource(name)
+        if kind.prepare_shared is None:
+            continue
+        kind.check(config)
+        folder = output / "resources" / name
+        inputs = kind.depends_on(config)
+        keys = _shared_keys(folder, inputs)
+        if keys is None:
             with atomic_directory(folder, overwrite=True) as temporary:
-                write_alignment(temporary, source, target, report)
-                _record_inputs(temporary, inputs)
-        shared["resources"]["alignment"] = str(folder / "alignment.npy")
+                keys = kind.prepare_shared(config, temporary)
+                _record_inputs(temporary, {"inputs": inputs, "keys": keys})
+        shared["resources"].update({key: str(folder / file) for key, file in keys.items()})
     if config.target_tokenizer:
         shared["target_tokenizer"] = config.target_tokenizer
     else:
@@ -237,6 +233,18 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
 
 
 SHARED_INPUTS = "bench-inputs.json"
+
+
+def _shared_keys(folder: Path, inputs: dict) -> dict | None:
+    """The resource keys a shared resource folder gives, when it was built from `inputs` and holds its files."""
+    record = folder / SHARED_INPUTS
+    if not record.is_file():
+        return None
+    built = json.loads(record.read_text(encoding="utf-8"))
+    if built.get("inputs") != inputs or not all((folder / file).is_file() for file in built.get("keys", {}).values()):
+        logger.info("%s was made from other inputs; making it again", folder)
+        return None
+    return built["keys"]
 
 
 def _built_from(folder: Path, product: str, inputs: dict) -> bool:
@@ -359,10 +367,10 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         run = output / "runs" / _folder_name(variant.label)
         train_config, train_key = _train_config(config, run) if steps[-1] > 0 else (None, None)
         # everything its transfer depends on: a measurement is reused only for the same (the digest in its setting)
-        uses_vectors = "vectors" in get_method(variant.method["name"]).requires
+        uses_resources = bool(get_method(variant.method["name"]).requires)
         record = {"label": variant.label, "method": variant.method, "pair": pair,
-                  "shared": shared if uses_vectors else {key: value for key, value in shared.items()
-                                                         if key not in ("resources", "align")}}
+                  "shared": shared if uses_resources else {key: value for key, value in shared.items()
+                                                           if key not in ("resources", "align")}}
         settings = {step: {"measured_with": measured_with, "variant": _digest(record),
                            **({"trained_with": train_key} if step else {})} for step in steps}
         keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}
@@ -383,6 +391,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         if not (run / "transfer" / "langswap.json").is_file():
             transfer_config = from_dict(TransferConfig, {
                 "source_model": config.source_model, "source_tokenizer": config.source_tokenizer,
+                "language": config.language,
                 "output": str(run / "transfer"), "overwrite": True, "method": variant.method, **shared})
             transfer(transfer_config, progress=progress)
         folders = {0: run / "transfer"}

@@ -38,7 +38,10 @@ def describe_fields(config_cls, prefix: str = "") -> list[str]:
                 continue
             default = nested
         if field.name == "method" and prefix == "":
-            lines.append(f"method.name ('wechsel'): {field_help(field)} method.<option> sets one of its options.")
+            from langswap.methods.base import DEFAULT_METHOD
+
+            lines.append(f"method.name ({DEFAULT_METHOD!r}): {field_help(field)} method.<option> sets one of its "
+                         "options.")
             continue
         lines.append(f"{prefix}{field.name} ({default!r}): {field_help(field)}")
     return lines
@@ -52,6 +55,40 @@ def count(text: str) -> int:
     if not isinstance(number, int):
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 2000, 2_000 or 2e3)")
     return number
+
+
+def add_flags(parser, config_cls, names: list[str]) -> None:
+    """`--kebab-name` flags for these fields of `config_cls`, with the field's help, type and choices (a bool field
+    is a switch); `config_flags` puts the given ones into the config mapping."""
+    import typing
+
+    fields = {field.name: field for field in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
+    for name in names:
+        field = fields[name]
+        flag = "--" + name.replace("_", "-")
+        hint = hints[name]
+        if hint is bool:
+            parser.add_argument(flag, dest=name, action="store_true", default=None, help=field_help(field))
+            continue
+        numeric = {int, int | None}
+        kind = count if hint in numeric else None
+        choices = field.metadata.get("choices")
+        parser.add_argument(flag, dest=name, type=kind, help=field_help(field) + (
+            f" One of: {', '.join(choices)}." if choices else ""))
+
+
+def config_flags(args, data: dict, names: list[str]) -> dict:
+    """`data` with the flags of `add_flags` that were given on the command line set."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None:
+            data[name] = value
+    return data
+
+
+TRANSFER_FLAGS = ["source_model", "target_tokenizer", "target_text", "output", "eval_text", "overwrite"]
+TRAIN_FLAGS = ["model", "train_text", "eval_text", "output", "preset", "steps", "objective", "overwrite"]
 
 
 def _set_help(config_cls) -> str:
@@ -71,10 +108,13 @@ def _add_set(parser) -> None:
 
 def cmd_methods(args) -> int:
     from langswap.methods.base import config_fields, get_method, method_names
+    from langswap.resources.kinds import get_resource
 
     for name in method_names():
         spec = get_method(name)
-        needs = f" (needs: {', '.join(spec.requires)})" if spec.requires else ""
+        needs = (" (needs: " + "; ".join(f"{name}: {get_resource(name).description}, resources."
+                                         + ", resources.".join(get_resource(name).keys()) for name in spec.requires)
+                 + ")") if spec.requires else ""
         print(f"{name}: {spec.description}{needs}")
         for field in config_fields(spec.config_cls):
             print(f"    {field.name} = {field.default!r}: {field_help(field)}")
@@ -111,16 +151,10 @@ def cmd_init_config(args) -> int:
 def _transfer_config(args):
     from langswap.transfer import TransferConfig
 
-    data = load_yaml(args.config) if args.config else {}
-    for key in ("source_model", "target_tokenizer", "target_text", "output", "eval_text"):
-        value = getattr(args, key, None)
-        if value is not None:
-            data[key] = value
+    data = config_flags(args, load_yaml(args.config) if args.config else {}, TRANSFER_FLAGS)
     if args.method:
         method = data.get("method")
         data["method"] = {**(method if isinstance(method, dict) else {}), "name": args.method}
-    if args.overwrite:
-        data["overwrite"] = True
     return from_dict(TransferConfig, apply_overrides(data, _overrides(args)))
 
 
@@ -198,17 +232,14 @@ def cmd_lexicon(args) -> int:
     from dataclasses import asdict
 
     from langswap.evaluation.lexicon import LexiconConfig, lexicon_induction
-    from langswap.transfer import ResourcesConfig, prepare_vectors
+    from langswap.resources.alignment import load_alignment
     from langswap.resources.dictionary import Dictionary
     from langswap.resources.vectors import WordVectors
 
     config = from_dict(LexiconConfig, apply_overrides({}, _overrides(args)))
+    source, target = WordVectors.load(args.source_vectors), WordVectors.load(args.target_vectors)
     if args.alignment:  # raw vectors + the rotation `langswap align` wrote
-        resources = ResourcesConfig(source_vectors=args.source_vectors, target_vectors=args.target_vectors,
-                                    alignment=args.alignment)
-        source, target, _ = prepare_vectors(resources, None)
-    else:
-        source, target = WordVectors.load(args.source_vectors), WordVectors.load(args.target_vectors)
+        source, target = load_alignment(args.alignment, source, target)
     report = lexicon_induction(source, target, Dictionary.load(args.dictionary), **asdict(config))
     if args.json:
         print(json.dumps(report, indent=2))
@@ -295,13 +326,7 @@ def cmd_evaluate(args) -> int:
 def _train_config(args):
     from langswap.training.run import TrainConfig
 
-    data = load_yaml(args.config) if args.config else {}
-    for key in ("model", "train_text", "eval_text", "output", "preset", "steps", "objective"):
-        value = getattr(args, key, None)
-        if value is not None:
-            data[key] = value
-    if args.overwrite:
-        data["overwrite"] = True
+    data = config_flags(args, load_yaml(args.config) if args.config else {}, TRAIN_FLAGS)
     return from_dict(TrainConfig, apply_overrides(data, _overrides(args)))
 
 
@@ -350,6 +375,7 @@ def cmd_demo(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from langswap.demo.run import DemoConfig
+    from langswap.methods.base import DEFAULT_METHOD
     from langswap.transfer import TransferConfig
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig
@@ -371,20 +397,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("init-config", help="Write a transfer config with every default.")
     sub.add_argument("--for", dest="kind", choices=("transfer", "train", "bench"), default="transfer",
                      help="Which command the config is for.")
-    sub.add_argument("--method", default="wechsel", help="Method whose options to include (transfer).")
+    sub.add_argument("--method", default=DEFAULT_METHOD, help="Method whose options to include (transfer).")
     sub.add_argument("--output", help="File to write (default: print).")
     sub.set_defaults(run=cmd_init_config)
 
     sub = commands.add_parser("transfer", help="Transfer a model to a target tokenizer.", formatter_class=raw,
                               epilog=_set_help(TransferConfig))
     sub.add_argument("config", nargs="?", help="YAML config (`langswap init-config` writes one).")
-    sub.add_argument("--source-model", dest="source_model")
-    sub.add_argument("--target-tokenizer", dest="target_tokenizer")
-    sub.add_argument("--target-text", dest="target_text")
-    sub.add_argument("--method", help="Method name (`langswap methods`).")
-    sub.add_argument("--output")
-    sub.add_argument("--eval-text", dest="eval_text")
-    sub.add_argument("--overwrite", action="store_true")
+    add_flags(sub, TransferConfig, TRANSFER_FLAGS)
+    sub.add_argument("--method", help=f"Method name (`langswap methods`; default {DEFAULT_METHOD}).")
     _add_set(sub)
     sub.set_defaults(run=cmd_transfer)
 
@@ -396,14 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
           torchrun --nproc_per_node 8 -m langswap.cli train CONFIG.yaml
         Rerun the same command to resume an interrupted run."""))
     sub.add_argument("config", nargs="?", help="YAML config (`langswap init-config --for train` writes one).")
-    sub.add_argument("--model", help="Model folder with its tokenizer.")
-    sub.add_argument("--train-text", dest="train_text")
-    sub.add_argument("--eval-text", dest="eval_text")
-    sub.add_argument("--output")
-    sub.add_argument("--preset", help="wechsel, fullrand, transinner, tiktotok, embeddings, full.")
-    sub.add_argument("--steps", type=count)
-    sub.add_argument("--objective", help="causal, masked or auto.")
-    sub.add_argument("--overwrite", action="store_true")
+    add_flags(sub, TrainConfig, TRAIN_FLAGS)
     _add_set(sub)
     sub.set_defaults(run=cmd_train)
 

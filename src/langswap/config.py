@@ -1,8 +1,9 @@
 """Dataclass configs: build from dicts and YAML, dump every default, apply `--set key=value` overrides.
 
 A default lives on its dataclass field and nowhere else; the CLI help, `init-config` and the docs read it from there.
-Unknown keys are errors that list the valid ones. Nested dataclass fields are nested mappings; the field named
-`method` of a transfer config is resolved through the method registry, since its class depends on `method.name`.
+Unknown keys are errors that list the valid ones. Nested dataclass fields are nested mappings; a field `key` whose
+class is known only at run time is built by the config's `resolve_<key>` (a transfer's `method`, whose class depends
+on `method.name`; `resources`, made of the registered resource kinds' keys).
 """
 
 from __future__ import annotations
@@ -124,8 +125,8 @@ def from_dict(cls: type, data: dict | None, where: str = "") -> Any:
         if key not in fields:
             raise ConfigError(_unknown_key_message(key, sorted(fields), where))
         hint = hints[key]
-        if key == "method" and hasattr(cls, "resolve_method"):
-            kwargs[key] = cls.resolve_method(value, f"{where}{key}.")
+        if hasattr(cls, f"resolve_{key}"):  # a section whose class is chosen at run time (a registry's)
+            kwargs[key] = getattr(cls, f"resolve_{key}")(value, f"{where}{key}.")
         elif dataclasses.is_dataclass(hint):
             kwargs[key] = from_dict(hint, value, f"{where}{key}.")
         else:

@@ -18,23 +18,18 @@ from pathlib import Path
 from langswap import __version__
 from langswap.config import from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError
-from langswap.methods.base import MethodConfig, TransferInputs, check_resources, get_method, run_method
+from langswap.files import refuse_existing
+from langswap.methods.base import (DEFAULT_METHOD, MethodConfig, TransferInputs, check_resources, get_method,
+                                   load_resources, run_method)
 from langswap.methods.provenance import refuse_non_finite_rows, write_provenance
 from langswap.resources.alignment import AlignConfig
-from langswap.files import refuse_existing
+from langswap.resources.kinds import resources_config_class
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(kw_only=True)
-class ResourcesConfig:
-    """Files the methods consume."""
-
-    source_vectors: str | None = field(default=None, metadata={"help": "Source-language word vectors (.bin/.vec)."})
-    target_vectors: str | None = field(default=None, metadata={"help": "Target-language word vectors (.bin/.vec)."})
-    dictionary: str | None = field(default=None, metadata={"help": "Bilingual dictionary, source<TAB>target lines."})
-    alignment: str | None = field(default=None, metadata={"help": "Rotation (.npy) written by `langswap align`; "
-                                                                   "used instead of fitting one on the dictionary."})
+# the `resources:` section: the keys of every registered resource kind (`langswap.resources.kinds`)
+ResourcesConfig = resources_config_class()
 
 
 @dataclass(kw_only=True)
@@ -49,6 +44,15 @@ class ModelPairConfig:
                                                                      "target_tokenizer is not given."})
     vocab_size: int | None = field(default=None, metadata={"help": "Size of a trained target tokenizer; default: "
                                                                     "the source's."})
+    language: str | None = field(default=None, metadata={"help": "The target language's ISO 639 code (e.g. de), "
+                                                                  "written to the model card."})
+    resources: object = field(default_factory=lambda: resources_config_class()(), metadata={
+        "help": "Files the methods consume (`langswap methods` says which method needs which)."})
+    align: AlignConfig = field(default_factory=AlignConfig)
+
+    @staticmethod
+    def resolve_resources(value, where: str):
+        return from_dict(resources_config_class(), value, where)
 
     def validate_pair(self) -> None:
         if not self.source_model:
@@ -67,8 +71,6 @@ class TransferConfig(ModelPairConfig):
     output: str = field(default="", metadata={"help": "Output model folder (required)."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
     method: MethodConfig = field(default=None, metadata={"help": "Method name and options (`langswap methods`)."})
-    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
-    align: AlignConfig = field(default_factory=AlignConfig)
     eval_text: str | None = field(default=None, metadata={"help": "Held-out target text to score the new model on."})
     eval_lines: int = field(default=300, metadata={"help": "Lines of eval_text scored."})
     correspondence: int = field(default=12, metadata={"help": "Target tokens shown with their source tokens."})
@@ -77,7 +79,7 @@ class TransferConfig(ModelPairConfig):
         if self.method is None:
             from langswap.methods.base import make_config
 
-            self.method = make_config("wechsel")
+            self.method = make_config(DEFAULT_METHOD)
 
     @staticmethod
     def resolve_method(value, where: str) -> MethodConfig:
@@ -88,16 +90,13 @@ class TransferConfig(ModelPairConfig):
         if not isinstance(value, dict):
             raise ConfigError(f"'{where.rstrip('.')}' must be a method name or a mapping with 'name' and options.")
         options = dict(value)
-        return make_config(options.pop("name", "wechsel"), **options)  # options alone: the default method
+        return make_config(options.pop("name", DEFAULT_METHOD), **options)  # options alone: the default method
 
     def validate(self) -> None:
         self.validate_pair()
         if not self.output:
             raise ConfigError("output is not set: give the folder to write the new model to (--output PATH).")
-        for name in ("source_vectors", "target_vectors", "dictionary", "alignment"):
-            value = getattr(self.resources, name)
-            if value and not Path(value).exists():
-                raise MissingResourceError(f"resources.{name} '{value}' does not exist.")
+        check_resources(get_method(self.method.method_name), self)
         if self.eval_text and not Path(self.eval_text).exists():
             raise MissingResourceError(f"eval_text '{self.eval_text}' does not exist.")
         refuse_existing(self.output, self.overwrite)
@@ -115,29 +114,6 @@ class TransferReport:
     metrics: dict | None
     correspondence: list[dict]
     seconds: dict
-
-
-def prepare_vectors(resources: ResourcesConfig, align_config: AlignConfig):
-    """Load both word-vector files and bring them into one space: (source, target, alignment report)."""
-    from langswap.resources.alignment import align, load_alignment
-    from langswap.resources.dictionary import Dictionary
-    from langswap.resources.vectors import WordVectors
-
-    if not resources.source_vectors or not resources.target_vectors:
-        raise MissingResourceError("this method needs resources.source_vectors and resources.target_vectors "
-                                   "(fastText .bin or .vec; `langswap fasttext TEXT --output FILE.bin` trains them).")
-    source = WordVectors.load(resources.source_vectors)
-    target = WordVectors.load(resources.target_vectors)
-    if resources.alignment:
-        source, target = load_alignment(resources.alignment, source, target)
-        return source, target, {"alignment": resources.alignment}
-    if not resources.dictionary:
-        raise MissingResourceError("word vectors of two languages need aligning: set resources.dictionary (a "
-                                   "source<TAB>target file) or resources.alignment (from `langswap align`).")
-    alignment = align(source, target, Dictionary.load(resources.dictionary), align_config)
-    logger.debug("aligned vectors: %s pairs, precision@1 %s (CSLS %s)", alignment.report["pairs_used"],
-                alignment.report.get("precision_at_1"), alignment.report.get("precision_at_1_csls"))
-    return alignment.source, alignment.target, alignment.report
 
 
 def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,
@@ -170,12 +146,12 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     from langswap.models import load_model, load_tokenizer, objective_of, save_tokenizer
     from langswap.numerics import refuse_non_finite
     from langswap.files import atomic_directory
+    from langswap.modelcard import write_model_card
     from langswap.surgery import check_position_offset, read_source_matrices
     from langswap.tokens import Vocabulary
 
     config.validate()
     spec = get_method(config.method.method_name)
-    check_resources(spec, bool(config.resources.source_vectors and config.resources.target_vectors))
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
     source_tokenizer = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
@@ -193,15 +169,14 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     matrices = read_source_matrices(model, len(source))
     seconds["load"] = time.perf_counter() - clock
 
-    alignment_report = None
-    source_vectors = target_vectors = None
-    if "vectors" in spec.requires:
-        clock = time.perf_counter()
-        source_vectors, target_vectors, alignment_report = prepare_vectors(config.resources, config.align)
-        seconds["align"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    resources, reports = load_resources(spec, config)
+    alignment_report = reports.get("vectors")
+    if resources:
+        seconds["resources"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    inputs = TransferInputs(source, target, matrices.embeddings, source_vectors, target_vectors)
+    inputs = TransferInputs(source, target, matrices.embeddings, resources=resources)
     model, result = apply_method(model, inputs, matrices, config.method, progress=progress)
     seconds["method"] = time.perf_counter() - clock
 
@@ -238,5 +213,6 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
             "seconds": {key: round(value, 2) for key, value in seconds.items()},
         }
         (folder / "langswap.json").write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
+        write_model_card(folder)
     seconds["total_write"] = time.perf_counter() - clock
     return TransferReport(Path(config.output), result.mapping.counts(), alignment_report, metrics, rows, seconds)

@@ -55,7 +55,9 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     from langswap.evaluation.language_modeling import causal_lm_score
     from langswap.methods.base import TransferInputs, get_method, make_config
     from langswap.models import load_model, load_tokenizer, save_tokenizer
-    from langswap.transfer import ResourcesConfig, apply_method, prepare_vectors
+    from langswap.resources.kinds import resources_config
+    from langswap.resources.kinds.vectors import load_aligned
+    from langswap.transfer import apply_method
     from langswap.demo.smollm2 import cache_dir, smollm2_135m
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
@@ -101,9 +103,10 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         out(f"    reused {path}" if reused else f"    trained {path} (fastText on several threads is not "
             "bitwise repeatable: retrained vectors move the figures a little)")
         vectors[language] = path
-    resources = ResourcesConfig(source_vectors=str(vectors["en"]), target_vectors=str(vectors["de"]),
-                                dictionary=str(demo_file("en-de.dict.tsv.gz")))
-    source_vectors, target_vectors, alignment = prepare_vectors(resources, AlignConfig())
+    resources = resources_config(source_vectors=str(vectors["en"]), target_vectors=str(vectors["de"]),
+                                 dictionary=str(demo_file("en-de.dict.tsv.gz")))
+    aligned = load_aligned(resources, AlignConfig())
+    source_vectors, target_vectors, alignment = aligned.source, aligned.target, aligned.report
     out(f"    {alignment['word_pairs']:,} word pairs; held-out precision@1 {alignment['precision_at_1']} "
         f"(CSLS {alignment['precision_at_1_csls']}) on {alignment.get('heldout_words', 0)} words")
 

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 FALLBACKS = ("random", "mean", "subword")
+DEFAULT_METHOD = "wechsel"  # what a transfer config without `method.name` runs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,17 +49,36 @@ class MethodConfig:
 
 @dataclass
 class TransferInputs:
-    """What methods consume. Source matrices are float32 with exactly len(source vocabulary) rows."""
+    """What methods consume. Source matrices are float32 with exactly len(source vocabulary) rows.
+
+    `resources` maps a resource kind's name (`langswap.resources.kinds`) to its loaded resource; a method reads the
+    kinds it `requires` with `resource(name)`. Aligned word vectors may also be given as `source_vectors` and
+    `target_vectors` (WordVectors in one space), which stand for the `vectors` resource."""
 
     source: Vocabulary
     target: Vocabulary
     source_embeddings: torch.Tensor  # (V_s, d)
-    source_vectors: object | None = None  # WordVectors in the shared (aligned) space
-    target_vectors: object | None = None  # WordVectors in the shared (aligned) space
+    source_vectors: object | None = None  # shorthand: WordVectors in the shared space, the `vectors` resource
+    target_vectors: object | None = None
+    resources: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
         rows, _ = self.source_embeddings.shape
         assert rows == len(self.source), f"{rows} embedding rows for {len(self.source)} source tokens"
+        if self.source_vectors is not None and self.target_vectors is not None:
+            from langswap.resources.kinds.vectors import AlignedVectors
+
+            self.resources.setdefault("vectors", AlignedVectors(self.source_vectors, self.target_vectors))
+
+    def resource(self, name: str):
+        """The loaded resource of kind `name`; a MissingResourceError naming what to set when it was not given."""
+        if name not in self.resources:
+            from langswap.resources.kinds import get_resource
+
+            kind = get_resource(name)
+            raise MissingResourceError(f"this transfer has no '{name}' resource ({kind.description}); set "
+                                       + ", ".join(f"resources.{key}" for key in kind.keys()) + " as needed.")
+        return self.resources[name]
 
 
 @dataclass
@@ -85,7 +105,15 @@ METHOD_NAMES: dict[type, str] = {}
 
 
 def register_method(name: str, config_cls: type, requires: tuple[str, ...] = ()):
-    """Decorator: register `function(inputs, config) -> TokenMapping` under `name`."""
+    """Decorator: register `function(inputs, config) -> TokenMapping` under `name`. `requires` names resource kinds
+    (`langswap resources`); a name no kind is registered under is an error here, not when a transfer runs."""
+    from langswap.resources.kinds import get_resource
+
+    if isinstance(requires, str):
+        raise ValueError(f"method {name!r}: requires must be a tuple of resource kind names, not the string "
+                         f"{requires!r} (write requires=({requires!r},))")
+    for kind in requires:
+        get_resource(kind)
 
     def decorator(function):
         if name in _REGISTRY:
@@ -186,13 +214,26 @@ def apply_fallback(mapping: TokenMapping, inputs: TransferInputs, fallback: str)
         mapping.set_kind(rows, Kind.RANDOM)
 
 
-def check_resources(spec: MethodSpec, has_vectors: bool) -> None:
-    """Fail early, with the fix, when a method's declared resources are missing."""
-    if "vectors" in spec.requires and not has_vectors:
-        raise MissingResourceError(
-            f"method '{spec.name}' needs word vectors for both languages: set resources.source_vectors and "
-            "resources.target_vectors (fastText .bin or .vec; `langswap fasttext` trains them), and "
-            "resources.dictionary or resources.alignment to align them.")
+def check_resources(spec: MethodSpec, config) -> None:
+    """Fail early, with the fix, when `config` (a transfer or bench config) cannot give a resource the method needs."""
+    from langswap.resources.kinds import get_resource
+
+    for name in spec.requires:
+        try:
+            get_resource(name).check(config)
+        except MissingResourceError as error:
+            raise MissingResourceError(f"method '{spec.name}' needs resource '{name}': {error}") from error
+
+
+def load_resources(spec: MethodSpec, config) -> tuple[dict[str, object], dict[str, object]]:
+    """The resources the method requires, loaded as `config` says: ({kind: resource}, {kind: report})."""
+    from langswap.resources.kinds import get_resource
+
+    check_resources(spec, config)
+    loaded, reports = {}, {}
+    for name in spec.requires:
+        loaded[name], reports[name] = get_resource(name).load(config)
+    return loaded, reports
 
 
 def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str, torch.Tensor] | None = None,
@@ -205,7 +246,9 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
     """
     config = make_config(name_or_config) if isinstance(name_or_config, str) else name_or_config
     spec = get_method(config.method_name)
-    check_resources(spec, inputs.source_vectors is not None and inputs.target_vectors is not None)
+    missing = [name for name in spec.requires if name not in inputs.resources]
+    if missing:
+        inputs.resource(missing[0])  # the error that says what to set
     mapping = spec.function(inputs, config, progress=progress)
     assert isinstance(mapping, TokenMapping) and len(mapping) == len(inputs.target)
     copy_special_tokens(mapping, inputs, config)

@@ -141,8 +141,9 @@ def wechsel(inputs: TransferInputs, config: WechselConfig, progress: bool = Fals
     mapping = TokenMapping.empty(len(inputs.target))
     if config.exact_matches:
         copy_exact_matches(mapping, inputs)
-    source_vectors = token_vectors(inputs.source, inputs.source_vectors, config)
-    target_vectors = token_vectors(inputs.target, inputs.target_vectors, config)
+    vectors = inputs.resource("vectors")
+    source_vectors = token_vectors(inputs.source, vectors.source, config)
+    target_vectors = token_vectors(inputs.target, vectors.target, config)
     target_vectors[mapping.kinds != Kind.UNPLACED] = 0.0  # rows already copied need no neighbours
     bar = progress_bar(progress, int((np.abs(target_vectors).sum(axis=1) > 0).sum()), "wechsel neighbours", "token")
     groups = {}

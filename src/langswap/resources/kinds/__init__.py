@@ -1,0 +1,113 @@
+"""Resource kinds: what a method may need besides the two vocabularies and the source embeddings, by name.
+
+Each kind is one file in this package that registers itself with `register_resource`: its name (what a method lists
+in `requires`), its own config (a dataclass whose fields are the `resources.*` keys of transfer and bench configs),
+an early check (run before anything slow, naming the key to set), a loader (returning the typed resource that
+methods read from `TransferInputs.resource(name)`), and optionally how `langswap bench` builds it once for all
+variants. The `resources:` section of a config is made of every kind's fields (`resources_config_class`), so adding a
+kind is adding its file; a method that names a kind nobody registered fails when it is registered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable
+
+from langswap.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """A resource kind.
+
+    - `config_cls`: a dataclass of the kind's `resources.*` keys (kw_only, every field with a default and a help).
+    - `check(config)`: raise `MissingResourceError`/`ConfigError` saying what to set when `config` (a transfer or
+      bench config, whose `resources` holds these keys) cannot give the resource; runs before anything slow.
+    - `load(config) -> (resource, report)`: the typed resource methods read, and a JSON-able report for
+      langswap.json (or None).
+    - `prepare_shared(config, folder) -> dict`: optional; builds the resource once into `folder` for every variant
+      of a bench, returning the `resources.*` keys that make later loads read it, with file names in `folder` as
+      values (e.g. {"alignment": "alignment.npy"}).
+    - `inputs(config) -> dict`: what a loaded resource depends on (a bench reuses a measurement only while these are
+      unchanged); default: the kind's `resources.*` keys."""
+
+    name: str
+    config_cls: type
+    check: Callable
+    load: Callable
+    description: str
+    prepare_shared: Callable | None = None
+    inputs: Callable | None = None
+
+    def keys(self) -> list[str]:
+        return [field.name for field in dataclasses.fields(self.config_cls) if field.init]
+
+    def depends_on(self, config) -> dict:
+        if self.inputs is not None:
+            return self.inputs(config)
+        return {key: getattr(config.resources, key) for key in self.keys()}
+
+
+_KINDS: dict[str, ResourceKind] = {}
+_loaded = False
+
+
+def register_resource(kind: ResourceKind) -> ResourceKind:
+    """Register a resource kind; its config's keys may not clash with another kind's."""
+    if kind.name in _KINDS:
+        raise ValueError(f"resource kind {kind.name!r} registered twice")
+    for other in _KINDS.values():
+        clash = set(kind.keys()) & set(other.keys())
+        if clash:
+            raise ValueError(f"resource kind {kind.name!r} declares key(s) {sorted(clash)} that kind "
+                             f"{other.name!r} already has")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def _load_builtin_kinds() -> None:
+    """Import every module of this package once, so each kind file registers itself; nothing lists them."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+
+
+def resource_names() -> list[str]:
+    _load_builtin_kinds()
+    return sorted(_KINDS)
+
+
+def get_resource(name: str) -> ResourceKind:
+    _load_builtin_kinds()
+    if name not in _KINDS:
+        raise ConfigError(f"unknown resource kind '{name}'. Registered kinds: {', '.join(sorted(_KINDS)) or 'none'}.")
+    return _KINDS[name]
+
+
+_config_classes: dict[tuple[str, ...], type] = {}
+
+
+def resources_config_class() -> type:
+    """The `resources:` config: every registered kind's keys, in registration order (one class per set of kinds)."""
+    _load_builtin_kinds()
+    names = tuple(_KINDS)
+    if names not in _config_classes:
+        fields = [(field.name, field.type, field) for kind in _KINDS.values()
+                  for field in dataclasses.fields(kind.config_cls) if field.init]
+        cls = dataclasses.make_dataclass("ResourcesConfig", fields, kw_only=True)
+        cls.__doc__ = "Files the methods consume: " + "; ".join(
+            f"{kind.name} ({', '.join(kind.keys())})" for kind in _KINDS.values()) + "."
+        cls.__module__ = __name__
+        _config_classes[names] = cls
+    return _config_classes[names]
+
+
+def resources_config(**values):
+    """A `resources:` config with `values` set and every other key at its default."""
+    return resources_config_class()(**values)

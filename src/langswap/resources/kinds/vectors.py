@@ -1,0 +1,100 @@
+"""Resource kind `vectors`: word vectors of both languages in one shared space (what WECHSEL mixes by).
+
+Keys: `resources.source_vectors` and `resources.target_vectors` (fastText .bin or .vec; `langswap fasttext` trains
+them), and either `resources.dictionary` (source<TAB>target pairs; the source space is rotated onto the target's by
+orthogonal Procrustes, options in the config's `align:` section) or `resources.alignment` (the rotation `langswap
+align` wrote, used instead of fitting one). Methods read `inputs.resource("vectors")`, an `AlignedVectors`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from langswap.errors import MissingResourceError
+from langswap.resources.kinds import ResourceKind, register_resource
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class VectorsFiles:
+    source_vectors: str | None = field(default=None, metadata={"help": "Source-language word vectors (.bin/.vec)."})
+    target_vectors: str | None = field(default=None, metadata={"help": "Target-language word vectors (.bin/.vec)."})
+    dictionary: str | None = field(default=None, metadata={"help": "Bilingual dictionary, source<TAB>target lines."})
+    alignment: str | None = field(default=None, metadata={"help": "Rotation (.npy) written by `langswap align`; "
+                                                                   "used instead of fitting one on the dictionary."})
+
+
+@dataclass
+class AlignedVectors:
+    """Both languages' word vectors (`resources.vectors.WordVectors`) in one space, and how they got there."""
+
+    source: object
+    target: object
+    report: dict | None = None
+
+
+def check(config) -> None:
+    resources = config.resources
+    if not resources.source_vectors or not resources.target_vectors:
+        raise MissingResourceError(
+            "this method needs word vectors for both languages: set resources.source_vectors and "
+            "resources.target_vectors (fastText .bin or .vec; `langswap fasttext TEXT --output FILE.bin` trains "
+            "them), and resources.dictionary or resources.alignment to align them.")
+    if not resources.dictionary and not resources.alignment:
+        raise MissingResourceError("word vectors of two languages need aligning: set resources.dictionary (a "
+                                   "source<TAB>target file) or resources.alignment (from `langswap align`).")
+    for name in ("source_vectors", "target_vectors", "dictionary", "alignment"):
+        value = getattr(resources, name)
+        if value and not Path(value).exists():
+            raise MissingResourceError(f"resources.{name} '{value}' does not exist.")
+
+
+def load_aligned(resources, align_config) -> AlignedVectors:
+    """Load both vector files and bring them into one space, with the saved rotation or by fitting one."""
+    from langswap.resources.alignment import align, load_alignment
+    from langswap.resources.dictionary import Dictionary
+    from langswap.resources.vectors import WordVectors
+
+    source = WordVectors.load(resources.source_vectors)
+    target = WordVectors.load(resources.target_vectors)
+    if resources.alignment:
+        source, target = load_alignment(resources.alignment, source, target)
+        return AlignedVectors(source, target, {"alignment": resources.alignment})
+    alignment = align(source, target, Dictionary.load(resources.dictionary), align_config)
+    logger.debug("aligned vectors: %s pairs, precision@1 %s (CSLS %s)", alignment.report["pairs_used"],
+                 alignment.report.get("precision_at_1"), alignment.report.get("precision_at_1_csls"))
+    return AlignedVectors(alignment.source, alignment.target, alignment.report)
+
+
+def load(config) -> tuple[AlignedVectors, dict | None]:
+    vectors = load_aligned(config.resources, config.align)
+    return vectors, vectors.report
+
+
+def prepare_shared(config, folder: Path) -> dict:
+    """Align once into `folder` (alignment.npy and report.json) for every variant of a bench."""
+    from langswap.resources.alignment import write_alignment
+
+    if config.resources.alignment:
+        return {}
+    vectors = load_aligned(config.resources, config.align)
+    report = vectors.report
+    logger.info("aligned vectors: %s pairs; held-out precision@1 %s (CSLS %s) on %s words",
+                f"{report['pairs_used']:,}", report.get("precision_at_1"), report.get("precision_at_1_csls"),
+                report.get("heldout_words"))
+    write_alignment(folder, vectors.source, vectors.target, report)
+    return {"alignment": "alignment.npy"}
+
+
+def inputs(config) -> dict:
+    from langswap.config import to_dict
+
+    return {**{key: getattr(config.resources, key) for key in VectorsFiles.__dataclass_fields__},
+            "align": to_dict(config.align)}
+
+
+register_resource(ResourceKind("vectors", VectorsFiles, check, load,
+                               "word vectors of both languages, aligned into one space", prepare_shared, inputs))
