@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "langswap"
 
 LAYERS = [
     ("base", ["__init__", "errors", "config", "files", "locking", "numerics", "kernels", "masking", "batching",
-              "progress", "plots", "models", "modelcard"]),
+              "progress", "plots", "models", "registry", "modelcard"]),
     ("tokens", ["tokens"]),
     ("resources", ["resources"]),
     ("methods", ["methods"]),

@@ -31,7 +31,7 @@ def test_a_misspelt_resource_name_fails_at_registration():
     class MisspeltConfig(MethodConfig):
         pass
 
-    with pytest.raises(ConfigError, match="unknown resource kind 'vectros'.*Registered kinds: .*vectors"):
+    with pytest.raises(ConfigError, match="unknown resource kind 'vectros'. Available resource kinds: .*vectors"):
         register_method("misspelt-resource", MisspeltConfig, requires=("vectros",))
     with pytest.raises(ConfigError):
         get_method("misspelt-resource")  # nothing was registered

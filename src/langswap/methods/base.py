@@ -18,8 +18,9 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 
-from langswap.errors import ConfigError, MissingResourceError, VocabularyError
+from langswap.errors import MissingResourceError, VocabularyError
 from langswap.methods.mapping import Kind, TokenMapping, build_matrix
+from langswap.registry import Registry
 from langswap.tokens import Vocabulary, match_special_tokens
 
 logger = logging.getLogger(__name__)
@@ -100,7 +101,8 @@ class MethodSpec:
     description: str
 
 
-_REGISTRY: dict[str, MethodSpec] = {}
+# every module of langswap.methods registers its methods here when the first one is looked up
+_REGISTRY = Registry("method", "langswap.methods", "`langswap methods` describes them")
 METHOD_NAMES: dict[type, str] = {}
 
 
@@ -116,10 +118,8 @@ def register_method(name: str, config_cls: type, requires: tuple[str, ...] = ())
         get_resource(kind)
 
     def decorator(function):
-        if name in _REGISTRY:
-            raise ValueError(f"method {name!r} registered twice")
         doc = (function.__doc__ or "").strip().splitlines()
-        _REGISTRY[name] = MethodSpec(name, config_cls, function, tuple(requires), doc[0] if doc else "")
+        _REGISTRY.add(name, MethodSpec(name, config_cls, function, tuple(requires), doc[0] if doc else ""))
         METHOD_NAMES[config_cls] = name
         return function
 
@@ -127,27 +127,11 @@ def register_method(name: str, config_cls: type, requires: tuple[str, ...] = ())
 
 
 def method_names() -> list[str]:
-    _load_builtin_methods()
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_method(name: str) -> MethodSpec:
-    _load_builtin_methods()
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown method '{name}'. Available methods: {', '.join(sorted(_REGISTRY))} "
-                          "(`langswap methods` describes them).")
-    return _REGISTRY[name]
-
-
-def _load_builtin_methods() -> None:
-    """Import every module of this package once, so each method file registers itself; nothing lists them."""
-    import importlib
-    import pkgutil
-
-    import langswap.methods as package
-
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
+    return _REGISTRY.get_entry(name)
 
 
 def make_config(name: str, **options) -> MethodConfig:

@@ -11,12 +11,10 @@ kind is adding its file; a method that names a kind nobody registered fails when
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Callable
 
-from langswap.errors import ConfigError
+from langswap.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -51,43 +49,26 @@ class ResourceKind:
         return {key: getattr(config.resources, key) for key in self.keys()}
 
 
-_KINDS: dict[str, ResourceKind] = {}
-_loaded = False
+_KINDS = Registry("resource kind", __name__, "`langswap methods` says which method needs which")
 
 
 def register_resource(kind: ResourceKind) -> ResourceKind:
     """Register a resource kind; its config's keys may not clash with another kind's."""
-    if kind.name in _KINDS:
-        raise ValueError(f"resource kind {kind.name!r} registered twice")
     for other in _KINDS.values():
         clash = set(kind.keys()) & set(other.keys())
         if clash:
             raise ValueError(f"resource kind {kind.name!r} declares key(s) {sorted(clash)} that kind "
                              f"{other.name!r} already has")
-    _KINDS[kind.name] = kind
+    _KINDS.add(kind.name, kind)
     return kind
 
 
-def _load_builtin_kinds() -> None:
-    """Import every module of this package once, so each kind file registers itself; nothing lists them."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
-
-
 def resource_names() -> list[str]:
-    _load_builtin_kinds()
-    return sorted(_KINDS)
+    return _KINDS.names()
 
 
 def get_resource(name: str) -> ResourceKind:
-    _load_builtin_kinds()
-    if name not in _KINDS:
-        raise ConfigError(f"unknown resource kind '{name}'. Registered kinds: {', '.join(sorted(_KINDS)) or 'none'}.")
-    return _KINDS[name]
+    return _KINDS.get_entry(name)
 
 
 _config_classes: dict[tuple[str, ...], type] = {}
@@ -95,7 +76,7 @@ _config_classes: dict[tuple[str, ...], type] = {}
 
 def resources_config_class() -> type:
     """The `resources:` config: every registered kind's keys, in registration order (one class per set of kinds)."""
-    _load_builtin_kinds()
+    _KINDS.load()
     names = tuple(_KINDS)
     if names not in _config_classes:
         fields = [(field.name, field.type, field) for kind in _KINDS.values()
