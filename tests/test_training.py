@@ -15,7 +15,8 @@ import torch
 
 from conftest import byte_level_tokenizer, english_lines, save_model, tiny_model, wordpiece_tokenizer
 from langswap.errors import ConfigError, MissingResourceError, OutputExistsError, ResourceFormatError
-from langswap.training.phases import Phase, embedding_parameters, plan_phases, remaining_phases
+from langswap.training.phases import Phase, embedding_parameters
+from langswap.training.recipes import plan_phases
 from langswap.training.run import TrainConfig, train
 
 
@@ -102,7 +103,7 @@ def test_linear_warmup_then_linear_decay_at_chosen_steps():
     assert phase.learning_rate_at(10) == pytest.approx(5e-4)
     assert phase.learning_rate_at(55) == pytest.approx(5e-4 * 45 / 90)
     assert phase.learning_rate_at(99) == pytest.approx(5e-4 / 90)
-    constant = Phase("1-embeddings", "embeddings", 100, 1e-3, 10, decay="constant")
+    constant = Phase("1-embeddings", "embeddings", 100, 1e-3, 10, schedule="constant")
     assert [constant.learning_rate_at(s) for s in (0, 9, 50, 99)] == pytest.approx([1e-4, 1e-3, 1e-3, 1e-3])
 
 
@@ -114,11 +115,11 @@ def test_presets_follow_the_papers():
     inner = plan_phases(TrainConfig(preset="transinner", steps=1000), "causal")
     assert [(p.trainable, p.steps, p.warmup_steps) for p in inner] == [("embeddings", 100, 10), ("full", 900, 90)]
     tik = plan_phases(TrainConfig(preset="tiktotok", steps=1000), "causal")
-    assert (tik[0].trainable, tik[0].steps, tik[0].decay, tik[0].until_settled) == ("embeddings", 500, "constant",
+    assert (tik[0].trainable, tik[0].steps, tik[0].schedule, tik[0].stops_early) == ("embeddings", 500, "constant",
                                                                                      True)
     assert (tik[1].learning_rate, tik[1].warmup_steps) == (pytest.approx(1e-4), 125)
     # the first phase settled after 200 updates: the full phase gets the other 800, warming up over a quarter
-    replanned = remaining_phases(tik, [200], TrainConfig(preset="tiktotok", steps=1000))
+    replanned = plan_phases(TrainConfig(preset="tiktotok", steps=1000), "causal", done=[200])
     assert (replanned[1].steps, replanned[1].warmup_steps) == (800, 200)
 
 
@@ -194,8 +195,8 @@ def test_the_seed_decides_the_run(models, texts, tmp_path):
 
 def test_tiktotok_ends_the_embedding_phase_when_the_loss_settles(models, texts, tmp_path):
     # a tolerance of 1 means "settled" as soon as two windows exist: after 2 x settle_window updates
-    report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="tiktotok", steps=20, settle_window=2,
-                           settle_tolerance=1.0, eval_text=None))
+    report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="tiktotok", steps=20,
+                           recipe={"settle_window": 2, "settle_tolerance": 1.0}, eval_text=None))
     assert [p["steps"] for p in report.phases] == [4, 16]
     assert report.phases[1]["planned_steps"] == 16
 
@@ -219,7 +220,7 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(kind, pre
     steps = 16
     options = dict(preset=preset, steps=steps, save_steps=2, eval_steps=4, logging_steps=2)
     if preset == "tiktotok":  # a tolerance of 1 settles as soon as two windows of 2 updates exist: at step 4
-        options.update(settle_window=2, settle_tolerance=1.0)
+        options.update(recipe={"settle_window": 2, "settle_tolerance": 1.0})
     reference = train(_config(models[kind], texts, tmp_path / "reference", **options))
 
     config = _config(models[kind], texts, tmp_path / "interrupted", **options)
@@ -302,7 +303,7 @@ def test_tiktotok_settles_at_the_same_step_however_often_it_evaluates(models, te
     """The rule is judged at training-loss logs (steps 3, 6, 9) only. Judged at every log, an evaluation at step 8
     saw windows (4, 8] and (0, 4] holding losses 6 and 3 and stopped there, one step before a run that evaluates
     rarely."""
-    options = dict(preset="tiktotok", steps=20, logging_steps=3, settle_window=4, settle_tolerance=1.0,
+    options = dict(preset="tiktotok", steps=20, logging_steps=3, recipe={"settle_window": 4, "settle_tolerance": 1.0},
                    save_steps=100)
     often = train(_config(models["gpt2"], texts, tmp_path / "often", eval_steps=1, **options))
     rarely = train(_config(models["gpt2"], texts, tmp_path / "rarely", eval_steps=100, **options))
@@ -320,8 +321,8 @@ def test_tiktotok_stopped_at_the_checkpoint_where_the_loss_settled_resumes_to_th
                                                                                              tmp_path):
     """The loss settles at step 4, where a checkpoint is written; a run stopped right after it must not train on
     past the settle point (the Trainer clears its stop flag when it resumes)."""
-    options = dict(preset="tiktotok", steps=16, save_steps=2, eval_steps=4, logging_steps=2, settle_window=2,
-                   settle_tolerance=1.0)
+    options = dict(preset="tiktotok", steps=16, save_steps=2, eval_steps=4, logging_steps=2,
+                   recipe={"settle_window": 2, "settle_tolerance": 1.0})
     reference = train(_config(models["gpt2"], texts, tmp_path / "reference", **options))
     assert [p["steps"] for p in reference.phases] == [4, 12]
     config = _config(models["gpt2"], texts, tmp_path / "interrupted", **options)
@@ -521,7 +522,8 @@ def test_bad_jsonl_and_bad_values(models, texts, tmp_path):
     with pytest.raises(ResourceFormatError, match="line 2 has no string field 'text'.*body"):
         train(_config(models["gpt2"], texts, tmp_path / "run", train_text=str(bad)))
     with pytest.raises(ConfigError, match="logging_steps is 5 but settle_window is 2.*at most settle_window"):
-        train(_config(models["gpt2"], texts, tmp_path / "run", preset="tiktotok", logging_steps=5, settle_window=2))
+        train(_config(models["gpt2"], texts, tmp_path / "run", preset="tiktotok", logging_steps=5,
+                      recipe={"settle_window": 2}))
     with pytest.raises(ConfigError, match="snapshot_steps"):
         train(_config(models["gpt2"], texts, tmp_path / "run", snapshot_steps=[99]))
     with pytest.raises(ConfigError, match="choose one of"):

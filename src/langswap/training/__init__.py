@@ -1,1 +1,2 @@
-"""Continued pretraining of a transferred model: data, phases, schedules, checkpoints (on the Hugging Face Trainer)."""
+"""Continued pretraining of a transferred model on the Hugging Face Trainer: registered recipes (phases, what each
+trains, optimizer, schedule, data, hooks), packing, checkpoints, resume and the curve."""

@@ -11,6 +11,11 @@ Hugging Face `run_clm` / `run_mlm` examples do, so no position is padding:
 
 The tail that does not fill a block is dropped. Not handled: streaming corpora larger than memory (tokenise a
 shard, or use `max_lines`).
+
+A recipe names the texts it trains on as streams (`Stream`; by default one, `train_text`). Each phase reads the
+next slice of the run's one shuffled order of a stream (`StreamSlice`). Several streams mixed within every batch
+(RAMEN: half source-language, half target-language text) is an interface only: `phase_dataset` is where the mixing
+goes, and a recipe that names more than one stream is refused (`check_streams`) until it is implemented.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from langswap.errors import ConfigError, ResourceFormatError
+from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError
 from langswap.resources.text import read_lines, read_text_lines
 
 logger = logging.getLogger(__name__)
@@ -187,6 +192,39 @@ class StreamSlice(torch.utils.data.Dataset):
         if epoch != self._epoch:
             self._epoch, self._order = epoch, _epoch_order(len(self.dataset), self.seed, epoch)
         return self.dataset[int(self._order[position])]
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A text a recipe trains on and its share of every batch (a single stream is the whole batch)."""
+
+    name: str  # e.g. "train"; what a recipe calls the stream
+    path: str  # .txt/.gz or .jsonl, read as `read_documents` reads it
+    share: float = 1.0  # of the sequences of every batch
+
+
+def check_streams(streams: list[Stream], recipe: str) -> None:
+    """Streams the training loop can read: exactly one for now, and every file there."""
+    if not streams:
+        raise ConfigError(f"recipe '{recipe}' names no training text.")
+    if len(streams) > 1:
+        names = ", ".join(f"{stream.name} ({stream.share:g})" for stream in streams)
+        raise ConfigError(f"recipe '{recipe}' mixes {len(streams)} streams in every batch ({names}); mixing "
+                          "several streams per batch is not implemented yet: langswap train reads one stream.")
+    for stream in streams:
+        if not Path(stream.path).is_file():
+            raise MissingResourceError(f"training text '{stream.path}' (stream {stream.name} of recipe "
+                                       f"'{recipe}') does not exist.")
+
+
+def phase_dataset(datasets: dict[str, torch.utils.data.Dataset], streams: list[Stream], seed: int, start: int,
+                  count: int) -> torch.utils.data.Dataset:
+    """Sequences `start` .. `start + count - 1` of the run's training order, over the streams' packed datasets
+    (by stream name). One stream: its slice of the run's one shuffled stream (`StreamSlice`). Several streams would
+    compose every batch from their shares here, each stream read in its own order; not implemented."""
+    if len(streams) != 1:
+        raise NotImplementedError("mixing several streams per batch")
+    return StreamSlice(datasets[streams[0].name], seed, start, count)
 
 
 def masked_eval_set(collator: LMCollator, blocks: torch.Tensor, seed: int) -> BlockDataset:

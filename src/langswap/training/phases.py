@@ -1,113 +1,92 @@
-"""Training phases (which parameters train, for how long, at what rate) and the papers' presets.
+"""Training phases: which parameters train, for how long, at what rate. A recipe (`recipes/`) lists a run's phases.
 
-A phase is one run of the Trainer with its own optimizer and schedule; a preset is a list of phases:
+A phase is one run of the Trainer with its own optimizer and schedule, started from the previous phase's weights.
 
-- `wechsel` / `fullrand` (Minixhofer et al., 2022): the whole model, linear warm-up over the first 10% of the steps,
-  then linear decay to zero. FullRand is the same recipe started from random embeddings (`langswap transfer
-  --method random`); the name is kept so configs read like the paper's tables.
-- `transinner`: embeddings only for the first 10% of the steps, with their own warm-up and decay, then the whole
-  model with a second warm-up (each phase warms up over 10% of its own steps).
-- `tiktotok` (Remy et al., 2023): embeddings and LM head at the peak rate (after a warm-up, then constant) until the
-  training loss settles (relative improvement between two windows of `settle_window` steps below
-  `settle_tolerance`), at most `embedding_fraction` (default half) of the steps; then the whole model for the remaining steps at
-  `full_lr_scale` times the rate with a longer warm-up (`full_warmup_fraction`).
-- `embeddings`: one embeddings-only phase (the short probe `langswap bench` runs); `full`: one whole-model phase.
+Schedules are registered by name (`register_schedule`), so a phase names its schedule and stays a plain record that
+resumes and serialises; a recipe that needs another shape registers it in its own file. The built-in ones, for update
+s (0-based) of a phase of T updates with W warm-up updates:
 
-Peak rate: 5e-4 for causal LMs, 1e-4 for masked LMs (the papers' values), unless `learning_rate` is set. AdamW with
-betas (0.9, 0.98), eps 1e-6, weight decay 0.01 (not on biases and norms, the Trainer's rule).
-
-Learning rate of update s (0-based) in a phase of T updates with W warm-up updates: peak * (s+1)/W while s < W,
-then peak * (T-s)/(T-W) ("linear" decay; every update has a non-zero rate, the last one peak/(T-W)), or the peak
-("constant").
+- `linear`: peak * (s+1)/W while s < W, then peak * (T-s)/(T-W) (every update has a non-zero rate, the last one
+  peak/(T-W); the Trainer's built-in schedule spends the first update at zero);
+- `constant`: the same warm-up, then the peak.
 
 "Embeddings" means the input token embeddings, the output embeddings (the same matrix when tied) and an output
-bias; position embeddings, norms and the transformer body stay frozen.
+bias; position embeddings, norms and the transformer body stay frozen. "Full" is every parameter.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import torch
+from typing import Callable, Iterable
 
 from langswap.errors import ConfigError
 
-PRESETS = ("wechsel", "fullrand", "transinner", "tiktotok", "embeddings", "full")
+# The papers' peak rates (WECHSEL), unless `learning_rate` is set.
 PEAK_LEARNING_RATE = {"causal": 5e-4, "masked": 1e-4}
-DEFAULT_EMBEDDING_FRACTION = {"transinner": 0.1, "tiktotok": 0.5}
+
+# name -> factor(phase, step): the multiplier of the phase's peak rate at update `step` (0-based)
+SCHEDULES: dict[str, Callable[["Phase", int], float]] = {}
+
+
+def register_schedule(name: str):
+    """Decorator: register `factor(phase, step) -> float` as the schedule `name`. The factor must be a pure function
+    of the phase and the update number, so a resumed phase continues on the same rates."""
+
+    def decorator(function):
+        if name in SCHEDULES:
+            raise ValueError(f"schedule {name!r} registered twice")
+        SCHEDULES[name] = function
+        return function
+
+    return decorator
 
 
 @dataclass(frozen=True)
 class Phase:
     name: str  # folder name, e.g. "1-embeddings"
-    trainable: str  # "embeddings" or "full"
+    trainable: str  # "embeddings", "full", or a set the recipe's `trainable_parameters` names
     steps: int  # most updates in this phase
     learning_rate: float  # peak
     warmup_steps: int
-    decay: str = "linear"  # or "constant"
-    until_settled: bool = False  # stop early when the training loss settles
+    schedule: str = "linear"  # a registered schedule
+    stops_early: bool = False  # the recipe's `stop_reason` may end the phase before `steps` updates
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"phase {self.name} has schedule '{self.schedule}'; registered schedules: "
+                              f"{', '.join(sorted(SCHEDULES))}.")
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of the peak rate for update `step` (0-based)."""
-        if step < self.warmup_steps:
-            return (step + 1) / self.warmup_steps
-        if self.decay == "constant":
-            return 1.0
-        return max(0.0, (self.steps - step) / max(1, self.steps - self.warmup_steps))
+        return SCHEDULES[self.schedule](self, step)
 
     def learning_rate_at(self, step: int) -> float:
         return self.learning_rate * self.lr_factor(step)
 
 
-def _warmup(steps: int, fraction: float) -> int:
+@register_schedule("linear")
+def linear(phase: Phase, step: int) -> float:
+    if step < phase.warmup_steps:
+        return (step + 1) / phase.warmup_steps
+    return max(0.0, (phase.steps - step) / max(1, phase.steps - phase.warmup_steps))
+
+
+@register_schedule("constant")
+def constant(phase: Phase, step: int) -> float:
+    if step < phase.warmup_steps:
+        return (step + 1) / phase.warmup_steps
+    return 1.0
+
+
+def warmup_for(steps: int, fraction: float) -> int:
+    """Warm-up updates for `fraction` of a phase of `steps` updates: at least one unless the fraction is 0."""
     return max(1, math.ceil(steps * fraction)) if fraction > 0 else 0
 
 
-def plan_phases(config, objective: str) -> list[Phase]:
-    """The phases of `config.preset` for `config.steps` updates in all. The length of a phase that follows an
-    until-settled phase is fixed when that phase ends (see `remaining_phases`)."""
-    peak = config.learning_rate or PEAK_LEARNING_RATE[objective]
-    steps, warmup = config.steps, config.warmup_fraction
-    preset = config.preset
-    if preset not in PRESETS:
-        raise ConfigError(f"preset is '{preset}'; choose one of: {', '.join(PRESETS)}.")
-    if preset in ("wechsel", "fullrand", "full"):
-        return [Phase("1-full", "full", steps, peak, _warmup(steps, warmup))]
-    if preset == "embeddings":
-        return [Phase("1-embeddings", "embeddings", steps, peak, _warmup(steps, warmup))]
-    fraction = config.embedding_fraction if config.embedding_fraction is not None else DEFAULT_EMBEDDING_FRACTION[preset]
-    first = max(1, round(steps * fraction))
-    if first >= steps:
-        raise ConfigError(f"embedding_fraction {fraction} leaves no steps for the full phase of "
-                          f"preset '{preset}' with steps={steps}; lower it or raise steps.")
-    if preset == "transinner":
-        rest = steps - first
-        return [Phase("1-embeddings", "embeddings", first, peak, _warmup(first, warmup)),
-                Phase("2-full", "full", rest, peak, _warmup(rest, warmup))]
-    # tiktotok: the second phase's length depends on where the first one settled
-    return [Phase("1-embeddings", "embeddings", first, peak, _warmup(first, warmup), decay="constant",
-                  until_settled=True),
-            Phase("2-full", "full", steps - first, peak * config.full_lr_scale,
-                  _warmup(steps - first, config.full_warmup_fraction))]
-
-
-def remaining_phases(planned: list[Phase], done_steps: list[int], config) -> list[Phase]:
-    """Re-plan the phases after the first `len(done_steps)` finished, given how many updates each took: a phase
-    after an until-settled one gets the steps that one left over."""
-    out = list(planned)
-    for index, used in enumerate(done_steps):
-        if out[index].until_settled and index + 1 < len(out) and used < out[index].steps:
-            following = out[index + 1]
-            rest = config.steps - sum(done_steps[:index + 1])
-            out[index + 1] = Phase(following.name, following.trainable, rest, following.learning_rate,
-                                   _warmup(rest, config.full_warmup_fraction), following.decay)
-    return out
-
-
-def embedding_parameters(model) -> list[torch.nn.Parameter]:
+def embedding_parameters(model) -> list:
     """Input and output token embeddings (one tensor when tied) and the output bias, without duplicates."""
-    found: list[torch.nn.Parameter] = []
+    found: list = []
     candidates = [model.get_input_embeddings().weight]
     output = model.get_output_embeddings()
     if output is not None:
@@ -120,13 +99,14 @@ def embedding_parameters(model) -> list[torch.nn.Parameter]:
     return found
 
 
-def set_trainable(model, trainable: str) -> dict:
-    """Freeze all but the embeddings (`embeddings`) or nothing (`full`); returns parameter counts."""
-    if trainable not in ("embeddings", "full"):
-        raise ConfigError(f"a phase trains 'embeddings' or 'full', not '{trainable}'.")
-    keep = embedding_parameters(model)
+def set_trainable(model, parameters: Iterable) -> None:
+    """Train exactly `parameters` (tensors of `model`); freeze every other parameter."""
+    keep = {id(parameter) for parameter in parameters}
     for parameter in model.parameters():
-        parameter.requires_grad_(trainable == "full" or any(parameter is k for k in keep))
+        parameter.requires_grad_(id(parameter) in keep)
+
+
+def parameter_counts(model) -> dict:
     total = sum(p.numel() for p in model.parameters())
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return {"trainable_parameters": trained, "total_parameters": total}

@@ -1,18 +1,19 @@
 """`train(config)`: continued pretraining of a model folder, in phases, on the Hugging Face Trainer.
 
 The Trainer is the engine, so `accelerate launch` and `torchrun` spread a run over many GPUs (or CPU processes) with
-no distribution code here; bf16/fp16, gradient accumulation and seeding are the Trainer's. What langswap adds:
+no distribution code here; bf16/fp16, gradient accumulation and seeding are the Trainer's. The recipe that `preset`
+names (`recipes/`) says what to train: its phases, what each trains, each phase's optimizer and schedule, its data
+and its hooks. What this loop adds, the same for every recipe:
 
-- phases and the papers' schedules (`phases.py`): each phase is one Trainer run with its own optimizer; a phase
-  starts from the previous phase's final weights;
+- phases as separate Trainer runs: each phase has its own optimizer and starts from the previous phase's final
+  weights, reading the next slice of the run's one shuffled order of the text;
 - checkpoints that are never half-written (written under `.staging/` and renamed into `checkpoint-N`), and resume:
   running the same command again continues from the last checkpoint of the unfinished phase and ends with the same
-  weights as an uninterrupted run (the Trainer restores optimizer, schedule, data order and RNG states). A different
-  config for an existing output folder is an error that lists the differences;
-- an evaluation curve on held-out text (at step 0, every `eval_steps`, and at the end of each phase), written as
-  `curve.json` and `curve.png`; for causal LMs the loss is also shown as bits per byte, estimated with the held-out
-  text's bytes per token;
-- model-only snapshots at chosen steps (`snapshot_steps`, used by `langswap bench`).
+  weights as an uninterrupted run (the Trainer restores optimizer, schedule, data order and RNG states; a phase a
+  recipe ended early at its last checkpoint is not trained on). A different config for an existing output folder is
+  an error that lists the differences;
+- an evaluation curve on held-out text (`curve.py`), model-only snapshots at chosen steps (`snapshot_steps`, used by
+  `langswap bench`), a stop on non-finite numbers with a failure record (`trainer.py`).
 
 Output folder:
     langswap-train.json      resolved config, version, phases, status
@@ -27,119 +28,28 @@ Not handled: streaming datasets, FSDP/DeepSpeed-specific checkpoint formats (the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
-import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from langswap import __version__
 from langswap.config import to_dict
-from langswap.errors import ConfigError, MissingResourceError, OutputExistsError, TrainingDivergedError
-from langswap.files import atomic_write_text, replace_directory
-from langswap.training.phases import PRESETS, Phase, plan_phases, remaining_phases, set_trainable
+from langswap.errors import ConfigError, OutputExistsError, TrainingDivergedError
+from langswap.files import atomic_write_text
+from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
+from langswap.training.phases import Phase, parameter_counts, set_trainable
+from langswap.training.recipes.base import Recipe, make_recipe
+
+__all__ = ["TrainConfig", "TrainReport", "comparable_config", "train"]
 
 logger = logging.getLogger(__name__)
 
 RECORD = "langswap-train.json"
-# Under fp16 an update whose gradients overflow is skipped by the loss scaler, which halves its scale; this many
-# skipped in a row (a scale 2^-30 of where it started) means the gradients overflow at every scale.
-FP16_SKIPPED_UPDATES_LIMIT = 30
-# Fields that may change when a run is resumed: they do not change the weights a run ends with.
-RESUMABLE_CHANGES = {"overwrite", "save_steps", "save_total_limit", "snapshot_steps", "eval_steps", "num_workers"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    """Continued pretraining of a model folder on target-language text."""
-
-    model: str = field(default="", metadata={"help": "Model folder with its tokenizer, e.g. a `langswap transfer` "
-                                                     "output (required)."})
-    train_text: str = field(default="", metadata={"help": "Training text: .txt/.gz (a document per line) or .jsonl "
-                                                          "(required)."})
-    eval_text: str | None = field(default=None, metadata={"help": "Held-out text for the evaluation curve."})
-    output: str = field(default="", metadata={"help": "Output folder (required); rerun to resume."})
-    overwrite: bool = field(default=False, metadata={"help": "Delete an existing output folder and start again."})
-    objective: str = field(default="auto", metadata={"help": "causal, masked, or auto (from the model's "
-                                                             "architecture).", "choices": ("auto", "causal", "masked")})
-    preset: str = field(default="wechsel", metadata={"help": "Phases and schedule: wechsel/fullrand (full model), "
-                                                             "transinner, tiktotok, embeddings (embeddings only), "
-                                                             "full.", "choices": PRESETS})
-    steps: int = field(default=1000, metadata={"help": "Optimizer updates over all phases."})
-    learning_rate: float | None = field(default=None, metadata={"help": "Peak rate; default 5e-4 (causal) or 1e-4 "
-                                                                        "(masked), as in WECHSEL."})
-    warmup_fraction: float = field(default=0.1, metadata={"help": "Share of a phase's updates spent warming up."})
-    embedding_fraction: float | None = field(default=None, metadata={"help": "transinner: share of the steps that "
-                                                                            "train only embeddings (default 0.1); "
-                                                                            "tiktotok: the most they may take "
-                                                                            "(default 0.5)."})
-    settle_window: int = field(default=50, metadata={"help": "tiktotok: steps per window when judging whether the "
-                                                             "loss has settled."})
-    settle_tolerance: float = field(default=0.01, metadata={"help": "tiktotok: the loss has settled when a window "
-                                                                    "improves on the one before by less than this "
-                                                                    "share."})
-    full_lr_scale: float = field(default=0.2, metadata={"help": "tiktotok: full-model rate as a share of the peak."})
-    full_warmup_fraction: float = field(default=0.25, metadata={"help": "tiktotok: warm-up share of the full "
-                                                                        "phase."})
-    batch_size: int = field(default=8, metadata={"help": "Sequences per device per forward pass."})
-    gradient_accumulation: int = field(default=1, metadata={"help": "Forward passes per update."})
-    sequence_length: int = field(default=512, metadata={"help": "Tokens per packed sequence (capped at the "
-                                                                "model's context)."})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (not on biases and norms)."})
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
-    adam_beta2: float = field(default=0.98, metadata={"help": "AdamW beta2."})
-    adam_epsilon: float = field(default=1e-6, metadata={"help": "AdamW epsilon."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (0: no clipping)."})
-    mlm_probability: float = field(default=0.15, metadata={"help": "Masked LM: share of tokens predicted."})
-    precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPUs that have it, else fp16 on GPUs, "
-                                                             "fp32 on CPU), fp32, bf16 or fp16.",
-                                                     "choices": ("auto", "fp32", "bf16", "fp16")})
-    seed: int = field(default=0, metadata={"help": "Seed of data order, masking and dropout."})
-    save_steps: int = field(default=100, metadata={"help": "Checkpoint every N updates (for resuming)."})
-    save_total_limit: int = field(default=2, metadata={"help": "Checkpoints kept per phase."})
-    eval_steps: int = field(default=100, metadata={"help": "Evaluate on eval_text every N updates."})
-    eval_sequences: int = field(default=64, metadata={"help": "Packed sequences of eval_text evaluated."})
-    logging_steps: int = field(default=10, metadata={"help": "Log the training loss every N updates (tiktotok: at "
-                                                             "most settle_window)."})
-    snapshot_steps: list[int] = field(default_factory=list, metadata={"help": "Also save the model at these "
-                                                                              "global steps (snapshots/step-N)."})
-    text_field: str = field(default="text", metadata={"help": "Key of the text in .jsonl files."})
-    max_lines: int | None = field(default=None, metadata={"help": "Read at most this many training documents."})
-    num_workers: int = field(default=0, metadata={"help": "Data-loader worker processes."})
-
-    def validate(self) -> None:
-        for name in ("model", "train_text", "output"):
-            if not getattr(self, name):
-                raise ConfigError(f"{name} is not set (--{name.replace('_', '-')} or `{name}:` in the config).")
-        if not Path(self.model).is_dir():
-            raise MissingResourceError(f"model folder '{self.model}' does not exist; give a folder written by "
-                                       "`langswap transfer` or save_pretrained.")
-        for name in ("train_text", "eval_text"):
-            value = getattr(self, name)
-            if value and not Path(value).is_file():
-                raise MissingResourceError(f"{name} '{value}' does not exist.")
-        positive = ("steps", "batch_size", "gradient_accumulation", "save_steps", "eval_steps", "eval_sequences",
-                    "logging_steps", "save_total_limit", "settle_window")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} is {getattr(self, name)}; it must be at least 1.")
-        for name in ("warmup_fraction", "embedding_fraction", "full_warmup_fraction", "mlm_probability"):
-            if getattr(self, name) is not None and not 0 <= getattr(self, name) <= 1:
-                raise ConfigError(f"{name} is {getattr(self, name)}; it must be between 0 and 1.")
-        if not self.max_grad_norm >= 0:
-            raise ConfigError(f"max_grad_norm is {self.max_grad_norm}; give a positive norm, or 0 for no clipping.")
-        if self.learning_rate is not None and self.learning_rate <= 0:
-            raise ConfigError(f"learning_rate is {self.learning_rate}; give a positive rate or leave it unset.")
-        if self.preset == "tiktotok" and self.logging_steps > self.settle_window:
-            raise ConfigError(f"logging_steps is {self.logging_steps} but settle_window is {self.settle_window}: the "
-                              "tiktotok preset judges the logged training loss per window, so a window needs at "
-                              "least one logged loss. Set logging_steps to at most settle_window.")
-        bad = [step for step in self.snapshot_steps if not 0 <= step <= self.steps]
-        if bad:
-            raise ConfigError(f"snapshot_steps {bad} are outside 0..steps ({self.steps}).")
 
 
 @dataclass
@@ -219,307 +129,20 @@ def _precision_name(flags: dict) -> str:
     return "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32"
 
 
-# -- the Trainer and its callbacks --------------------------------------------------------------------------------------
-
-def _trainer_class():
-    import torch
-    from transformers import Trainer
-
-    class PhaseTrainer(Trainer):
-        """The Trainer with a phase's schedule and checkpoints written under a temporary name."""
-
-        def __init__(self, *args, phase: Phase, phase_index: int = 0, offset: int = 0, precision: str = "fp32",
-                     **kwargs):
-            self.phase, self.phase_index, self.offset, self.precision = phase, phase_index, offset, precision
-            self._staging: str | None = None
-            self._losses_finite: torch.Tensor | None = None  # all micro-batch losses of this update finite
-            self._skipped_in_a_row = 0
-            super().__init__(*args, **kwargs)
-
-        def training_step(self, model, inputs, *args, **kwargs):
-            loss = super().training_step(model, inputs, *args, **kwargs)
-            finite = torch.isfinite(loss.detach()).all()  # stays on the device: read once per update
-            self._losses_finite = finite if self._losses_finite is None else self._losses_finite & finite
-            return loss
-
-        def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
-            # called once per update, after the optimizer step and before logging, evaluation and checkpointing, so a
-            # diverged update is never saved
-            self._check_update(grad_norm)
-            return super()._maybe_log_save_evaluate(tr_loss, grad_norm, *args, **kwargs)
-
-        def _check_update(self, grad_norm) -> None:
-            """Stop on a non-finite training loss or gradient norm. Under fp16 the loss scaler skips an update whose
-            gradients overflow and lowers its scale, which is routine; only a long run of skipped updates stops."""
-            if self._losses_finite is None:  # the epoch-end call repeats the last update's
-                return
-            losses_finite, self._losses_finite = bool(self._losses_finite), None
-            norm = None if grad_norm is None else float(grad_norm)
-            if self.args.fp16 and self.accelerator.optimizer_step_was_skipped:
-                self._skipped_in_a_row += 1
-                if self._skipped_in_a_row < FP16_SKIPPED_UPDATES_LIMIT:
-                    return
-                reason = (f"the fp16 loss scaler skipped {self._skipped_in_a_row} updates in a row (their gradients "
-                          "overflow at every scale)")
-            else:
-                self._skipped_in_a_row = 0
-                if losses_finite and (norm is None or math.isfinite(norm)):
-                    return
-                reason = ("the training loss is " + ("finite" if losses_finite else "NaN or infinite")
-                          + f" and the gradient norm is {norm}")
-            self._diverged(reason)
-
-        def _diverged(self, reason: str) -> None:
-            step = self.state.global_step
-            rate = self.phase.learning_rate_at(max(step - 1, 0))
-            where = (f"update {self.offset + step} (update {step} of phase {self.phase.name}" if step
-                     else f"step {self.offset} (before the first update of phase {self.phase.name}")
-            raise TrainingDivergedError(
-                f"training stopped at {where}, learning rate {rate:.3g}, precision {self.precision}): {reason}.",
-                phase=self.phase.name,
-                step=self.offset + step, learning_rate=rate, precision=self.precision, reason=reason)
-
-        def get_batch_samples(self, epoch_iterator, num_batches, *args, **kwargs):
-            """The batches of one update; a masked-LM batch (no labels yet) is masked as it is drawn, from a
-            generator seeded by (seed, phase, process, update), so a resumed run draws the masks the uninterrupted
-            one drew whatever the data loader collated ahead, and the Trainer counts the masked tokens of all
-            accumulated micro-batches for the loss. (The Trainer's signature differs across versions: `device` from
-            transformers 4.48 on.)"""
-            if getattr(self.data_collator, "objective", None) != "masked":
-                return super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
-            generator = torch.Generator().manual_seed(
-                hash((self.args.seed, self.phase_index, self.args.process_index, self.state.global_step))
-                & 0x7FFF_FFFF_FFFF_FFFF)
-
-            def masked():
-                for batch in epoch_iterator:
-                    if "labels" not in batch:
-                        batch["input_ids"], batch["labels"] = self.data_collator.mask(batch["input_ids"], generator)
-                    yield batch
-
-            return super().get_batch_samples(masked(), num_batches, *args, **kwargs)
-
-        def _get_train_sampler(self, train_dataset=None):
-            # The phase's dataset is its slice of the run's stream, already shuffled (`data.StreamSlice`).
-            return torch.utils.data.SequentialSampler(train_dataset if train_dataset is not None
-                                                      else self.train_dataset)
-
-        def evaluate(self, *args, **kwargs):
-            """Evaluation leaves the random state as it found it: building its data loader draws from the global
-            generator, which would move every later dropout mask, so a run resumed without the step-0 evaluation,
-            or evaluated at other steps, would end with other weights."""
-            saved = _random_state()
-            try:
-                metrics = super().evaluate(*args, **kwargs)
-            finally:
-                _set_random_state(saved)
-            loss = metrics.get("eval_loss")
-            if loss is not None and not math.isfinite(loss):
-                self._diverged(f"the held-out loss is {loss}")
-            return metrics
-
-        def create_scheduler(self, num_training_steps: int, optimizer=None):
-            if self.lr_scheduler is None:
-                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer,
-                                                                      self.phase.lr_factor)
-            return self.lr_scheduler
-
-        def _get_output_dir(self, trial):
-            return self._staging or super()._get_output_dir(trial)
-
-        def _save_checkpoint(self, model, trial, *args, **kwargs):  # 4.x also passes `metrics`
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-            run_dir = self.args.output_dir
-            name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            self._staging = os.path.join(run_dir, ".staging")
-            try:
-                super()._save_checkpoint(model, trial, *args, **kwargs)
-            finally:
-                self._staging = None
-            self.accelerator.wait_for_everyone()  # every rank has written its RNG state
-            if self.args.should_save:
-                replace_directory(Path(run_dir, ".staging", name), Path(run_dir, name))
-                shutil.rmtree(os.path.join(run_dir, ".staging"), ignore_errors=True)
-                try:  # a function from transformers 5 on, a Trainer method before
-                    from transformers.trainer_utils import rotate_checkpoints
-                except ImportError:
-                    self._rotate_checkpoints(use_mtime=False, output_dir=run_dir)
-                else:
-                    rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
-                                       use_mtime=False)
-            self.accelerator.wait_for_everyone()
-
-    return PhaseTrainer
 
 
-def settled(log_history: list[dict], step: int, window: int, tolerance: float) -> tuple[float, float] | None:
-    """(mean loss of the window before, of the last window) when the training loss logged up to `step` has settled:
-    the last `window` updates improve on the `window` before them by less than `tolerance` (a share); else None.
-
-    Judged only at a step whose training loss was logged: an evaluation logged at another step sees other windows,
-    so how often a run evaluates would move the stop."""
-    if step < 2 * window:
-        return None
-    losses = [(entry["step"], entry["loss"]) for entry in log_history if "loss" in entry]
-    if not any(logged == step for logged, _ in losses):
-        return None
-    last = [loss for s, loss in losses if step - window < s <= step]
-    previous = [loss for s, loss in losses if step - 2 * window < s <= step - window]
-    if last and previous:
-        before, now = sum(previous) / len(previous), sum(last) / len(last)
-        if before > 0 and (before - now) / before < tolerance:
-            return before, now
-    return None
-
-
-def _settled_checkpoint(checkpoint: str | None, config: TrainConfig) -> int | None:
-    """The step of `checkpoint` when an until-settled phase stopped there: the rule held at a log of that step, so
+def _stopped_checkpoint(checkpoint: str | None, recipe: Recipe, phase: Phase) -> int | None:
+    """The step of `checkpoint` when the recipe ended `phase` there: its stop rule held at a log of that step, so
     the uninterrupted run ended the phase at it (a resumed Trainer would clear the stop and train on)."""
-    if checkpoint is None or not (Path(checkpoint) / "trainer_state.json").is_file():
+    if not phase.stops_early or checkpoint is None or not (Path(checkpoint) / "trainer_state.json").is_file():
         return None
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
     step, history = state.get("global_step", 0), state.get("log_history", [])
-    return step if settled(history, step, config.settle_window, config.settle_tolerance) else None
-
-
-def _random_state() -> dict:
-    import random
-
-    import numpy
-    import torch
-
-    return {"python": random.getstate(), "numpy": numpy.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-
-
-def _set_random_state(saved: dict) -> None:
-    import random
-
-    import numpy
-    import torch
-
-    random.setstate(saved["python"])
-    numpy.random.set_state(saved["numpy"])
-    torch.set_rng_state(saved["torch"])
-    if saved["cuda"] is not None:
-        torch.cuda.set_rng_state_all(saved["cuda"])
-
-
-def _callbacks(config: TrainConfig, phase: Phase, offset: int, curve_writer):
-    from transformers import TrainerCallback
-
-    class Settle(TrainerCallback):
-        """Stop an until-settled phase once the mean training loss of the last window improves on the window
-        before it by less than settle_tolerance (a pure function of the logged losses, so a resumed run stops
-        where the uninterrupted one did)."""
-
-        def on_log(self, args, state, control, **kwargs):
-            means = settled(state.log_history, state.global_step, config.settle_window, config.settle_tolerance)
-            if means:
-                logger.info("loss settled at step %d (%.4f -> %.4f); ending the embeddings phase",
-                            state.global_step, *means)
-                control.should_training_stop = True
-
-    class Snapshots(TrainerCallback):
-        trainer = None
-
-        def on_step_end(self, args, state, control, **kwargs):
-            step = offset + state.global_step
-            if step in config.snapshot_steps:
-                save_model_atomically(self.trainer, Path(config.output) / "snapshots" / f"step-{step}")
-
-    class Curve(TrainerCallback):
-        def on_log(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                curve_writer(phase, offset, state.log_history, plot="eval_loss" in state.log_history[-1])
-
-    callbacks = [Curve()]
-    if phase.until_settled:
-        callbacks.append(Settle())
-    snapshots = Snapshots() if config.snapshot_steps else None
-    if snapshots:
-        callbacks.append(snapshots)
-    return callbacks, snapshots
-
-
-def save_model_atomically(trainer, folder: Path, extra: dict | None = None) -> None:
-    """trainer.save_model into a temporary folder, renamed to `folder` by the main process when all ranks are done."""
-    temporary = folder.with_name(f".{folder.name}.partial")
-    if trainer.args.should_save and temporary.exists():
-        shutil.rmtree(temporary)  # left by an interrupted run
-    trainer.accelerator.wait_for_everyone()
-    trainer.save_model(str(temporary))
-    trainer.accelerator.wait_for_everyone()
-    if trainer.args.should_save:
-        for name, content in (extra or {}).items():
-            (temporary / name).write_text(json.dumps(content, indent=2, ensure_ascii=False), encoding="utf-8")
-        replace_directory(temporary, folder)
-    trainer.accelerator.wait_for_everyone()
-
-
-# -- the curve ----------------------------------------------------------------------------------------------------------
-
-class CurveWriter:
-    """Builds curve.json / curve.png from the finished phases' histories and the running phase's log."""
-
-    def __init__(self, output: Path, objective: str, bytes_per_token: float | None):
-        self.output, self.objective, self.bytes_per_token = output, objective, bytes_per_token
-        self.done: list[tuple[Phase, int, list[dict]]] = []
-        self.step0: dict | None = None
-
-    def entries(self, phase: Phase | None = None, offset: int = 0, history: list[dict] = ()) -> dict:
-        train, evaluation, boundaries = [], [], []
-        if self.step0 is not None:
-            evaluation.append(self._eval_entry(0, "start", self.step0))
-        parts = self.done + ([(phase, offset, list(history))] if phase is not None else [])
-        for part, start, log in parts:
-            boundaries.append({"step": start, "phase": part.name})
-            for entry in log:
-                step = start + int(entry.get("step", 0))
-                if "loss" in entry:
-                    train.append({"step": step, "phase": part.name, "loss": round(entry["loss"], 5),
-                                  "learning_rate": entry.get("learning_rate")})
-                if "eval_loss" in entry:
-                    evaluation.append(self._eval_entry(step, part.name, entry))
-        return {"objective": self.objective, "bytes_per_token": self.bytes_per_token, "phases": boundaries,
-                "train": train, "eval": evaluation}
-
-    def _eval_entry(self, step: int, phase: str, metrics: dict) -> dict:
-        loss = metrics["eval_loss"]
-        entry = {"step": step, "phase": phase, "loss": round(loss, 5)}
-        if self.objective == "causal" and self.bytes_per_token:
-            entry["bits_per_byte"] = round(loss / math.log(2) / self.bytes_per_token, 5)
-        return entry
-
-    def __call__(self, phase: Phase | None = None, offset: int = 0, history: list[dict] = (), plot: bool = True):
-        curve = self.entries(phase, offset, history)
-        atomic_write_text(self.output / "curve.json", json.dumps(curve, indent=2))
-        if plot:
-            self.plot(curve)
-        return curve
-
-    def plot(self, curve: dict) -> None:
-        from langswap.plots import line_panels
-
-        losses = {}
-        if curve["train"]:
-            losses["training"] = ([e["step"] for e in curve["train"]], [e["loss"] for e in curve["train"]])
-        if curve["eval"]:
-            losses["held-out"] = ([e["step"] for e in curve["eval"]], [e["loss"] for e in curve["eval"]])
-        if not losses:
-            return
-        unit = "masked-LM loss (nats/token)" if self.objective == "masked" else "loss (nats/token)"
-        panels = [(unit, losses)]
-        if curve["eval"] and "bits_per_byte" in curve["eval"][0]:
-            panels.append(("held-out bits per byte (estimated)", {
-                "held-out": ([e["step"] for e in curve["eval"]], [e["bits_per_byte"] for e in curve["eval"]])}))
-        vlines = [(p["step"], p["phase"]) for p in curve["phases"]]
-        line_panels(self.output / "curve.png", panels, "update", title=f"training curve: {self.output.name}",
-                    vlines=vlines)
+    return step if recipe.stop_reason(phase, history, step) else None
 
 
 # -- the run ------------------------------------------------------------------------------------------------------------
+
 
 def _load_for_training(folder: str | Path, objective: str, seed: int, tokenizer=None):
     """The model in fp32 (master weights; bf16/fp16 are autocast by the Trainer), refused when a weight is NaN or
@@ -596,10 +219,13 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     from transformers.trainer_utils import get_last_checkpoint
 
     from langswap.models import load_config, load_tokenizer
-    from langswap.training.data import (BlockDataset, LMCollator, StreamSlice, masked_eval_set, pack,
+    from langswap.training.curve import CurveWriter
+    from langswap.training.data import (BlockDataset, LMCollator, masked_eval_set, pack, phase_dataset,
                                         read_documents)
+    from langswap.training.trainer import Curve, PhaseTrainer, RecipeHooks, Snapshots, save_model_atomically
 
     output = Path(config.output)
+    recipe = make_recipe(config)
     status = _check_output(config, state.num_processes)
     if status == "complete":
         record = json.loads((output / RECORD).read_text(encoding="utf-8"))
@@ -617,8 +243,10 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     if sequence_length < config.sequence_length:
         logger.warning("sequence_length %d is longer than the model's context; using %d", config.sequence_length,
                        sequence_length)
-    documents = read_documents(config.train_text, "training text", config.text_field, config.max_lines)
-    packed = pack(tokenizer, documents, sequence_length, objective, f"training text '{config.train_text}'")
+    streams = recipe.streams()  # one, until mixing several per batch is implemented (`data.check_streams`)
+    (stream,) = streams
+    documents = read_documents(stream.path, "training text", config.text_field, config.max_lines)
+    packed = pack(tokenizer, documents, sequence_length, objective, f"training text '{stream.path}'")
     collator = LMCollator(tokenizer, objective, config.mlm_probability)
     train_set = BlockDataset(packed.blocks)
     eval_set, bytes_per_token = None, None
@@ -633,12 +261,12 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                 f"{packed.tokens:,}", f"{len(train_set):,}", sequence_length)
 
     precision_flags = _precision_flags(config.precision)
-    planned = plan_phases(config, objective)
+    planned = recipe.phases(objective, [])
     record = {"langswap_version": __version__, "config": to_dict(config),
               "comparable_config": comparable_config(config),
               "objective": objective, "sequence_length": sequence_length, "training_sequences": len(train_set),
               "training_tokens": packed.tokens, "processes": state.num_processes, "status": "running",
-              "phases": [phase.__dict__ for phase in planned]}
+              "phases": [dataclasses.asdict(phase) for phase in planned]}
     if state.is_main_process:
         if config.overwrite and output.exists():
             shutil.rmtree(output)
@@ -650,14 +278,18 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     step0_path = output / "eval-step0.json"
     if step0_path.exists():
         curve.step0 = json.loads(step0_path.read_text())
-    PhaseTrainer = _trainer_class()
     done_steps: list[int] = []
     summaries: list[dict] = []
     start_model: str | Path = config.model
     resumed = status == "resume"
     offset = 0
     for index in range(len(planned)):
-        phase = remaining_phases(planned, done_steps, config)[index]
+        # a phase after one that ended early may be re-planned with the steps it left
+        replanned = recipe.phases(objective, list(done_steps))
+        if len(replanned) != len(planned):
+            raise RuntimeError(f"recipe '{recipe.name}' planned {len(planned)} phases, then {len(replanned)} once "
+                               f"{len(done_steps)} had finished; its phases() must give a fixed number of phases.")
+        phase = replanned[index]
         phase_dir = output / f"phase-{phase.name}"
         final = phase_dir / "final"
         if (final / "phase.json").is_file():
@@ -669,11 +301,13 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
             start_model = final
             continue
         checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
-        # An until-settled phase whose loss settled at its last checkpoint ended there: it is not resumed (a resumed
-        # Trainer clears the stop and trains on), its checkpoint is its result.
-        stopped_at = _settled_checkpoint(checkpoint, config) if phase.until_settled else None
+        # A phase the recipe ended at its last checkpoint is not resumed (a resumed Trainer clears the stop and
+        # trains on): that checkpoint is its result.
+        stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
         model = _load_for_training(checkpoint if stopped_at else start_model, objective, config.seed, tokenizer)
-        counts = set_trainable(model, phase.trainable)
+        set_trainable(model, recipe.trainable_parameters(phase, model))
+        recipe.on_phase_start(phase, model)
+        counts = parameter_counts(model)
         logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
                     f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
         args = TrainingArguments(
@@ -691,13 +325,16 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
             report_to="none", disable_tqdm=not progress, dataloader_num_workers=config.num_workers,
             remove_unused_columns=False, dataloader_pin_memory=not use_cpu, use_cpu=use_cpu,
             **precision_flags)
-        phase_callbacks, snapshots = _callbacks(config, phase, offset, curve)
+        snapshots = Snapshots(output, config.snapshot_steps, offset) if config.snapshot_steps else None
+        phase_callbacks = [Curve(curve, phase, offset), RecipeHooks(recipe, phase)] + ([snapshots] if snapshots
+                                                                                        else [])
         # this phase's slice of the run's one shuffled stream: it goes on where the phase before stopped
         per_update = config.batch_size * config.gradient_accumulation * state.num_processes
-        phase_set = StreamSlice(train_set, config.seed, offset * per_update, phase.steps * per_update)
+        phase_set = phase_dataset({stream.name: train_set}, streams, config.seed, offset * per_update,
+                                  phase.steps * per_update)
         trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
-                               data_collator=collator, processing_class=tokenizer, phase=phase, phase_index=index,
-                               offset=offset, precision=_precision_name(precision_flags),
+                               data_collator=collator, processing_class=tokenizer, phase=phase, recipe=recipe,
+                               phase_index=index, offset=offset, precision=_precision_name(precision_flags),
                                callbacks=phase_callbacks + list(callbacks or []))
         if not progress:
             from transformers.trainer_callback import PrinterCallback
@@ -719,8 +356,8 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         if stopped_at:
             from transformers import TrainerState
 
-            logger.info("phase %s: the loss settled at its checkpoint of step %d; the phase ends there", phase.name,
-                        stopped_at)
+            logger.info("phase %s ended at its checkpoint of step %d (recipe %s); it is not trained on", phase.name,
+                        stopped_at, recipe.name)
             trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
             metrics = {}
         else:
@@ -733,7 +370,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         # the mean of the phase's logged losses: the Trainer's train_loss covers only what this process trained
         logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
         summary = {"name": phase.name, "trainable": phase.trainable, "steps": steps, "planned_steps": phase.steps,
-                   "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "decay": phase.decay,
+                   "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "schedule": phase.schedule,
                    **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
                                             else metrics.get("train_loss")),  # a phase shorter than logging_steps
                    "tokens_per_second": (round(metrics["train_samples_per_second"] * sequence_length, 1)

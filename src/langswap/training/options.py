@@ -1,0 +1,97 @@
+"""`TrainConfig`: the options of `langswap train`. `preset` names the recipe (`training/recipes/`); `recipe` holds
+that recipe's own options, checked against its options dataclass when the config is made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from langswap.errors import ConfigError, MissingResourceError
+from langswap.training.data import check_streams
+from langswap.training.recipes.base import RecipeOptions, describe_recipes, make_recipe, recipe_options
+
+# Fields that may change when a run is resumed: they do not change the weights a run ends with.
+RESUMABLE_CHANGES = {"overwrite", "save_steps", "save_total_limit", "snapshot_steps", "eval_steps", "num_workers"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Continued pretraining of a model folder on target-language text."""
+
+    model: str = field(default="", metadata={"help": "Model folder with its tokenizer, e.g. a `langswap transfer` "
+                                                     "output (required)."})
+    train_text: str = field(default="", metadata={"help": "Training text: .txt/.gz (a document per line) or .jsonl "
+                                                          "(required)."})
+    eval_text: str | None = field(default=None, metadata={"help": "Held-out text for the evaluation curve."})
+    output: str = field(default="", metadata={"help": "Output folder (required); rerun to resume."})
+    overwrite: bool = field(default=False, metadata={"help": "Delete an existing output folder and start again."})
+    objective: str = field(default="auto", metadata={"help": "causal, masked, or auto (from the model's "
+                                                             "architecture).", "choices": ("auto", "causal", "masked")})
+    preset: str = field(default="wechsel", metadata={"help": "The recipe (phases, what each trains, optimizer, "
+                                                             "schedule): wechsel/fullrand (full model), transinner, "
+                                                             "tiktotok, embeddings (embeddings only), full."})
+    recipe: dict | RecipeOptions = field(default_factory=dict, metadata={
+        "help": "Options of the recipe that preset names (recipe.<option>). " + describe_recipes()})
+    steps: int = field(default=1000, metadata={"help": "Optimizer updates over all phases."})
+    learning_rate: float | None = field(default=None, metadata={"help": "Peak rate; default 5e-4 (causal) or 1e-4 "
+                                                                        "(masked), as in WECHSEL."})
+    warmup_fraction: float = field(default=0.1, metadata={"help": "Share of a phase's updates spent warming up."})
+    batch_size: int = field(default=8, metadata={"help": "Sequences per device per forward pass."})
+    gradient_accumulation: int = field(default=1, metadata={"help": "Forward passes per update."})
+    sequence_length: int = field(default=512, metadata={"help": "Tokens per packed sequence (capped at the "
+                                                                "model's context)."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (not on biases and norms)."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "AdamW beta2."})
+    adam_epsilon: float = field(default=1e-6, metadata={"help": "AdamW epsilon."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (0: no clipping)."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Masked LM: share of tokens predicted."})
+    precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPUs that have it, else fp16 on GPUs, "
+                                                             "fp32 on CPU), fp32, bf16 or fp16.",
+                                                     "choices": ("auto", "fp32", "bf16", "fp16")})
+    seed: int = field(default=0, metadata={"help": "Seed of data order, masking and dropout."})
+    save_steps: int = field(default=100, metadata={"help": "Checkpoint every N updates (for resuming)."})
+    save_total_limit: int = field(default=2, metadata={"help": "Checkpoints kept per phase."})
+    eval_steps: int = field(default=100, metadata={"help": "Evaluate on eval_text every N updates."})
+    eval_sequences: int = field(default=64, metadata={"help": "Packed sequences of eval_text evaluated."})
+    logging_steps: int = field(default=10, metadata={"help": "Log the training loss every N updates (tiktotok: at "
+                                                             "most recipe.settle_window)."})
+    snapshot_steps: list[int] = field(default_factory=list, metadata={"help": "Also save the model at these "
+                                                                              "global steps (snapshots/step-N)."})
+    text_field: str = field(default="text", metadata={"help": "Key of the text in .jsonl files."})
+    max_lines: int | None = field(default=None, metadata={"help": "Read at most this many training documents."})
+    num_workers: int = field(default=0, metadata={"help": "Data-loader worker processes."})
+
+    def __post_init__(self):
+        # the recipe: mapping becomes the named recipe's options (an unknown preset or option is an error here)
+        object.__setattr__(self, "recipe", recipe_options(self.preset, self.recipe))
+
+    def validate(self) -> None:
+        for name in ("model", "train_text", "output"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name} is not set (--{name.replace('_', '-')} or `{name}:` in the config).")
+        if not Path(self.model).is_dir():
+            raise MissingResourceError(f"model folder '{self.model}' does not exist; give a folder written by "
+                                       "`langswap transfer` or save_pretrained.")
+        for name in ("train_text", "eval_text"):
+            value = getattr(self, name)
+            if value and not Path(value).is_file():
+                raise MissingResourceError(f"{name} '{value}' does not exist.")
+        positive = ("steps", "batch_size", "gradient_accumulation", "save_steps", "eval_steps", "eval_sequences",
+                    "logging_steps", "save_total_limit")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} is {getattr(self, name)}; it must be at least 1.")
+        for name in ("warmup_fraction", "mlm_probability"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name} is {getattr(self, name)}; it must be between 0 and 1.")
+        if not self.max_grad_norm >= 0:
+            raise ConfigError(f"max_grad_norm is {self.max_grad_norm}; give a positive norm, or 0 for no clipping.")
+        if self.learning_rate is not None and self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate is {self.learning_rate}; give a positive rate or leave it unset.")
+        bad = [step for step in self.snapshot_steps if not 0 <= step <= self.steps]
+        if bad:
+            raise ConfigError(f"snapshot_steps {bad} are outside 0..steps ({self.steps}).")
+        recipe = make_recipe(self)
+        recipe.validate()
+        check_streams(recipe.streams(), recipe.name)

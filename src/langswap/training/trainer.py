@@ -1,0 +1,249 @@
+"""The Trainer of one phase, and the callbacks the loop gives it.
+
+This module imports transformers when it is imported; `training/run.py` imports it inside `train`, so `import
+langswap` and `langswap --help` stay free of transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerCallback
+
+from langswap.errors import TrainingDivergedError
+from langswap.files import replace_directory
+from langswap.training.phases import Phase
+
+logger = logging.getLogger(__name__)
+
+# Under fp16 an update whose gradients overflow is skipped by the loss scaler, which halves its scale; this many
+# skipped in a row (a scale 2^-30 of where it started) means the gradients overflow at every scale.
+FP16_SKIPPED_UPDATES_LIMIT = 30
+
+
+class PhaseTrainer(Trainer):
+    """The Trainer with a phase's optimizer (the recipe's, or AdamW) and schedule, a stop on non-finite numbers,
+    masks drawn per update, and checkpoints written under a temporary name."""
+
+    def __init__(self, *args, phase: Phase, recipe, phase_index: int = 0, offset: int = 0, precision: str = "fp32",
+                 **kwargs):
+        self.phase, self.recipe, self.phase_index, self.offset = phase, recipe, phase_index, offset
+        self.precision = precision
+        self._staging: str | None = None
+        self._losses_finite: torch.Tensor | None = None  # all micro-batch losses of this update finite
+        self._skipped_in_a_row = 0
+        super().__init__(*args, **kwargs)
+
+    def create_optimizer(self, *args, **kwargs):
+        """The recipe's optimizer for the phase; the Trainer builds its AdamW when the recipe gives none."""
+        if self.optimizer is None:
+            self.optimizer = self.recipe.optimizer(self.phase, self.parameter_groups())
+        return super().create_optimizer(*args, **kwargs)
+
+    def parameter_groups(self) -> list[dict]:
+        """The trainable parameters as the Trainer groups them for AdamW: with weight decay, then without (biases
+        and norms)."""
+        decay = set(self.get_decay_parameter_names(self.model))
+        named = [(name, parameter) for name, parameter in self.model.named_parameters() if parameter.requires_grad]
+        return [{"params": [p for n, p in named if n in decay], "weight_decay": self.args.weight_decay},
+                {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0}]
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        loss = super().training_step(model, inputs, *args, **kwargs)
+        finite = torch.isfinite(loss.detach()).all()  # stays on the device: read once per update
+        self._losses_finite = finite if self._losses_finite is None else self._losses_finite & finite
+        return loss
+
+    def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
+        # called once per update, after the optimizer step and before logging, evaluation and checkpointing, so a
+        # diverged update is never saved
+        self._check_update(grad_norm)
+        return super()._maybe_log_save_evaluate(tr_loss, grad_norm, *args, **kwargs)
+
+    def _check_update(self, grad_norm) -> None:
+        """Stop on a non-finite training loss or gradient norm. Under fp16 the loss scaler skips an update whose
+        gradients overflow and lowers its scale, which is routine; only a long run of skipped updates stops."""
+        if self._losses_finite is None:  # the epoch-end call repeats the last update's
+            return
+        losses_finite, self._losses_finite = bool(self._losses_finite), None
+        norm = None if grad_norm is None else float(grad_norm)
+        if self.args.fp16 and self.accelerator.optimizer_step_was_skipped:
+            self._skipped_in_a_row += 1
+            if self._skipped_in_a_row < FP16_SKIPPED_UPDATES_LIMIT:
+                return
+            reason = (f"the fp16 loss scaler skipped {self._skipped_in_a_row} updates in a row (their gradients "
+                      "overflow at every scale)")
+        else:
+            self._skipped_in_a_row = 0
+            if losses_finite and (norm is None or math.isfinite(norm)):
+                return
+            reason = ("the training loss is " + ("finite" if losses_finite else "NaN or infinite")
+                      + f" and the gradient norm is {norm}")
+        self._diverged(reason)
+
+    def _diverged(self, reason: str) -> None:
+        step = self.state.global_step
+        rate = self.phase.learning_rate_at(max(step - 1, 0))
+        where = (f"update {self.offset + step} (update {step} of phase {self.phase.name}" if step
+                 else f"step {self.offset} (before the first update of phase {self.phase.name}")
+        raise TrainingDivergedError(
+            f"training stopped at {where}, learning rate {rate:.3g}, precision {self.precision}): {reason}.",
+            phase=self.phase.name, step=self.offset + step, learning_rate=rate, precision=self.precision,
+            reason=reason)
+
+    def get_batch_samples(self, epoch_iterator, num_batches, *args, **kwargs):
+        """The batches of one update; a masked-LM batch (no labels yet) is masked as it is drawn, from a generator
+        seeded by (seed, phase, process, update), so a resumed run draws the masks the uninterrupted one drew
+        whatever the data loader collated ahead, and the Trainer counts the masked tokens of all accumulated
+        micro-batches for the loss. (The Trainer's signature differs across versions: `device` from transformers
+        4.48 on.)"""
+        if getattr(self.data_collator, "objective", None) != "masked":
+            return super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
+        generator = torch.Generator().manual_seed(
+            hash((self.args.seed, self.phase_index, self.args.process_index, self.state.global_step))
+            & 0x7FFF_FFFF_FFFF_FFFF)
+
+        def masked():
+            for batch in epoch_iterator:
+                if "labels" not in batch:
+                    batch["input_ids"], batch["labels"] = self.data_collator.mask(batch["input_ids"], generator)
+                yield batch
+
+        return super().get_batch_samples(masked(), num_batches, *args, **kwargs)
+
+    def _get_train_sampler(self, train_dataset=None):
+        # The phase's dataset is its slice of the run's stream, already shuffled (`data.phase_dataset`).
+        return torch.utils.data.SequentialSampler(train_dataset if train_dataset is not None
+                                                  else self.train_dataset)
+
+    def evaluate(self, *args, **kwargs):
+        """Evaluation leaves the random state as it found it: building its data loader draws from the global
+        generator, which would move every later dropout mask, so a run resumed without the step-0 evaluation,
+        or evaluated at other steps, would end with other weights."""
+        saved = random_state()
+        try:
+            metrics = super().evaluate(*args, **kwargs)
+        finally:
+            set_random_state(saved)
+        loss = metrics.get("eval_loss")
+        if loss is not None and not math.isfinite(loss):
+            self._diverged(f"the held-out loss is {loss}")
+        return metrics
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None:
+            # a bound method: LambdaLR saves no state of it in the checkpoint, the phase gives it again on resume
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, self.phase.lr_factor)
+        return self.lr_scheduler
+
+    def _get_output_dir(self, trial):
+        return self._staging or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial, *args, **kwargs):  # 4.x also passes `metrics`
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        run_dir = self.args.output_dir
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        self._staging = os.path.join(run_dir, ".staging")
+        try:
+            super()._save_checkpoint(model, trial, *args, **kwargs)
+        finally:
+            self._staging = None
+        self.accelerator.wait_for_everyone()  # every rank has written its RNG state
+        if self.args.should_save:
+            replace_directory(Path(run_dir, ".staging", name), Path(run_dir, name))
+            shutil.rmtree(os.path.join(run_dir, ".staging"), ignore_errors=True)
+            try:  # a function from transformers 5 on, a Trainer method before
+                from transformers.trainer_utils import rotate_checkpoints
+            except ImportError:
+                self._rotate_checkpoints(use_mtime=False, output_dir=run_dir)
+            else:
+                rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
+                                   use_mtime=False)
+        self.accelerator.wait_for_everyone()
+
+
+def random_state() -> dict:
+    import random
+
+    import numpy
+
+    return {"python": random.getstate(), "numpy": numpy.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_random_state(saved: dict) -> None:
+    import random
+
+    import numpy
+
+    random.setstate(saved["python"])
+    numpy.random.set_state(saved["numpy"])
+    torch.set_rng_state(saved["torch"])
+    if saved["cuda"] is not None:
+        torch.cuda.set_rng_state_all(saved["cuda"])
+
+
+# -- callbacks ----------------------------------------------------------------------------------------------------------
+
+class RecipeHooks(TrainerCallback):
+    """The recipe's hooks at every log and update of a phase, and its stop rule for a `stops_early` phase."""
+
+    def __init__(self, recipe, phase: Phase):
+        self.recipe, self.phase = recipe, phase
+
+    def on_log(self, args, state, control, **kwargs):
+        self.recipe.on_log(self.phase, state, control)
+        if self.phase.stops_early:
+            reason = self.recipe.stop_reason(self.phase, state.log_history, state.global_step)
+            if reason:
+                logger.info("phase %s ends at step %d: %s", self.phase.name, state.global_step, reason)
+                control.should_training_stop = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.recipe.on_step_end(self.phase, state, control)
+
+
+class Snapshots(TrainerCallback):
+    """The model at chosen global steps, as snapshots/step-N."""
+
+    def __init__(self, output: Path, steps: list[int], offset: int):
+        self.output, self.steps, self.offset = output, steps, offset
+        self.trainer = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        step = self.offset + state.global_step
+        if step in self.steps:
+            save_model_atomically(self.trainer, self.output / "snapshots" / f"step-{step}")
+
+
+class Curve(TrainerCallback):
+    """curve.json at every log, curve.png at every evaluation, from the main process."""
+
+    def __init__(self, writer, phase: Phase, offset: int):
+        self.writer, self.phase, self.offset = writer, phase, offset
+
+    def on_log(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.writer(self.phase, self.offset, state.log_history, plot="eval_loss" in state.log_history[-1])
+
+
+def save_model_atomically(trainer, folder: Path, extra: dict | None = None) -> None:
+    """trainer.save_model into a temporary folder, renamed to `folder` by the main process when all ranks are done."""
+    temporary = folder.with_name(f".{folder.name}.partial")
+    if trainer.args.should_save and temporary.exists():
+        shutil.rmtree(temporary)  # left by an interrupted run
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(temporary))
+    trainer.accelerator.wait_for_everyone()
+    if trainer.args.should_save:
+        for name, content in (extra or {}).items():
+            (temporary / name).write_text(json.dumps(content, indent=2, ensure_ascii=False), encoding="utf-8")
+        replace_directory(temporary, folder)
+    trainer.accelerator.wait_for_everyone()

@@ -1,0 +1,238 @@
+"""Training recipes: every registered recipe resumes bitwise, a recipe is one file, recipe options are checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from langswap.errors import ConfigError
+from langswap.training.recipes import recipe_names
+from langswap.training.run import TrainConfig, train
+import test_training
+from test_training import Crash, _config, _state
+
+models, texts = test_training.models, test_training.texts  # the tiny models and texts of the training tests
+
+# Options per recipe for a run of 8 updates that shows what the recipe does; a registered recipe without a row fails
+# test_every_recipe_has_a_row. Tik-to-Tok settles at update 4 (a tolerance of 1 settles as soon as two windows of 2
+# updates exist), before its at most 6 embeddings-only updates, so its full phase is re-planned to the 4 left over.
+ROWS = {
+    "wechsel": {}, "fullrand": {}, "full": {}, "embeddings": {},
+    "transinner": {"recipe": {"embedding_fraction": 0.25}},
+    "tiktotok": {"recipe": {"embedding_fraction": 0.75, "settle_window": 2, "settle_tolerance": 1.0}},
+}
+
+
+def test_every_recipe_has_a_row():
+    assert sorted(ROWS) == recipe_names()
+
+
+def _crash_after(updates: int):
+    """A callback that stops the run like a kill after its `updates`-th update, counted over all its phases."""
+    from transformers import TrainerCallback
+
+    class CrashAfter(TrainerCallback):
+        count = 0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.count += 1
+            if self.count == updates:
+                raise Crash(f"crash after {updates} updates")
+
+    return CrashAfter()
+
+
+def _resumes_bitwise(model: Path, texts: Path, root: Path, crashes: tuple[int, ...], **options):
+    """Train uninterrupted; train again stopped after `crashes[0]` updates, resumed and stopped after `crashes[1]`,
+    ...; resume to the end. Both runs end with the same phases, weights and training curve. (Without held-out text:
+    plotting the curve at every evaluation would take most of the time; evaluating is tested not to move the
+    weights in test_training.py.)"""
+    reference = train(_config(model, texts, root / "reference", **options))
+    config = _config(model, texts, root / "interrupted", **options)
+    for updates in crashes:
+        with pytest.raises(Crash):
+            train(config, callbacks=[_crash_after(updates)])
+    resumed = train(config)
+    assert resumed.resumed
+    assert [(p["name"], p["steps"]) for p in resumed.phases] == [(p["name"], p["steps"]) for p in reference.phases]
+    a, b = _state(reference.model), _state(resumed.model)
+    assert a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+    assert [p["train_loss"] for p in resumed.phases] == [p["train_loss"] for p in reference.phases]
+    assert resumed.curve["train"] == reference.curve["train"]
+    return reference
+
+
+@pytest.mark.parametrize("name", recipe_names())
+def test_every_recipe_resumes_bitwise(name, models, texts, tmp_path):
+    """Stopped after its 3rd update (past the checkpoint at 2), and the resumed run after its 4th (in the second
+    phase of a two-phase recipe): the run ends bitwise where an uninterrupted one ends."""
+    reference = _resumes_bitwise(models["gpt2"], texts, tmp_path, (3, 4), preset=name, steps=8, save_steps=2,
+                                 logging_steps=2, eval_text=None, **ROWS[name])
+    assert sum(p["steps"] for p in reference.phases) == 8
+    if name == "tiktotok":
+        assert [p["steps"] for p in reference.phases] == [4, 4]
+
+
+# -- a recipe is one file ----------------------------------------------------------------------------------------------
+
+THROWAWAY = '''
+"""A throwaway recipe: the layer norms alone with SGD on a halving rate, then the embeddings with AdamW until
+`stop_after` updates."""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from langswap.errors import ConfigError
+from langswap.training.phases import Phase, register_schedule
+from langswap.training.recipes import Recipe, RecipeOptions, register_recipe
+
+STARTED = []
+
+
+@dataclass(frozen=True, kw_only=True)
+class NormsFirstOptions(RecipeOptions):
+    norm_steps: int = field(default=2, metadata={"help": "Updates of the norms phase."})
+    stop_after: int = field(default=100, metadata={"help": "The embeddings phase ends after this many updates."})
+
+
+@register_schedule("throwaway-halving")
+def halving(phase, step):
+    return 0.5 ** step
+
+
+@register_recipe("throwaway-norms-first", options=NormsFirstOptions)
+class NormsFirst(Recipe):
+    """Norms with SGD on a halving rate, then embeddings until stop_after updates."""
+
+    def validate(self):
+        if not 0 < self.options.norm_steps < self.config.steps:
+            raise ConfigError("recipe.norm_steps must leave steps for the embeddings phase.")
+
+    def phases(self, objective, done=()):
+        first = self.options.norm_steps
+        rest = self.config.steps - first
+        return [Phase("1-norms", "norms", first, 0.1, 0, schedule="throwaway-halving"),
+                Phase("2-embeddings", "embeddings", rest, self.peak(objective), self.warmup(rest), stops_early=True)]
+
+    def trainable_parameters(self, phase, model):
+        if phase.trainable == "norms":
+            return [p for name, p in model.named_parameters() if ".ln_" in name]
+        return super().trainable_parameters(phase, model)
+
+    def optimizer(self, phase, parameter_groups):
+        return torch.optim.SGD(parameter_groups, lr=phase.learning_rate) if phase.trainable == "norms" else None
+
+    def on_phase_start(self, phase, model):
+        STARTED.append(phase.name)
+
+    def stop_reason(self, phase, log_history, step):
+        return "enough updates" if step >= self.options.stop_after else None
+'''
+
+
+@pytest.fixture
+def registries():
+    """The recipe and schedule registries lose what a test registers (a throwaway stays out of other tests)."""
+    from langswap.training.phases import SCHEDULES
+    from langswap.training.recipes.base import RECIPES
+
+    RECIPES.load()
+    before = {id(table): set(table) for table in (RECIPES, SCHEDULES)}
+    yield
+    for table in (RECIPES, SCHEDULES):
+        for name in set(table) - before[id(table)]:
+            del table[name]
+
+
+def _import_file(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_recipe_in_one_file_trains_with_its_own_phases_parameters_optimizer_schedule_and_stop(
+        registries, models, texts, tmp_path):
+    from transformers import TrainerCallback
+
+    (tmp_path / "throwaway_recipe.py").write_text(THROWAWAY, encoding="utf-8")
+    module = _import_file(tmp_path / "throwaway_recipe.py")
+    seen = []
+
+    class Record(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            inner = getattr(optimizer, "optimizer", optimizer)
+            seen.append((type(inner).__name__, inner.param_groups[0]["lr"]))
+
+    options = dict(preset="throwaway-norms-first", steps=8, eval_text=None, recipe={"stop_after": "3"})
+    report = train(_config(models["gpt2"], texts, tmp_path / "run", **options), callbacks=[Record()])
+    assert [(p["name"], p["steps"], p["planned_steps"]) for p in report.phases] == [("1-norms", 2, 2),
+                                                                                  ("2-embeddings", 3, 6)]
+    assert module.STARTED == ["1-norms", "2-embeddings"]
+    assert [name for name, _ in seen] == ["SGD", "SGD", "AdamW", "AdamW", "AdamW"]
+    assert [lr for _, lr in seen[:2]] == pytest.approx([0.1, 0.05])
+    start, middle = _state(models["gpt2"]), _state(tmp_path / "run" / "phase-1-norms" / "final")
+    changed = {name for name in start if not torch.equal(start[name], middle[name])}
+    assert changed and all(".ln_" in name for name in changed)
+    record = json.loads((tmp_path / "run" / "langswap-train.json").read_text())
+    assert record["config"]["recipe"] == {"norm_steps": 2, "stop_after": 3}
+
+    # checkpoints and resume serve it as they serve the built-in recipes
+    _resumes_bitwise(models["gpt2"], texts, tmp_path / "resume", (3,), save_steps=2, **options)
+
+
+def test_several_streams_per_batch_are_an_interface_only(registries, models, texts, tmp_path):
+    from langswap.training.data import Stream
+    from langswap.training.recipes import register_recipe
+    from langswap.training.recipes.single_phase import OnePhase
+
+    @register_recipe("throwaway-bilingual")
+    class Bilingual(OnePhase):
+        """Half of every batch from each of two texts."""
+
+        def streams(self):
+            return [Stream("target", self.config.train_text, 0.5), Stream("source", self.config.train_text, 0.5)]
+
+    with pytest.raises(ConfigError, match="mixes 2 streams in every batch .*not implemented"):
+        train(_config(models["gpt2"], texts, tmp_path / "run", preset="throwaway-bilingual"))
+    assert not (tmp_path / "run").exists()
+
+
+# -- options --------------------------------------------------------------------------------------------------------
+
+def test_recipe_options_are_the_named_recipes_and_checked_where_the_config_is_made():
+    from langswap.config import apply_overrides, from_dict, to_dict
+
+    config = from_dict(TrainConfig, apply_overrides({"preset": "tiktotok"}, ["recipe.settle_tolerance=1e-2",
+                                                                             "recipe.settle_window=2e1"]))
+    assert (config.recipe.settle_tolerance, config.recipe.settle_window, config.recipe.full_lr_scale) == (0.01, 20,
+                                                                                                          0.2)
+    assert from_dict(TrainConfig, to_dict(config)) == config
+    assert to_dict(TrainConfig())["recipe"] == {}  # wechsel has no options
+    with pytest.raises(ConfigError, match=r"unknown key 'recipe.settle_windw'. Did you mean 'settle_window'"):
+        TrainConfig(preset="tiktotok", recipe={"settle_windw": 2})
+    with pytest.raises(ConfigError, match="recipe 'wechsel' has no options; remove recipe: \\(settle_window\\)"):
+        TrainConfig(recipe={"settle_window": 2})
+    with pytest.raises(ConfigError, match="are not the options of recipe 'tiktotok'"):
+        dataclasses.replace(TrainConfig(preset="transinner"), preset="tiktotok")
+    with pytest.raises(ConfigError, match="recipe.embedding_fraction is 1.5; it must be between 0 and 1"):
+        TrainConfig(model=".", train_text=__file__, output="o", preset="transinner",
+                    recipe={"embedding_fraction": 1.5}).validate()
+
+
+def test_init_config_lists_every_recipe_option_with_its_default():
+    from langswap.cli import describe_fields
+    from langswap.training.recipes import get_recipe
+
+    lines = describe_fields(TrainConfig)
+    (line,) = [line for line in lines if line.startswith("recipe ")]
+    for name in recipe_names():
+        for field in dataclasses.fields(get_recipe(name).options_class):
+            assert f"{field.name} ({field.default!r}): {field.metadata['help']}" in line
+    assert "tiktotok: " in line and "transinner: " in line
