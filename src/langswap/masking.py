@@ -4,7 +4,7 @@ Each position that is not special (and not padding) is selected with probability
 becomes the mask token with probability 0.8, a uniformly random token of the vocabulary with probability 0.1, and
 keeps its token otherwise; its label is the original token, and unselected positions get the label -100 (ignored by
 the loss). The draws come from the `generator` given, or from torch's global random state for None; training
-passes a generator seeded per update (`training.run`), so a resumed run masks as an uninterrupted one.
+passes a generator seeded per update (`training/trainer.py`), so a resumed run masks as an uninterrupted one.
 
 Not handled: whole-word masking and span masking (every token is selected on its own), and RoBERTa-style dynamic
 re-masking beyond drawing anew at each call.

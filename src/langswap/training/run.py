@@ -41,6 +41,7 @@ from langswap import __version__
 from langswap.config import to_dict
 from langswap.errors import ConfigError, OutputExistsError, TrainingDivergedError
 from langswap.files import atomic_write_text
+from langswap.modelcard import write_model_card
 from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
 from langswap.training.phases import Phase, parameter_counts, set_trainable
 from langswap.training.recipes.base import Recipe, make_recipe
@@ -352,7 +353,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
             if state.is_main_process:
                 atomic_write_text(step0_path, json.dumps(curve.step0))
         if index == 0 and 0 in config.snapshot_steps and checkpoint is None:
-            save_model_atomically(trainer, output / "snapshots" / "step-0")
+            save_model_atomically(trainer, output / "snapshots" / "step-0", card=(output, 0))
         if stopped_at:
             from transformers import TrainerState
 
@@ -442,3 +443,4 @@ def _write_model(last_final: Path, folder: Path, record: dict, phases: list[dict
                             "objective": record["objective"], "phases": phases,
                             "final_eval": curve.get("eval", [])[-1:] if curve else []}
         (temporary / "langswap.json").write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
+        write_model_card(temporary)

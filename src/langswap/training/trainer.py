@@ -18,6 +18,7 @@ from transformers import Trainer, TrainerCallback
 
 from langswap.errors import TrainingDivergedError
 from langswap.files import replace_directory
+from langswap.modelcard import write_model_card
 from langswap.training.phases import Phase
 
 logger = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ class Snapshots(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         step = self.offset + state.global_step
         if step in self.steps:
-            save_model_atomically(self.trainer, self.output / "snapshots" / f"step-{step}")
+            save_model_atomically(self.trainer, self.output / "snapshots" / f"step-{step}", card=(self.output, step))
 
 
 class Curve(TrainerCallback):
@@ -234,8 +235,9 @@ class Curve(TrainerCallback):
             self.writer(self.phase, self.offset, state.log_history, plot="eval_loss" in state.log_history[-1])
 
 
-def save_model_atomically(trainer, folder: Path, extra: dict | None = None) -> None:
-    """trainer.save_model into a temporary folder, renamed to `folder` by the main process when all ranks are done."""
+def save_model_atomically(trainer, folder: Path, extra: dict | None = None, card: tuple | None = None) -> None:
+    """trainer.save_model into a temporary folder, renamed to `folder` by the main process when all ranks are done.
+    `card`: (training output folder, global step) of a snapshot, whose model card is written before the rename."""
     temporary = folder.with_name(f".{folder.name}.partial")
     if trainer.args.should_save and temporary.exists():
         shutil.rmtree(temporary)  # left by an interrupted run
@@ -245,5 +247,7 @@ def save_model_atomically(trainer, folder: Path, extra: dict | None = None) -> N
     if trainer.args.should_save:
         for name, content in (extra or {}).items():
             (temporary / name).write_text(json.dumps(content, indent=2, ensure_ascii=False), encoding="utf-8")
+        if card is not None:
+            write_model_card(temporary, training=card[0], step=card[1])
         replace_directory(temporary, folder)
     trainer.accelerator.wait_for_everyone()
