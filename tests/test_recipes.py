@@ -236,3 +236,12 @@ def test_init_config_lists_every_recipe_option_with_its_default():
         for field in dataclasses.fields(get_recipe(name).options_class):
             assert f"{field.name} ({field.default!r}): {field.metadata['help']}" in line
     assert "tiktotok: " in line and "transinner: " in line
+
+
+@pytest.mark.parametrize("key", ["embedding_fraction", "settle_window", "settle_tolerance", "full_lr_scale",
+                                 "full_warmup_fraction"])
+def test_a_recipe_option_given_at_the_top_level_says_where_it_goes(key):
+    from langswap.config import from_dict
+
+    with pytest.raises(ConfigError, match=rf"'{key}' is now 'recipe.{key}'.*--set recipe.{key}="):
+        from_dict(TrainConfig, {"preset": "tiktotok", key: 0.5})

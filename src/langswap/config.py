@@ -123,6 +123,10 @@ def from_dict(cls: type, data: dict | None, where: str = "") -> Any:
     kwargs = {}
     for key, value in data.items():
         if key not in fields:
+            moved = getattr(cls, "MOVED_KEYS", {}).get(key)
+            if moved:
+                raise ConfigError(f"'{where}{key}' is now '{where}{moved}': write `{moved.split('.')[0]}: "
+                                  f"{{{moved.split('.', 1)[1]}: ...}}` in the YAML, or --set {where}{moved}=...")
             raise ConfigError(_unknown_key_message(key, sorted(fields), where))
         hint = hints[key]
         if hasattr(cls, f"resolve_{key}"):  # a section whose class is chosen at run time (a registry's)

@@ -18,6 +18,10 @@ RESUMABLE_CHANGES = {"overwrite", "save_steps", "save_total_limit", "snapshot_st
 class TrainConfig:
     """Continued pretraining of a model folder on target-language text."""
 
+    # options that belong to one recipe and are read from its `recipe:` mapping
+    MOVED_KEYS = {name: f"recipe.{name}" for name in ("embedding_fraction", "settle_window", "settle_tolerance",
+                                                      "full_lr_scale", "full_warmup_fraction")}
+
     model: str = field(default="", metadata={"help": "Model folder with its tokenizer, e.g. a `langswap transfer` "
                                                      "output (required)."})
     train_text: str = field(default="", metadata={"help": "Training text: .txt/.gz (a document per line) or .jsonl "
