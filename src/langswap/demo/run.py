@@ -51,24 +51,24 @@ def demo_file(name: str) -> Path:
 
 def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict:
     """Run the demo; returns the table rows (also printed through `out`)."""
-    from langswap.evaluation.correspondence import correspondence_rows, format_correspondence
-    from langswap.evaluation.language_modeling import causal_lm_score
-    from langswap.methods.base import TransferInputs, get_method, make_config
-    from langswap.models import load_model, load_tokenizer, save_tokenizer
-    from langswap.resources.kinds import resources_config
-    from langswap.resources.kinds.vectors import load_aligned
-    from langswap.transfer import apply_method
+    from langswap.config import to_dict
     from langswap.demo.smollm2 import HUB_NAME as SMOLLM2_HUB_NAME
     from langswap.demo.smollm2 import cache_dir, smollm2_135m
+    from langswap.evaluation.correspondence import correspondence_rows, format_correspondence
+    from langswap.evaluation.language_modeling import causal_lm_score
+    from langswap.files import atomic_directory
+    from langswap.methods.base import TransferInputs, get_method, make_config
+    from langswap.modelcard import write_model_card
+    from langswap.models import load_model, load_tokenizer, save_tokenizer
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
-    from langswap.config import to_dict
-    from langswap.files import atomic_directory
-    from langswap.modelcard import write_model_card
+    from langswap.resources.kinds import resources_config
+    from langswap.resources.kinds.vectors import load_aligned
     from langswap.resources.text import read_text_lines
-    from langswap.surgery import read_source_matrices
     from langswap.resources.tokenizer import train_tokenizer
+    from langswap.surgery import read_source_matrices
     from langswap.tokens import Vocabulary
+    from langswap.transfer import apply_method
 
     methods = [name.strip() for name in config.methods.split(",") if name.strip()]
     if not methods:
@@ -109,7 +109,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     resources = resources_config(source_vectors=str(vectors["en"]), target_vectors=str(vectors["de"]),
                                  dictionary=str(demo_file("en-de.dict.tsv.gz")))
     aligned = load_aligned(resources, AlignConfig())
-    source_vectors, target_vectors, alignment = aligned.source, aligned.target, aligned.report
+    alignment = aligned.report
     out(f"    {alignment['word_pairs']:,} word pairs; held-out precision@1 {alignment['precision_at_1']} "
         f"(CSLS {alignment['precision_at_1_csls']}) on {alignment.get('heldout_words', 0)} words")
 
@@ -119,7 +119,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
                                                                           progress=True).as_dict(), "counts": "-"}]
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     matrices = read_source_matrices(model, len(source))
-    inputs = TransferInputs(source, target, matrices.embeddings, source_vectors, target_vectors)
+    inputs = TransferInputs(source, target, matrices.embeddings, resources={"vectors": aligned})
     wechsel_model = wechsel_result = None
     for name in methods:
         options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})

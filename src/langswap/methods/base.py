@@ -210,10 +210,10 @@ def check_resources(spec: MethodSpec, config) -> None:
 
 
 def load_resources(spec: MethodSpec, config) -> tuple[dict[str, object], dict[str, object]]:
-    """The resources the method requires, loaded as `config` says: ({kind: resource}, {kind: report})."""
+    """The resources the method requires, loaded as `config` (already checked with `check_resources`, as a transfer
+    config's `validate` does) says: ({kind: resource}, {kind: report})."""
     from langswap.resources.kinds import get_resource
 
-    check_resources(spec, config)
     loaded, reports = {}, {}
     for name in spec.requires:
         loaded[name], reports[name] = get_resource(name).load(config)
