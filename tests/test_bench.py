@@ -346,3 +346,37 @@ def test_a_train_mapping_without_a_preset_keeps_embeddings_only_training(tmp_pat
     (run,) = (tmp_path / "bench" / "runs" / "random").glob("train-2steps-*")
     record = json.loads((run / "langswap-train.json").read_text())
     assert [phase["trainable"] for phase in record["phases"]] == ["embeddings"]
+
+
+GOLDEN = Path(__file__).parent / "golden" / "bench_tiny.json"
+GOLDEN_PACKAGES = ("torch", "transformers", "tokenizers", "numpy")
+
+
+def test_bench_figures_match_the_recorded_ones(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors,
+                                               corpus_dir):
+    """The tiny bench's figures, every method at every step, against tests/golden/bench_tiny.json: a change of
+    structure that claims to keep behaviour keeps these figures. LANGSWAP_RECORD_GOLDEN=1 records them anew (say
+    why in the commit). Figures recorded under other versions of the numeric libraries are not comparable."""
+    import os
+    from importlib.metadata import version
+
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir)
+    assert main(["-q", "bench", str(path)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "bench" / "results.jsonl").read_text().splitlines()]
+    figures = {f"{row['variant']}@{row['step']}": {"bits_per_byte": row["bits_per_byte"],
+                                                   "perplexity": row["perplexity"]} for row in rows}
+    versions = {name: version(name) for name in GOLDEN_PACKAGES}
+    if os.environ.get("LANGSWAP_RECORD_GOLDEN"):
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps({"versions": versions, "figures": figures}, indent=2) + "\n")
+        pytest.skip(f"recorded {GOLDEN}")
+    golden = json.loads(GOLDEN.read_text())
+    differing = {name: (golden["versions"][name], versions[name]) for name in GOLDEN_PACKAGES
+                 if golden["versions"][name].split("+")[0] != versions[name].split("+")[0]}
+    if differing:
+        pytest.skip(f"figures recorded under other versions: {differing}")
+    assert set(figures) == set(golden["figures"])
+    assert len(figures) == 10  # the reference, then three methods at steps 0, 2 and 4
+    for key, recorded in golden["figures"].items():
+        for metric, value in recorded.items():
+            assert figures[key][metric] == pytest.approx(value, rel=2e-4), (key, metric)

@@ -1,8 +1,9 @@
 """Fine-tuning for token classification: part-of-speech tagging (.conllu) and named entities (CoNLL-2003 columns).
 
 The whole model is fine-tuned with a token-classification head (`AutoModelForTokenClassification`: GPT-2, Llama,
-BERT, RoBERTa and most other architectures) by a plain, seeded PyTorch loop: AdamW, linear decay of the learning
-rate to zero, gradient clipping at 1. Words are mapped to tokens as the probes do (single spaces between words,
+BERT, RoBERTa and most other architectures) by the transformers Trainer, the engine `langswap train` runs on (so
+`accelerate launch` and torchrun spread it over GPUs): AdamW, linear decay of the learning rate to zero, gradient
+clipping at 1, seeded. Words are mapped to tokens as the probes do (single spaces between words,
 character offsets, the tokenizer's special tokens; see langswap.evaluation.probes). One token of each word carries
 the word's label in training and gives its prediction in evaluation; the other tokens are ignored (-100). Which one
 is `label_token`: by default (auto) the last token for causal models, the only one that has seen the whole word, and
@@ -17,14 +18,14 @@ Evaluation:
 Labels that occur only in the test split cannot be predicted: such words count as wrong, and their entities as
 missed. Both are reported (`unseen_labels`).
 
-Not handled: pooling a word's tokens, CRF layers, evaluation during training or early stopping, multi-GPU.
+Not handled: pooling a word's tokens, CRF layers, evaluation during training or early stopping.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
+import tempfile
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ import torch
 
 from langswap.errors import ConfigError, ResourceFormatError
 from langswap.evaluation.conll import Sentence, read_conll_columns, read_conllu
+from langswap.batching import right_pad
 from langswap.evaluation.probes import (EncodedSentence, batches, context_length, encode_sentences,
                                         load_sentences, majority, make_pieces, pad_id_of, special_tokens)
 from langswap.models import transformers_bars
@@ -310,7 +312,6 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
         except ValueError as error:
             raise ConfigError(f"the model in '{model_folder}' ({model_config.model_type}) has no token-classification "
                               f"head in transformers: {str(error).splitlines()[0]}") from error
-        model.to(device)
         prefix, suffix = special_tokens(tokenizer, "causal" if causal else "masked")
         context = context_length(model, tokenizer, config.max_length)
         pad_id = pad_id_of(model, tokenizer)
@@ -320,6 +321,7 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
         pieces, piece_labels, _ = _labelled_pieces(train_encoded, train_label_ids, prefix, suffix, context, causal,
                                                    label_token)
         final_loss = _train(model, pieces, piece_labels, config, pad_id, device, progress)
+        model.to(device)
 
         test_encoded = encode_sentences(tokenizer, test)
         test_label_ids = [[label_ids.get(tag, -100) for tag in sentence.tags] for sentence in test]
@@ -360,49 +362,47 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
     return result
 
 
+class _LabelledCollator:
+    """Right-padded input_ids, attention_mask and labels (-100 where a position is padding or carries no label)."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, examples: list[dict]) -> dict:
+        input_ids, attention = right_pad([example["input_ids"] for example in examples], self.pad_id)
+        labels, _ = right_pad([example["labels"] for example in examples], -100)
+        return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+
+
 def _train(model, pieces, piece_labels, config: FinetuneConfig, pad_id: int, device, progress: bool) -> float:
-    generator = torch.Generator().manual_seed(config.seed)
-    steps_per_epoch = math.ceil(len(pieces) / config.batch_size)
-    total_steps = steps_per_epoch * config.epochs
-    decay, no_decay = [], []
-    for name, parameter in model.named_parameters():
-        (no_decay if parameter.ndim < 2 or "norm" in name.lower() else decay).append(parameter)
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.learning_rate)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / total_steps))
-    model.train()
-    bar = progress_bar(progress, total_steps, "fine-tuning")
-    epoch_loss = 0.0
-    for _ in range(config.epochs):
-        order = torch.randperm(len(pieces), generator=generator).tolist()
-        shuffled = [pieces[index] for index in order]
-        shuffled_labels = [piece_labels[index] for index in order]
-        epoch_loss, batches_seen = 0.0, 0
-        for start, (batch, input_ids, attention) in zip(range(0, len(shuffled), config.batch_size),
-                                                        batches(shuffled, config.batch_size, pad_id)):
-            labels = torch.full(input_ids.shape, -100, dtype=torch.long)
-            for row, piece_row in enumerate(shuffled_labels[start:start + len(batch)]):
-                labels[row, :len(piece_row)] = torch.tensor(piece_row)
-            if not bool((labels >= 0).any()):
-                continue
-            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.float()
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.to(device).flatten(),
-                                                     ignore_index=-100)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            epoch_loss += float(loss.detach())
-            batches_seen += 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
-        epoch_loss /= max(batches_seen, 1)
-    if bar is not None:
-        bar.close()
+    """Fine-tune `model` on the labelled pieces with the transformers Trainer; the mean loss of the last epoch."""
+    from transformers import Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
+
+    # a piece none of whose positions carries a label teaches nothing (and alone would make a NaN loss)
+    examples = [{"input_ids": piece.input_ids, "labels": labels}
+                for piece, labels in zip(pieces, piece_labels) if any(label >= 0 for label in labels)]
+    if not examples:
+        raise ConfigError("no training word got a token to carry its label; check the training split and "
+                          "the tokenizer.")
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
+    with tempfile.TemporaryDirectory(prefix="langswap-finetune-") as scratch:
+        args = TrainingArguments(
+            output_dir=scratch, num_train_epochs=config.epochs, per_device_train_batch_size=config.batch_size,
+            learning_rate=config.learning_rate, weight_decay=config.weight_decay, lr_scheduler_type="linear",
+            warmup_steps=0, max_grad_norm=1.0, optim="adamw_torch", seed=config.seed, data_seed=config.seed,
+            logging_strategy="epoch", save_strategy="no", eval_strategy="no", report_to="none",
+            disable_tqdm=not progress, remove_unused_columns=False, use_cpu=device.type == "cpu",
+            dataloader_pin_memory=device.type != "cpu")
+        trainer = Trainer(model=model, args=args, train_dataset=examples, data_collator=_LabelledCollator(pad_id))
+        if not progress:
+            trainer.remove_callback(PrinterCallback)  # it prints every log line when there is no progress bar
+        trainer.train()
     model.eval()
-    return epoch_loss
+    # logged once per epoch: the last entry is the mean loss of the last epoch
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return float(losses[-1])
 
 
 @torch.no_grad()
