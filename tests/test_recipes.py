@@ -187,20 +187,100 @@ def test_a_recipe_in_one_file_trains_with_its_own_phases_parameters_optimizer_sc
     _resumes_bitwise(models["gpt2"], texts, tmp_path / "resume", (3,), save_steps=2, **options)
 
 
-def test_several_streams_per_batch_are_an_interface_only(registries, models, texts, tmp_path):
-    from langswap.training.data import Stream
-    from langswap.training.recipes import register_recipe
-    from langswap.training.recipes.single_phase import OnePhase
+def test_batch_counts_round_the_shares_by_largest_remainder():
+    from langswap.training.data import Stream, batch_counts
 
-    @register_recipe("throwaway-bilingual")
-    class Bilingual(OnePhase):
-        """Half of every batch from each of two texts."""
+    def streams(*shares):
+        return [Stream(f"s{index}", "x", share) for index, share in enumerate(shares)]
 
-        def streams(self):
-            return [Stream("target", self.config.train_text, 0.5), Stream("source", self.config.train_text, 0.5)]
+    assert batch_counts(streams(1.0), 4) == [4]
+    assert batch_counts(streams(0.5, 0.5), 4) == [2, 2]
+    assert batch_counts(streams(0.5, 0.5), 3) == [2, 1]  # a tie goes to the earlier stream
+    assert batch_counts(streams(0.25, 0.75), 6) == [2, 4]  # 1.5 and 4.5: the tie again to the first
+    assert batch_counts(streams(0.2, 0.3, 0.5), 8) == [2, 2, 4]  # 1.6, 2.4, 4.0
 
-    with pytest.raises(ConfigError, match="mixes 2 streams in every batch .*not implemented"):
-        train(_config(models["gpt2"], texts, tmp_path / "run", preset="throwaway-bilingual"))
+
+def test_mixed_slices_compose_every_micro_batch_from_the_shares_and_continue_each_stream():
+    from langswap.training.data import MixedSlice, stream_indices
+
+    first = [{"input_ids": torch.tensor([index])} for index in range(5)]
+    second = [{"input_ids": torch.tensor([100 + index])} for index in range(7)]
+    whole = MixedSlice([first, second], [1, 3], seed=3, start=0, count=4 * 6)
+    items = [whole[index] for index in range(len(whole))]
+    assert [item["stream_ids"] for item in items] == [0, 1, 1, 1] * 6
+    # each stream is read in its own seeded order, epoch after epoch, as a single-stream run reads its text
+    assert [int(item["input_ids"]) for item in items if item["stream_ids"] == 0] == stream_indices(5, 3, 0, 6)
+    assert [int(item["input_ids"]) - 100 for item in items if item["stream_ids"] == 1] == stream_indices(7, 4, 0, 18)
+    # a later phase's slice goes on where the one before stopped
+    later = MixedSlice([first, second], [1, 3], seed=3, start=8, count=8)
+    assert [int(later[index]["input_ids"]) for index in range(8)] == [int(item["input_ids"]) for item in items[8:16]]
+    with pytest.raises(ValueError, match="whole micro-batch"):
+        MixedSlice([first, second], [1, 3], seed=3, start=2, count=4)
+
+
+class _Bilingual:
+    """A recipe written in a test: one phase over two texts, `first` and `second`, by `recipe.first_share`."""
+
+    @staticmethod
+    def register(second_text: Path):
+        from langswap.training.data import Stream
+        from langswap.training.recipes import RecipeOptions, register_recipe
+        from langswap.training.recipes.single_phase import OnePhase
+
+        @dataclasses.dataclass(frozen=True, kw_only=True)
+        class Options(RecipeOptions):
+            first_share: float = 0.5
+
+        @register_recipe("throwaway-bilingual", options=Options)
+        class Bilingual(OnePhase):
+            """Every batch from two texts, by their shares."""
+
+            def streams(self):
+                return [Stream("first", self.config.train_text, self.options.first_share),
+                        Stream("second", str(second_text), 1 - self.options.first_share)]
+
+        return Bilingual
+
+
+def test_a_recipe_mixes_two_texts_in_every_batch_and_resumes_bitwise(registries, models, texts, tmp_path):
+    second = tmp_path / "second.txt"
+    second.write_text("\n".join(line.upper() for line in (texts / "train.txt").read_text().splitlines()) + "\n")
+    _Bilingual.register(second)
+
+
+    from langswap.training import trainer as trainer_module
+
+    seen = []
+    original = trainer_module.PhaseTrainer.training_step
+
+    def recording(self, model, inputs, *args, **kwargs):
+        seen.append(inputs["stream_ids"].tolist())
+        return original(self, model, inputs, *args, **kwargs)
+
+    trainer_module.PhaseTrainer.training_step = recording
+    try:
+        report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="throwaway-bilingual", steps=3,
+                               eval_text=None))
+    finally:
+        trainer_module.PhaseTrainer.training_step = original
+    assert seen == [[0, 0, 1, 1]] * 3  # (the model, which reads no stream_ids, never got them)
+    record = json.loads((tmp_path / "run" / "langswap-train.json").read_text())
+    # both texts were packed: the second has its own (upper-case) tokens
+    assert record["training_sequences"] > 0 and record["training_tokens"] > 0
+    assert report.phases[0]["steps"] == 3
+
+    _resumes_bitwise(models["gpt2"], texts, tmp_path / "resume", (3,), preset="throwaway-bilingual", steps=6,
+                     save_steps=2, logging_steps=2, eval_text=None)
+
+
+def test_stream_shares_that_leave_a_stream_out_of_a_batch_are_refused(registries, models, texts, tmp_path):
+    _Bilingual.register(texts / "eval.txt")
+    with pytest.raises(ConfigError, match="no sequence of a batch .*raise batch_size to at least 6"):
+        train(_config(models["gpt2"], texts, tmp_path / "run", preset="throwaway-bilingual",
+                      recipe={"first_share": 0.9}))
+    with pytest.raises(ConfigError, match="must be positive and sum to 1"):
+        train(_config(models["gpt2"], texts, tmp_path / "run", preset="throwaway-bilingual",
+                      recipe={"first_share": 1.5}))
     assert not (tmp_path / "run").exists()
 
 

@@ -13,15 +13,19 @@ The tail that does not fill a block is dropped. Not handled: streaming corpora l
 shard, or use `max_lines`).
 
 A recipe names the texts it trains on as streams (`Stream`; by default one, `train_text`). Each phase reads the
-next slice of the run's one shuffled order of a stream (`StreamSlice`). Several streams mixed within every batch
-(RAMEN: half source-language, half target-language text) is an interface only: `phase_dataset` is where the mixing
-goes, and a recipe that names more than one stream is refused (`check_streams`) until it is implemented.
+next slice of the run's one shuffled order of a stream (`StreamSlice`). Several streams are mixed within every
+micro-batch (RAMEN: half source-language, half target-language text): each stream gives a fixed number of its
+sequences to every micro-batch, its share of the batch size rounded by largest remainder (`batch_counts`), in the
+streams' order, each stream read in its own shuffled order (`MixedSlice`). A stream may be packed by a tokenizer of
+its own (a bilingual model reads each language through its own vocabulary); every item then carries its stream's
+index as `stream_ids`, which the loop hands to the model only when the recipe says its model reads it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +149,8 @@ class LMCollator:
     def __call__(self, items: list[dict]) -> dict:
         input_ids = torch.stack([item["input_ids"] for item in items])
         batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+        if "stream_ids" in items[0]:
+            batch["stream_ids"] = torch.tensor([item["stream_ids"] for item in items], dtype=torch.long)
         if "labels" in items[0]:
             batch["labels"] = torch.stack([item["labels"] for item in items])
         elif self.objective == "causal":
@@ -200,31 +206,90 @@ class Stream:
 
     name: str  # e.g. "train"; what a recipe calls the stream
     path: str  # .txt/.gz or .jsonl, read as `read_documents` reads it
-    share: float = 1.0  # of the sequences of every batch
+    share: float = 1.0  # of the sequences of every micro-batch
+    tokenizer: str | None = None  # a folder whose tokenizer packs this stream; None: the model's
 
 
-def check_streams(streams: list[Stream], recipe: str) -> None:
-    """Streams the training loop can read: exactly one for now, and every file there."""
+def batch_counts(streams: list[Stream], batch_size: int) -> list[int]:
+    """Sequences of each stream in every micro-batch of `batch_size`: the shares rounded by largest remainder (ties
+    to the earlier stream), so the counts sum to the batch size."""
+    exact = [stream.share * batch_size for stream in streams]
+    counts = [int(value) for value in exact]
+    by_remainder = sorted(range(len(streams)), key=lambda index: (-(exact[index] - counts[index]), index))
+    for index in by_remainder[:batch_size - sum(counts)]:
+        counts[index] += 1
+    return counts
+
+
+def check_streams(streams: list[Stream], recipe: str, batch_size: int) -> None:
+    """Streams the training loop can read: at least one, distinct names, shares summing to 1 that give every stream
+    a sequence of every micro-batch, and every file there."""
     if not streams:
         raise ConfigError(f"recipe '{recipe}' names no training text.")
-    if len(streams) > 1:
-        names = ", ".join(f"{stream.name} ({stream.share:g})" for stream in streams)
-        raise ConfigError(f"recipe '{recipe}' mixes {len(streams)} streams in every batch ({names}); mixing "
-                          "several streams per batch is not implemented yet: langswap train reads one stream.")
+    names = [stream.name for stream in streams]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"recipe '{recipe}' names a stream twice ({', '.join(names)}); give each its own name.")
+    shares = ", ".join(f"{stream.name} {stream.share:g}" for stream in streams)
+    if any(not stream.share > 0 for stream in streams) or abs(sum(s.share for s in streams) - 1) > 1e-6:
+        raise ConfigError(f"the stream shares of recipe '{recipe}' ({shares}) must be positive and sum to 1.")
+    counts = batch_counts(streams, batch_size)
+    if min(counts) < 1:
+        enough = next(size for size in range(batch_size + 1, batch_size + 1 + math.ceil(2 / min(s.share for s in
+                                                                                             streams)))
+                      if min(batch_counts(streams, size)) >= 1)
+        raise ConfigError(f"batch_size {batch_size} gives stream '{streams[counts.index(0)].name}' of recipe "
+                          f"'{recipe}' no sequence of a batch (shares {shares}); raise batch_size to at least "
+                          f"{enough}.")
     for stream in streams:
         if not Path(stream.path).is_file():
             raise MissingResourceError(f"training text '{stream.path}' (stream {stream.name} of recipe "
                                        f"'{recipe}') does not exist.")
+        if stream.tokenizer is not None and not Path(stream.tokenizer).is_dir():
+            raise MissingResourceError(f"tokenizer folder '{stream.tokenizer}' (stream {stream.name} of recipe "
+                                       f"'{recipe}') does not exist.")
+
+
+class MixedSlice(torch.utils.data.Dataset):
+    """Sequences `start` .. `start + count - 1` of a run that mixes several streams in every micro-batch: micro-batch
+    m holds `counts[0]` sequences of the first stream, then `counts[1]` of the second, and so on; stream i's
+    sequences come in its own shuffled order (`stream_indices`, seeded with seed + i), where micro-batch m reads
+    items m * counts[i] onwards. `start` is a whole number of micro-batches. Items carry `stream_ids` (i)."""
+
+    def __init__(self, datasets: list, counts: list[int], seed: int, start: int, count: int):
+        self.batch_size = sum(counts)
+        if start % self.batch_size:
+            raise ValueError(f"a mixed slice starts at a whole micro-batch ({self.batch_size}), not at {start}")
+        self.datasets, self.counts, self.seed, self.start, self.count = datasets, counts, seed, start, count
+        self.offsets = [sum(counts[:index]) for index in range(len(counts))]
+        self._orders: dict[tuple[int, int], torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict:
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        batch, position = divmod(self.start + index, self.batch_size)
+        stream = max(i for i, offset in enumerate(self.offsets) if offset <= position)
+        dataset = self.datasets[stream]
+        item = batch * self.counts[stream] + position - self.offsets[stream]
+        epoch, place = divmod(item, len(dataset))
+        key = (stream, epoch)
+        if key not in self._orders:
+            self._orders = {k: v for k, v in self._orders.items() if k[0] != stream}  # one epoch per stream kept
+            self._orders[key] = _epoch_order(len(dataset), self.seed + stream, epoch)
+        return {**dataset[int(self._orders[key][place])], "stream_ids": stream}
 
 
 def phase_dataset(datasets: dict[str, torch.utils.data.Dataset], streams: list[Stream], seed: int, start: int,
-                  count: int) -> torch.utils.data.Dataset:
+                  count: int, batch_size: int = 1) -> torch.utils.data.Dataset:
     """Sequences `start` .. `start + count - 1` of the run's training order, over the streams' packed datasets
-    (by stream name). One stream: its slice of the run's one shuffled stream (`StreamSlice`). Several streams would
-    compose every batch from their shares here, each stream read in its own order; not implemented."""
-    if len(streams) != 1:
-        raise NotImplementedError("mixing several streams per batch")
-    return StreamSlice(datasets[streams[0].name], seed, start, count)
+    (by stream name). One stream: its slice of the run's one shuffled stream (`StreamSlice`). Several: every
+    micro-batch of `batch_size` composed from their shares (`MixedSlice`)."""
+    if len(streams) == 1:
+        return StreamSlice(datasets[streams[0].name], seed, start, count)
+    return MixedSlice([datasets[stream.name] for stream in streams], batch_counts(streams, batch_size), seed, start,
+                      count)
 
 
 def masked_eval_set(collator: LMCollator, blocks: torch.Tensor, seed: int) -> BlockDataset:

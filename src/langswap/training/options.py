@@ -98,4 +98,4 @@ class TrainConfig:
             raise ConfigError(f"snapshot_steps {bad} are outside 0..steps ({self.steps}).")
         recipe = make_recipe(self)
         recipe.validate()
-        check_streams(recipe.streams(), recipe.name)
+        check_streams(recipe.streams(), recipe.name, self.batch_size)

@@ -244,12 +244,23 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     if sequence_length < config.sequence_length:
         logger.warning("sequence_length %d is longer than the model's context; using %d", config.sequence_length,
                        sequence_length)
-    streams = recipe.streams()  # one, until mixing several per batch is implemented (`data.check_streams`)
-    (stream,) = streams
-    documents = read_documents(stream.path, "training text", config.text_field, config.max_lines)
-    packed = pack(tokenizer, documents, sequence_length, objective, f"training text '{stream.path}'")
+    streams = recipe.streams()
+    if objective == "masked" and any(stream.tokenizer for stream in streams):
+        raise ConfigError(f"recipe '{recipe.name}' packs a stream with a tokenizer of its own; masked-LM training "
+                          "draws its masks with the model's tokenizer, so every stream uses that one.")
+    train_sets, stream_tokens = {}, {}
+    for stream in streams:
+        stream_tokenizer = (load_tokenizer(stream.tokenizer, f"tokenizer of stream {stream.name}") if stream.tokenizer
+                            else tokenizer)
+        documents = read_documents(stream.path, "training text", config.text_field, config.max_lines)
+        packed = pack(stream_tokenizer, documents, sequence_length, objective, f"training text '{stream.path}'")
+        train_sets[stream.name], stream_tokens[stream.name] = BlockDataset(packed.blocks), packed.tokens
+        if len(streams) > 1:
+            logger.info("stream %s: %s documents, %s tokens, %s sequences of %d", stream.name, f"{len(documents):,}",
+                        f"{packed.tokens:,}", f"{len(packed.blocks):,}", sequence_length)
     collator = LMCollator(tokenizer, objective, config.mlm_probability)
-    train_set = BlockDataset(packed.blocks)
+    training_sequences = sum(len(dataset) for dataset in train_sets.values())
+    training_tokens = sum(stream_tokens.values())
     eval_set, bytes_per_token = None, None
     if config.eval_text:
         eval_documents = read_documents(config.eval_text, "evaluation text", config.text_field)
@@ -258,15 +269,16 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         bytes_per_token = eval_packed.bytes_per_token
         eval_set = (masked_eval_set(collator, eval_packed.blocks, config.seed) if objective == "masked"
                     else BlockDataset(eval_packed.blocks))
-    logger.info("training text: %s documents, %s tokens, %s sequences of %d", f"{len(documents):,}",
-                f"{packed.tokens:,}", f"{len(train_set):,}", sequence_length)
+    if len(streams) == 1:
+        logger.info("training text: %s documents, %s tokens, %s sequences of %d", f"{len(documents):,}",
+                    f"{training_tokens:,}", f"{training_sequences:,}", sequence_length)
 
     precision_flags = _precision_flags(config.precision)
     planned = recipe.phases(objective, [])
     record = {"langswap_version": __version__, "config": to_dict(config),
               "comparable_config": comparable_config(config),
-              "objective": objective, "sequence_length": sequence_length, "training_sequences": len(train_set),
-              "training_tokens": packed.tokens, "processes": state.num_processes, "status": "running",
+              "objective": objective, "sequence_length": sequence_length, "training_sequences": training_sequences,
+              "training_tokens": training_tokens, "processes": state.num_processes, "status": "running",
               "phases": [dataclasses.asdict(phase) for phase in planned]}
     if state.is_main_process:
         if config.overwrite and output.exists():
@@ -329,10 +341,10 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         snapshots = Snapshots(output, config.snapshot_steps, offset) if config.snapshot_steps else None
         phase_callbacks = [Curve(curve, phase, offset), RecipeHooks(recipe, phase)] + ([snapshots] if snapshots
                                                                                         else [])
-        # this phase's slice of the run's one shuffled stream: it goes on where the phase before stopped
+        # this phase's slice of the run's shuffled streams: it goes on where the phase before stopped
         per_update = config.batch_size * config.gradient_accumulation * state.num_processes
-        phase_set = phase_dataset({stream.name: train_set}, streams, config.seed, offset * per_update,
-                                  phase.steps * per_update)
+        phase_set = phase_dataset(train_sets, streams, config.seed, offset * per_update, phase.steps * per_update,
+                                  config.batch_size)
         trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
                                data_collator=collator, processing_class=tokenizer, phase=phase, recipe=recipe,
                                phase_index=index, offset=offset, precision=_precision_name(precision_flags),

@@ -56,6 +56,8 @@ class PhaseTrainer(Trainer):
                 {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0}]
 
     def training_step(self, model, inputs, *args, **kwargs):
+        if "stream_ids" in inputs and not self.recipe.model_reads_stream_ids:
+            inputs = {key: value for key, value in inputs.items() if key != "stream_ids"}
         loss = super().training_step(model, inputs, *args, **kwargs)
         finite = torch.isfinite(loss.detach()).all()  # stays on the device: read once per update
         self._losses_finite = finite if self._losses_finite is None else self._losses_finite & finite

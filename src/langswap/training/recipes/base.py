@@ -11,8 +11,10 @@ A recipe declares:
   phase after one that ended early can take the steps left over;
 - what a phase trains (`trainable_parameters`): "embeddings" and "full" are built in; a recipe names its own sets;
 - each phase's optimizer (`optimizer`): None is the Trainer's AdamW with the config's betas, eps and weight decay;
-- its data (`streams`): one stream, `train_text`, by default (several streams mixed per batch is an interface
-  only: `data.check_streams` refuses them);
+- its data (`streams`): one stream, `train_text`, by default; several are mixed within every micro-batch by their
+  shares, each optionally packed by a tokenizer of its own (`data.Stream`); a model that must know which stream
+  each sequence came from (one body, an embedding table per language) sets `model_reads_stream_ids` and gets a
+  `stream_ids` tensor with every batch;
 - hooks the loop calls: `on_phase_start` (the loaded model, before the phase's Trainer is built), `on_log` and
   `on_step_end` (the Trainer's state and control), and `stop_reason`, which ends a `stops_early` phase. A stop
   must come from `stop_reason`, a pure function of the logged history: the loop asks it again of a checkpoint when
@@ -53,6 +55,7 @@ class Recipe:
     name: str = ""  # set by register_recipe
     options_class: type = RecipeOptions
     description: str = ""
+    model_reads_stream_ids: bool = False  # hand the model each sequence's stream index (`stream_ids`)
 
     def __init__(self, config: "TrainConfig"):
         self.config, self.options = config, config.recipe
@@ -68,7 +71,7 @@ class Recipe:
         raise NotImplementedError
 
     def streams(self) -> list[Stream]:
-        """The texts the run trains on; one by default."""
+        """The texts the run trains on and their shares of every micro-batch; `train_text` alone by default."""
         return [Stream("train", self.config.train_text)]
 
     def trainable_parameters(self, phase: Phase, model) -> list:
