@@ -4,6 +4,7 @@ other; a method naming a resource kind nobody registered fails when it is regist
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import textwrap
 
@@ -145,3 +146,58 @@ def test_inputs_without_a_required_resource_name_it():
     inputs = TransferInputs(vocabulary, vocabulary, torch.zeros(len(vocabulary), 4))
     with pytest.raises(MissingResourceError, match="no 'vectors' resource.*resources.source_vectors"):
         run_method("wechsel", inputs)
+
+
+PLUGIN_RECIPE = '''
+
+from langswap.training.recipes import register_recipe
+from langswap.training.recipes.single_phase import OnePhase
+
+
+@register_recipe("throwaway-plugin-recipe")
+class PluginRecipe(OnePhase):
+    """A recipe from a plugin file."""
+'''
+
+
+@pytest.fixture
+def forget_plugins(forget_throwaways):
+    from langswap.training.recipes.base import RECIPES
+
+    RECIPES.load()
+    recipes, modules = dict(RECIPES), set(sys.modules)
+    yield
+    RECIPES.clear()
+    RECIPES.update(recipes)
+    for name in set(sys.modules) - modules:
+        if name.startswith("langswap_plugin_"):
+            del sys.modules[name]
+
+
+def test_a_plugin_file_given_to_the_cli_registers_its_method_resource_and_recipe(
+        capsys, tmp_path, gpt2_folder, target_tokenizer_folder, forget_plugins):
+    from langswap.cli import main
+
+    plugin = tmp_path / "my_extension.py"
+    plugin.write_text(textwrap.dedent(METHOD_FILE) + PLUGIN_RECIPE, encoding="utf-8")
+    assert main(["--plugin", str(plugin), "methods"]) == 0
+    assert "throwaway: Copy one source row into the first rows. (needs: constant: a number of rows, " \
+           "resources.constant_rows)" in capsys.readouterr().out
+    assert main(["--plugin", str(plugin), "recipes"]) == 0
+    assert "throwaway-plugin-recipe: A recipe from a plugin file." in capsys.readouterr().out.splitlines()
+    # loading the same file again (a second command in one process) registers nothing twice
+    out = tmp_path / "out"
+    assert main(["-q", "--plugin", str(plugin), "transfer", "--source-model", str(gpt2_folder), "--target-tokenizer",
+                 str(target_tokenizer_folder), "--output", str(out), "--method", "throwaway",
+                 "--set", "resources.constant_rows=6"]) == 0
+    assert json.loads((out / "langswap.json").read_text())["config"]["method"]["name"] == "throwaway"
+
+
+def test_a_plugin_that_is_not_a_python_file_is_named(capsys, tmp_path):
+    from langswap.cli import main
+
+    assert main(["--plugin", str(tmp_path / "missing.py"), "recipes"]) == 2
+    assert "plugin '" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("x")
+    assert main(["--plugin", str(tmp_path / "notes.txt"), "recipes"]) == 2
+    assert "is not a Python file" in capsys.readouterr().err

@@ -121,6 +121,20 @@ def cmd_methods(args) -> int:
     return 0
 
 
+def cmd_recipes(args) -> int:
+    from langswap.training.recipes import get_recipe, recipe_names
+
+    for name in recipe_names():
+        recipe = get_recipe(name)
+        print(f"{name}: {recipe.description}")
+        for field in dataclasses.fields(recipe.options_class):
+            if field.init:
+                default = (field.default_factory() if field.default_factory is not dataclasses.MISSING  # type: ignore[misc]
+                           else field.default)
+                print(f"    recipe.{field.name} = {default!r}: {field_help(field)}")
+    return 0
+
+
 def cmd_init_config(args) -> int:
     from langswap.methods.base import make_config
     from langswap.transfer import TransferConfig
@@ -388,11 +402,17 @@ def build_parser() -> argparse.ArgumentParser:
                                      "language: new tokenizer, embeddings initialised from the old ones.")
     parser.add_argument("--version", action="version", version=f"langswap {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="Only warnings and results.")
+    parser.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
+                        help="Import this Python file first, so the methods, resource kinds and recipes it registers "
+                             "can be named (repeatable; give it to every process of a multi-GPU run).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     raw = argparse.RawDescriptionHelpFormatter
 
     sub = commands.add_parser("methods", help="List the methods and their options.")
     sub.set_defaults(run=cmd_methods)
+
+    sub = commands.add_parser("recipes", help="List the training recipes (train presets) and their options.")
+    sub.set_defaults(run=cmd_recipes)
 
     sub = commands.add_parser("init-config", help="Write a transfer config with every default.")
     sub.add_argument("--for", dest="kind", choices=("transfer", "train", "bench"), default="transfer",
@@ -498,6 +518,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     try:
+        from langswap.registry import load_plugin
+
+        for plugin in args.plugin:
+            load_plugin(plugin)
         return args.run(args)
     except LangswapError as error:
         message = textwrap.fill(str(error), width=110, break_long_words=False, break_on_hyphens=False)

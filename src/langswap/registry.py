@@ -46,3 +46,30 @@ class Registry(dict):
             raise ConfigError(f"unknown {self.what} '{name}'. Available {self.what}s: {listed}"
                               + (f" ({self.hint})" if self.hint else "") + ".")
         return self[name]
+
+
+def load_plugin(path: str) -> None:
+    """Import the Python file at `path` once, so the methods, resource kinds and recipes it defines register
+    themselves (`langswap --plugin FILE`). An error inside the file is the file's, and keeps its traceback."""
+    import hashlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from langswap.errors import MissingResourceError
+
+    file = Path(path).expanduser().resolve()
+    if not file.is_file() or file.suffix != ".py":
+        raise MissingResourceError(f"plugin '{path}' is not a Python file; give the .py file that registers your "
+                                   "method, resource kind or recipe.")
+    name = f"langswap_plugin_{file.stem}_{hashlib.sha1(str(file).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise

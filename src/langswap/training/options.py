@@ -32,8 +32,7 @@ class TrainConfig:
     objective: str = field(default="auto", metadata={"help": "causal, masked, or auto (from the model's "
                                                              "architecture).", "choices": ("auto", "causal", "masked")})
     preset: str = field(default="wechsel", metadata={"help": "The recipe (phases, what each trains, optimizer, "
-                                                             "schedule): wechsel/fullrand (full model), transinner, "
-                                                             "tiktotok, embeddings (embeddings only), full."})
+                                                             "schedule, data); `langswap recipes` lists them."})
     recipe: dict | RecipeOptions = field(default_factory=dict, metadata={
         "help": "Options of the recipe that preset names (recipe.<option>). " + describe_recipes()})
     steps: int = field(default=1000, metadata={"help": "Optimizer updates over all phases."})

@@ -20,8 +20,8 @@ A recipe declares:
   must come from `stop_reason`, a pure function of the logged history: the loop asks it again of a checkpoint when
   it resumes, so a run stopped right after the checkpoint where the phase ended does not train on.
 
-Adding a recipe is one file in this package (or any module imported before `train` runs) with one
-`@register_recipe("name", options=...)` class; `preset: name` selects it. The registry (`RECIPES`, a
+Adding a recipe is one file in this package (or any module imported before `train` runs, such as a file given to
+`langswap --plugin`) with one `@register_recipe("name", options=...)` class; `preset: name` selects it. The registry (`RECIPES`, a
 `langswap.registry.Registry`) imports every module of this package on the first lookup.
 """
 
