@@ -120,6 +120,36 @@ def test_dictionary_file_without_pairs(tmp_path):
     assert_message(error, "no source<TAB>target lines", "one pair per line")
 
 
+@pytest.mark.parametrize("line, shown", [("house", "line 2: 'house'"), ("house\t", "line 2: 'house'"),
+                                         ("\thaus", "line 2: 'haus'"), ("a\tb\tc", "line 2: 'a\\tb\\tc'")])
+def test_dictionary_lines_with_one_column_or_empty_fields_are_named(tmp_path, line, shown):
+    path = tmp_path / "en-de.tsv"
+    path.write_text(f"dog\tHund\n{line}\ncat\tKatze\n", encoding="utf-8")
+    with pytest.raises(ResourceFormatError) as error:
+        Dictionary.load(path)
+    assert_message(error, "1 line(s) that are not two non-empty fields", shown, "source<TAB>target")
+
+
+def test_a_dictionary_in_neither_vocabulary_or_the_wrong_way_round_is_named():
+    from langswap.resources.dictionary import check_direction
+
+    english = {"dog", "cat", "house", "tree", "water"}
+    german = {"hund", "katze", "haus", "baum", "wasser"}
+    dictionary = Dictionary([("dog", "Hund"), ("cat", "Katze"), ("house", "Haus"), ("tree", "Baum")], "en-de.tsv")
+    counts = check_direction(dictionary, english, german)
+    assert counts["source_side_in_source"] == 4 and counts["target_side_in_target"] == 4  # case variants tried
+    reversed_ = Dictionary([(target, source) for source, target in dictionary.pairs], "de-en.tsv")
+    with pytest.raises(VocabularyError) as error:
+        check_direction(reversed_, english, german)
+    assert_message(error, "looks reversed", "4 of its 4 source-side words", "swap the columns")
+    with pytest.raises(VocabularyError) as error:
+        check_direction(Dictionary([("chien", "perro")], "fr-es.tsv"), english, german)
+    assert_message(error, "none of the 1 pairs", "these two languages")
+    # a dictionary whose few shared words make it look partly reversed is still taken
+    mixed = Dictionary(dictionary.pairs + [("Hund", "dog")], "en-de.tsv")
+    assert check_direction(mixed, english, german)["source_side_in_target"] == 1
+
+
 @pytest.fixture(scope="module")
 def mixed_dimension_vectors(tmp_path_factory, cipher_vectors) -> dict[str, Path]:
     """16-dimensional English and ciphered vectors, and 12-dimensional cuts of each."""

@@ -1,7 +1,9 @@
 """Bilingual dictionaries: `source<TAB>target` files (MUSE, FreeDict), case variants and coverage.
 
 A line may also be `source target` separated by a single space (MUSE's own files). Lines starting with `#` and blank
-lines are skipped. Not handled: multi-word entries are kept as given, so they only match vectors that have them.
+lines are skipped; any other line that is not two non-empty fields is an error naming it (a dictionary that is half
+something else is more likely the wrong file than a dictionary with typos). Not handled: multi-word entries are kept
+as given, so they only match vectors and vocabularies that have them.
 """
 
 from __future__ import annotations
@@ -23,19 +25,24 @@ class Dictionary:
         path = Path(path)
         if not path.is_file():
             raise MissingResourceError(f"dictionary '{path}' does not exist; give a file of source<TAB>target lines.")
-        pairs, bad = [], 0
-        for line in read_lines(path, what="dictionary"):
+        pairs, bad = [], []
+        for number, line in enumerate(read_lines(path, what="dictionary"), start=1):
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
             parts = line.split("\t") if "\t" in line else line.split(" ")
             if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-                bad += 1
+                bad.append((number, line))
                 continue
             pairs.append((parts[0].strip(), parts[1].strip()))
         if not pairs:
-            raise ResourceFormatError(f"dictionary '{path}' has no source<TAB>target lines ({bad} lines of another "
-                                      "shape). Write one pair per line, the two words separated by a tab.")
+            raise ResourceFormatError(f"dictionary '{path}' has no source<TAB>target lines ({len(bad)} lines of "
+                                      "another shape). Write one pair per line, the two words separated by a tab.")
+        if bad:
+            shown = "; ".join(f"line {number}: {line[:60]!r}" for number, line in bad[:3])
+            raise ResourceFormatError(
+                f"dictionary '{path}' has {len(bad)} line(s) that are not two non-empty fields ({shown}). Write one "
+                "pair per line, source<TAB>target (a multi-word entry needs the tab), or delete those lines.")
         return cls(pairs, path.name)
 
     def __len__(self) -> int:
@@ -95,3 +102,36 @@ def require_coverage(dictionary: Dictionary, source_vectors, target_vectors, var
             f"vectors ({source_vectors.name}, {target_vectors.name}). Check that the dictionary is source<TAB>target "
             "(not reversed) and that the vectors are for these two languages.")
     return covered
+
+
+def check_direction(dictionary: Dictionary, source_words, target_words, source_what: str = "the source vocabulary",
+                    target_what: str = "the target vocabulary") -> dict:
+    """How many of the dictionary's source-side and target-side words (case variants tried) are in `source_words`
+    and in `target_words` (sets of words, e.g. a vocabulary's whole-word tokens). A VocabularyError when none of its
+    words is in either, or when its source side is found more on the target side and its target side more on the
+    source side: a dictionary given the wrong way round. Returns the counts, for the record."""
+    def found(words, known) -> int:
+        return sum(any(variant in known for variant in case_variants(word)) for word in words)
+
+    sources = {source for source, _ in dictionary.pairs}
+    targets = {target for _, target in dictionary.pairs}
+    counts = {"source_words": len(sources), "target_words": len(targets),
+              "source_side_in_source": found(sources, source_words),
+              "target_side_in_target": found(targets, target_words),
+              "source_side_in_target": found(sources, target_words),
+              "target_side_in_source": found(targets, source_words)}
+    straight = counts["source_side_in_source"] + counts["target_side_in_target"]
+    crossed = counts["source_side_in_target"] + counts["target_side_in_source"]
+    if straight + crossed == 0:
+        raise VocabularyError(
+            f"none of the {len(dictionary):,} pairs of dictionary '{dictionary.name}' has a word in {source_what} or "
+            f"in {target_what}. Check that the dictionary is for these two languages.")
+    if (counts["source_side_in_target"] > counts["source_side_in_source"]
+            and counts["target_side_in_source"] > counts["target_side_in_target"] and crossed > 1.5 * straight):
+        raise VocabularyError(
+            f"dictionary '{dictionary.name}' looks reversed: {counts['source_side_in_target']:,} of its "
+            f"{len(sources):,} source-side words are in {target_what} (only {counts['source_side_in_source']:,} in "
+            f"{source_what}), and {counts['target_side_in_source']:,} of its {len(targets):,} target-side words are "
+            f"in {source_what} (only {counts['target_side_in_target']:,} in {target_what}). Give it as "
+            "source<TAB>target, the source model's language first (swap the columns).")
+    return counts
