@@ -1,4 +1,5 @@
-"""Output that is never half-written: every file and folder langswap writes goes through these helpers.
+"""Output that is never half-written: every file and folder langswap writes goes through these helpers. And where
+langswap keeps what it builds once and reuses (`cache_dir`).
 
 A result is written under a temporary name beside its final place and renamed there once complete, so a crash
 leaves either the old result or the new one, never a mix; an existing result is replaced only when the caller
@@ -85,3 +86,17 @@ def give_usual_modes(folder: Path) -> None:
         if path.is_symlink():
             continue
         path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+def cache_dir() -> Path:
+    """The langswap cache root: `$LANGSWAP_CACHE`, else `$XDG_CACHE_HOME/langswap`, else `~/.cache/langswap`.
+
+    Empty variables count as unset. The folder is not created.
+    """
+    explicit = os.environ.get("LANGSWAP_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg).expanduser() / "langswap"
+    return Path.home() / ".cache" / "langswap"

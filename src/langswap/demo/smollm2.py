@@ -46,7 +46,7 @@ import time
 import zipfile
 
 from langswap.errors import MissingResourceError, ResourceFormatError
-from langswap.files import give_usual_modes
+from langswap.files import cache_dir, give_usual_modes  # cache_dir: the demo's cache root
 from langswap.models import is_tied
 
 logger = logging.getLogger(__name__)
@@ -68,20 +68,6 @@ MAX_SANITY_LOSS = 6.0
 MAX_LOGIT_DIFF = 1e-3
 
 PIP_TIMEOUT_S = 900
-
-
-def cache_dir() -> pathlib.Path:
-    """The langswap cache root: `$LANGSWAP_CACHE`, else `$XDG_CACHE_HOME/langswap`, else `~/.cache/langswap`.
-
-    Empty variables count as unset. The folder is not created.
-    """
-    explicit = os.environ.get("LANGSWAP_CACHE")
-    if explicit:
-        return pathlib.Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return pathlib.Path(xdg).expanduser() / "langswap"
-    return pathlib.Path.home() / ".cache" / "langswap"
 
 
 def model_folder(cache: pathlib.Path | None = None) -> pathlib.Path:
