@@ -21,6 +21,7 @@ CASES = {
     "random": {},
     "overlap": {},
     "wechsel": {"neighbors": 5, "temperature": 0.1},
+    "tiktotok": {},
 }
 
 
@@ -30,7 +31,7 @@ def test_every_method_has_a_row():
 
 
 @pytest.fixture(scope="module")
-def inputs(cipher_vectors) -> TransferInputs:
+def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
     source_tokenizer = byte_level_tokenizer(english_lines(400), vocab_size=360)
     target_tokenizer = byte_level_tokenizer([cipher_line(line) for line in english_lines(400, seed=5)], 340)
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
@@ -42,14 +43,25 @@ def inputs(cipher_vectors) -> TransferInputs:
     target_vectors = WordVectors.load(cipher_vectors["target"])
     from conftest import WORDS, cipher_word
 
-    alignment = align(source_vectors, target_vectors, Dictionary([(w, cipher_word(w)) for w in WORDS]))
-    return TransferInputs(source, target, embeddings, alignment.source, alignment.target)
+    dictionary = Dictionary([(w, cipher_word(w)) for w in WORDS])
+    alignment = align(source_vectors, target_vectors, dictionary)
+    # tiktotok's resource: the dictionary and a small bilingual fastText model of it
+    from langswap.resources.bilingual import BILINGUAL_FASTTEXT, train_bilingual_fasttext
+    from langswap.resources.kinds.bilingual import BilingualVectors
+
+    folder = tmp_path_factory.mktemp("bilingual")
+    (folder / "en-xx.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in dictionary.pairs), encoding="utf-8")
+    model = train_bilingual_fasttext(folder / "en-xx.tsv", folder / "en-xx.bin",
+                                     options=dataclasses.replace(BILINGUAL_FASTTEXT, bucket=20_000, thread=1))
+    bilingual = BilingualVectors(dictionary, WordVectors.load(model))
+    return TransferInputs(source, target, embeddings, alignment.source, alignment.target,
+                          resources={"bilingual_vectors": bilingual})
 
 
 def _run(name, inputs, seed=0, dtype=torch.float32, **extra):
     config = make_config(name, seed=seed, **{**CASES[name], **extra})
     data = TransferInputs(inputs.source, inputs.target, inputs.source_embeddings.to(dtype), inputs.source_vectors,
-                          inputs.target_vectors)
+                          inputs.target_vectors, resources=dict(inputs.resources))
     output = torch.randn(len(inputs.source), 24, generator=torch.Generator().manual_seed(1)).to(dtype)
     bias = torch.randn(len(inputs.source), generator=torch.Generator().manual_seed(2)).to(dtype)
     return run_method(config, data, {"output_embeddings": output, "output_bias": bias}), output, bias
@@ -141,6 +153,7 @@ KIND_PROMISES = {
     Kind.MEAN: (0, 0, None),
     Kind.RANDOM: (0, 0, None),
     Kind.BASE_PLUS_OFFSET: (0, 0, None),
+    Kind.TRANSLATED: (1, None, "distribution"),
 }
 
 

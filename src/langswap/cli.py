@@ -208,11 +208,23 @@ def cmd_tokenizer(args) -> int:
 
 
 def cmd_fasttext(args) -> int:
+    from langswap.errors import ConfigError
     from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
 
     output = Path(args.output)
-    config = from_dict(FastTextConfig, apply_overrides({}, _overrides(args)))
-    train_fasttext(args.text, output, config, progress=True, overwrite=args.overwrite)
+    if bool(args.text) == bool(args.dictionary):
+        raise ConfigError("give a text file to train word vectors on, or --dictionary DICT for bilingual vectors "
+                          "of a dictionary (Tik-to-Tok), not both.")
+    if args.dictionary:
+        from langswap.resources.bilingual import BILINGUAL_FASTTEXT, compounds, train_bilingual_fasttext
+
+        config = from_dict(FastTextConfig, apply_overrides(dataclasses.asdict(BILINGUAL_FASTTEXT), _overrides(args)))
+        sides = args.compounds or ("target" if compounds(args.language, None) else "none")
+        train_bilingual_fasttext(args.dictionary, output, sides in ("source", "both"), sides in ("target", "both"),
+                                 config, progress=not args.quiet, overwrite=args.overwrite)
+    else:
+        config = from_dict(FastTextConfig, apply_overrides({}, _overrides(args)))
+        train_fasttext(args.text, output, config, progress=not args.quiet, overwrite=args.overwrite)
     print(f"wrote {output}")
     return 0
 
@@ -457,9 +469,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--overwrite", action="store_true")
     sub.set_defaults(run=cmd_tokenizer)
 
-    sub = commands.add_parser("fasttext", help="Train fastText word vectors on a text file.", formatter_class=raw,
+    sub = commands.add_parser("fasttext", help="Train fastText word vectors on a text file, or bilingual ones on a "
+                              "dictionary (--dictionary).", formatter_class=raw,
                               epilog=_set_help(FastTextConfig))
-    sub.add_argument("text")
+    sub.add_argument("text", nargs="?", help="Text to train word vectors on (or --dictionary).")
+    sub.add_argument("--dictionary", help="Train bilingual vectors on the symmetrised corpus of this source<TAB>target "
+                                          "dictionary instead (Tik-to-Tok: skip-gram, dim 64, n-grams 4-7, 5 epochs "
+                                          "unless --set says otherwise); `tiktotok` reads it as "
+                                          "resources.bilingual_vectors.")
+    sub.add_argument("--language", help="With --dictionary: the target language's code; de and nl compound.")
+    sub.add_argument("--compounds", choices=("none", "source", "target", "both"),
+                     help="With --dictionary: whose words also appear as parts of compounds (default: target for "
+                          "de and nl, else none).")
     sub.add_argument("--output", required=True, help="Model file, .bin.")
     sub.add_argument("--overwrite", action="store_true")
     _add_set(sub)

@@ -44,7 +44,7 @@ HUB_ID = re.compile(rf"(?:{HUB_PART}/)?{HUB_PART}")
 # A snapshot in a Hugging Face hub cache: .../models--OWNER--NAME/snapshots/REVISION
 HUB_CACHE_FOLDER = re.compile(r"models--(.+)")
 RESOURCE_NAMES = {"source_vectors": "source word vectors", "target_vectors": "target word vectors",
-                  "dictionary": "dictionary", "alignment": "alignment"}
+                  "dictionary": "dictionary", "alignment": "alignment", "bilingual_vectors": "bilingual word vectors"}
 
 
 def write_model_card(folder: str | Path, source_model: str | None = None, language: str | list[str] | None = None,
@@ -74,7 +74,8 @@ def write_model_card(folder: str | Path, source_model: str | None = None, langua
     trained = record.get("training") or {}
     trained_from = (trained.get("config") or {}).get("model")
     parent_card = _langswap_card(Path(trained_from)) if trained_from else {}
-    source = (record.get("config") or {}).get("source_model") or trained_from
+    enriched = record.get("enrich") or {}  # `langswap.enrich`: the source is L2, the model it enriched
+    source = (record.get("config") or {}).get("source_model") or enriched.get("l2") or trained_from
     source_folder = Path(source).expanduser() if source and Path(source).expanduser().is_dir() else None
     base_model, named_by = _base_model(source, source_folder, source_model, parent_card)
 
@@ -91,6 +92,8 @@ def write_model_card(folder: str | Path, source_model: str | None = None, langua
     tags = ["langswap"]
     if record.get("method"):
         tags += ["language-transfer", str(record["method"])]
+    if enriched:
+        tags += ["embedding-enrichment", "tema"]
     if _has_trained(trained):
         tags.append("continued-pretraining")
     front["tags"] = list(dict.fromkeys(tags))
@@ -282,6 +285,9 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
     title = f"`{source_label}`"
     if method:
         title += f" with new token embeddings ({method})"
+    enriched = record.get("enrich")
+    if enriched:
+        title += f" with token embeddings enriched from `{_name(enriched.get('l1'))}` (TEMA)"
     if "step" in trained:
         title += f", after {_updates(trained['step'])} of training" if trained["step"] else ", before training"
     elif trained.get("phases"):
@@ -293,6 +299,10 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
         version = f" {record['langswap_version']}" if record.get("langswap_version") else ""
         what.append(f"The transformer body of `{source_label}` with a new tokenizer and new token embeddings, made "
                     f"by langswap{version} with the `{method}` method")
+    elif enriched:
+        version = f" {record['langswap_version']}" if record.get("langswap_version") else ""
+        what.append(f"`{source_label}` with the token embeddings of its dictionary words moved by TEMA from those of "
+                    f"`{_name(enriched.get('l1'))}` (`{enriched.get('method')}`), made by langswap{version}")
     else:
         what.append(f"`{source_label}`")
     if _has_trained(trained):
@@ -306,9 +316,11 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
     lines += [intro, ""]
 
     lines += ["## How it was made", ""]
-    lines.append(f"- {'Starting model' if trained and not method else 'Source model'}: "
-                 f"{_source_line(source, source_folder, base_model, named_by)}")
-    if config:
+    label = "Enriched model (L2)" if enriched else "Starting model" if trained and not method else "Source model"
+    lines.append(f"- {label}: {_source_line(source, source_folder, base_model, named_by)}")
+    if enriched:
+        lines += _enrichment_lines(folder, record, enriched)
+    elif config:
         if config.get("target_tokenizer"):
             lines.append(f"- Target tokenizer: `{_name(config['target_tokenizer'])}`")
         elif config.get("target_text"):
@@ -321,8 +333,9 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
         if method:
             described = ", ".join(f"`{key}={_value(value)}`" for key, value in options.items())
             lines.append(f"- Method: `{method}`" + (f" with {described}" if described else ""))
-        resources = [f"{RESOURCE_NAMES.get(key, key)} `{_name(value)}`"
-                     for key, value in (config.get("resources") or {}).items() if value]
+        # the keys the method's resource kinds use (older records: every key set)
+        used = record["resource_keys"] if "resource_keys" in record else (config.get("resources") or {})
+        resources = [f"{RESOURCE_NAMES.get(key, key)} `{_name(value)}`" for key, value in used.items() if value]
         if resources:
             lines.append(f"- Resources: {', '.join(resources)}")
         alignment = _alignment_line(record.get("alignment"))
@@ -352,6 +365,29 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
     if kept:
         lines += [f"This folder's earlier README is kept as {kept}.", ""]
     return "\n".join(lines)
+
+
+def _enrichment_lines(folder: Path, record: dict, enriched: dict) -> list[str]:
+    """What `langswap.enrich` did, from its record."""
+    config, counts, norms = record.get("config") or {}, record.get("counts") or {}, record.get("change_norm") or {}
+    method = enriched.get("method")
+    how = (f"`blend={_value(config.get('blend'))}`" if method in ("lstsq", "procrustes") else "u + proj(v_x - w)")
+    lines = [f"- Richly trained model (L1): `{_name(enriched.get('l1'))}`",
+             f"- Dictionary: `{_name(config.get('dictionary'))}` ({_count(counts.get('translation_pairs'))} token "
+             "pairs)",
+             f"- Method: `{method}` ({how}); anchors: `` {' '.join(enriched.get('anchors') or [])} ``",
+             f"- Embedding rows changed: {_count(counts.get('rows_changed'))} of {_count(counts.get('l2_vocabulary'))}"
+             + (f" (change norm mean {norms['mean']:.4f}, max {norms['max']:.4f})" if "mean" in norms else "")
+             + ("; `provenance.tsv` lists them" if (folder / "provenance.tsv").is_file() else ""),
+             f"- Output head: {enriched.get('output_head')}"]
+    if enriched.get("added_words"):
+        training = record.get("new_word_training")
+        trained = (f", then trained embeddings-only for {_updates(training.get('steps'))} on "
+                   f"{_count(training.get('sentences'))} sentences of `{_name(config.get('target_text'))}`"
+                   if training else "")
+        lines.append(f"- Words added to the tokenizer: {_count(len(enriched['added_words']))} (rows started as the "
+                     f"mean of their old subword rows{trained})")
+    return lines
 
 
 def _source_line(source, source_folder, base_model, named_by) -> str:

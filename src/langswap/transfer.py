@@ -23,7 +23,7 @@ from langswap.methods.base import (DEFAULT_METHOD, MethodConfig, TransferInputs,
                                    load_resources, run_method)
 from langswap.methods.provenance import refuse_non_finite_rows, write_provenance
 from langswap.resources.alignment import AlignConfig
-from langswap.resources.kinds import resources_config_class
+from langswap.resources.kinds import keys_in_use, resources_config_class
 
 logger = logging.getLogger(__name__)
 
@@ -208,6 +208,8 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
             "output_bias": matrices.output_bias is not None,
             "source_padded_rows": matrices.padded_rows,
             "alignment": alignment_report,
+            "resources": reports,
+            "resource_keys": keys_in_use(spec.requires, config.resources),
             "metrics": metrics,
             "correspondence": rows,
             "seconds": {key: round(value, 2) for key, value in seconds.items()},

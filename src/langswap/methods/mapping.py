@@ -53,6 +53,7 @@ class Kind(enum.IntEnum):
     MEAN = 5  # fallback: the source mean row
     RANDOM = 6  # per-dimension normal with the source rows' mean and standard deviation
     BASE_PLUS_OFFSET = 7  # a row of a named base model's matrix plus an additive offset (TEMA)
+    TRANSLATED = 8  # weighted mix of the source rows of a token's dictionary translations (Tik-to-Tok)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ KIND_RULES: dict[Kind, KindRule] = {
     Kind.RANDOM: KindRule(0, 0, "none", False, "per dimension, a normal draw with the source head's mean and "
                           "standard deviation (random stream 1)", "a normal draw with the source biases' mean and "
                           "standard deviation (random stream 2)"),
+    Kind.TRANSLATED: KindRule(1, None, "distribution", False, *_SAME_WEIGHTS),
     Kind.BASE_PLUS_OFFSET: KindRule(
         0, 0, "none", True,
         "the base's output head row (its input embedding row where the base ties its head), plus the row's "

@@ -50,12 +50,13 @@ def pretokenize(line: str) -> str:
     return " ".join(WORD.findall(line))
 
 
-def prepare_corpus(text_path: str | Path, out_path: str | Path) -> int:
-    """Write the word-split text for fastText; returns the number of words. Empty or non-UTF-8 text is an error."""
+def prepare_corpus(text_path: str | Path, out_path: str | Path, split_words: bool = True) -> int:
+    """Write the word-split text for fastText (`split_words` false: as it is, split on whitespace only); returns the
+    number of words. Empty or non-UTF-8 text is an error."""
     words = 0
     with open(out_path, "w", encoding="utf-8") as out:
         for line in read_lines(text_path, what="training text"):
-            split = pretokenize(line)
+            split = pretokenize(line) if split_words else " ".join(line.split())
             if split:
                 out.write(split + "\n")
                 words += split.count(" ") + 1
@@ -65,26 +66,29 @@ def prepare_corpus(text_path: str | Path, out_path: str | Path) -> int:
 
 
 def train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig | None = None,
-                   progress: bool = False, overwrite: bool = True) -> Path:
-    """Train fastText vectors on `text_path` and save the `.bin` model to `output`; returns the path. An existing
-    `output` is replaced, or with `overwrite=False` refused before any work. One process at a time writes an output
-    file: another gets `OutputLockedError` (`langswap.locking`), and the existence check is made under the lock."""
+                   progress: bool = False, overwrite: bool = True, split_words: bool = True) -> Path:
+    """Train fastText vectors on `text_path` and save the `.bin` model to `output`; returns the path. The text is
+    split into words and punctuation first, or with `split_words` false taken as whitespace-separated words. An
+    existing `output` is replaced, or with `overwrite=False` refused before any work. One process at a time writes an
+    output file: another gets `OutputLockedError` (`langswap.locking`), and the existence check is made under the
+    lock."""
     from langswap.files import refuse_existing
     from langswap.locking import OutputLock
 
     with OutputLock(output, "fastText output file"):
         refuse_existing(output, overwrite, "output file")
-        return _train_fasttext(text_path, output, config or FastTextConfig(), progress)
+        return _train_fasttext(text_path, output, config or FastTextConfig(), progress, split_words)
 
 
-def _train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig, progress: bool) -> Path:
+def _train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig, progress: bool,
+                    split_words: bool = True) -> Path:
     output = Path(output)
     if output.suffix != ".bin":
         raise LangswapError(f"fastText output '{output}' must end in .bin (the model with its n-grams).")
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="langswap-fasttext-") as workdir:
         corpus = Path(workdir) / "corpus.txt"
-        words = prepare_corpus(text_path, corpus)
+        words = prepare_corpus(text_path, corpus, split_words)
         logger.info("training fastText (%s, dim %d) on %s words of %s", config.model, config.dim, f"{words:,}",
                     text_path)
         options = asdict(config)

@@ -30,7 +30,8 @@ class ResourceKind:
       of a bench, returning the `resources.*` keys that make later loads read it, with file names in `folder` as
       values (e.g. {"alignment": "alignment.npy"}).
     - `inputs(config) -> dict`: what a loaded resource depends on (a bench reuses a measurement only while these are
-      unchanged); default: the kind's `resources.*` keys."""
+      unchanged); default: the kind's `resources.*` keys.
+    - `reads`: keys of other kinds this kind also reads (a dictionary serves several kinds; one kind declares it)."""
 
     name: str
     config_cls: type
@@ -39,6 +40,7 @@ class ResourceKind:
     description: str
     prepare_shared: Callable | None = None
     inputs: Callable | None = None
+    reads: tuple[str, ...] = ()
 
     def keys(self) -> list[str]:
         return [field.name for field in dataclasses.fields(self.config_cls) if field.init]
@@ -61,6 +63,20 @@ def register_resource(kind: ResourceKind) -> ResourceKind:
                              f"{other.name!r} already has")
     _KINDS.add(kind.name, kind)
     return kind
+
+
+def keys_in_use(names, resources) -> dict:
+    """The `resources.*` keys the kinds `names` declare or read, where `resources` sets them to other than the
+    default: what a model card lists as the resources a model was made with."""
+    defaults = {field.name: field.default for field in dataclasses.fields(resources)}
+    used = {}
+    for name in names:
+        kind = get_resource(name)
+        for key in kind.keys() + list(kind.reads):
+            value = getattr(resources, key)
+            if value is not None and value != defaults.get(key):
+                used[key] = value
+    return used
 
 
 def resource_names() -> list[str]:
