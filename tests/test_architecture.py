@@ -21,7 +21,7 @@ LAYERS = [
     ("surgery", ["surgery"]),
     ("training", ["training"]),
     ("evaluation", ["evaluation"]),
-    ("transfer", ["transfer"]),
+    ("transfer", ["transfer", "enrich"]),
     ("bench", ["bench"]),
     ("demo", ["demo"]),
     ("cli", ["cli", "__main__"]),
