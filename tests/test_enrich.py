@@ -193,7 +193,7 @@ def test_added_words_are_fine_tuned_on_the_target_text(tmp_path, gpt2_folder, l2
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the training folder is gone
 
 
-# -- bad input: a clear error, and nothing in the output folder ---------------------------------------------------------
+# -- bad input: a clear error, and nothing in the output folder -------------------------------------------------------
 
 def refused(config: EnrichConfig, error: type, *phrases: str) -> None:
     with pytest.raises(error) as caught:

@@ -210,8 +210,9 @@ def resolve_anchors(config: EnrichConfig, l1_vocabulary, l2_vocabulary) -> tuple
     in_l1 = anchor_ids(l1_vocabulary, config.anchors or DEFAULT_ANCHORS)
     in_l2 = anchor_ids(l2_vocabulary, config.anchors or DEFAULT_ANCHORS)
     if config.anchors:
-        missing = [f"'{anchor}' (not in {', '.join(name for name, found in (('L1', in_l1), ('L2', in_l2)) if anchor not in found)})"
-                   for anchor in config.anchors if anchor not in in_l1 or anchor not in in_l2]
+        lacking = {anchor: [name for name, found in (("L1", in_l1), ("L2", in_l2)) if anchor not in found]
+                   for anchor in config.anchors}
+        missing = [f"'{anchor}' (not in {' or '.join(names)})" for anchor, names in lacking.items() if names]
         if missing:
             raise VocabularyError(
                 f"anchor token(s) {', '.join(missing)} must be tokens of both models (L1 '{config.l1}', L2 "
@@ -386,7 +387,7 @@ def enriched_rows(l1_matrix: torch.Tensor, l2_matrix: torch.Tensor, pairs: Trans
     return rows, new
 
 
-# -- the run ------------------------------------------------------------------------------------------------------------
+# -- the run ----------------------------------------------------------------------------------------------------------
 
 def enrich(config: EnrichConfig, progress: bool = False) -> EnrichReport:
     """Enrich `config.l2` from `config.l1` as `config` says and write the output folder; returns what happened.
@@ -473,7 +474,8 @@ def _enrich(config: EnrichConfig, progress: bool) -> EnrichReport:
                      "l2_vocabulary": len(l2_vocabulary)}
     change_norm = {"mean": round(float(change.mean()), 6), "max": round(float(change.max()), 6)}
     if "head" in norms:
-        change_norm.update(head_mean=round(float(norms["head"].mean()), 6), head_max=round(float(norms["head"].max()), 6))
+        change_norm.update(head_mean=round(float(norms["head"].mean()), 6),
+                           head_max=round(float(norms["head"].max()), 6))
     record = {
         "langswap_version": __version__,
         "config": to_dict(config),
