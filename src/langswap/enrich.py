@@ -90,8 +90,8 @@ class EnrichConfig:
     blend: float = field(default=0.5, metadata={"help": "lstsq/procrustes: new row = (1 - blend) x old row + "
                                                         "blend x mapped L1 row."})
     anchors: list[str] = field(default_factory=list, metadata={
-        "help": "Anchor tokens present in both models (the paper: 1); several average their projections. Empty: "
-                "every digit and punctuation mark that is a token of both."})
+        "help": "projection: anchor tokens present in both models (the paper: 1); several average their projections. "
+                "Empty: every digit and punctuation mark that is a token of both."})
     output_head: Literal["same", "keep"] = field(default="same", metadata={
         "help": "An untied output head: same (enriched like the input embeddings, from L1's head rows) or keep "
                 "(left as it is).", "choices": HEAD_CHOICES})
@@ -418,7 +418,9 @@ def _enrich(config: EnrichConfig, progress: bool) -> EnrichReport:
     l1_words, l2_words = whole_word_tokens(l1_vocabulary), whole_word_tokens(l2_vocabulary)
     direction = check_direction(dictionary, set(l1_words), set(l2_words), f"L1's vocabulary ('{config.l1}')",
                                 f"L2's vocabulary ('{config.l2}')")
-    anchors, l1_anchor_ids, l2_anchor_ids = resolve_anchors(config, l1_vocabulary, l2_vocabulary)
+    anchors, l1_anchor_ids, l2_anchor_ids = ([], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    if config.method == "projection":  # the linear maps use no anchors
+        anchors, l1_anchor_ids, l2_anchor_ids = resolve_anchors(config, l1_vocabulary, l2_vocabulary)
     lines = (read_text_lines(config.target_text, "target text") if config.target_text and config.max_new_words
              else None)
     counts = Counter(word for line in lines for word in WORD.findall(line)) if lines else None

@@ -371,11 +371,13 @@ def _enrichment_lines(folder: Path, record: dict, enriched: dict) -> list[str]:
     """What `langswap.enrich` did, from its record."""
     config, counts, norms = record.get("config") or {}, record.get("counts") or {}, record.get("change_norm") or {}
     method = enriched.get("method")
-    how = (f"`blend={_value(config.get('blend'))}`" if method in ("lstsq", "procrustes") else "u + proj(v_x - w)")
+    anchors = " ".join(enriched.get("anchors") or [])
+    how = (f"`blend={_value(config.get('blend'))}`" if method in ("lstsq", "procrustes")
+           else f"u + proj(v_x - w); anchors: `` {anchors} ``")
     lines = [f"- Richly trained model (L1): `{_name(enriched.get('l1'))}`",
              f"- Dictionary: `{_name(config.get('dictionary'))}` ({_count(counts.get('translation_pairs'))} token "
              "pairs)",
-             f"- Method: `{method}` ({how}); anchors: `` {' '.join(enriched.get('anchors') or [])} ``",
+             f"- Method: `{method}` ({how})",
              f"- Embedding rows changed: {_count(counts.get('rows_changed'))} of {_count(counts.get('l2_vocabulary'))}"
              + (f" (change norm mean {norms['mean']:.4f}, max {norms['max']:.4f})" if "mean" in norms else "")
              + ("; `provenance.tsv` lists them" if (folder / "provenance.tsv").is_file() else ""),
