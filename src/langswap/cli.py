@@ -177,7 +177,7 @@ def cmd_transfer(args) -> int:
     from langswap.transfer import transfer
 
     config = _transfer_config(args)
-    report = transfer(config, progress=True)
+    report = transfer(config, progress=not args.quiet)
     counts = " | ".join(f"{key} {value:,}" for key, value in report.counts.items())
     print(f"wrote {report.output}: {counts}")
     if report.alignment and "pairs_used" in report.alignment:
@@ -201,7 +201,7 @@ def cmd_tokenizer(args) -> int:
     source = load_tokenizer(args.source, "source tokenizer")
     with OutputLock(args.output, "tokenizer output folder"), atomic_directory(Path(args.output),
                                                                               args.overwrite) as folder:
-        tokenizer = train_tokenizer(source, args.text, args.vocab_size, max_lines=args.max_lines, progress=True)
+        tokenizer = train_tokenizer(source, args.text, args.vocab_size, max_lines=args.max_lines, progress=not args.quiet)
         save_tokenizer(tokenizer, folder)
     print(f"wrote {args.output}: {len(tokenizer):,} tokens, family of {args.source}")
     return 0
