@@ -351,3 +351,25 @@ def test_align_refuses_an_existing_output_before_any_work(capsys, tmp_path):
                        tmp_path / "missing.vec", "--dictionary", tmp_path / "missing.tsv", "--output",
                        tmp_path / "aligned")
     assert code == 2 and "'" + str(tmp_path / "aligned") + "' already exists" in err and "--overwrite" in err
+
+
+def test_enrich_from_the_command_line(capsys, tmp_path, gpt2_folder, corpus_dir, ciphered):
+    """`langswap enrich` builds its config from flags and --set keys, writes the folder and says what it changed;
+    `langswap init-config --for enrich` writes a config the command takes."""
+    from conftest import byte_level_tokenizer, save_model, tiny_model
+
+    tokenizer = byte_level_tokenizer(ciphered, vocab_size=300)
+    l2 = save_model(tiny_model("llama", len(tokenizer), seed=1), tokenizer, tmp_path / "l2")
+    config = tmp_path / "enrich.yaml"
+    assert main(["init-config", "--for", "enrich", "--output", str(config)]) == 0
+    capsys.readouterr()
+    assert main(["-q", "enrich", str(config), "--l1", str(gpt2_folder), "--l2", str(l2), "--dictionary",
+                 str(corpus_dir / "en-xx.tsv"), "--output", str(tmp_path / "out"), "--method", "procrustes",
+                 "--set", "blend=1", "--set", "max_new_words=0"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'out'}" in out and "row change (L2 norm)" in out
+    record = json.loads((tmp_path / "out" / "langswap.json").read_text())
+    assert record["config"]["method"] == "procrustes" and record["config"]["blend"] == 1.0
+    assert main(["enrich", "--l1", str(gpt2_folder), "--l2", str(l2), "--dictionary", str(corpus_dir / "en-xx.tsv"),
+                 "--output", str(tmp_path / "out"), "--method", "projection"]) == 2
+    assert "exists" in capsys.readouterr().err

@@ -37,7 +37,7 @@ def describe_fields(config_cls, prefix: str = "") -> list[str]:
                 lines.extend(describe_fields(type(nested), f"{prefix}{field.name}."))
                 continue
             default = nested
-        if field.name == "method" and prefix == "":
+        if field.name == "method" and prefix == "" and not isinstance(default, str):  # a method section
             from langswap.methods.base import DEFAULT_METHOD
 
             lines.append(f"method.name ({DEFAULT_METHOD!r}): {field_help(field)} method.<option> sets one of its "
@@ -88,6 +88,7 @@ def config_flags(args, data: dict, names: list[str]) -> dict:
 
 
 TRANSFER_FLAGS = ["source_model", "target_tokenizer", "target_text", "output", "eval_text", "overwrite"]
+ENRICH_FLAGS = ["l1", "l2", "dictionary", "output", "method", "target_text", "overwrite"]
 TRAIN_FLAGS = ["model", "train_text", "eval_text", "output", "preset", "steps", "objective", "overwrite"]
 
 
@@ -146,6 +147,10 @@ def cmd_init_config(args) -> int:
         from langswap.bench import BenchConfig
 
         config_cls, config = BenchConfig, BenchConfig()
+    elif args.kind == "enrich":
+        from langswap.enrich import EnrichConfig
+
+        config_cls, config = EnrichConfig, EnrichConfig()
     else:
         config_cls, config = TransferConfig, TransferConfig(method=make_config(args.method))
     text = dump_yaml(to_dict(config))
@@ -190,6 +195,23 @@ def cmd_transfer(args) -> int:
               f"{report.metrics['bits_per_byte']:.4f} on {report.metrics['lines']} lines")
     if report.correspondence:
         print(format_correspondence(report.correspondence))
+    return 0
+
+
+def cmd_enrich(args) -> int:
+    from langswap.enrich import EnrichConfig, enrich
+
+    data = config_flags(args, load_yaml(args.config) if args.config else {}, ENRICH_FLAGS)
+    config = from_dict(EnrichConfig, apply_overrides(data, _overrides(args)))
+    report = enrich(config, progress=not args.quiet)
+    counts = " | ".join(f"{key} {value:,}" for key, value in report.counts.items())
+    print(f"wrote {report.output}: {counts}")
+    if report.change_norm:
+        print("row change (L2 norm): " + ", ".join(f"{key} {value:.4g}" for key, value in report.change_norm.items()
+                                                   if isinstance(value, (int, float))))
+    if report.added_words:
+        shown = ", ".join(report.added_words[:10]) + (", ..." if len(report.added_words) > 10 else "")
+        print(f"added {len(report.added_words):,} dictionary words to L2's vocabulary: {shown}")
     return 0
 
 
@@ -406,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig
     from langswap.bench import BenchConfig
+    from langswap.enrich import EnrichConfig
     from langswap.evaluation.lexicon import LexiconConfig
     from langswap.evaluation.options import EvaluateConfig
     from langswap.training.run import TrainConfig
@@ -427,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.set_defaults(run=cmd_recipes)
 
     sub = commands.add_parser("init-config", help="Write a transfer config with every default.")
-    sub.add_argument("--for", dest="kind", choices=("transfer", "train", "bench"), default="transfer",
+    sub.add_argument("--for", dest="kind", choices=("transfer", "train", "bench", "enrich"), default="transfer",
                      help="Which command the config is for.")
     sub.add_argument("--method", default=DEFAULT_METHOD, help="Method whose options to include (transfer).")
     sub.add_argument("--output", help="File to write (default: print).")
@@ -452,6 +475,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(sub, TrainConfig, TRAIN_FLAGS)
     _add_set(sub)
     sub.set_defaults(run=cmd_train)
+
+    sub = commands.add_parser("enrich", help="TEMA: improve a poorly trained target-language model (L2) with the "
+                              "embeddings of a richly trained one (L1) of the same width, through a dictionary.",
+                              formatter_class=raw, epilog=_set_help(EnrichConfig))
+    sub.add_argument("config", nargs="?", help="YAML config (`langswap init-config --for enrich` writes one).")
+    add_flags(sub, EnrichConfig, ENRICH_FLAGS)
+    _add_set(sub)
+    sub.set_defaults(run=cmd_enrich)
 
     sub = commands.add_parser("bench", help="Compare methods at step 0 and after short training: table + plots.",
                               formatter_class=raw, epilog=_set_help(BenchConfig))
