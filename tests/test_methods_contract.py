@@ -22,6 +22,7 @@ CASES = {
     "overlap": {},
     "wechsel": {"neighbors": 5, "temperature": 0.1},
     "tiktotok": {},
+    "fvt": {"weighting": "length"},
 }
 
 
