@@ -2,7 +2,8 @@
 
 A `langswap bench` run on the shared data: bits per byte on the first 300 lines of the language's test split at the
 given steps of embedding-only training (`train.preset: embeddings`, batch 2 x 128, as bench_german_training.py).
-Methods: random, overlap, wechsel (fastText vectors of both languages aligned on the dictionary) and tiktotok with
+Methods: random, overlap (= fvt with the mean of pieces), fvt with pieces weighted by length, wechsel (fastText
+vectors of both languages aligned on the dictionary) and tiktotok with
 `variant` shared, dictionary and full (the paper's ablation; the bilingual fastText model of the dictionary is built
 once and cached).
 
@@ -34,7 +35,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_german_training import DEFAULT_DATA, QUALITY_CACHE, REPO, cached_resources  # noqa: E402
 
-METHODS = [{"name": "random"}, {"name": "overlap"}, {"name": "wechsel"},
+METHODS = [{"name": "random"}, {"name": "overlap"}, {"name": "fvt", "label": "fvt length", "weighting": "length"},
+           {"name": "wechsel"},
            {"name": "tiktotok", "label": "tiktotok shared", "variant": "shared"},
            {"name": "tiktotok", "label": "tiktotok dictionary", "variant": "dictionary"},
            {"name": "tiktotok", "label": "tiktotok full", "variant": "full"}]
