@@ -18,6 +18,7 @@ benchmarks/results/tiktotok-LANG/.
 
     python benchmarks/bench_tiktotok.py --language de --steps 0
     python benchmarks/bench_tiktotok.py --language sw --steps 0 200
+    python benchmarks/bench_tiktotok.py --language sw --bilingual-epochs 20 --methods "tiktotok full"
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 200])
     parser.add_argument("--eval-lines", type=int, default=300)
     parser.add_argument("--methods", nargs="+", default=None, help="Labels of METHODS to run (default all).")
+    parser.add_argument("--bilingual-epochs", type=int, default=None, help="fastText epochs of the bilingual model "
+                        "(default Tik-to-Tok's 5); another value runs into WORKDIR-epochsN and "
+                        "benchmarks/results/tiktotok-LANG-epochsN/.")
     return parser.parse_args(argv)
 
 
@@ -91,14 +95,16 @@ def main(argv=None) -> int:
 
     model = smollm2_135m()
     resources = cached_resources(args.data, model) if language == "de" else swahili_resources(args.data, model)
-    workdir = args.workdir or Path(f"~/.cache/langswap/bench-tiktotok-{language}").expanduser()
+    tag = f"-epochs{args.bilingual_epochs}" if args.bilingual_epochs else ""
+    workdir = args.workdir or Path(f"~/.cache/langswap/bench-tiktotok-{language}{tag}").expanduser()
     methods = [m for m in METHODS if args.methods is None or m.get("label", m["name"]) in args.methods]
     bench = {
         "source_model": str(model), "target_tokenizer": str(resources["tokenizer"]), "language": language,
         "train_text": str(splits / f"{language}.train.txt"), "eval_text": str(splits / f"{language}.test.txt"),
         "eval_lines": args.eval_lines, "output": str(workdir), "steps": args.steps, "methods": methods,
         "resources": {"source_vectors": str(resources["vectors"]["en"]),
-                      "target_vectors": str(resources["vectors"][language]), "dictionary": str(dictionary)},
+                      "target_vectors": str(resources["vectors"][language]), "dictionary": str(dictionary),
+                      **({"bilingual_epochs": args.bilingual_epochs} if args.bilingual_epochs else {})},
         "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 25,
                   "logging_steps": 5, "max_lines": 20000},
     }
@@ -108,7 +114,7 @@ def main(argv=None) -> int:
     run_bench(from_dict(BenchConfig, bench), progress=False)
     print((workdir / "table.md").read_text(), flush=True)
     print(f"bench: {time.perf_counter() - clock:.0f} s", flush=True)
-    results = REPO / "benchmarks" / "results" / f"tiktotok-{language}"
+    results = REPO / "benchmarks" / "results" / f"tiktotok-{language}{tag}"
     results.mkdir(parents=True, exist_ok=True)
     for name in ("table.md", "results.jsonl", "bits_per_byte.png", "bench-input.yaml"):
         if (workdir / name).exists():
