@@ -7,7 +7,12 @@ one `langswap.enrich` run (`EnrichConfig`) into --workdir/enriched/NAME:
 - projection: the same with the default anchors (every digit and punctuation mark both models have);
 - lstsq, procrustes: the linear-map variant, blend 0.5;
 - projection "1" + words: the paper's whole recipe, with up to --new-words dictionary words L2 lacks added and
-  fine-tuned embeddings-only (--new-word-steps updates) on the sentences of de.train.txt that hold them.
+  fine-tuned embeddings-only (--new-word-steps updates) on the sentences of de.train.txt that hold them;
+- projection "1" + words, no text: the same words with their subword-mean rows only, not fine-tuned;
+- words alone: the words added and fine-tuned as above, no row moved by TEMA (procrustes with blend 0), to tell
+  the two parts of the recipe apart.
+
+The first four add no words (max_new_words: 0).
 
 Every model (L2 and each L2') is measured by bits per byte on the first --eval-lines lines of de.test.txt and by a
 linear POS probe on the last layer (UD German-GSD: trained on dev, tested on test). The table and the figures go to
@@ -53,20 +58,31 @@ def parse_args(argv=None):
 
 
 def variants(args) -> dict[str, dict]:
-    splits = args.data / "splits"
+    words = {"max_new_words": args.new_words, "target_text": str(args.data / "splits" / "de.train.txt"),
+             "train_steps": args.new_word_steps, "batch_size": args.batch_size,
+             "sequence_length": args.sequence_length}
     return {
-        'projection "1"': {"method": "projection", "anchors": ["1"]},
-        "projection": {"method": "projection"},
-        "lstsq": {"method": "lstsq", "blend": 0.5},
-        "procrustes": {"method": "procrustes", "blend": 0.5},
-        'projection "1" + words': {"method": "projection", "anchors": ["1"], "max_new_words": args.new_words,
-                                   "target_text": str(splits / "de.train.txt"), "train_steps": args.new_word_steps,
-                                   "batch_size": args.batch_size, "sequence_length": args.sequence_length},
+        'projection "1"': {"method": "projection", "anchors": ["1"], "max_new_words": 0},
+        "projection": {"method": "projection", "max_new_words": 0},
+        "lstsq": {"method": "lstsq", "blend": 0.5, "max_new_words": 0},
+        "procrustes": {"method": "procrustes", "blend": 0.5, "max_new_words": 0},
+        'projection "1" + words, no text': {"method": "projection", "anchors": ["1"], "max_new_words": args.new_words},
+        "words alone (procrustes, blend 0)": {"method": "procrustes", "blend": 0.0, **words},
+        'projection "1" + words': {"method": "projection", "anchors": ["1"], **words},
     }
 
 
 def folder_name(label: str) -> str:
     return label.replace('"', "").replace(" + ", "-").replace(" ", "-")
+
+
+def made_with(folder: Path, options: dict) -> bool:
+    """Whether `folder` holds an enrich output made with these options."""
+    record = folder / "langswap.json"
+    if not record.is_file():
+        return False
+    config = json.loads(record.read_text(encoding="utf-8"))["config"]
+    return all(config.get(key) == value for key, value in options.items())
 
 
 def measure(folder: Path, lines: list[str], args) -> dict:
@@ -116,10 +132,10 @@ def main(argv=None) -> int:
     jobs = [("L2 (as trained)", l2, None)] + [(label, args.workdir / "enriched" / folder_name(label), options)
                                                  for label, options in variants(args).items()]
     for label, folder, options in jobs:
-        if label in rows:
+        if label in rows and rows[label].get("options") == options:
             continue
-        row = {}
-        if options is not None and not (folder / "langswap.json").is_file():
+        row = {"options": options}
+        if options is not None and not made_with(folder, options):
             clock = time.perf_counter()
             dictionary = args.data / "dicts" / "muse-en-de.tsv"
             enrich(EnrichConfig(l1=str(l1), l2=str(l2), dictionary=str(dictionary), output=str(folder),
