@@ -18,10 +18,13 @@ class OverlapConfig(MethodConfig):
     """Copy the rows of exactly matching tokens; the fallback places the rest."""
 
 
-def copy_exact_matches(mapping: TokenMapping, inputs: TransferInputs) -> int:
-    """Copy the source row of every target token with an identical canonical form; returns how many."""
+def copy_exact_matches(mapping: TokenMapping, inputs: TransferInputs, only=None) -> int:
+    """Copy the source row of every target token with an identical canonical form (of those `only(token)` keeps,
+    when given); returns how many."""
     rows, sources = [], []
     for token in inputs.target.tokens:
+        if only is not None and not only(token):
+            continue
         source_id = inputs.source.lookup(token, inputs.target.family)
         if source_id is not None:
             rows.append(token.id)

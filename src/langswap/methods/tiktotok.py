@@ -162,17 +162,7 @@ def tiktotok(inputs: TransferInputs, config: TikToTokConfig, progress: bool = Fa
         copy_exact_matches(mapping, inputs)
         return mapping
     # step 1: non-alphabetic tokens, by canonical form
-    rows, sources = [], []
-    for token in inputs.target.tokens:
-        text = token.text
-        if token.special or text is None or is_alphabetic(text):
-            continue
-        source_id = inputs.source.lookup(token, inputs.target.family)
-        if source_id is not None:
-            rows.append(token.id)
-            sources.append(source_id)
-    if rows:
-        mapping.copy_rows(np.asarray(rows), np.asarray(sources), Kind.COPIED)
+    copy_exact_matches(mapping, inputs, only=lambda token: token.text is not None and not is_alphabetic(token.text))
     alphabetic = np.array([not token.special and token.text is not None and is_alphabetic(token.text)
                            for token in inputs.target.tokens])
     # step 2: whole dictionary words
