@@ -1,7 +1,7 @@
 """`enrich(config)`: TEMA (Zevallos, Bel and Farrús, EMNLP 2024), improving a poorly trained target-language model L2
 with the token embeddings of a richly trained model L1 of the same hidden size, through a bilingual dictionary.
 
-Read from the paper (its equations 1 and 2, as issue 13 states them): for each translation pair, an L1 token w_m and
+Read from the paper (its equations 1 and 2): for each translation pair, an L1 token w_m and
 an L2 token u_n, and an anchor token present in both models (v_x its L1 row, v_y its L2 row; the paper uses "1"),
 
     u'_n = u_n + proj(v_x - w_m),    proj(a) = ((v_y . a) / ||a||^2) a.

@@ -22,10 +22,10 @@ Variants (`variant`, the paper's ablation): `shared` copies every token whose ca
 has (alphabetic or not) and leaves the rest to the fallback; `dictionary` adds step 2 to step 1; `full` (default) is
 all three steps.
 
-Read from the paper, as the project's issue states it: the three steps, top-3 fastText candidates, the 30/10/60
-weights, the symmetrised dictionary corpus with language tags. The paper's own text and code were not available to
-check against: its successor's code (trans-tokenizers) keeps a comment describing a 40/20/40 split of the same shape,
-so the split is an option. Decided here: how whole words are recognised (word-start token, exact then case
+Taken from the method's description (the paper's text and code could not be read to check against): the three
+steps, top-3 fastText candidates, the 30/10/60 weights, the symmetrised dictionary corpus with language tags. Its
+successor's code (trans-tokenizers) keeps a comment describing a 40/20/40 split of the same shape, so the split is an
+option. Decided here: how whole words are recognised (word-start token, exact then case
 variants), the order of translations, what a multi-token translation gives, the tags of a token, that `shared` copies
 alphabetic matches too (it is the resource-free baseline of the ablation), and that copied rows are `copied` and
 dictionary rows `translated` in provenance.tsv (fastText rows are `mixed`).

@@ -19,9 +19,9 @@ space as the source language. This module builds that model:
    dictionary's bytes, the tags, which sides compound, the fastText options, the corpus format), in
    `cache_dir()/bilingual-fasttext/`, and reused.
 
-Read from the paper (as the project's issue states it): the symmetrised two-word corpus, a word paired as often with
-itself as with its translations, language tags at word start and end, copies without a start or end tag for
-compounding languages, and the fastText settings. Decided here: the tag characters (the substitution brackets
+Taken from the method's description (the paper's text could not be read): the symmetrised two-word corpus, a word
+paired as often with itself as with its translations, language tags at word start and end, copies without a start or
+end tag for compounding languages, and the fastText settings. Decided here: the tag characters (the substitution brackets
 U+2E02..U+2E05, which no tokenizer of ordinary text is likely to hold), the four lines per pair, `minCount` 1, and
 that a compounding side's partial copies are paired with the other side's whole word.
 """
