@@ -391,7 +391,7 @@ def _train(model, pieces, piece_labels, config: FinetuneConfig, pad_id: int, dev
         args = TrainingArguments(
             output_dir=scratch, num_train_epochs=config.epochs, per_device_train_batch_size=config.batch_size,
             learning_rate=config.learning_rate, weight_decay=config.weight_decay, lr_scheduler_type="linear",
-            warmup_steps=0, max_grad_norm=1.0, optim="adamw_torch", seed=config.seed, data_seed=config.seed,
+            warmup_steps=0, max_grad_norm=1.0, optim="adamw_torch", seed=config.seed,
             logging_strategy="epoch", save_strategy="no", eval_strategy="no", report_to="none",
             disable_tqdm=not progress, remove_unused_columns=False, use_cpu=device.type == "cpu",
             dataloader_pin_memory=device.type != "cpu")
