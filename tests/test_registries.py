@@ -42,7 +42,8 @@ def test_a_misspelt_resource_name_fails_at_registration():
 
 def test_the_vectors_kind_is_registered_with_its_keys():
     assert "vectors" in resource_names()
-    assert get_resource("vectors").keys() == ["source_vectors", "target_vectors", "dictionary", "alignment"]
+    assert get_resource("vectors").keys() == ["source_vectors", "target_vectors", "dictionary", "alignment",
+                                              "joint_vectors"]
 
 
 METHOD_FILE = '''

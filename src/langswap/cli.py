@@ -234,6 +234,22 @@ def cmd_fasttext(args) -> int:
     from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
 
     output = Path(args.output)
+    if args.joint:
+        from langswap.resources.joint import JOINT_FASTTEXT, JointConfig, train_joint_vectors
+
+        if not (args.text and args.dictionary):
+            raise ConfigError("--joint TARGET_TEXT needs the source text (the positional TEXT) and --dictionary DICT, "
+                              "whose words are switched between the two texts.")
+        config = from_dict(FastTextConfig, apply_overrides(dataclasses.asdict(JOINT_FASTTEXT), _overrides(args)))
+        joint = JointConfig(share=args.share, heldout_words=args.heldout_words)
+        report = train_joint_vectors(args.text, args.joint, args.dictionary, output, joint, config,
+                                     progress=not args.quiet, overwrite=args.overwrite)
+        print(f"wrote {output} and {output.name}.words.json: {report['lines']:,} lines, "
+              f"{report['switched']['source']:,} source and {report['switched']['target']:,} target words switched")
+        if report.get("precision_at_1") is not None:
+            print(f"held-out precision@1 {report['precision_at_1']} (CSLS {report['precision_at_1_csls']}) on "
+                  f"{report['queries']:,} words")
+        return 0
     if bool(args.text) == bool(args.dictionary):
         raise ConfigError("give a text file to train word vectors on, or --dictionary DICT for bilingual vectors "
                           "of a dictionary (Tik-to-Tok), not both.")
@@ -508,7 +524,14 @@ def build_parser() -> argparse.ArgumentParser:
                                           "dictionary instead (Tik-to-Tok: skip-gram, dim 64, n-grams 4-7, 5 epochs "
                                           "unless --set says otherwise); `tiktotok` reads it as "
                                           "resources.bilingual_vectors.")
-    sub.add_argument("--language", help="With --dictionary: the target language's code; de and nl compound.")
+    sub.add_argument("--joint", metavar="TARGET_TEXT", help="Train one model of two languages: TEXT (source) and "
+                                                            "TARGET_TEXT, with --dictionary's words switched between "
+                                                            "them (resources.joint_vectors for wechsel and others).")
+    sub.add_argument("--share", type=float, default=0.5, help="With --joint: probability that a dictionary word is "
+                                                               "switched (default 0.5).")
+    sub.add_argument("--heldout-words", type=int, default=1500, help="With --joint: dictionary source words never "
+                                                                      "switched, to measure precision@1.")
+    sub.add_argument("--language", help="With --dictionary alone: the target language's code; de and nl compound.")
     sub.add_argument("--compounds", choices=("none", "source", "target", "both"),
                      help="With --dictionary: whose words also appear as parts of compounds (default: target for "
                           "de and nl, else none).")

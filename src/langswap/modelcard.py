@@ -44,7 +44,8 @@ HUB_ID = re.compile(rf"(?:{HUB_PART}/)?{HUB_PART}")
 # A snapshot in a Hugging Face hub cache: .../models--OWNER--NAME/snapshots/REVISION
 HUB_CACHE_FOLDER = re.compile(r"models--(.+)")
 RESOURCE_NAMES = {"source_vectors": "source word vectors", "target_vectors": "target word vectors",
-                  "dictionary": "dictionary", "alignment": "alignment", "bilingual_vectors": "bilingual word vectors"}
+                  "dictionary": "dictionary", "alignment": "alignment", "bilingual_vectors": "bilingual word vectors",
+                  "joint_vectors": "joint word vectors of both languages"}
 
 
 def write_model_card(folder: str | Path, source_model: str | None = None, language: str | list[str] | None = None,

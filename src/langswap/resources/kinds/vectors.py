@@ -3,7 +3,9 @@
 Keys: `resources.source_vectors` and `resources.target_vectors` (fastText .bin or .vec; `langswap fasttext` trains
 them), and either `resources.dictionary` (source<TAB>target pairs; the source space is rotated onto the target's by
 orthogonal Procrustes, options in the config's `align:` section) or `resources.alignment` (the rotation `langswap
-align` wrote, used instead of fitting one). Methods read `inputs.resource("vectors")`, an `AlignedVectors`.
+align` wrote, used instead of fitting one). Or `resources.joint_vectors` alone: one fastText model of both languages
+trained on code-switched text (`langswap fasttext SOURCE_TEXT --joint TARGET_TEXT --dictionary DICT`,
+`resources.joint`), already one space. Methods read `inputs.resource("vectors")`, an `AlignedVectors`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from langswap.errors import MissingResourceError
+from langswap.errors import ConfigError, MissingResourceError
 from langswap.resources.kinds import ResourceKind, register_resource
 
 logger = logging.getLogger(__name__)
@@ -25,6 +27,10 @@ class VectorsFiles:
     dictionary: str | None = field(default=None, metadata={"help": "Bilingual dictionary, source<TAB>target lines."})
     alignment: str | None = field(default=None, metadata={"help": "Rotation (.npy) written by `langswap align`; "
                                                                    "used instead of fitting one on the dictionary."})
+    joint_vectors: str | None = field(default=None, metadata={
+        "help": "One fastText model of both languages from code-switched text (`langswap fasttext SOURCE_TEXT "
+                "--joint TARGET_TEXT --dictionary DICT`), instead of source_vectors, target_vectors and an "
+                "alignment."})
 
 
 @dataclass
@@ -38,6 +44,14 @@ class AlignedVectors:
 
 def check(config) -> None:
     resources = config.resources
+    if resources.joint_vectors:
+        if not Path(resources.joint_vectors).is_file():
+            raise MissingResourceError(f"resources.joint_vectors '{resources.joint_vectors}' does not exist.")
+        given = [name for name in ("source_vectors", "target_vectors", "alignment") if getattr(resources, name)]
+        if given:
+            raise ConfigError(f"resources.joint_vectors holds both languages in one space; remove "
+                              f"{', '.join('resources.' + name for name in given)}.")
+        return
     if not resources.source_vectors or not resources.target_vectors:
         raise MissingResourceError(
             "this method needs word vectors for both languages: set resources.source_vectors and "
@@ -58,6 +72,11 @@ def load_aligned(resources, align_config) -> AlignedVectors:
     from langswap.resources.dictionary import Dictionary
     from langswap.resources.vectors import WordVectors
 
+    if resources.joint_vectors:
+        from langswap.resources.joint import load_joint_vectors
+
+        source, target, report = load_joint_vectors(resources.joint_vectors)
+        return AlignedVectors(source, target, report)
     source = WordVectors.load(resources.source_vectors)
     target = WordVectors.load(resources.target_vectors)
     if resources.alignment:
@@ -78,7 +97,7 @@ def prepare_shared(config, folder: Path) -> dict:
     """Align once into `folder` (alignment.npy and report.json) for every variant of a bench."""
     from langswap.resources.alignment import write_alignment
 
-    if config.resources.alignment:
+    if config.resources.alignment or config.resources.joint_vectors:
         return {}
     vectors = load_aligned(config.resources, config.align)
     report = vectors.report
