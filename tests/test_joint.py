@@ -90,6 +90,7 @@ def test_joint_vectors_serve_wechsel_as_one_space(tmp_path, texts, gpt2_folder, 
     assert main(["-q", "transfer", "--source-model", str(gpt2_folder), "--target-tokenizer",
                  str(target_tokenizer_folder), "--method", "wechsel", "--output", str(tmp_path / "out"),
                  "--set", f"resources.joint_vectors={model}"]) == 0
+    assert "joint vectors joint.bin: held-out precision@1" in capsys.readouterr().out
     record = json.loads((tmp_path / "out" / "langswap.json").read_text())
     assert record["resources"]["vectors"]["precision_at_1"] == report["precision_at_1"]
     assert record["counts"]["mixed"] > 0

@@ -188,6 +188,9 @@ def cmd_transfer(args) -> int:
     if report.alignment and "pairs_used" in report.alignment:
         print(f"alignment: {report.alignment['pairs_used']:,} pairs, precision@1 {report.alignment['precision_at_1']}"
               f" (CSLS {report.alignment['precision_at_1_csls']})")
+    elif report.alignment and "joint_vectors" in report.alignment:  # one space from the start: no rotation
+        print(f"joint vectors {report.alignment['joint_vectors']}: held-out precision@1 "
+              f"{report.alignment.get('precision_at_1')} (CSLS {report.alignment.get('precision_at_1_csls')})")
     elif report.alignment:  # a rotation given with resources.alignment: no fit, no figures
         print(f"alignment: read from {report.alignment.get('alignment')}")
     if report.metrics:
