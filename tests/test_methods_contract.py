@@ -23,6 +23,7 @@ CASES = {
     "wechsel": {"neighbors": 5, "temperature": 0.1},
     "tiktotok": {},
     "fvt": {"weighting": "length"},
+    "focus": {"first_candidates": 4},
 }
 
 
@@ -55,8 +56,18 @@ def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
     model = train_bilingual_fasttext(folder / "en-xx.tsv", folder / "en-xx.bin",
                                      options=dataclasses.replace(BILINGUAL_FASTTEXT, bucket=20_000, thread=1))
     bilingual = BilingualVectors(dictionary, WordVectors.load(model))
+    # focus's resource: token-level fastText of the target text under the target tokenizer
+    from langswap.resources.kinds.tokens import TokenVectors
+    from langswap.resources.token_vectors import FOCUS_FASTTEXT, load_token_vectors, token_words, train_token_fasttext
+
+    (folder / "xx.txt").write_text("\n".join(cipher_line(line) for line in english_lines(400, seed=5)) + "\n",
+                                   encoding="utf-8")
+    train_token_fasttext(folder / "xx.txt", target_tokenizer, folder / "xx-tokens.bin",
+                         dataclasses.replace(FOCUS_FASTTEXT, dim=16, minCount=3, bucket=20_000))
+    tokens = TokenVectors(load_token_vectors(folder / "xx-tokens.bin", target_tokenizer)[0],
+                          token_words(target_tokenizer))
     return TransferInputs(source, target, embeddings, alignment.source, alignment.target,
-                          resources={"bilingual_vectors": bilingual})
+                          resources={"bilingual_vectors": bilingual, "token_vectors": tokens})
 
 
 def _run(name, inputs, seed=0, dtype=torch.float32, **extra):

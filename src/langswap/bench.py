@@ -213,6 +213,8 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
                 keys = kind.prepare_shared(config, temporary)
                 _record_inputs(temporary, {"inputs": inputs, "keys": keys})
         shared["resources"].update({key: str(folder / file) for key, file in keys.items()})
+    if config.target_text and any(get_resource(name).uses_target_tokenizer for name in needed):
+        shared["target_text"] = config.target_text  # what such a kind trains on by default (e.g. token_text)
     if config.target_tokenizer:
         shared["target_tokenizer"] = config.target_tokenizer
     else:

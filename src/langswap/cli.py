@@ -253,6 +253,19 @@ def cmd_fasttext(args) -> int:
             print(f"held-out precision@1 {report['precision_at_1']} (CSLS {report['precision_at_1_csls']}) on "
                   f"{report['queries']:,} words")
         return 0
+    if args.tokenizer:
+        from langswap.models import load_tokenizer
+        from langswap.resources.token_vectors import FOCUS_FASTTEXT, train_token_fasttext
+
+        if not args.text or args.dictionary:
+            raise ConfigError("--tokenizer TOKENIZER trains token-level vectors on the positional TEXT (target-language "
+                              "text); give TEXT and leave out --dictionary.")
+        config = from_dict(FastTextConfig, apply_overrides(dataclasses.asdict(FOCUS_FASTTEXT), _overrides(args)))
+        record = train_token_fasttext(args.text, load_tokenizer(args.tokenizer, "target tokenizer"), output, config,
+                                      progress=not args.quiet, overwrite=args.overwrite)
+        print(f"wrote {output} and {output.name}.tokens.json: {record['tokens']:,} tokens of text; "
+              f"{record['covered_tokens']:,} of {record['vocabulary']:,} tokens have a vector of their own")
+        return 0
     if bool(args.text) == bool(args.dictionary):
         raise ConfigError("give a text file to train word vectors on, or --dictionary DICT for bilingual vectors "
                           "of a dictionary (Tik-to-Tok), not both.")
@@ -534,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "switched (default 0.5).")
     sub.add_argument("--heldout-words", type=int, default=1500, help="With --joint: dictionary source words never "
                                                                       "switched, to measure precision@1.")
+    sub.add_argument("--tokenizer", help="Train token-level vectors instead: TEXT split by this (target) tokenizer, "
+                                          "a fastText word per token (FOCUS: CBOW, dim 100, 3 epochs, minCount 10 "
+                                          "unless --set says otherwise); `focus` reads it as resources.token_vectors.")
     sub.add_argument("--language", help="With --dictionary alone: the target language's code; de and nl compound.")
     sub.add_argument("--compounds", choices=("none", "source", "target", "both"),
                      help="With --dictionary: whose words also appear as parts of compounds (default: target for "

@@ -170,7 +170,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     seconds["load"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    resources, reports = load_resources(spec, config)
+    resources, reports = load_resources(spec, config, target_tokenizer)
     alignment_report = reports.get("vectors")
     if resources:
         seconds["resources"] = time.perf_counter() - clock

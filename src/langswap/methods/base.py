@@ -209,14 +209,20 @@ def check_resources(spec: MethodSpec, config) -> None:
             raise MissingResourceError(f"method '{spec.name}' needs resource '{name}': {error}") from error
 
 
-def load_resources(spec: MethodSpec, config) -> tuple[dict[str, object], dict[str, object]]:
+def load_resources(spec: MethodSpec, config, target_tokenizer=None) -> tuple[dict[str, object], dict[str, object]]:
     """The resources the method requires, loaded as `config` (already checked with `check_resources`, as a transfer
-    config's `validate` does) says: ({kind: resource}, {kind: report})."""
+    config's `validate` does) says: ({kind: resource}, {kind: report}). Kinds made with the target tokenizer
+    (`uses_target_tokenizer`) get `target_tokenizer`."""
     from langswap.resources.kinds import get_resource
 
     loaded, reports = {}, {}
     for name in spec.requires:
-        loaded[name], reports[name] = get_resource(name).load(config)
+        kind = get_resource(name)
+        if kind.uses_target_tokenizer:
+            assert target_tokenizer is not None, f"resource kind {name!r} is loaded with the target tokenizer"
+            loaded[name], reports[name] = kind.load(config, target_tokenizer)
+        else:
+            loaded[name], reports[name] = kind.load(config)
     return loaded, reports
 
 

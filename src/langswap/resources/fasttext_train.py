@@ -39,6 +39,7 @@ class FastTextConfig:
     minn: int = field(default=3, metadata={"help": "Shortest character n-gram."})
     maxn: int = field(default=6, metadata={"help": "Longest character n-gram (0 disables n-grams)."})
     ws: int = field(default=5, metadata={"help": "Context window: words on each side."})
+    neg: int = field(default=5, metadata={"help": "Negative samples per positive one."})
     bucket: int = field(default=2_000_000, metadata={"help": "Hash buckets for n-grams."})
     lr: float = field(default=0.05, metadata={"help": "Learning rate."})
     thread: int = field(default=0, metadata={"help": "Threads; 0 = all cores (at least 11 run: fastText initialises "

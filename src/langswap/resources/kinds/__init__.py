@@ -31,7 +31,9 @@ class ResourceKind:
       values (e.g. {"alignment": "alignment.npy"}).
     - `inputs(config) -> dict`: what a loaded resource depends on (a bench reuses a measurement only while these are
       unchanged); default: the kind's `resources.*` keys.
-    - `reads`: keys of other kinds this kind also reads (a dictionary serves several kinds; one kind declares it)."""
+    - `reads`: keys of other kinds this kind also reads (a dictionary serves several kinds; one kind declares it).
+    - `uses_target_tokenizer`: `load` is called as `load(config, target_tokenizer)`, for a resource made with the
+      target tokenizer (which a transfer may train from `target_text` only after the config is checked)."""
 
     name: str
     config_cls: type
@@ -41,6 +43,7 @@ class ResourceKind:
     prepare_shared: Callable | None = None
     inputs: Callable | None = None
     reads: tuple[str, ...] = ()
+    uses_target_tokenizer: bool = False
 
     def keys(self) -> list[str]:
         return [field.name for field in dataclasses.fields(self.config_cls) if field.init]
