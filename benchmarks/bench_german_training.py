@@ -80,6 +80,29 @@ def cached_resources(data: Path, model: Path) -> dict:
     return {"tokenizer": tokenizer, "vectors": vectors}
 
 
+RECORDED = ("table.md", "results.jsonl", "bits_per_byte.png", "bench-input.yaml")
+
+
+def run_and_record(bench: dict, results_dir: Path) -> dict:
+    """Write bench-input.yaml into the bench folder, run the bench, print its table and time, and copy table,
+    results, plot and input to `results_dir`; returns run_bench's result."""
+    from langswap.bench import BenchConfig, run_bench
+    from langswap.config import from_dict
+
+    workdir = Path(bench["output"])
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "bench-input.yaml").write_text(yaml.safe_dump(bench, sort_keys=False), encoding="utf-8")
+    clock = time.perf_counter()
+    result = run_bench(from_dict(BenchConfig, bench), progress=False)
+    print((workdir / "table.md").read_text(), flush=True)
+    print(f"bench: {time.perf_counter() - clock:.0f} s", flush=True)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for name in RECORDED:
+        if (workdir / name).exists():
+            shutil.copy2(workdir / name, results_dir / name)
+    return result
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     splits = args.data / "splits"
@@ -89,8 +112,6 @@ def main(argv=None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from langswap.bench import BenchConfig, run_bench
-    from langswap.config import from_dict
     from langswap.demo.smollm2 import smollm2_135m
 
     model = smollm2_135m()
@@ -117,16 +138,7 @@ def main(argv=None) -> int:
         bench["output"] = str(args.workdir)
         results_dir = results_dir.with_name(f"training-de-{tag}")
         args.skip_probe = True
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    (args.workdir / "bench-input.yaml").write_text(yaml.safe_dump(bench, sort_keys=False), encoding="utf-8")
-    clock = time.perf_counter()
-    result = run_bench(from_dict(BenchConfig, bench), progress=False)
-    print((args.workdir / "table.md").read_text(), flush=True)
-    print(f"bench: {time.perf_counter() - clock:.0f} s", flush=True)
-
-    results_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("table.md", "results.jsonl", "bits_per_byte.png", "bench-input.yaml"):
-        shutil.copy2(args.workdir / name, results_dir / name)
+    result = run_and_record(bench, results_dir)
     if not tag:
         (REPO / "docs").mkdir(exist_ok=True)
         shutil.copy2(args.workdir / "bits_per_byte.png", REPO / "docs" / "german-embedding-training.png")
@@ -145,25 +157,13 @@ def run_table7(args, bench: dict) -> int:
     """WECHSEL's Table 7 as a langswap bench grid: (k, t) in {(1,1), (10,0.1), (10,1), (50,0.1), (50,1)} with
     n-gram and frequency (TFR) subword vectors, the paper's other settings (no exact-match copy, no word-start
     matching, random fallback)."""
-    from langswap.bench import BenchConfig, run_bench
-    from langswap.config import from_dict
-
     steps = args.steps if args.steps != [0, 50, 200] else [0]
     workdir = args.workdir.with_name(args.workdir.name + "-table7")
     paper = {"exact_matches": False, "match_word_start": False, "fallback": "random"}
     bench = {**bench, "output": str(workdir), "steps": steps, "methods": [
         {"name": "wechsel", "label": f"wechsel {source}", "subword_source": source, **paper, "grid": TABLE7_GRID}
         for source in ("ngrams", "frequency")]}
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "bench-input.yaml").write_text(yaml.safe_dump(bench, sort_keys=False), encoding="utf-8")
-    clock = time.perf_counter()
-    run_bench(from_dict(BenchConfig, bench), progress=False)
-    print((workdir / "table.md").read_text(), flush=True)
-    print(f"bench: {time.perf_counter() - clock:.0f} s", flush=True)
-    results_dir = REPO / "benchmarks" / "results" / "table7-de"
-    results_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("table.md", "results.jsonl", "bench-input.yaml", "bits_per_byte.png"):
-        shutil.copy2(workdir / name, results_dir / name)
+    run_and_record(bench, REPO / "benchmarks" / "results" / "table7-de")
     return 0
 
 

@@ -26,15 +26,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
-import time
 from pathlib import Path
 
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_german_training import DEFAULT_DATA, QUALITY_CACHE, REPO, cached_resources  # noqa: E402
+from bench_german_training import (DEFAULT_DATA, QUALITY_CACHE, REPO, cached_resources,  # noqa: E402
+                                   run_and_record)
 
 METHODS = [{"name": "random"}, {"name": "overlap"}, {"name": "fvt", "label": "fvt length", "weighting": "length"},
            {"name": "wechsel"},
@@ -89,8 +87,6 @@ def main(argv=None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from langswap.bench import BenchConfig, run_bench
-    from langswap.config import from_dict
     from langswap.demo.smollm2 import smollm2_135m
 
     model = smollm2_135m()
@@ -108,17 +104,7 @@ def main(argv=None) -> int:
         "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 25,
                   "logging_steps": 5, "max_lines": 20000},
     }
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "bench-input.yaml").write_text(yaml.safe_dump(bench, sort_keys=False), encoding="utf-8")
-    clock = time.perf_counter()
-    run_bench(from_dict(BenchConfig, bench), progress=False)
-    print((workdir / "table.md").read_text(), flush=True)
-    print(f"bench: {time.perf_counter() - clock:.0f} s", flush=True)
-    results = REPO / "benchmarks" / "results" / f"tiktotok-{language}{tag}"
-    results.mkdir(parents=True, exist_ok=True)
-    for name in ("table.md", "results.jsonl", "bits_per_byte.png", "bench-input.yaml"):
-        if (workdir / name).exists():
-            shutil.copy2(workdir / name, results / name)
+    run_and_record(bench, REPO / "benchmarks" / "results" / f"tiktotok-{language}{tag}")
     return 0
 
 

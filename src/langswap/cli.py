@@ -37,11 +37,11 @@ def describe_fields(config_cls, prefix: str = "") -> list[str]:
                 lines.extend(describe_fields(type(nested), f"{prefix}{field.name}."))
                 continue
             default = nested
-        if field.name == "method" and prefix == "" and not isinstance(default, str):  # a method section
+        if field.metadata.get("method_section"):  # a registered method's name and its options
             from langswap.methods.base import DEFAULT_METHOD
 
-            lines.append(f"method.name ({DEFAULT_METHOD!r}): {field_help(field)} method.<option> sets one of its "
-                         "options.")
+            lines.append(f"{prefix}{field.name}.name ({DEFAULT_METHOD!r}): {field_help(field)} "
+                         f"{prefix}{field.name}.<option> sets one of its options.")
             continue
         lines.append(f"{prefix}{field.name} ({default!r}): {field_help(field)}")
     return lines

@@ -70,7 +70,8 @@ class TransferConfig(ModelPairConfig):
 
     output: str = field(default="", metadata={"help": "Output model folder (required)."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
-    method: MethodConfig = field(default=None, metadata={"help": "Method name and options (`langswap methods`)."})
+    method: MethodConfig = field(default=None, metadata={"help": "Method name and options (`langswap methods`).",
+                                                         "method_section": True})
     eval_text: str | None = field(default=None, metadata={"help": "Held-out target text to score the new model on."})
     eval_lines: int = field(default=300, metadata={"help": "Lines of eval_text scored."})
     correspondence: int = field(default=12, metadata={"help": "Target tokens shown with their source tokens."})

@@ -179,7 +179,7 @@ def views(model_path: str | Path, words: dict):
     for side in ("source", "target"):
         listed = [word for word, _ in words[side]]
         freqs = [count for _, count in words[side]]
-        out.append(WordVectors(listed, freqs=freqs, model=model._model, name=f"{Path(model_path).name} ({side})"))
+        out.append(model.view(listed, freqs, f"{Path(model_path).name} ({side})"))
     return tuple(out)
 
 

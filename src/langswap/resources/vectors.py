@@ -135,6 +135,14 @@ class WordVectors:
         freqs = zipf_frequencies(len(words))
         return cls(words, vectors=vectors, freqs=freqs, name=path.name)
 
+    def view(self, words: list[str], freqs, name: str) -> "WordVectors":
+        """The same vectors (model, matrix and transform shared, not copied) listing other words and counts: one
+        language's words of a model trained on two."""
+        if self._model is None:
+            rows = [self._index[word] for word in words]
+            return WordVectors(words, vectors=self._vectors[rows], freqs=freqs, transform=self.transform, name=name)
+        return WordVectors(words, freqs=freqs, model=self._model, transform=self.transform, name=name)
+
     def with_transform(self, transform: np.ndarray) -> "WordVectors":
         """The same vectors mapped through `transform` (raw dim, new dim), composed with any earlier one."""
         transform = np.asarray(transform, dtype=np.float32)

@@ -1,0 +1,74 @@
+"""SmolLM2-135M -> German or Swahili: the peers' methods (FVT, FOCUS, WECHSEL) against overlap and random.
+
+A `langswap bench` run on the shared data: bits per byte on the first 300 lines of the language's test split at the
+given steps of embedding-only training (`train.preset: embeddings`, batch 2 x 128, as bench_german_training.py),
+with the same tokenizers and word vectors as bench_tiktotok.py. FOCUS's token-level fastText model is trained on
+the language's training split (`resources.token_text`) and cached.
+
+The bench folder (default ~/.cache/langswap/bench-peers-LANG) is resumable; table, results and plot are copied to
+benchmarks/results/peers-LANG/.
+
+    python benchmarks/bench_peers.py --language de --steps 0
+    python benchmarks/bench_peers.py --language sw --steps 0 200 --methods overlap focus
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_german_training import DEFAULT_DATA, REPO, cached_resources, run_and_record  # noqa: E402
+from bench_tiktotok import DICTIONARIES, swahili_resources  # noqa: E402
+
+METHODS = [{"name": "random"}, {"name": "overlap"}, {"name": "fvt", "label": "fvt length", "weighting": "length"},
+           {"name": "wechsel"}, {"name": "focus"}]
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--language", choices=sorted(DICTIONARIES), required=True)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--steps", type=int, nargs="+", default=[0])
+    parser.add_argument("--eval-lines", type=int, default=300)
+    parser.add_argument("--methods", nargs="+", default=None, help="Labels of METHODS to run (default all).")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    language = args.language
+    splits = args.data / "splits"
+    dictionary = args.data / "dicts" / DICTIONARIES[language]
+    needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", dictionary, splits / "en.train.txt"]
+    if not all(path.is_file() for path in needed):
+        print(f"bench_peers: shared data not found under {args.data}; give --data. Nothing was run.")
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from langswap.demo.smollm2 import smollm2_135m
+
+    model = smollm2_135m()
+    resources = cached_resources(args.data, model) if language == "de" else swahili_resources(args.data, model)
+    workdir = args.workdir or Path(f"~/.cache/langswap/bench-peers-{language}").expanduser()
+    methods = [m for m in METHODS if args.methods is None or m.get("label", m["name"]) in args.methods]
+    bench = {
+        "source_model": str(model), "target_tokenizer": str(resources["tokenizer"]), "language": language,
+        "train_text": str(splits / f"{language}.train.txt"), "eval_text": str(splits / f"{language}.test.txt"),
+        "eval_lines": args.eval_lines, "output": str(workdir), "steps": args.steps, "methods": methods,
+        "resources": {"source_vectors": str(resources["vectors"]["en"]),
+                      "target_vectors": str(resources["vectors"][language]), "dictionary": str(dictionary),
+                      "token_text": str(splits / f"{language}.train.txt")},
+        "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 25,
+                  "logging_steps": 5, "max_lines": 20000},
+    }
+    run_and_record(bench, REPO / "benchmarks" / "results" / f"peers-{language}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
