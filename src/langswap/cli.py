@@ -20,6 +20,7 @@ from langswap.config import apply_overrides, as_number, dump_yaml, field_help, f
 from langswap.errors import LangswapError
 from langswap.locking import OutputLock
 from langswap.files import refuse_existing
+from langswap.resources.segment import SEGMENTER_NAMES
 
 logger = logging.getLogger("langswap")
 
@@ -244,7 +245,8 @@ def cmd_fasttext(args) -> int:
             raise ConfigError("--joint TARGET_TEXT needs the source text (the positional TEXT) and --dictionary DICT, "
                               "whose words are switched between the two texts.")
         config = from_dict(FastTextConfig, apply_overrides(dataclasses.asdict(JOINT_FASTTEXT), _overrides(args)))
-        joint = JointConfig(share=args.share, heldout_words=args.heldout_words)
+        joint = JointConfig(share=args.share, heldout_words=args.heldout_words, target_segmenter=args.segmenter,
+                            target_language=args.language)
         report = train_joint_vectors(args.text, args.joint, args.dictionary, output, joint, config,
                                      progress=not args.quiet, overwrite=args.overwrite)
         print(f"wrote {output} and {output.name}.words.json: {report['lines']:,} lines, "
@@ -277,8 +279,11 @@ def cmd_fasttext(args) -> int:
         train_bilingual_fasttext(args.dictionary, output, sides in ("source", "both"), sides in ("target", "both"),
                                  config, progress=not args.quiet, overwrite=args.overwrite)
     else:
+        from langswap.resources.segment import segmenter
+
         config = from_dict(FastTextConfig, apply_overrides({}, _overrides(args)))
-        train_fasttext(args.text, output, config, progress=not args.quiet, overwrite=args.overwrite)
+        train_fasttext(args.text, output, config, progress=not args.quiet, overwrite=args.overwrite,
+                       segment=segmenter(args.segmenter, args.language))
     print(f"wrote {output}")
     return 0
 
@@ -550,7 +555,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--tokenizer", help="Train token-level vectors instead: TEXT split by this (target) tokenizer, "
                                           "a fastText word per token (FOCUS: CBOW, dim 100, 3 epochs, minCount 10 "
                                           "unless --set says otherwise); `focus` reads it as resources.token_vectors.")
-    sub.add_argument("--language", help="With --dictionary alone: the target language's code; de and nl compound.")
+    sub.add_argument("--language", help="The language's ISO 639 code: of TEXT (of TARGET_TEXT with --joint), whose "
+                                        "words zh, ja and th split with a segmenter; with --dictionary, de and nl "
+                                        "compound.")
+    sub.add_argument("--segmenter", choices=SEGMENTER_NAMES, default="auto",
+                     help="How TEXT (TARGET_TEXT with --joint) is split into words: auto (by --language: jieba for "
+                          "zh, fugashi for ja, pythainlp for th, else words), words (runs of letters), or a named "
+                          "segmenter.")
     sub.add_argument("--compounds", choices=("none", "source", "target", "both"),
                      help="With --dictionary: whose words also appear as parts of compounds (default: target for "
                           "de and nl, else none).")

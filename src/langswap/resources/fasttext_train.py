@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -21,11 +20,11 @@ from typing import Literal
 
 from langswap.errors import LangswapError, ResourceFormatError
 from langswap.files import atomic_file
+from langswap.resources.segment import Segmenter
 from langswap.resources.text import read_lines
 
 logger = logging.getLogger(__name__)
 
-WORD = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]", re.UNICODE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,17 +47,19 @@ class FastTextConfig:
                                                    "not bitwise reproducible)."})
 
 
-def pretokenize(line: str) -> str:
-    return " ".join(WORD.findall(line))
+def pretokenize(line: str, segment: Segmenter | None = None) -> str:
+    """The line's words (`segment`'s, by default the `words` segmenter's), separated by single spaces."""
+    return " ".join((segment or Segmenter("words"))(line))
 
 
-def prepare_corpus(text_path: str | Path, out_path: str | Path, split_words: bool = True) -> int:
-    """Write the word-split text for fastText (`split_words` false: as it is, split on whitespace only); returns the
-    number of words. Empty or non-UTF-8 text is an error."""
+def prepare_corpus(text_path: str | Path, out_path: str | Path, split_words: bool = True,
+                   segment: Segmenter | None = None) -> int:
+    """Write the word-split text for fastText (by `segment`, default `words`; `split_words` false: as it is, split on
+    whitespace only); returns the number of words. Empty or non-UTF-8 text is an error."""
     words = 0
     with open(out_path, "w", encoding="utf-8") as out:
         for line in read_lines(text_path, what="training text"):
-            split = pretokenize(line) if split_words else " ".join(line.split())
+            split = pretokenize(line, segment) if split_words else " ".join(line.split())
             if split:
                 out.write(split + "\n")
                 words += split.count(" ") + 1
@@ -68,9 +69,11 @@ def prepare_corpus(text_path: str | Path, out_path: str | Path, split_words: boo
 
 
 def train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig | None = None,
-                   progress: bool = False, overwrite: bool = True, split_words: bool = True) -> Path:
+                   progress: bool = False, overwrite: bool = True, split_words: bool = True,
+                   segment: Segmenter | None = None) -> Path:
     """Train fastText vectors on `text_path` and save the `.bin` model to `output`; returns the path. The text is
-    split into words and punctuation first, or with `split_words` false taken as whitespace-separated words. An
+    split into words and punctuation first (by `segment`, `langswap.resources.segment`; default: the `words`
+    segmenter), or with `split_words` false taken as whitespace-separated words. An
     existing `output` is replaced, or with `overwrite=False` refused before any work. One process at a time writes an
     output file: another gets `OutputLockedError` (`langswap.locking`), and the existence check is made under the
     lock."""
@@ -79,18 +82,18 @@ def train_fasttext(text_path: str | Path, output: str | Path, config: FastTextCo
 
     with OutputLock(output, "fastText output file"):
         refuse_existing(output, overwrite, "output file")
-        return _train_fasttext(text_path, output, config or FastTextConfig(), progress, split_words)
+        return _train_fasttext(text_path, output, config or FastTextConfig(), progress, split_words, segment)
 
 
 def _train_fasttext(text_path: str | Path, output: str | Path, config: FastTextConfig, progress: bool,
-                    split_words: bool = True) -> Path:
+                    split_words: bool = True, segment: Segmenter | None = None) -> Path:
     output = Path(output)
     if output.suffix != ".bin":
         raise LangswapError(f"fastText output '{output}' must end in .bin (the model with its n-grams).")
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="langswap-fasttext-") as workdir:
         corpus = Path(workdir) / "corpus.txt"
-        words = prepare_corpus(text_path, corpus, split_words)
+        words = prepare_corpus(text_path, corpus, split_words, segment)
         logger.info("training fastText (%s, dim %d) on %s words of %s", config.model, config.dim, f"{words:,}",
                     text_path)
         options = asdict(config)

@@ -7,7 +7,8 @@ from the start: the source and the target text are written into one corpus, and 
 dictionary translates is replaced by one of its translations with probability `share` (in both directions), so a
 word and its translations share contexts and end up close. fastText is trained on that corpus (`train_joint_vectors`).
 
-- Words are split as `langswap fasttext` splits them (`fasttext_train.WORD`); a word is found in the dictionary as
+- Words are split as `langswap fasttext` splits them (`langswap.resources.segment`: the target text by
+  `target_segmenter`, for languages written without spaces); a word is found in the dictionary as
   written, lower-cased or title-cased, and a translation replaces it as the dictionary spells it.
 - Lines of the two texts are shuffled together (seeded), so fastText's decaying learning rate treats both alike.
 - A share of the dictionary's source words (`heldout_words`, at most a fifth; case variants held out together) is
@@ -33,7 +34,8 @@ from pathlib import Path
 
 from langswap.errors import ConfigError, VocabularyError
 from langswap.resources.dictionary import Dictionary, case_variants
-from langswap.resources.fasttext_train import WORD, FastTextConfig
+from langswap.resources.fasttext_train import FastTextConfig
+from langswap.resources.segment import SEGMENTER_NAMES, segmenter
 from langswap.resources.text import read_lines
 
 logger = logging.getLogger(__name__)
@@ -50,6 +52,12 @@ class JointConfig:
     seed: int = field(default=0, metadata={"help": "Seed of the held-out words, the switching and the line order."})
     retrieval_words: int = field(default=200_000, metadata={"help": "Most frequent target words searched when "
                                                                      "measuring precision@1."})
+    target_segmenter: str = field(default="words", metadata={
+        "help": "How the target text is split into words: words (runs of letters), or for a language written "
+                "without spaces jieba (zh), fugashi (ja) or pythainlp (th); auto picks by target_language.",
+        "choices": SEGMENTER_NAMES})
+    target_language: str | None = field(default=None, metadata={"help": "The target text's ISO 639 code, for "
+                                                                         "target_segmenter: auto."})
 
     def __post_init__(self):
         if not 0 < self.share <= 1:
@@ -99,8 +107,9 @@ def write_code_switched_corpus(source_text: str | Path, target_text: str | Path,
     texts = {"source": source_text, "target": target_text}
     split: dict[str, list[list[str]]] = {}
     counts = {"source": Counter(), "target": Counter()}
+    segments = {"source": segmenter("words"), "target": segmenter(config.target_segmenter, config.target_language)}
     for side, path in texts.items():
-        split[side] = [words for line in read_lines(path, what=f"{side} text") if (words := WORD.findall(line))]
+        split[side] = [words for line in read_lines(path, what=f"{side} text") if (words := segments[side](line))]
         for words in split[side]:
             counts[side].update(words)
         if not counts[side]:
