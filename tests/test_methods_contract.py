@@ -24,6 +24,7 @@ CASES = {
     "tiktotok": {},
     "fvt": {"weighting": "length"},
     "focus": {"first_candidates": 4},
+    "omp": {"k": 8},
 }
 
 
@@ -66,8 +67,13 @@ def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
                          dataclasses.replace(FOCUS_FASTTEXT, dim=16, minCount=3, bucket=20_000))
     tokens = TokenVectors(load_token_vectors(folder / "xx-tokens.bin", target_tokenizer)[0],
                           token_words(target_tokenizer))
+    # omp's resource: a helper model's rows for the target tokens (another width, as a smaller helper has)
+    from langswap.resources.kinds.helper import HelperModel
+
+    helper = torch.randn(len(target), 12, generator=torch.Generator().manual_seed(3))
     return TransferInputs(source, target, embeddings, alignment.source, alignment.target,
-                          resources={"bilingual_vectors": bilingual, "token_vectors": tokens})
+                          resources={"bilingual_vectors": bilingual, "token_vectors": tokens,
+                                     "helper_model": HelperModel(helper, None, "random helper")})
 
 
 def _run(name, inputs, seed=0, dtype=torch.float32, **extra):
@@ -166,6 +172,7 @@ KIND_PROMISES = {
     Kind.RANDOM: (0, 0, None),
     Kind.BASE_PLUS_OFFSET: (0, 0, None),
     Kind.TRANSLATED: (1, None, "distribution"),
+    Kind.COMBINED: (1, None, "finite"),
 }
 
 
@@ -196,6 +203,8 @@ def test_each_row_keeps_its_kinds_promise(name, fallback, inputs):
             assert weights.tolist() == [1.0]
         elif promised == "distribution":
             assert (weights >= 0).all() and abs(float(weights.sum()) - 1.0) <= 1e-5
+        elif promised == "finite":
+            assert np.isfinite(weights).all()
         assert (mapping.base_of(row) is not None) == (kind == Kind.BASE_PLUS_OFFSET)
 
 

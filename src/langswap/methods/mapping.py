@@ -54,6 +54,7 @@ class Kind(enum.IntEnum):
     RANDOM = 6  # per-dimension normal with the source rows' mean and standard deviation
     BASE_PLUS_OFFSET = 7  # a row of a named base model's matrix plus an additive offset (TEMA)
     TRANSLATED = 8  # weighted mix of the source rows of a token's dictionary translations (Tik-to-Tok)
+    COMBINED = 9  # linear combination of source rows with any finite coefficients (OMP's sparse code)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ class KindRule:
 
     fewest_sources: int
     most_sources: int | None  # None: any number
-    weights: str  # "one": a single weight of exactly 1; "distribution": non-negative, summing to 1; "none"
+    weights: str  # "one": a single weight of exactly 1; "distribution": non-negative, summing to 1; "finite": any
+    # numbers (a linear combination, not a mix; every entry's weight is finite, whatever the kind); "none"
     base: bool  # a base row plus offsets instead of source entries
     head: str  # the row of an untied output head
     bias: str  # the entry of an output bias
@@ -82,6 +84,7 @@ KIND_RULES: dict[Kind, KindRule] = {
                           "standard deviation (random stream 1)", "a normal draw with the source biases' mean and "
                           "standard deviation (random stream 2)"),
     Kind.TRANSLATED: KindRule(1, None, "distribution", False, *_SAME_WEIGHTS),
+    Kind.COMBINED: KindRule(1, None, "finite", False, *_SAME_WEIGHTS),
     Kind.BASE_PLUS_OFFSET: KindRule(
         0, 0, "none", True,
         "the base's output head row (its input embedding row where the base ties its head), plus the row's "

@@ -23,9 +23,10 @@ def show_token(vocabulary: Vocabulary, token_id: int) -> str:
 
 
 def token_sources(mapping: TokenMapping, token_id: int) -> list[tuple[int, float]]:
-    """(source id, weight) pairs a target row was made from, heaviest first (ties in the order they were set)."""
+    """(source id, weight) pairs a target row was made from, heaviest first (by magnitude: a COMBINED row's
+    coefficients may be negative; ties in the order they were set)."""
     sources, weights = mapping.row(token_id)
-    order = np.argsort(-weights, kind="stable")
+    order = np.argsort(-np.abs(weights), kind="stable")
     return [(int(sources[j]), float(weights[j])) for j in order]
 
 

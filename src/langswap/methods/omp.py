@@ -1,0 +1,131 @@
+"""`omp`: orthogonal matching pursuit in a helper model's embedding space (mergekit's tokensurgeon).
+
+Target tokens that the source vocabulary also has (the shared tokens) keep their source rows. Every other target
+token's row in a helper model that already uses the target tokenizer (`helper_model`; tokensurgeon calls it the
+donor) is approximated as a sparse linear combination of the helper rows of at most `k` shared tokens, chosen
+greedily by orthogonal matching pursuit; the same coefficients applied to those tokens' source rows give the new row.
+A language model's embedding space is close to linear in what the helper and the source share, so a token the helper
+writes as 0.8 `Ġhouse` + 0.3 `s` is written the same way from the source's rows.
+
+Read from tokensurgeon (mergekit, `omp.py` and its CLI): k = 64; the atoms are the helper's raw rows (not
+normalised) and each step takes the atom with the largest |inner product| with the residual; the coefficients are
+the least-squares fit on the atoms chosen so far; the coefficients are applied to the source rows as they are
+(signed, not normalised), so rows are of kind `combined`.
+Decided here: shared tokens are matched by canonical form (`langswap.tokens`); a token whose helper row is fitted
+to within `tolerance` (relative residual) stops choosing atoms, and its remaining coefficients are dropped instead of
+being fitted to noise; the pursuit runs over blocks of target tokens (memory O(block x shared) for the inner
+products), with modified Gram-Schmidt applied twice per new atom so the basis stays orthogonal over 64 steps.
+Not handled yet: tokensurgeon fits an untied output head with coefficients of its own, from the donor's head; here
+the input embeddings' coefficients serve every matrix, as for the other methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from langswap.errors import ConfigError
+from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
+from langswap.methods.overlap import copy_exact_matches
+from langswap.progress import bar as progress_bar
+
+BLOCK_VALUES = 2 ** 25  # float64 values of one block's inner products, and of its basis (256 MiB each)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OmpConfig(MethodConfig):
+    """Orthogonal matching pursuit in a helper model's space (mergekit's tokensurgeon)."""
+
+    k: int = field(default=64, metadata={"help": "Shared tokens combined into each new token (tokensurgeon: 64)."})
+    tolerance: float = field(default=1e-6, metadata={
+        "help": "A token stops choosing shared tokens once its helper row is fitted to within this relative "
+                "residual."})
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise ConfigError(f"method.k is {self.k}; it must be at least 1.")
+        if not 0 <= self.tolerance < 1:
+            raise ConfigError(f"method.tolerance is {self.tolerance}; give a number in [0, 1).")
+
+
+def orthogonal_matching_pursuit(targets: torch.Tensor, atoms: torch.Tensor, k: int,
+                                tolerance: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse codes of each target row (B, D) over the atom rows (N, D): (atom indices (B, k'), coefficients
+    (B, k')), k' = min(k, N, D), float64 inside. Coefficients of steps taken after a row's relative residual fell below
+    `tolerance` are 0 (their indices are arbitrary); the others are the least-squares fit on the atoms chosen."""
+    rows, dim = targets.shape
+    k = min(k, atoms.shape[0], dim)  # dim atoms already fit any target exactly
+    y = targets.to(torch.float64)
+    dictionary = atoms.to(torch.float64)
+    basis = torch.zeros((rows, dim, k), dtype=torch.float64)  # orthonormal columns spanning the chosen atoms
+    upper = torch.zeros((rows, k, k), dtype=torch.float64)  # chosen atoms = basis @ upper
+    chosen = torch.zeros((rows, k), dtype=torch.int64)
+    active = torch.ones((rows, k), dtype=torch.bool)
+    taken = torch.zeros((rows, atoms.shape[0]), dtype=torch.bool)
+    residual = y.clone()
+    scale = y.norm(dim=1).clamp_min(1e-300)
+    everyone = torch.arange(rows)
+    done = torch.zeros(rows, dtype=torch.bool)
+    for step in range(k):
+        done |= residual.norm(dim=1) <= tolerance * scale  # once fitted, a row takes no more atoms
+        active[:, step] = ~done
+        scores = (residual @ dictionary.T).abs_()
+        scores[taken] = -1.0
+        pick = scores.argmax(dim=1)
+        chosen[:, step] = pick
+        taken[everyone, pick] = True
+        atom = dictionary[pick]  # (B, D)
+        column = atom.clone()
+        for _ in range(2):  # Gram-Schmidt twice: one pass loses orthogonality over many steps
+            if step:
+                projection = torch.einsum("bdk,bd->bk", basis[:, :, :step], column)
+                upper[:, :step, step] += projection
+                column -= torch.einsum("bdk,bk->bd", basis[:, :, :step], projection)
+        length = column.norm(dim=1)
+        upper[:, step, step] = length
+        basis[:, :, step] = column / length.clamp_min(1e-300)[:, None]
+        residual = y - torch.einsum("bdk,bk->bd", basis[:, :, :step + 1],
+                                    torch.einsum("bdk,bd->bk", basis[:, :, :step + 1], y))
+    fitted = torch.einsum("bdk,bd->bk", basis, y)
+    # a dropped step's atom is fitted with coefficient 0: solve on the kept ones only (identity elsewhere)
+    keep = active[:, :, None] & active[:, None, :]
+    system = torch.where(keep, upper, torch.diag_embed(torch.ones(rows, k, dtype=torch.float64)))
+    right = torch.where(active, fitted, torch.zeros_like(fitted))
+    coefficients = torch.linalg.solve_triangular(system, right[:, :, None], upper=True)[:, :, 0]
+    return chosen, torch.where(active, coefficients, torch.zeros_like(coefficients))
+
+
+@register_method("omp", OmpConfig, requires=("helper_model",))
+def omp(inputs: TransferInputs, config: OmpConfig, progress: bool = False) -> TokenMapping:
+    """Copy shared tokens; write every other token from them with the sparse code of its helper row (OMP)."""
+    mapping = TokenMapping.empty(len(inputs.target))
+    copy_exact_matches(mapping, inputs)
+    helper = inputs.resource("helper_model").embeddings
+    shared = mapping.rows_of(Kind.COPIED)
+    new = np.array([row for row in np.flatnonzero(mapping.kinds == Kind.UNPLACED)
+                    if not inputs.target[int(row)].special], dtype=np.int64)
+    if len(shared) == 0 or len(new) == 0:
+        return mapping
+    shared_sources = np.array([mapping.row(int(row))[0][0] for row in shared], dtype=np.int64)
+    atoms = helper[torch.from_numpy(shared)]
+    # a block's inner products (rows x shared) and its basis (rows x dim x k) each stay under BLOCK_VALUES values
+    block = max(1, min(BLOCK_VALUES // len(shared), BLOCK_VALUES // (helper.shape[1] * min(config.k, len(shared)))))
+    bar = progress_bar(progress, len(new), "omp", "token")
+    all_sources, all_weights = [], []
+    for start in range(0, len(new), block):
+        rows = new[start:start + block]
+        indices, coefficients = orthogonal_matching_pursuit(helper[torch.from_numpy(rows)], atoms, config.k,
+                                                            config.tolerance)
+        kept = coefficients != 0
+        all_sources.append(np.where(kept.numpy(), shared_sources[indices.numpy()], -1))
+        all_weights.append(np.where(kept.numpy(), coefficients.numpy(), 0.0))
+        if bar is not None:
+            bar.update(len(rows))
+    if bar is not None:
+        bar.close()
+    sources, weights = np.concatenate(all_sources), np.concatenate(all_weights)
+    placed = (sources >= 0).any(axis=1)  # a zero helper row has no code: the fallback places it
+    mapping.set_rows(new[placed], Kind.COMBINED, sources[placed], weights[placed])
+    return mapping
