@@ -25,6 +25,7 @@ CASES = {
     "fvt": {"weighting": "length"},
     "focus": {"first_candidates": 4},
     "omp": {"k": 8},
+    "clp": {},
 }
 
 

@@ -1,0 +1,91 @@
+"""`clp`: CLP-Transfer (Ostendorff and Rehm, 2023).
+
+Target tokens that the source vocabulary also has (the overlap) keep their source rows. Every other target token is
+a combination of the overlapping tokens' source rows, each weighted by its cosine similarity to the token in the
+embedding space of a helper model that already uses the target tokenizer (`helper_model`, e.g. a small model
+trained on target text), the weights divided by their sum.
+
+Read from the paper and its code (malteos/clp-transfer, `clp.py`): the overlap copied; cosine similarity of the
+helper's input embeddings between each missing token and every overlapping token; weights = similarity / sum of the
+similarities, over every overlapping token (`neighbors: 0`); the helper's tokenizer is the target tokenizer.
+Decided here: the overlap is matched by canonical form (`langswap.tokens`; the code compares raw vocabulary strings,
+which differ across tokenizer families); `neighbors` > 0 keeps only each token's most similar overlapping tokens
+(the paper's weights over all of them take V_new x V_overlap entries, which a mapping of a 50k vocabulary cannot
+hold; a transfer that would need more than `MAX_ENTRIES` is refused with that advice); a row whose similarities
+sum to no more than `MIN_TOTAL` (the weights would blow up) is left to the fallback, where the code divides anyway;
+a row whose weights are all non-negative is a `mixed` row, one with a negative weight a `combined` one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from langswap.errors import ConfigError
+from langswap.kernels import topk_cosine, unit_rows
+from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
+from langswap.methods.overlap import copy_exact_matches
+from langswap.progress import bar as progress_bar
+
+MAX_ENTRIES = 2 ** 27  # mapping entries (12 bytes each: 1.5 GiB) a transfer may need
+MIN_TOTAL = 1e-3  # a row's similarities must sum to more than this
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClpConfig(MethodConfig):
+    """CLP-Transfer (Ostendorff and Rehm, 2023)."""
+
+    neighbors: int = field(default=0, metadata={
+        "help": "Most similar overlapping tokens combined into each new token; 0: every overlapping token (the "
+                "paper), possible only for small vocabularies."})
+
+    def __post_init__(self):
+        if self.neighbors < 0:
+            raise ConfigError(f"method.neighbors is {self.neighbors}; give 0 (every overlapping token) or more.")
+
+
+def similarity_weights(similarities: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """CLP's weights of each row of similarities (N, k): similarity / row sum, and which rows may use them (sum >
+    MIN_TOTAL)."""
+    totals = similarities.sum(dim=1)
+    usable = totals > MIN_TOTAL
+    return similarities / torch.where(usable, totals, torch.ones_like(totals))[:, None], usable
+
+
+@register_method("clp", ClpConfig, requires=("helper_model",))
+def clp(inputs: TransferInputs, config: ClpConfig, progress: bool = False) -> TokenMapping:
+    """Copy overlapping tokens; combine the rest from them by cosine similarity in a helper model's space (CLP)."""
+    mapping = TokenMapping.empty(len(inputs.target))
+    copy_exact_matches(mapping, inputs)
+    helper = inputs.resource("helper_model").embeddings
+    overlap = mapping.rows_of(Kind.COPIED)
+    new = np.array([row for row in np.flatnonzero(mapping.kinds == Kind.UNPLACED)
+                    if not inputs.target[int(row)].special], dtype=np.int64)
+    if len(overlap) == 0 or len(new) == 0:
+        return mapping
+    width = len(overlap) if config.neighbors == 0 else min(config.neighbors, len(overlap))
+    if len(new) * width > MAX_ENTRIES:
+        raise ConfigError(
+            f"clp over every overlapping token needs {len(new):,} x {width:,} = {len(new) * width:,} weights, more "
+            f"than a mapping holds ({MAX_ENTRIES:,}); set method.neighbors (e.g. 100) to keep each new token's most "
+            "similar overlapping tokens.")
+    overlap_sources = np.array([mapping.row(int(row))[0][0] for row in overlap], dtype=np.int64)
+    queries, keys = helper[torch.from_numpy(new)], helper[torch.from_numpy(overlap)]
+    bar = progress_bar(progress, len(new), "clp", "token")
+    if config.neighbors == 0:
+        similarities = unit_rows(queries) @ unit_rows(keys).T  # (new, overlap): bounded by MAX_ENTRIES above
+        indices = torch.arange(len(overlap)).expand(len(new), -1)
+    else:
+        similarities, indices = topk_cosine(queries, keys, width, progress=bar.update if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    weights, usable = similarity_weights(similarities)
+    sources = overlap_sources[indices.numpy()]
+    convex = (weights >= 0).all(dim=1)
+    for kind, rows in ((Kind.MIXED, usable & convex), (Kind.COMBINED, usable & ~convex)):
+        chosen = rows.numpy()
+        if chosen.any():
+            mapping.set_rows(new[chosen], kind, sources[chosen], weights[chosen].numpy())
+    return mapping
