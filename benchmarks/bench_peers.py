@@ -1,4 +1,4 @@
-"""SmolLM2-135M -> German or Swahili: the peers' methods (FVT, FOCUS, WECHSEL) against overlap and random.
+"""SmolLM2-135M -> German or Swahili: the peers' methods (FVT, FOCUS, WECHSEL, CLP, OMP) against overlap and random.
 
 A `langswap bench` run on the shared data: bits per byte on the first 300 lines of the language's test split at the
 given steps of embedding-only training (`train.preset: embeddings`, batch 2 x 128, as bench_german_training.py),
@@ -10,6 +10,10 @@ benchmarks/results/peers-LANG/.
 
     python benchmarks/bench_peers.py --language de --steps 0
     python benchmarks/bench_peers.py --language sw --steps 0 200 --methods overlap focus
+    python benchmarks/bench_peers.py --language de --helper ~/.cache/langswap/helper-de/l2-train-4layers-300steps/model
+
+Adding --helper changes the resources every resource-using variant was made with, so those run again (give another
+--workdir to keep both).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from bench_tiktotok import DICTIONARIES, swahili_resources  # noqa: E402
 
 METHODS = [{"name": "random"}, {"name": "overlap"}, {"name": "fvt", "label": "fvt length", "weighting": "length"},
            {"name": "wechsel"}, {"name": "focus"}]
+# with --helper (a model that uses the target tokenizer: benchmarks/train_tema_l2.py --tokenizer)
+HELPER_METHODS = [{"name": "clp", "label": "clp top100", "neighbors": 100}, {"name": "omp"}]
 
 
 def parse_args(argv=None):
@@ -36,6 +42,8 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, nargs="+", default=[0])
     parser.add_argument("--eval-lines", type=int, default=300)
     parser.add_argument("--methods", nargs="+", default=None, help="Labels of METHODS to run (default all).")
+    parser.add_argument("--helper", type=Path, default=None, help="A model with the target tokenizer; adds clp and "
+                        "omp (benchmarks/train_tema_l2.py --tokenizer trains one).")
     return parser.parse_args(argv)
 
 
@@ -55,14 +63,16 @@ def main(argv=None) -> int:
     model = smollm2_135m()
     resources = cached_resources(args.data, model) if language == "de" else swahili_resources(args.data, model)
     workdir = args.workdir or Path(f"~/.cache/langswap/bench-peers-{language}").expanduser()
-    methods = [m for m in METHODS if args.methods is None or m.get("label", m["name"]) in args.methods]
+    candidates = METHODS + (HELPER_METHODS if args.helper else [])
+    methods = [m for m in candidates if args.methods is None or m.get("label", m["name"]) in args.methods]
     bench = {
         "source_model": str(model), "target_tokenizer": str(resources["tokenizer"]), "language": language,
         "train_text": str(splits / f"{language}.train.txt"), "eval_text": str(splits / f"{language}.test.txt"),
         "eval_lines": args.eval_lines, "output": str(workdir), "steps": args.steps, "methods": methods,
         "resources": {"source_vectors": str(resources["vectors"]["en"]),
                       "target_vectors": str(resources["vectors"][language]), "dictionary": str(dictionary),
-                      "token_text": str(splits / f"{language}.train.txt")},
+                      "token_text": str(splits / f"{language}.train.txt"),
+                      **({"helper_model": str(args.helper)} if args.helper else {})},
         "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 25,
                   "logging_steps": 5, "max_lines": 20000},
     }

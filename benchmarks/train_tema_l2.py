@@ -10,6 +10,14 @@ Everything is kept under --workdir (default ~/.cache/langswap/tema): tokenizer-d
 training run; its model/ is L2). Rerunning reuses what is there and resumes an interrupted training.
 
     OMP_NUM_THREADS=1 python benchmarks/train_tema_l2.py [--layers 4] [--vocab-size 16384] [--steps 300]
+
+The same model with a given tokenizer is the helper `clp` and `omp` need (`resources.helper_model`: a model that
+already uses the target tokenizer); give it a workdir of its own:
+
+    python benchmarks/train_tema_l2.py --tokenizer ~/.cache/langswap/bench-quality/tokenizer-de-49152 \
+        --workdir ~/.cache/langswap/helper-de
+    python benchmarks/train_tema_l2.py --language sw --tokenizer ~/.cache/langswap/bench-quality/tokenizer-sw-16384 \
+        --workdir ~/.cache/langswap/helper-sw
 """
 
 from __future__ import annotations
@@ -30,6 +38,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    parser.add_argument("--language", default="de", help="Trains on splits/LANGUAGE.train.txt.")
+    parser.add_argument("--tokenizer", type=Path, default=None, help="Use this tokenizer instead of training one "
+                        "(a helper model for clp and omp); give the run its own --workdir.")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab-size", type=int, default=16384)
     parser.add_argument("--steps", type=int, default=300)
@@ -40,15 +51,21 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def train_text(args) -> Path:
+    return args.data / "splits" / f"{args.language}.train.txt"
+
+
 def german_tokenizer(args, smollm2: Path) -> Path:
     from langswap.files import atomic_directory
     from langswap.models import load_tokenizer, save_tokenizer
     from langswap.resources.tokenizer import train_tokenizer
 
-    folder = args.workdir / f"tokenizer-de-{args.vocab_size}"
+    if args.tokenizer is not None:
+        return args.tokenizer
+    folder = args.workdir / f"tokenizer-{args.language}-{args.vocab_size}"
     if not (folder / "tokenizer.json").is_file():
         print(f"training the German tokenizer ({args.vocab_size:,} tokens)", flush=True)
-        tokenizer = train_tokenizer(load_tokenizer(smollm2), args.data / "splits" / "de.train.txt", args.vocab_size)
+        tokenizer = train_tokenizer(load_tokenizer(smollm2), train_text(args), args.vocab_size)
         with atomic_directory(folder, overwrite=True) as partial:
             save_tokenizer(tokenizer, partial)
     return folder
@@ -86,7 +103,7 @@ def initial_model(args, smollm2: Path, tokenizer_folder: Path) -> Path:
 
 def train_command(args, start: Path) -> list[str]:
     return [sys.executable, "-m", "langswap.cli", "train", "--model", str(start),
-            "--train-text", str(args.data / "splits" / "de.train.txt"), "--output", str(l2_run(args)),
+            "--train-text", str(train_text(args)), "--output", str(l2_run(args)),
             "--preset", "full", "--steps", str(args.steps), "--set", f"batch_size={args.batch_size}",
             "--set", f"sequence_length={args.sequence_length}", "--set", f"learning_rate={args.learning_rate}",
             "--set", f"seed={args.seed}", "--set", "save_steps=50", "--set", "logging_steps=10"]
@@ -114,7 +131,7 @@ def build_l2(args) -> Path:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not (args.data / "splits" / "de.train.txt").is_file():
+    if not train_text(args).is_file():
         print(f"train_tema_l2: shared data not found under {args.data}; give --data. Nothing was run.")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
