@@ -13,6 +13,12 @@ Peak extra memory of langswap's step is measured in a fresh subprocess (RSS high
 
     python benchmarks/bench_speed.py                 # 50k x 50k, ~2 minutes on 2 cores
     python benchmarks/bench_speed.py --vocab 5000    # quick check
+    python benchmarks/bench_speed.py --methods-only  # each method's similarity step beside the bare matmul
+
+`--methods-only` times, on the same inputs (the source vectors standing for the anchors, the target vectors for the
+new tokens), the step each other method adds: focus's blocked sparsemax over every anchor, clp's top-100 cosine and
+weights, and omp's pursuit (k = 64, in the model dimension as the helper's rows are) on the first --omp-rows rows,
+extrapolated to all of them and marked so.
 """
 
 from __future__ import annotations
@@ -150,6 +156,42 @@ def peak_memory(args) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def method_steps(args) -> None:
+    """Each method's similarity step at vocab x vocab, beside the bare matmul, best of --repeats."""
+    from langswap.methods.clp import similarity_weights
+    from langswap.methods.focus import sparse_anchor_weights
+    from langswap.methods.omp import orthogonal_matching_pursuit
+    from langswap.kernels import topk_cosine
+
+    target_vectors, source_vectors, source_matrix = make_inputs(args.vocab, args.dim, args.model_dim)
+    print(f"vocab {args.vocab} x {args.vocab}, dim {args.dim}, model dim {args.model_dim}; torch "
+          f"{torch.__version__}, {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f} at start")
+    t_matmul = best_of(args.repeats, bare_matmul, target_vectors, source_vectors)[0]
+    print(f"bare matmul                          best {t_matmul:.2f} s")
+    t_focus = best_of(args.repeats, sparse_anchor_weights, target_vectors, source_vectors, 64)[0]
+    print(f"focus  sparsemax over every anchor   best {t_focus:.2f} s   {t_focus / t_matmul:.2f}x the matmul")
+
+    def clp_step():
+        similarities, _ = topk_cosine(target_vectors, source_vectors, 100)
+        return similarity_weights(similarities)
+
+    t_clp = best_of(args.repeats, clp_step)[0]
+    print(f"clp    top-100 cosine and weights    best {t_clp:.2f} s   {t_clp / t_matmul:.2f}x the matmul")
+    rows = min(args.omp_rows, args.vocab)
+    atoms = torch.from_numpy(source_matrix)
+    def omp_step():  # in the blocks methods.omp uses
+        from langswap.methods.omp import BLOCK_VALUES
+
+        block = max(1, min(BLOCK_VALUES // len(atoms), BLOCK_VALUES // (atoms.shape[1] * 64)))
+        for start in range(0, rows, block):
+            orthogonal_matching_pursuit(atoms[start:min(start + block, rows)] + 0.1, atoms, 64)
+
+    t_omp = best_of(1, omp_step)[0]
+    print(f"omp    k=64 on {rows} rows (dim {args.model_dim}) {t_omp:.2f} s; all {args.vocab} rows by extrapolation "
+          f"{t_omp * args.vocab / rows:.0f} s   {t_omp * args.vocab / rows / t_matmul:.1f}x the matmul")
+    print(f"load average {os.getloadavg()[0]:.2f} at end")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=50_000, help="|V_t| = |V_s|")
@@ -158,10 +200,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of langswap and the matmul (best kept)")
     parser.add_argument("--package-repeats", type=int, default=1, help="timed runs of the wechsel package")
     parser.add_argument("--skip-package", action="store_true", help="leave out the wechsel package")
+    parser.add_argument("--methods-only", action="store_true", help="time each method's step beside the matmul")
+    parser.add_argument("--omp-rows", type=int, default=2000, help="rows omp is timed on (then extrapolated)")
     parser.add_argument("--_memory-child", dest="memory_child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args)
+        return
+    if args.methods_only:
+        method_steps(args)
         return
 
     mib = 2**20

@@ -59,36 +59,34 @@ def orthogonal_matching_pursuit(targets: torch.Tensor, atoms: torch.Tensor, k: i
     k = min(k, atoms.shape[0], dim)  # dim atoms already fit any target exactly
     y = targets.to(torch.float64)
     dictionary = atoms.to(torch.float64)
-    basis = torch.zeros((rows, dim, k), dtype=torch.float64)  # orthonormal columns spanning the chosen atoms
-    upper = torch.zeros((rows, k, k), dtype=torch.float64)  # chosen atoms = basis @ upper
+    candidates = atoms.to(torch.float32).T.contiguous()  # (D, N)
+    basis = torch.zeros((rows, k, dim), dtype=torch.float64)  # orthonormal rows spanning the chosen atoms
+    upper = torch.zeros((rows, k, k), dtype=torch.float64)  # chosen atoms = upper^T @ basis
     chosen = torch.zeros((rows, k), dtype=torch.int64)
     active = torch.ones((rows, k), dtype=torch.bool)
-    taken = torch.zeros((rows, atoms.shape[0]), dtype=torch.bool)
     residual = y.clone()
     scale = y.norm(dim=1).clamp_min(1e-300)
-    everyone = torch.arange(rows)
     done = torch.zeros(rows, dtype=torch.bool)
     for step in range(k):
         done |= residual.norm(dim=1) <= tolerance * scale  # once fitted, a row takes no more atoms
         active[:, step] = ~done
-        scores = (residual @ dictionary.T).abs_()
-        scores[taken] = -1.0
+        scores = (residual.to(torch.float32) @ candidates).abs_()  # float32 suffices to pick
+        if step:
+            scores.scatter_(1, chosen[:, :step], -1.0)  # an atom is chosen once
         pick = scores.argmax(dim=1)
         chosen[:, step] = pick
-        taken[everyone, pick] = True
-        atom = dictionary[pick]  # (B, D)
-        column = atom.clone()
+        column = dictionary[pick]  # (B, D)
         for _ in range(2):  # Gram-Schmidt twice: one pass loses orthogonality over many steps
             if step:
-                projection = torch.einsum("bdk,bd->bk", basis[:, :, :step], column)
+                projection = torch.bmm(basis[:, :step], column[:, :, None])[:, :, 0]  # (B, step)
                 upper[:, :step, step] += projection
-                column -= torch.einsum("bdk,bk->bd", basis[:, :, :step], projection)
+                column = column - torch.bmm(projection[:, None, :], basis[:, :step])[:, 0]
         length = column.norm(dim=1)
         upper[:, step, step] = length
-        basis[:, :, step] = column / length.clamp_min(1e-300)[:, None]
-        residual = y - torch.einsum("bdk,bk->bd", basis[:, :, :step + 1],
-                                    torch.einsum("bdk,bd->bk", basis[:, :, :step + 1], y))
-    fitted = torch.einsum("bdk,bd->bk", basis, y)
+        basis[:, step] = column / length.clamp_min(1e-300)[:, None]
+        # the residual is orthogonal to the earlier basis rows, so only the new one takes its share
+        residual = residual - basis[:, step] * (basis[:, step] * residual).sum(dim=1, keepdim=True)
+    fitted = torch.bmm(basis, y[:, :, None])[:, :, 0]
     # a dropped step's atom is fitted with coefficient 0: solve on the kept ones only (identity elsewhere)
     keep = active[:, :, None] & active[:, None, :]
     system = torch.where(keep, upper, torch.diag_embed(torch.ones(rows, k, dtype=torch.float64)))
