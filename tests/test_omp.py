@@ -130,3 +130,43 @@ def test_a_helper_with_another_tokenizer_is_refused(cipher_pair, tmp_path):
                               "output": str(tmp_path / "out"), "method": "omp"})
     with pytest.raises(MissingResourceError, match="resources.helper_model"):
         transfer(config)
+
+
+def test_an_untied_helper_head_codes_the_untied_source_head_on_its_own(cipher_pair, tmp_path):
+    """A helper whose head rows are the source head's (input rows random): the input rows get codes of the input
+    helper rows, the head rows the exact twin from the head; the folder says so in provenance-head.tsv."""
+    import json
+
+    from langswap.models import load_model
+    from langswap.transfer import transfer, transfer_config
+
+    source_tokenizer, target_tokenizer = cipher_pair
+    source_model = tiny_model("llama", len(source_tokenizer))
+    source_folder = save_model(source_model, source_tokenizer, tmp_path / "source")
+    helper = tiny_model("llama", len(target_tokenizer), seed=4)
+    source_head = source_model.get_output_embeddings().weight.detach()
+    source_ids, target_ids = source_tokenizer.get_vocab(), target_tokenizer.get_vocab()
+    twins = {}
+    with torch.no_grad():
+        for word in CLEAR_WORDS:
+            plain, ciphered = "Ġ" + word, "Ġ" + cipher_word(word)
+            if plain in source_ids and plain in target_ids and ciphered in target_ids:
+                helper.get_output_embeddings().weight[target_ids[plain]] = source_head[source_ids[plain]]
+                helper.get_output_embeddings().weight[target_ids[ciphered]] = source_head[source_ids[plain]]
+                twins[target_ids[ciphered]] = source_ids[plain]
+    helper_folder = save_model(helper, target_tokenizer, tmp_path / "helper")
+    target_tokenizer.save_pretrained(tmp_path / "target")
+    config = transfer_config({"source_model": str(source_folder), "target_tokenizer": str(tmp_path / "target"),
+                              "output": str(tmp_path / "out"), "method": {"name": "omp", "k": 16},
+                              "resources": {"helper_model": str(helper_folder)}})
+    transfer(config)
+    out = load_model(tmp_path / "out")
+    head = out.get_output_embeddings().weight.detach()
+    record = json.loads((tmp_path / "out" / "langswap.json").read_text(encoding="utf-8"))
+    assert record["head_counts"]["combined"] > 0
+    assert (tmp_path / "out" / "provenance-head.tsv").is_file()
+    exact = [row for row, twin in twins.items() if torch.allclose(head[row], source_head[twin], atol=1e-4)]
+    # in 32 dimensions a random shared row can outscore the twin for a few words; most are found exactly
+    assert len(twins) >= 60 and len(exact) >= 0.8 * len(twins)
+    inputs_rows = out.get_input_embeddings().weight.detach()
+    assert not torch.allclose(inputs_rows[list(twins)], head[list(twins)])

@@ -197,12 +197,16 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
         model.save_pretrained(folder)
         save_tokenizer(target_tokenizer, folder)
         write_provenance(folder / "provenance.tsv", result.mapping, source, target)
+        if result.mapping.head is not None and matrices.output_embeddings is not None:
+            write_provenance(folder / "provenance-head.tsv", result.mapping.head, source, target)
         record = {
             "langswap_version": __version__,
             "config": to_dict(config),
             "seed": config.method.seed,
             "method": spec.name,
             "counts": result.mapping.counts(),
+            "head_counts": result.mapping.head.counts() if result.mapping.head is not None
+            and matrices.output_embeddings is not None else None,
             "source_vocabulary": source.summary(),
             "target_vocabulary": target.summary(),
             "tied_embeddings": matrices.tied,

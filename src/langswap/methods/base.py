@@ -241,15 +241,25 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
         inputs.resource(missing[0])  # the error that says what to set
     mapping = spec.function(inputs, config, progress=progress)
     assert isinstance(mapping, TokenMapping) and len(mapping) == len(inputs.target)
-    copy_special_tokens(mapping, inputs, config)
-    apply_fallback(mapping, inputs, config.fallback)
-    mapping.check(len(inputs.source))  # each kind's rule (KIND_RULES), every row placed
+    assert mapping.head is None or (len(mapping.head) == len(mapping) and mapping.head.head is None)
+    for finished in (mapping, mapping.head):
+        if finished is None:
+            continue
+        copy_special_tokens(finished, inputs, config)
+        apply_fallback(finished, inputs, config.fallback)
+        finished.check(len(inputs.source))  # each kind's rule (KIND_RULES), every row placed
     logger.info("%s: %s", spec.name, mapping.summary())
+    if mapping.head is not None:
+        logger.info("%s, untied output head: %s", spec.name, mapping.head.summary())
     source_matrices = source_matrices or {}
     result = MethodResult(mapping, build_matrix(mapping, inputs.source_embeddings, config.seed, "embeddings"))
+    # an untied head and its bias follow the head's own mapping where the method made one; a tied head's bias
+    # follows its rows, which are the input rows
+    head = mapping.head if mapping.head is not None and source_matrices.get("output_embeddings") is not None \
+        else mapping
     for which in ("output_embeddings", "output_bias"):
         if source_matrices.get(which) is not None:
-            setattr(result, which, build_matrix(mapping, source_matrices[which], config.seed, which))
+            setattr(result, which, build_matrix(head, source_matrices[which], config.seed, which))
     return result
 
 

@@ -166,6 +166,9 @@ class TokenMapping:
         self._base_names: list[str] = []
         self.bases: dict[str, BaseMatrices] = {}
         self._pending: list[_Write] = []
+        # the untied output head's (and output bias's) own mapping, where a method makes one (omp from a helper's
+        # head); None: the head gets this mapping, as every method's does by default
+        self.head: TokenMapping | None = None
 
     @classmethod
     def empty(cls, size: int) -> "TokenMapping":

@@ -15,8 +15,8 @@ Decided here: shared tokens are matched by canonical form (`langswap.tokens`); a
 to within `tolerance` (relative residual) stops choosing atoms, and its remaining coefficients are dropped instead of
 being fitted to noise; the pursuit runs over blocks of target tokens (memory O(block x shared) for the inner
 products), with modified Gram-Schmidt applied twice per new atom so the basis stays orthogonal over 64 steps.
-Not handled yet: tokensurgeon fits an untied output head with coefficients of its own, from the donor's head; here
-the input embeddings' coefficients serve every matrix, as for the other methods.
+As tokensurgeon does, a helper with an untied head gives the head codes of its own (`TokenMapping.head`, from the
+helper's head rows), which an untied source head and its bias follow; a tied helper's codes serve every matrix.
 """
 
 from __future__ import annotations
@@ -98,9 +98,17 @@ def orthogonal_matching_pursuit(targets: torch.Tensor, atoms: torch.Tensor, k: i
 @register_method("omp", OmpConfig, requires=("helper_model",))
 def omp(inputs: TransferInputs, config: OmpConfig, progress: bool = False) -> TokenMapping:
     """Copy shared tokens; write every other token from them with the sparse code of its helper row (OMP)."""
+    helper = inputs.resource("helper_model")
+    mapping = sparse_codes(inputs, config, helper.embeddings, progress)
+    if helper.output_embeddings is not None:  # the head's own codes, from the helper's head (used where untied)
+        mapping.head = sparse_codes(inputs, config, helper.output_embeddings, progress)
+    return mapping
+
+
+def sparse_codes(inputs: TransferInputs, config: OmpConfig, helper: torch.Tensor, progress: bool) -> TokenMapping:
+    """The mapping of one matrix: shared tokens copied, the others coded over them in `helper` (V_t, d_h)."""
     mapping = TokenMapping.empty(len(inputs.target))
     copy_exact_matches(mapping, inputs)
-    helper = inputs.resource("helper_model").embeddings
     shared = mapping.rows_of(Kind.COPIED)
     new = np.array([row for row in np.flatnonzero(mapping.kinds == Kind.UNPLACED)
                     if not inputs.target[int(row)].special], dtype=np.int64)
