@@ -34,6 +34,9 @@ def parse_args(argv=None):
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.5, 1.0])
     parser.add_argument("--rows", choices=("all", "new"), nargs="+", default=["all", "new"])
+    parser.add_argument("--slope", type=float, default=None, help="Fix the line's slope instead of fitting it on "
+                        "the source model (the intercept then centres the shifts: no English text needed).")
+    parser.add_argument("--rounds", type=int, default=1, help="Times the shift is recomputed with the new h.")
     parser.add_argument("--count-lines", type=int, default=20000, help="Lines counted for token frequencies.")
     parser.add_argument("--hidden-lines", type=int, default=200, help="Lines whose final hidden states are averaged.")
     parser.add_argument("--eval-lines", type=int, default=300)
@@ -72,16 +75,19 @@ def main(argv=None) -> int:
     target_lines = read_text_lines(splits / f"{args.language}.train.txt", "target text", max_lines=args.count_lines)
     eval_lines = read_text_lines(splits / f"{args.language}.test.txt", "test text", max_lines=args.eval_lines)
 
-    source_tokenizer = load_tokenizer(source_path)
-    source = load_model(source_path).eval()
-    source_rows = source.get_input_embeddings().weight.detach().float()
-    h_source = mean_hidden(source, source_tokenizer, english[:args.hidden_lines]).float()
-    source_logf = log_frequencies(source_tokenizer, english)[:len(source_rows)]
-    mean_logit = (source_rows @ h_source).numpy()
-    slope, intercept = np.polyfit(source_logf, mean_logit, 1)
-    fit = np.corrcoef(source_logf, mean_logit)[0, 1]
-    print(f"source: mean logit = {slope:.4f} x log-frequency + {intercept:.4f} (r = {fit:.3f})", flush=True)
-    del source
+    if args.slope is None:
+        source_tokenizer = load_tokenizer(source_path)
+        source = load_model(source_path).eval()
+        source_rows = source.get_input_embeddings().weight.detach().float()
+        h_source = mean_hidden(source, source_tokenizer, english[:args.hidden_lines]).float()
+        source_logf = log_frequencies(source_tokenizer, english)[:len(source_rows)]
+        mean_logit = (source_rows @ h_source).numpy()
+        slope, intercept = np.polyfit(source_logf, mean_logit, 1)
+        fit = np.corrcoef(source_logf, mean_logit)[0, 1]
+        print(f"source: mean logit = {slope:.4f} x log-frequency + {intercept:.4f} (r = {fit:.3f})", flush=True)
+        del source
+    else:
+        slope, intercept = args.slope, None
 
     tokenizer = load_tokenizer(args.model)
     provenance = [line.split("\t") for line in (args.model / "provenance.tsv").read_text(
@@ -92,15 +98,17 @@ def main(argv=None) -> int:
         for alpha in args.alphas:
             model = load_model(args.model).eval()
             weight = model.get_input_embeddings().weight
-            h = mean_hidden(model, tokenizer, target_lines[:args.hidden_lines]).float()
-            current = (weight.detach().float() @ h).numpy()
-            wanted = slope * target_logf[:len(current)] + intercept
-            moved = np.ones(len(current), dtype=bool) if rows == "all" else ~np.isin(kinds[:len(current)],
-                                                                                     ["copied", "special"])
-            moved &= ~np.isin(kinds[:len(current)], ["special"])
-            delta = np.where(moved, alpha * (wanted - current), 0.0)
-            with torch.no_grad():
-                weight += torch.from_numpy(delta).float()[:, None] * (h / h.dot(h))[None, :].to(weight.dtype)
+            for _ in range(args.rounds if alpha else 0):
+                h = mean_hidden(model, tokenizer, target_lines[:args.hidden_lines]).float()
+                current = (weight.detach().float() @ h).numpy()
+                moved = np.ones(len(current), dtype=bool) if rows == "all" else ~np.isin(kinds[:len(current)],
+                                                                                         ["copied", "special"])
+                moved &= ~np.isin(kinds[:len(current)], ["special"])
+                logf = target_logf[:len(current)]
+                offset = intercept if intercept is not None else float(np.mean(current[moved] - slope * logf[moved]))
+                delta = np.where(moved, alpha * (slope * logf + offset - current), 0.0)
+                with torch.no_grad():
+                    weight += torch.from_numpy(delta).float()[:, None] * (h / h.dot(h))[None, :].to(weight.dtype)
             score = evaluate_model(model, tokenizer, eval_lines, "causal")
             print(f"rows {rows} ({int(moved.sum()):,}), alpha {alpha}: bits per byte {score.bits_per_byte:.4f}",
                   flush=True)

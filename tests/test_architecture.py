@@ -18,7 +18,7 @@ LAYERS = [
     ("tokens", ["tokens"]),
     ("resources", ["resources"]),
     ("methods", ["methods"]),
-    ("surgery", ["surgery"]),
+    ("surgery", ["surgery", "calibrate"]),
     ("training", ["training"]),
     ("evaluation", ["evaluation"]),
     ("transfer", ["transfer", "enrich"]),

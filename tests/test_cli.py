@@ -80,7 +80,9 @@ def test_transfer_help_names_every_field(capsys):
         build_parser().parse_args(["transfer", "--help"])
     assert exit_code.value.code == 0
     text = capsys.readouterr().out
-    nested = {"resources": ResourcesConfig, "align": AlignConfig}
+    from langswap.calibrate import CalibrationConfig
+
+    nested = {"resources": ResourcesConfig, "align": AlignConfig, "calibration": CalibrationConfig}
     expected = [f"{name}.{field.name} ({field.default!r})" for name, cls in nested.items()
                 for field in dataclasses.fields(cls)]
     for field in dataclasses.fields(TransferConfig):

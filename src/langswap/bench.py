@@ -38,6 +38,7 @@ from pathlib import Path
 
 from langswap.config import dump_yaml, from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError, NumericalError, ResourceFormatError
+from langswap.calibrate import CalibrationConfig
 from langswap.transfer import ModelPairConfig, TransferConfig
 
 logger = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class BenchConfig(ModelPairConfig):
 class Variant:
     label: str
     method: dict  # {"name": ..., options}
+    calibration: dict = field(default_factory=dict)  # the transfer's calibration: section, where the entry sets one
 
 
 def _expand_grid(grid, where: str) -> list[dict]:
@@ -127,13 +129,17 @@ def expand_variants(methods: list) -> list[Variant]:
             raise ConfigError(f"{where} must be a method name or a mapping with 'name' (and options); got {entry!r}.")
         entry = dict(entry)
         label, grid = entry.pop("label", None), entry.pop("grid", None)
+        calibration = entry.pop("calibration", None) or {}
+        if not isinstance(calibration, dict):
+            raise ConfigError(f"{where}.calibration must be a mapping of calibration options (e.g. strength: 0.5).")
+        from_dict(CalibrationConfig, calibration, where=f"{where}.calibration.")  # unknown or bad options: an error
         for point in _expand_grid(grid, where):
             method = {**entry, **point}
             TransferConfig.resolve_method(method, f"{where}.")  # unknown method or option: an error listing them
             name = label or method["name"]
             if point:
                 name += " " + ",".join(f"{key}={_format_value(value)}" for key, value in point.items())
-            variants.append(Variant(name, method))
+            variants.append(Variant(name, method, dict(calibration)))
     labels = [variant.label for variant in variants]
     if REFERENCE in labels:
         raise ConfigError(f"the label '{REFERENCE}' is the reference row's; give that method another `label:`.")
@@ -373,6 +379,12 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         record = {"label": variant.label, "method": variant.method, "pair": pair,
                   "shared": shared if uses_resources else {key: value for key, value in shared.items()
                                                            if key not in ("resources", "align")}}
+        calibration = {}
+        if variant.calibration:
+            # calibrated on the bench's target text unless the entry names a text
+            text = variant.calibration.get("text") or config.train_text or config.target_text
+            calibration = {**variant.calibration, "text": text}
+            record["calibration"] = calibration
         settings = {step: {"measured_with": measured_with, "variant": _digest(record),
                            **({"trained_with": train_key} if step else {})} for step in steps}
         keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}
@@ -394,7 +406,8 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
             transfer_config = from_dict(TransferConfig, {
                 "source_model": config.source_model, "source_tokenizer": config.source_tokenizer,
                 "language": config.language,
-                "output": str(run / "transfer"), "overwrite": True, "method": variant.method, **shared})
+                "output": str(run / "transfer"), "overwrite": True, "method": variant.method,
+                **({"calibration": calibration} if calibration else {}), **shared})
             transfer(transfer_config, progress=progress)
         folders = {0: run / "transfer"}
         if any(step > 0 and keys[step] not in results for step in steps):

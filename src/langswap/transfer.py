@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from langswap import __version__
 from langswap.config import from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError
@@ -22,6 +24,7 @@ from langswap.files import refuse_existing
 from langswap.methods.base import (DEFAULT_METHOD, MethodConfig, TransferInputs, check_resources, get_method,
                                    load_resources, run_method)
 from langswap.methods.provenance import refuse_non_finite_rows, write_provenance
+from langswap.calibrate import CalibrationConfig
 from langswap.resources.alignment import AlignConfig
 from langswap.resources.kinds import keys_in_use, resources_config_class
 
@@ -75,6 +78,8 @@ class TransferConfig(ModelPairConfig):
     eval_text: str | None = field(default=None, metadata={"help": "Held-out target text to score the new model on."})
     eval_lines: int = field(default=300, metadata={"help": "Lines of eval_text scored."})
     correspondence: int = field(default=12, metadata={"help": "Target tokens shown with their source tokens."})
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig, metadata={
+        "help": "Move output rows so each token's mean logit fits its frequency in target text (langswap.calibrate)."})
 
     def __post_init__(self):
         if self.method is None:
@@ -100,7 +105,16 @@ class TransferConfig(ModelPairConfig):
         check_resources(get_method(self.method.method_name), self)
         if self.eval_text and not Path(self.eval_text).exists():
             raise MissingResourceError(f"eval_text '{self.eval_text}' does not exist.")
+        if self.calibration.enabled:
+            text = self.calibration_text()
+            if not text:
+                raise ConfigError("calibration needs target-language text: set calibration.text (or target_text).")
+            if not Path(text).is_file():
+                raise MissingResourceError(f"calibration text '{text}' does not exist.")
         refuse_existing(self.output, self.overwrite)
+
+    def calibration_text(self) -> str | None:
+        return self.calibration.text or self.target_text or getattr(self.resources, "token_text", None)
 
 
 def transfer_config(data: dict) -> TransferConfig:
@@ -181,6 +195,20 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     model, result = apply_method(model, inputs, matrices, config.method, progress=progress)
     seconds["method"] = time.perf_counter() - clock
 
+    calibration = None
+    if config.calibration.enabled:
+        from langswap.calibrate import calibrate
+        from langswap.methods.mapping import Kind
+        from langswap.resources.text import read_text_lines
+
+        clock = time.perf_counter()
+        kinds = result.mapping.kinds
+        moved = kinds != Kind.SPECIAL if config.calibration.rows == "all" else ~np.isin(kinds, [Kind.SPECIAL,
+                                                                                                 Kind.COPIED])
+        lines = read_text_lines(config.calibration_text(), "calibration text", max_lines=config.calibration.lines)
+        calibration = calibrate(model, target_tokenizer, lines, config.calibration, moved)
+        seconds["calibrate"] = time.perf_counter() - clock
+
     clock = time.perf_counter()
     from langswap.evaluation.correspondence import correspondence_rows
 
@@ -216,6 +244,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
             "resources": reports,
             "resource_keys": keys_in_use(spec.requires, config.resources),
             "metrics": metrics,
+            "calibration": calibration,
             "correspondence": rows,
             "seconds": {key: round(value, 2) for key, value in seconds.items()},
         }

@@ -1,0 +1,140 @@
+"""Frequency calibration: move each new output row so the model's mean logit for the token fits its frequency.
+
+At step 0 a transferred model's output rows come from source tokens: a German token mixed from `Ġh` and `aus` gets a
+logit that has nothing to do with how often the token occurs in German. Over a text, the mean logit a causal LM
+gives token t is exactly h̄ . w_t + b_t (h̄: the mean of the hidden states the output head reads, w_t: the token's
+head row, b_t: its output bias, if any), and in a trained model that mean logit grows with the token's
+log-frequency, nearly linearly. Calibration measures h̄ on target text, and moves each chosen row so that its mean
+logit sits on that line at the token's log-frequency in the target text, by a share `strength` of the distance:
+
+    b_t += s (a log f_t + c - m_t)                        (a model with an output bias)
+    w_t += s (a log f_t + c - m_t) h̄ / |h̄|^2              (otherwise; with a tied head the input row moves too)
+
+The slope `a` is 1 by default (a calibrated model's logits are log-probabilities up to a shift), and the offset `c`
+centres the moves (their mean over the moved rows is zero), so no text of the source language is needed. `rounds`
+repeats the measurement and the move (moving tied rows moves h̄ a little). Frequencies are add-half smoothed counts of
+the target tokenizer's tokens on up to `lines` lines; h̄ is averaged over the first `hidden_lines` of them.
+
+Causal LMs only: a masked LM's mean logit over unmasked positions is not its prior over tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from langswap.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationConfig:
+    """Frequency calibration of the output rows after a transfer (`langswap.calibrate`)."""
+
+    strength: float = field(default=0.0, metadata={
+        "help": "Share of the distance to the frequency line each chosen row moves: 0 turns calibration off, 1 "
+                "puts every mean logit on the line."})
+    rows: str = field(default="all", metadata={
+        "help": "Which rows move: all (every non-special row) or new (rows the method did not copy).",
+        "choices": ("all", "new")})
+    slope: float = field(default=1.0, metadata={"help": "Mean logit per unit of log-frequency on the line."})
+    rounds: int = field(default=1, metadata={"help": "Measure and move this many times."})
+    text: str | None = field(default=None, metadata={
+        "help": "Target-language text the frequencies and hidden states are taken from; default: the transfer's "
+                "target_text or resources.token_text."})
+    lines: int = field(default=20000, metadata={"help": "Lines of text counted for the frequencies."})
+    hidden_lines: int = field(default=200, metadata={"help": "Lines whose hidden states are averaged."})
+    max_length: int = field(default=128, metadata={"help": "Tokens of each line read for the hidden states."})
+
+    def __post_init__(self):
+        if not 0 <= self.strength <= 1:
+            raise ConfigError(f"calibration.strength is {self.strength}; give a share in [0, 1] (0: off).")
+        if self.rows not in ("all", "new"):
+            raise ConfigError(f"calibration.rows is {self.rows!r}; choose all or new.")
+        if self.rounds < 1 or self.lines < 1 or self.hidden_lines < 1 or self.max_length < 2:
+            raise ConfigError("calibration.rounds, lines and hidden_lines must be at least 1, max_length at least 2.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.strength > 0
+
+
+def log_frequencies(tokenizer, lines: list[str], size: int) -> np.ndarray:
+    """(size,) log of each token id's add-half smoothed relative frequency in `lines`."""
+    counts = np.zeros(size, dtype=np.float64)
+    for start in range(0, len(lines), 1000):
+        ids = [i for row in tokenizer(lines[start:start + 1000], add_special_tokens=False)["input_ids"] for i in row]
+        if ids:
+            counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=size)[:size]
+    return np.log((counts + 0.5) / (counts.sum() + 0.5 * size))
+
+
+@torch.no_grad()
+def mean_head_input(model, tokenizer, lines: list[str], max_length: int) -> torch.Tensor:
+    """(d,) float32 mean of the hidden states the output head reads, over every position of `lines`."""
+    head = model.get_output_embeddings()
+    total, count = None, 0
+
+    def record(module, args, output):
+        nonlocal total, count
+        hidden = args[0].detach().to(torch.float32).reshape(-1, args[0].shape[-1])
+        total = hidden.sum(dim=0) if total is None else total + hidden.sum(dim=0)
+        count += hidden.shape[0]
+
+    handle = head.register_forward_hook(record)
+    try:
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        for line in lines:
+            ids = tokenizer(line, return_tensors="pt", truncation=True, max_length=max_length)["input_ids"]
+            if ids.shape[1]:
+                model(input_ids=ids.to(device))
+        model.train(was_training)
+    finally:
+        handle.remove()
+    if not count:
+        raise ConfigError("calibration text gave no tokens to read; give target-language text.")
+    return total / count
+
+
+def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray) -> dict:
+    """Move the output rows `moved` (a boolean mask over the vocabulary) of `model` as the module docstring says;
+    returns a report (rows moved, mean |move| of the mean logits before and after, per round)."""
+    from langswap.models import objective_of
+
+    if objective_of(model.config) != "causal" or type(model).__name__.endswith("ForMaskedLM"):
+        raise ConfigError("frequency calibration is for causal LMs (a masked LM's mean logit over unmasked "
+                          "positions is not its prior); set calibration.strength: 0 for this model.")
+    head = model.get_output_embeddings()
+    weight = head.weight
+    bias = getattr(head, "bias", None)
+    size = weight.shape[0]
+    moved = np.asarray(moved, dtype=bool)[:size]
+    logf = log_frequencies(tokenizer, lines[:config.lines], size)
+    rounds = []
+    for _ in range(config.rounds):
+        hidden = mean_head_input(model, tokenizer, lines[:config.hidden_lines], config.max_length)
+        with torch.no_grad():
+            current = (weight.detach().to(torch.float32) @ hidden.to(weight.device)).cpu().numpy()
+            if bias is not None:
+                current = current + bias.detach().to(torch.float32).cpu().numpy()
+            offset = float(np.mean(current[moved] - config.slope * logf[moved]))
+            distance = np.where(moved, config.slope * logf + offset - current, 0.0)
+            delta = torch.from_numpy(config.strength * distance).to(torch.float32)
+            if bias is not None:
+                bias += delta.to(bias.device, bias.dtype)
+            else:
+                direction = hidden / hidden.dot(hidden).clamp_min(1e-12)
+                weight += (delta[:, None] * direction[None, :]).to(weight.device, weight.dtype)
+        rounds.append({"mean_abs_distance": round(float(np.abs(distance[moved]).mean()), 4)})
+    report = {"rows": int(moved.sum()), "strength": config.strength, "slope": config.slope,
+              "through": "output bias" if bias is not None else "head rows along the mean hidden state",
+              "rounds": rounds}
+    logger.info("calibrated %s output rows to the target text's frequencies (mean |distance| %s)",
+                f"{report['rows']:,}", ", ".join(str(r["mean_abs_distance"]) for r in rounds))
+    return report

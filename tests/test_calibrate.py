@@ -1,0 +1,97 @@
+"""Frequency calibration: mean logits land on the frequency line, tied heads converge, bad settings refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from langswap.calibrate import CalibrationConfig, calibrate, log_frequencies, mean_head_input
+from langswap.errors import ConfigError
+
+from conftest import byte_level_tokenizer, english_lines, tiny_model
+
+
+def _mean_logits(model, tokenizer, lines):
+    hidden = mean_head_input(model, tokenizer, lines, 128)
+    head = model.get_output_embeddings()
+    logits = head.weight.detach().float() @ hidden
+    bias = getattr(head, "bias", None)
+    return (logits + bias.detach().float() if bias is not None else logits).numpy()
+
+
+@pytest.fixture(scope="module")
+def text():
+    lines = english_lines(120)
+    return lines, byte_level_tokenizer(english_lines(400), vocab_size=300)
+
+
+def test_an_untied_head_lands_on_the_line_in_one_round(text):
+    lines, tokenizer = text
+    model = tiny_model("llama", len(tokenizer))
+    moved = np.ones(len(tokenizer), dtype=bool)
+    moved[0] = False  # a special token stays
+    before_input = model.get_input_embeddings().weight.detach().clone()
+    row0 = model.get_output_embeddings().weight[0].detach().clone()
+    logf = log_frequencies(tokenizer, lines, len(tokenizer))
+    spread_before = np.std(_mean_logits(model, tokenizer, lines)[moved] - logf[moved])
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0), moved)
+    offsets = _mean_logits(model, tokenizer, lines)[moved] - logf[moved]
+    # slope 1: every moved token on one line (to float32 rounding of logits near 8)
+    assert spread_before > 1.0 and np.abs(offsets - offsets.mean()).max() < 0.03
+    assert torch.equal(model.get_input_embeddings().weight, before_input)  # untied: the inputs stay
+    assert torch.equal(model.get_output_embeddings().weight[0], row0)
+    assert report["rows"] == len(tokenizer) - 1 and report["through"].startswith("head rows")
+
+
+def test_half_strength_moves_half_way(text):
+    lines, tokenizer = text
+    model = tiny_model("llama", len(tokenizer))
+    moved = np.ones(len(tokenizer), dtype=bool)
+    logf = log_frequencies(tokenizer, lines, len(tokenizer))
+    start = _mean_logits(model, tokenizer, lines)
+    calibrate(model, tokenizer, lines, CalibrationConfig(strength=0.5), moved)
+    after = _mean_logits(model, tokenizer, lines)
+    target = logf + np.mean(start - logf)
+    assert np.allclose(after - start, 0.5 * (target - start), atol=0.03)
+
+
+def test_a_tied_head_settles_over_rounds(text):
+    lines, tokenizer = text
+    model = tiny_model("gpt2", len(tokenizer))
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, rounds=3),
+                       np.ones(len(tokenizer), dtype=bool))
+    distances = [entry["mean_abs_distance"] for entry in report["rounds"]]
+    # moving tied rows moves the inputs, hence the mean hidden state: a round can overshoot, later ones settle
+    assert distances[-1] < 0.1 * distances[0]
+
+
+def test_settings_and_models_it_cannot_calibrate_are_refused(text):
+    lines, tokenizer = text
+    with pytest.raises(ConfigError, match="calibration.strength"):
+        CalibrationConfig(strength=1.5)
+    with pytest.raises(ConfigError, match="calibration.rows"):
+        CalibrationConfig(rows="some")
+    with pytest.raises(ConfigError, match="causal LMs"):
+        calibrate(tiny_model("bert", len(tokenizer)), tokenizer, lines, CalibrationConfig(strength=1.0),
+                  np.ones(len(tokenizer), dtype=bool))
+
+
+def test_transfer_calibrates_and_records_it(gpt2_folder, corpus_dir, target_tokenizer_folder, tmp_path):
+    from langswap.transfer import transfer, transfer_config
+
+    base = {"source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder),
+            "method": "overlap", "eval_text": str(corpus_dir / "xx.test.txt")}
+    plain = transfer(transfer_config({**base, "output": str(tmp_path / "plain")}))
+    calibrated = transfer(transfer_config({**base, "output": str(tmp_path / "calibrated"),
+                                           "calibration": {"strength": 1.0, "text": str(corpus_dir / "xx.txt"),
+                                                           "rows": "new"}}))
+    record = json.loads((tmp_path / "calibrated" / "langswap.json").read_text(encoding="utf-8"))
+    assert record["calibration"]["rows"] == plain.counts.get("subword", 0) + plain.counts.get("mean", 0) \
+        + plain.counts.get("random", 0)
+    assert record["config"]["calibration"]["strength"] == 1.0
+    assert calibrated.metrics["bits_per_byte"] != plain.metrics["bits_per_byte"]
+    with pytest.raises(ConfigError, match="calibration needs target-language text"):
+        transfer(transfer_config({**base, "output": str(tmp_path / "none"), "calibration": {"strength": 0.5}}))
