@@ -10,6 +10,7 @@ benchmarks/results/peers-LANG/.
 
     python benchmarks/bench_peers.py --language de --steps 0
     python benchmarks/bench_peers.py --language sw --steps 0 200 --methods overlap focus
+    python benchmarks/bench_peers.py --language sw --calibrate 0.5 1   # each method also frequency-calibrated
     python benchmarks/bench_peers.py --language de --helper ~/.cache/langswap/helper-de/l2-train-4layers-300steps/model
 
 Adding --helper changes the resources every resource-using variant was made with, so those run again (give another
@@ -42,6 +43,9 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, nargs="+", default=[0])
     parser.add_argument("--eval-lines", type=int, default=300)
     parser.add_argument("--methods", nargs="+", default=None, help="Labels of METHODS to run (default all).")
+    parser.add_argument("--calibrate", type=float, nargs="*", default=[], metavar="STRENGTH",
+                        help="Also run each method with frequency calibration at these strengths (label + cal S).")
+    parser.add_argument("--calibrate-rows", choices=("all", "new"), default="all")
     parser.add_argument("--helper", type=Path, default=None, help="A model with the target tokenizer; adds clp and "
                         "omp (benchmarks/train_tema_l2.py --tokenizer trains one).")
     return parser.parse_args(argv)
@@ -65,6 +69,9 @@ def main(argv=None) -> int:
     workdir = args.workdir or Path(f"~/.cache/langswap/bench-peers-{language}").expanduser()
     candidates = METHODS + (HELPER_METHODS if args.helper else [])
     methods = [m for m in candidates if args.methods is None or m.get("label", m["name"]) in args.methods]
+    methods += [{**m, "label": f"{m.get('label', m['name'])} + cal {strength:g}",
+                 "calibration": {"strength": strength, "rows": args.calibrate_rows}}
+                for strength in args.calibrate for m in list(methods) if m["name"] != "random"]
     bench = {
         "source_model": str(model), "target_tokenizer": str(resources["tokenizer"]), "language": language,
         "train_text": str(splits / f"{language}.train.txt"), "eval_text": str(splits / f"{language}.test.txt"),
