@@ -91,8 +91,12 @@ def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES
         values[start:stop] = wide_values[:, :final_k]
         indices[start:stop] = wide[:, :final_k]
         if k > final_k:
-            near_tie = torch.nonzero(wide_values[:, final_k - 1] - wide_values[:, final_k] <= TIE_GAP).flatten()
-            if len(near_tie):
+            near_ties = torch.nonzero(wide_values[:, final_k - 1] - wide_values[:, final_k] <= TIE_GAP).flatten()
+            # in chunks whose gathered float64 keys (rows x k x dim) stay under block_bytes: with nearly parallel
+            # vectors every row is a near-tie, and one gather of all of them took gigabytes
+            chunk = max(1, block_bytes // (8 * k * dim))
+            for first in range(0, len(near_ties), chunk):
+                near_tie = near_ties[first:first + chunk]
                 exact = torch.einsum("bd,bwd->bw", unit_rows(original_queries[start + near_tie].double()),
                                      unit_rows(original_keys[wide[near_tie]].double().flatten(0, 1))
                                      .view(len(near_tie), k, dim))
