@@ -380,3 +380,15 @@ def test_bench_figures_match_the_recorded_ones(tmp_path, gpt2_folder, target_tok
     for key, recorded in golden["figures"].items():
         for metric, value in recorded.items():
             assert figures[key][metric] == pytest.approx(value, rel=2e-4), (key, metric)
+
+
+def test_a_variant_depends_only_on_the_resources_its_method_reads():
+    """Another method's resource (an alignment prepared for wechsel, a helper model) leaves focus's record alone."""
+    from langswap.bench import _shared_for
+
+    shared = {"resources": {"token_text": "de.txt", "token_vectors": None, "token_min_count": 10,
+                            "alignment": None, "helper_model": None}, "align": {"seed": 0}, "target_tokenizer": "t"}
+    later = {**shared, "resources": {**shared["resources"], "alignment": "alignment.npy", "helper_model": "h"}}
+    assert _shared_for(shared, ("token_vectors",)) == _shared_for(later, ("token_vectors",))
+    assert _shared_for(shared, ("vectors",)) != _shared_for(later, ("vectors",))
+    assert _shared_for(later, ()) == {"target_tokenizer": "t"}

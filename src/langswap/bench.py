@@ -240,6 +240,18 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
     return shared
 
 
+def _shared_for(shared: dict, requires: tuple[str, ...]) -> dict:
+    """The shared transfer keys a method's measurements depend on: resources only of the kinds it reads."""
+    from langswap.resources.kinds import get_resource
+
+    out = {key: value for key, value in shared.items() if key not in ("resources", "align")}
+    if requires:
+        keys = {key for name in requires for key in get_resource(name).keys() + list(get_resource(name).reads)}
+        out["resources"] = {key: value for key, value in shared["resources"].items() if key in keys}
+        out["align"] = shared["align"]
+    return out
+
+
 SHARED_INPUTS = "bench-inputs.json"
 
 
@@ -374,11 +386,11 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     for variant in variants:
         run = output / "runs" / _folder_name(variant.label)
         train_config, train_key = _train_config(config, run) if steps[-1] > 0 else (None, None)
-        # everything its transfer depends on: a measurement is reused only for the same (the digest in its setting)
-        uses_resources = bool(get_method(variant.method["name"]).requires)
+        # everything its transfer depends on: a measurement is reused only for the same (the digest in its setting);
+        # of the resources, only the keys of the kinds the method reads, so another method's resource (or a kind
+        # added to langswap) leaves it alone
         record = {"label": variant.label, "method": variant.method, "pair": pair,
-                  "shared": shared if uses_resources else {key: value for key, value in shared.items()
-                                                           if key not in ("resources", "align")}}
+                  "shared": _shared_for(shared, get_method(variant.method["name"]).requires)}
         calibration = {}
         if variant.calibration:
             # calibrated on the bench's target text unless the entry names a text
