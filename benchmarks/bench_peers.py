@@ -46,6 +46,7 @@ def parse_args(argv=None):
     parser.add_argument("--calibrate", type=float, nargs="*", default=[], metavar="STRENGTH",
                         help="Also run each method with frequency calibration at these strengths (label + cal S).")
     parser.add_argument("--calibrate-rows", choices=("all", "new"), default="all")
+    parser.add_argument("--calibrated-only", action="store_true", help="Run only the calibrated copies.")
     parser.add_argument("--helper", type=Path, default=None, help="A model with the target tokenizer; adds clp and "
                         "omp (benchmarks/train_tema_l2.py --tokenizer trains one).")
     return parser.parse_args(argv)
@@ -72,6 +73,8 @@ def main(argv=None) -> int:
     methods += [{**m, "label": f"{m.get('label', m['name'])} + cal {strength:g}",
                  "calibration": {"strength": strength, "rows": args.calibrate_rows}}
                 for strength in args.calibrate for m in list(methods) if m["name"] != "random"]
+    if args.calibrated_only:
+        methods = [m for m in methods if "calibration" in m]
     bench = {
         "source_model": str(model), "target_tokenizer": str(resources["tokenizer"]), "language": language,
         "train_text": str(splits / f"{language}.train.txt"), "eval_text": str(splits / f"{language}.test.txt"),
@@ -83,7 +86,8 @@ def main(argv=None) -> int:
         "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 25,
                   "logging_steps": 5, "max_lines": 20000},
     }
-    run_and_record(bench, REPO / "benchmarks" / "results" / f"peers-{language}")
+    results = f"peers-{language}" if args.workdir is None else args.workdir.name.removeprefix("bench-")
+    run_and_record(bench, REPO / "benchmarks" / "results" / results)
     return 0
 
 
