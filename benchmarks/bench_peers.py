@@ -20,14 +20,12 @@ Adding --helper changes the resources every resource-using variant was made with
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_german_training import DEFAULT_DATA, REPO, cached_resources, run_and_record  # noqa: E402
-from bench_tiktotok import DICTIONARIES, swahili_resources  # noqa: E402
+from bench_german_training import DEFAULT_DATA, REPO, run_and_record  # noqa: E402
+from bench_tiktotok import DICTIONARIES, language_bench  # noqa: E402
 
 METHODS = [{"name": "random"}, {"name": "overlap"}, {"name": "fvt", "label": "fvt length", "weighting": "length"},
            {"name": "wechsel"}, {"name": "focus"}]
@@ -55,18 +53,6 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     language = args.language
-    splits = args.data / "splits"
-    dictionary = args.data / "dicts" / DICTIONARIES[language]
-    needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", dictionary, splits / "en.train.txt"]
-    if not all(path.is_file() for path in needed):
-        print(f"bench_peers: shared data not found under {args.data}; give --data. Nothing was run.")
-        return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from langswap.demo.smollm2 import smollm2_135m
-
-    model = smollm2_135m()
-    resources = cached_resources(args.data, model) if language == "de" else swahili_resources(args.data, model)
     workdir = args.workdir or Path(f"~/.cache/langswap/bench-peers-{language}").expanduser()
     candidates = METHODS + (HELPER_METHODS if args.helper else [])
     methods = [m for m in candidates if args.methods is None or m.get("label", m["name"]) in args.methods]
@@ -75,17 +61,11 @@ def main(argv=None) -> int:
                 for strength in args.calibrate for m in list(methods) if m["name"] != "random"]
     if args.calibrated_only:
         methods = [m for m in methods if "calibration" in m]
-    bench = {
-        "source_model": str(model), "target_tokenizer": str(resources["tokenizer"]), "language": language,
-        "train_text": str(splits / f"{language}.train.txt"), "eval_text": str(splits / f"{language}.test.txt"),
-        "eval_lines": args.eval_lines, "output": str(workdir), "steps": args.steps, "methods": methods,
-        "resources": {"source_vectors": str(resources["vectors"]["en"]),
-                      "target_vectors": str(resources["vectors"][language]), "dictionary": str(dictionary),
-                      "token_text": str(splits / f"{language}.train.txt"),
-                      **({"helper_model": str(args.helper)} if args.helper else {})},
-        "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 25,
-                  "logging_steps": 5, "max_lines": 20000},
-    }
+    resources = {"token_text": str(args.data / "splits" / f"{language}.train.txt"),
+                 **({"helper_model": str(args.helper)} if args.helper else {})}
+    bench = language_bench(args, "bench_peers", workdir, methods, resources)
+    if bench is None:
+        return 0
     results = f"peers-{language}" if args.workdir is None else args.workdir.name.removeprefix("bench-")
     run_and_record(bench, REPO / "benchmarks" / "results" / results)
     return 0

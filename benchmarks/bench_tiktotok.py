@@ -76,34 +76,45 @@ def swahili_resources(data: Path, model: Path) -> dict:
     return {"tokenizer": tokenizer, "vectors": {"en": english, "sw": vectors}}
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def language_bench(args, script: str, workdir: Path, methods: list[dict], resources: dict | None = None) -> dict | None:
+    """The bench config of SmolLM2-135M -> args.language on the shared data (tokenizer, word vectors and dictionary
+    as this module's docstring says, embedding-only training of batch 2 x 128), with `resources` added; None (after
+    saying so) when the shared data is not there."""
     language = args.language
     splits = args.data / "splits"
     dictionary = args.data / "dicts" / DICTIONARIES[language]
     needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", dictionary, splits / "en.train.txt"]
     if not all(path.is_file() for path in needed):
-        print(f"bench_tiktotok: shared data not found under {args.data}; give --data. Nothing was run.")
-        return 0
+        print(f"{script}: shared data not found under {args.data}; give --data. Nothing was run.")
+        return None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from langswap.demo.smollm2 import smollm2_135m
 
     model = smollm2_135m()
-    resources = cached_resources(args.data, model) if language == "de" else swahili_resources(args.data, model)
-    tag = f"-epochs{args.bilingual_epochs}" if args.bilingual_epochs else ""
-    workdir = args.workdir or Path(f"~/.cache/langswap/bench-tiktotok-{language}{tag}").expanduser()
-    methods = [m for m in METHODS if args.methods is None or m.get("label", m["name"]) in args.methods]
-    bench = {
-        "source_model": str(model), "target_tokenizer": str(resources["tokenizer"]), "language": language,
+    built = cached_resources(args.data, model) if language == "de" else swahili_resources(args.data, model)
+    return {
+        "source_model": str(model), "target_tokenizer": str(built["tokenizer"]), "language": language,
         "train_text": str(splits / f"{language}.train.txt"), "eval_text": str(splits / f"{language}.test.txt"),
         "eval_lines": args.eval_lines, "output": str(workdir), "steps": args.steps, "methods": methods,
-        "resources": {"source_vectors": str(resources["vectors"]["en"]),
-                      "target_vectors": str(resources["vectors"][language]), "dictionary": str(dictionary),
-                      **({"bilingual_epochs": args.bilingual_epochs} if args.bilingual_epochs else {})},
+        "resources": {"source_vectors": str(built["vectors"]["en"]),
+                      "target_vectors": str(built["vectors"][language]), "dictionary": str(dictionary),
+                      **(resources or {})},
         "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 25,
                   "logging_steps": 5, "max_lines": 20000},
     }
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    language = args.language
+    tag = f"-epochs{args.bilingual_epochs}" if args.bilingual_epochs else ""
+    workdir = args.workdir or Path(f"~/.cache/langswap/bench-tiktotok-{language}{tag}").expanduser()
+    methods = [m for m in METHODS if args.methods is None or m.get("label", m["name"]) in args.methods]
+    bench = language_bench(args, "bench_tiktotok", workdir, methods,
+                           {"bilingual_epochs": args.bilingual_epochs} if args.bilingual_epochs else None)
+    if bench is None:
+        return 0
     run_and_record(bench, REPO / "benchmarks" / "results" / f"tiktotok-{language}{tag}")
     return 0
 
