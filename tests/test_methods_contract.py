@@ -26,6 +26,7 @@ CASES = {
     "focus": {"first_candidates": 4},
     "omp": {"k": 8},
     "clp": {},
+    "combined": {},
 }
 
 
@@ -73,7 +74,7 @@ def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
 
     helper = torch.randn(len(target), 12, generator=torch.Generator().manual_seed(3))
     return TransferInputs(source, target, embeddings, alignment.source, alignment.target,
-                          resources={"bilingual_vectors": bilingual, "token_vectors": tokens,
+                          resources={"bilingual_vectors": bilingual, "token_vectors": tokens, "dictionary": dictionary,
                                      "helper_model": HelperModel(helper, None, "random helper")})
 
 

@@ -205,7 +205,7 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
     from langswap.resources.kinds import get_resource
 
     shared: dict = {"resources": to_dict(config.resources), "align": to_dict(config.align)}
-    needed = sorted({name for variant in variants for name in get_method(variant.method["name"]).requires})
+    needed = sorted({name for variant in variants for name in get_method(variant.method["name"]).kinds(config)})
     for name in needed:
         kind = get_resource(name)
         if kind.prepare_shared is None:
@@ -390,7 +390,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         # of the resources, only the keys of the kinds the method reads, so another method's resource (or a kind
         # added to langswap) leaves it alone
         record = {"label": variant.label, "method": variant.method, "pair": pair,
-                  "shared": _shared_for(shared, get_method(variant.method["name"]).requires)}
+                  "shared": _shared_for(shared, get_method(variant.method["name"]).kinds(config))}
         calibration = {}
         if variant.calibration:
             # calibrated on the bench's target text unless the entry names a text

@@ -114,9 +114,11 @@ def cmd_methods(args) -> int:
 
     for name in method_names():
         spec = get_method(name)
-        needs = (" (needs: " + "; ".join(f"{name}: {get_resource(name).description}, resources."
-                                         + ", resources.".join(get_resource(name).keys()) for name in spec.requires)
-                 + ")") if spec.requires else ""
+        needs = "".join(
+            f" ({label}: " + "; ".join(f"{kind}: {get_resource(kind).description}, resources."
+                                       + ", resources.".join(get_resource(kind).keys() or get_resource(kind).reads)
+                                       for kind in kinds) + ")"
+            for label, kinds in (("needs", spec.requires), ("uses when given", spec.optional)) if kinds)
         print(f"{name}: {spec.description}{needs}")
         for field in config_fields(spec.config_cls):
             print(f"    {field.name} = {field.default!r}: {field_help(field)}")
@@ -186,14 +188,17 @@ def cmd_transfer(args) -> int:
     report = transfer(config, progress=not args.quiet)
     counts = " | ".join(f"{key} {value:,}" for key, value in report.counts.items())
     print(f"wrote {report.output}: {counts}")
-    if report.alignment and "pairs_used" in report.alignment:
+    if report.alignment and "alignment" in report.alignment:  # a rotation given with resources.alignment
+        measured = (f": {report.alignment['pairs_used']:,} pairs, precision@1 {report.alignment['precision_at_1']} "
+                    f"(CSLS {report.alignment.get('precision_at_1_csls')}) when it was fitted"
+                    if "pairs_used" in report.alignment else "")
+        print(f"alignment: read from {report.alignment['alignment']}{measured}")
+    elif report.alignment and "pairs_used" in report.alignment:
         print(f"alignment: {report.alignment['pairs_used']:,} pairs, precision@1 {report.alignment['precision_at_1']}"
               f" (CSLS {report.alignment['precision_at_1_csls']})")
     elif report.alignment and "joint_vectors" in report.alignment:  # one space from the start: no rotation
         print(f"joint vectors {report.alignment['joint_vectors']}: held-out precision@1 "
               f"{report.alignment.get('precision_at_1')} (CSLS {report.alignment.get('precision_at_1_csls')})")
-    elif report.alignment:  # a rotation given with resources.alignment: no fit, no figures
-        print(f"alignment: read from {report.alignment.get('alignment')}")
     if report.metrics:
         print(f"{report.metrics['kind']} {report.metrics['perplexity']:.2f}, bits per byte "
               f"{report.metrics['bits_per_byte']:.4f} on {report.metrics['lines']} lines")

@@ -242,7 +242,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
             "source_padded_rows": matrices.padded_rows,
             "alignment": alignment_report,
             "resources": reports,
-            "resource_keys": keys_in_use(spec.requires, config.resources),
+            "resource_keys": keys_in_use(spec.kinds(config), config.resources),
             "metrics": metrics,
             "calibration": calibration,
             "correspondence": rows,

@@ -99,6 +99,14 @@ class MethodSpec:
     function: Callable
     requires: tuple[str, ...]
     description: str
+    optional: tuple[str, ...] = ()  # kinds used when the config gives them (`ResourceKind.given`)
+
+    def kinds(self, config) -> tuple[str, ...]:
+        """The resource kinds a transfer or bench config makes this method read: every required kind, and each
+        optional kind the config gives."""
+        from langswap.resources.kinds import get_resource
+
+        return self.requires + tuple(name for name in self.optional if get_resource(name).given(config))
 
 
 # every module of langswap.methods registers its methods here when the first one is looked up
@@ -106,20 +114,24 @@ _REGISTRY = Registry("method", "langswap.methods", "`langswap methods` describes
 METHOD_NAMES: dict[type, str] = {}
 
 
-def register_method(name: str, config_cls: type, requires: tuple[str, ...] = ()):
+def register_method(name: str, config_cls: type, requires: tuple[str, ...] = (), optional: tuple[str, ...] = ()):
     """Decorator: register `function(inputs, config) -> TokenMapping` under `name`. `requires` names resource kinds
-    (`langswap resources`); a name no kind is registered under is an error here, not when a transfer runs."""
+    (`langswap resources`) the method cannot run without; `optional` names kinds it uses when a config gives them
+    (the method reads `name in inputs.resources`). A name no kind is registered under is an error here, not when a
+    transfer runs."""
     from langswap.resources.kinds import get_resource
 
-    if isinstance(requires, str):
-        raise ValueError(f"method {name!r}: requires must be a tuple of resource kind names, not the string "
-                         f"{requires!r} (write requires=({requires!r},))")
-    for kind in requires:
-        get_resource(kind)
+    for what, names in (("requires", requires), ("optional", optional)):
+        if isinstance(names, str):
+            raise ValueError(f"method {name!r}: {what} must be a tuple of resource kind names, not the string "
+                             f"{names!r} (write {what}=({names!r},))")
+        for kind in names:
+            get_resource(kind)
 
     def decorator(function):
         doc = (function.__doc__ or "").strip().splitlines()
-        _REGISTRY.add(name, MethodSpec(name, config_cls, function, tuple(requires), doc[0] if doc else ""))
+        _REGISTRY.add(name, MethodSpec(name, config_cls, function, tuple(requires), doc[0] if doc else "",
+                                       tuple(optional)))
         METHOD_NAMES[config_cls] = name
         return function
 
@@ -199,10 +211,11 @@ def apply_fallback(mapping: TokenMapping, inputs: TransferInputs, fallback: str)
 
 
 def check_resources(spec: MethodSpec, config) -> None:
-    """Fail early, with the fix, when `config` (a transfer or bench config) cannot give a resource the method needs."""
+    """Fail early, with the fix, when `config` (a transfer or bench config) cannot give a resource the method needs
+    (or an optional one it gives only in part)."""
     from langswap.resources.kinds import get_resource
 
-    for name in spec.requires:
+    for name in spec.kinds(config):
         try:
             get_resource(name).check(config)
         except MissingResourceError as error:
@@ -210,13 +223,13 @@ def check_resources(spec: MethodSpec, config) -> None:
 
 
 def load_resources(spec: MethodSpec, config, target_tokenizer=None) -> tuple[dict[str, object], dict[str, object]]:
-    """The resources the method requires, loaded as `config` (already checked with `check_resources`, as a transfer
-    config's `validate` does) says: ({kind: resource}, {kind: report}). Kinds made with the target tokenizer
-    (`uses_target_tokenizer`) get `target_tokenizer`."""
+    """The resources the method reads (`spec.kinds(config)`), loaded as `config` (already checked with
+    `check_resources`, as a transfer config's `validate` does) says: ({kind: resource}, {kind: report}). Kinds made
+    with the target tokenizer (`uses_target_tokenizer`) get `target_tokenizer`."""
     from langswap.resources.kinds import get_resource
 
     loaded, reports = {}, {}
-    for name in spec.requires:
+    for name in spec.kinds(config):
         kind = get_resource(name)
         if kind.uses_target_tokenizer:
             assert target_tokenizer is not None, f"resource kind {name!r} is loaded with the target tokenizer"

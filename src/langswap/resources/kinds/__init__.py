@@ -33,7 +33,9 @@ class ResourceKind:
       unchanged); default: the kind's `resources.*` keys.
     - `reads`: keys of other kinds this kind also reads (a dictionary serves several kinds; one kind declares it).
     - `uses_target_tokenizer`: `load` is called as `load(config, target_tokenizer)`, for a resource made with the
-      target tokenizer (which a transfer may train from `target_text` only after the config is checked)."""
+      target tokenizer (which a transfer may train from `target_text` only after the config is checked).
+    - `gives(config) -> bool`: whether `config` gives this resource at all, for methods that use it when given
+      (`register_method(optional=...)`); default: any of the kind's own keys is set to other than its default."""
 
     name: str
     config_cls: type
@@ -44,6 +46,13 @@ class ResourceKind:
     inputs: Callable | None = None
     reads: tuple[str, ...] = ()
     uses_target_tokenizer: bool = False
+    gives: Callable | None = None
+
+    def given(self, config) -> bool:
+        if self.gives is not None:
+            return bool(self.gives(config))
+        defaults = {field.name: field.default for field in dataclasses.fields(self.config_cls) if field.init}
+        return any(getattr(config.resources, key) not in (None, defaults[key]) for key in defaults)
 
     def keys(self) -> list[str]:
         return [field.name for field in dataclasses.fields(self.config_cls) if field.init]

@@ -81,7 +81,16 @@ def load_aligned(resources, align_config) -> AlignedVectors:
     target = WordVectors.load(resources.target_vectors)
     if resources.alignment:
         source, target = load_alignment(resources.alignment, source, target)
-        return AlignedVectors(source, target, {"alignment": resources.alignment})
+        report = {"alignment": resources.alignment}
+        written = Path(resources.alignment).with_name("report.json")  # what `langswap align` measured, if beside it
+        if written.is_file():
+            import json
+
+            try:
+                report = {**json.loads(written.read_text(encoding="utf-8")), **report}
+            except (ValueError, UnicodeDecodeError):
+                logger.warning("'%s' is not a JSON report; the alignment's precision is unknown", written)
+        return AlignedVectors(source, target, report)
     alignment = align(source, target, Dictionary.load(resources.dictionary), align_config)
     logger.debug("aligned vectors: %s pairs, precision@1 %s (CSLS %s)", alignment.report["pairs_used"],
                  alignment.report.get("precision_at_1"), alignment.report.get("precision_at_1_csls"))
@@ -115,5 +124,12 @@ def inputs(config) -> dict:
             "align": to_dict(config.align)}
 
 
+def gives(config) -> bool:
+    """Word vectors are given (a dictionary alone is not: other kinds read it too)."""
+    resources = config.resources
+    return bool(resources.joint_vectors or resources.source_vectors or resources.target_vectors)
+
+
 register_resource(ResourceKind("vectors", VectorsFiles, check, load,
-                               "word vectors of both languages, aligned into one space", prepare_shared, inputs))
+                               "word vectors of both languages, aligned into one space", prepare_shared, inputs,
+                               gives=gives))

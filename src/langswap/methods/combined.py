@@ -1,0 +1,201 @@
+"""`combined`: every piece of evidence a target token has, each weighted by how reliable it is.
+
+1. **Exact match**: a token whose canonical form the source vocabulary has keeps that row (`copied`), as in
+   `overlap`, FVT, FOCUS, CLP and tokensurgeon: every measurement in docs/benchmarks.md has these copies ahead of
+   any alternative.
+2. Every other token with text gets one distribution over source rows from each kind of evidence it has:
+   - **spelling** (always): its text split by the source tokenizer, the mean of the pieces (FVT; `spelling:
+     length` weights pieces by their bytes);
+   - **translations** (when `resources.dictionary` is given): a word-start token that is a dictionary word takes its
+     translations, most frequent first, with Tik-to-Tok's 30/10/60 weights (`tiktotok`'s dictionary step);
+   - **aligned neighbours** (when word vectors are given, `resources.joint_vectors` or two vector files with a
+     dictionary or an alignment): WECHSEL's softmax(cosine / 0.1) over the 10 nearest source tokens of the same
+     word-start role.
+   The token's row mixes the distributions it has, each with its evidence's weight, normalised over what the token
+   has: spelling `spelling_weight` (1), translations `dictionary_weight` (1), neighbours `vectors_weight`, by
+   default the aligned space's held-out precision@1 (the share of unseen dictionary words whose nearest neighbour is
+   their translation; 0.19 for code-switched German vectors, 0.03 for Procrustes on 1 M words, 0.01 for Swahili),
+   so a poor alignment moves rows little and a good one more.
+3. Special tokens by role, and what has no text (partial UTF-8 bytes) by the shared fallback (`subword`: the mean
+   row). No row is random unless the fallback is set to `random`.
+
+Rows get the kind of their strongest evidence: `translated` where a translation is mixed in, `mixed` where
+neighbours are, `subword` where spelling alone made them.
+
+Decided here, not read from a paper: the weights (spelling and a human dictionary trusted alike; vectors as much as
+their measured precision), and that exact matches are copied rather than mixed. They were chosen before measuring
+any language and are the same for every language; docs/benchmarks.md has the figures. Memory: the neighbour step
+runs in row blocks (`kernels.topk_cosine`), and the mapping holds at most (pieces + translations + 10) entries per
+row.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from langswap.errors import ConfigError
+from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method, subword_sources
+from langswap.methods.fvt import WEIGHTINGS, piece_weights
+from langswap.methods.overlap import copy_exact_matches
+from langswap.progress import bar as progress_bar
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CombinedConfig(MethodConfig):
+    """Copies, spelling, dictionary translations and aligned neighbours, weighted by reliability."""
+
+    spelling: Literal["mean", "length"] = field(
+        default="mean", metadata={"help": "Weights of the source pieces of a token's spelling: mean (FVT) or length "
+                                          "(by bytes).", "choices": WEIGHTINGS})
+    spelling_weight: float = field(default=1.0, metadata={"help": "Weight of the spelling evidence."})
+    dictionary_weight: float = field(default=1.0, metadata={
+        "help": "Weight of dictionary translations, where resources.dictionary is given."})
+    vectors_weight: float | None = field(default=None, metadata={
+        "help": "Weight of the aligned neighbours, where word vectors are given; default: the alignment's held-out "
+                "precision@1."})
+    neighbors: int = field(default=10, metadata={"help": "Aligned source neighbours mixed into a token."})
+    temperature: float = field(default=0.1, metadata={"help": "Softmax temperature over their cosines."})
+
+    def __post_init__(self):
+        weights = {"spelling_weight": self.spelling_weight, "dictionary_weight": self.dictionary_weight,
+                   "vectors_weight": 0.0 if self.vectors_weight is None else self.vectors_weight}
+        negative = [f"method.{name} = {value}" for name, value in weights.items() if not value >= 0]
+        if negative:
+            raise ConfigError(f"{', '.join(negative)}: evidence weights must be non-negative numbers.")
+        if self.neighbors < 1 or not self.temperature > 0:
+            raise ConfigError(f"method.neighbors ({self.neighbors}) must be at least 1 and method.temperature "
+                              f"({self.temperature}) positive.")
+
+
+@dataclass
+class Evidence:
+    """One kind of evidence for some target rows: for rows[i], sources[i] with weights[i] summing to 1."""
+
+    name: str
+    weight: float
+    rows: list[int]
+    sources: list[np.ndarray]
+    weights: list[np.ndarray]
+
+
+def vectors_reliability(vectors, config: CombinedConfig) -> float:
+    if config.vectors_weight is not None:
+        return config.vectors_weight
+    report = vectors.report or {}
+    precision = report.get("precision_at_1")
+    if precision is None:
+        logger.warning("combined: the aligned vectors come without a held-out precision@1 (a saved alignment without "
+                       "its report.json?); their neighbours get no weight. Set method.vectors_weight to use them.")
+        return 0.0
+    return float(precision)
+
+
+def spelling_evidence(inputs: TransferInputs, rows: np.ndarray, config: CombinedConfig) -> Evidence:
+    placed, pieces = subword_sources(inputs, rows)
+    flat = piece_weights(inputs, pieces, config.spelling) if placed else np.zeros(0)
+    splits = np.cumsum([len(ids) for ids in pieces])[:-1]
+    return Evidence("spelling", config.spelling_weight, placed, [np.asarray(ids, dtype=np.int64) for ids in pieces],
+                    np.split(flat, splits) if placed else [])
+
+
+def translation_evidence(inputs: TransferInputs, rows: np.ndarray, config: CombinedConfig) -> Evidence:
+    from langswap.methods.tiktotok import _whole_word_candidates, candidate_weights, whole_words
+    from langswap.resources.dictionary import check_direction
+
+    dictionary = inputs.resource("dictionary")
+    check_direction(dictionary, whole_words(inputs.source), whole_words(inputs.target),
+                    "the source tokenizer's vocabulary", "the target tokenizer's vocabulary")
+    placed, candidates = _whole_word_candidates(inputs, dictionary, rows)
+    return Evidence("translations", config.dictionary_weight, placed,
+                    [np.asarray(ids, dtype=np.int64) for ids in candidates],
+                    [candidate_weights(len(ids)) for ids in candidates])
+
+
+def neighbour_evidence(inputs: TransferInputs, rows: np.ndarray, config: CombinedConfig, weight: float,
+                       progress: bool) -> Evidence:
+    from langswap.methods.wechsel import WechselConfig, nearest_sources, token_vectors
+
+    vectors = inputs.resource("vectors")
+    options = WechselConfig(neighbors=config.neighbors, temperature=config.temperature)
+    source_vectors = token_vectors(inputs.source, vectors.source, options)
+    target_vectors = np.zeros((len(inputs.target), source_vectors.shape[1]), dtype=np.float32)
+    target_vectors[rows] = token_vectors(inputs.target, vectors.target, options)[rows]
+    groups = {"target_groups": np.array([t.word_start for t in inputs.target.tokens], dtype=np.int64),
+              "source_groups": np.array([t.word_start for t in inputs.source.tokens], dtype=np.int64)}
+    bar = progress_bar(progress, int((np.abs(target_vectors).sum(axis=1) > 0).sum()), "combined neighbours", "token")
+    placed, sources, weights = nearest_sources(target_vectors, source_vectors, config.neighbors, config.temperature,
+                                               progress=bar.update if bar is not None else None, **groups)
+    if bar is not None:
+        bar.close()
+    sources, weights = sources.numpy(), weights.numpy()
+    keep = [sources[i] >= 0 for i in range(len(placed))]
+    return Evidence("neighbours", weight, placed.tolist(), [sources[i][k] for i, k in enumerate(keep)],
+                    [weights[i][k] for i, k in enumerate(keep)])
+
+
+def mix_evidence(size: int, evidence: list[Evidence]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                np.ndarray]:
+    """Each row's distributions mixed by their evidence weights, normalised over the evidence the row has; a source
+    that several give appears once. Returns (rows, lengths, sources, weights, strongest evidence index per row)."""
+    total = np.zeros(size)
+    strongest = np.full(size, -1)
+    row_parts, source_parts, weight_parts = [], [], []
+    for index, item in enumerate(evidence):
+        if item.weight <= 0 or not item.rows:
+            continue
+        rows = np.asarray(item.rows, dtype=np.int64)
+        total[rows] += item.weight
+        strongest[rows] = index  # evidence is listed weakest claim first
+        lengths = np.array([len(s) for s in item.sources], dtype=np.int64)
+        row_parts.append(np.repeat(rows, lengths))
+        source_parts.append(np.concatenate(item.sources).astype(np.int64))
+        weight_parts.append(np.concatenate(item.weights).astype(np.float64) * item.weight)
+    if not row_parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, np.zeros(0), empty
+    rows = np.concatenate(row_parts)
+    sources = np.concatenate(source_parts)
+    weights = np.concatenate(weight_parts) / total[rows]
+    width = np.int64(sources.max() + 1)
+    keys, inverse = np.unique(rows * width + sources, return_inverse=True)  # sorted by row, then source
+    merged = np.bincount(inverse, weights=weights)
+    merged_rows, merged_sources = keys // width, keys % width
+    placed, lengths = np.unique(merged_rows, return_counts=True)
+    return placed, lengths, merged_sources, merged, strongest[placed]
+
+
+@register_method("combined", CombinedConfig, optional=("dictionary", "vectors"))
+def combined(inputs: TransferInputs, config: CombinedConfig, progress: bool = False) -> TokenMapping:
+    """Copy exact matches; mix spelling, dictionary translations and aligned neighbours by their reliability."""
+    mapping = TokenMapping.empty(len(inputs.target))
+    copy_exact_matches(mapping, inputs)
+    rows = np.array([row for row in mapping.rows_of(Kind.UNPLACED) if not inputs.target[int(row)].special],
+                    dtype=np.int64)
+    if len(rows) == 0:
+        return mapping
+    evidence = [spelling_evidence(inputs, rows, config)]
+    if "vectors" in inputs.resources:
+        weight = vectors_reliability(inputs.resource("vectors"), config)
+        if weight > 0:
+            evidence.append(neighbour_evidence(inputs, rows, config, weight, progress))
+    if "dictionary" in inputs.resources and config.dictionary_weight > 0:
+        evidence.append(translation_evidence(inputs, rows, config))
+    logger.info("combined: %s", ", ".join(f"{item.name} for {len(item.rows):,} tokens (weight {item.weight:.3g})"
+                                          for item in evidence))
+    placed, lengths, sources, weights, strongest = mix_evidence(len(inputs.target), evidence)
+    kinds = {"spelling": Kind.SUBWORD, "neighbours": Kind.MIXED, "translations": Kind.TRANSLATED}
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    for index, item in enumerate(evidence):
+        chosen = np.flatnonzero(strongest == index)
+        if len(chosen) == 0:
+            continue
+        entries = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in chosen])
+        mapping.set_ragged_rows(placed[chosen], kinds[item.name], lengths[chosen], sources[entries],
+                                weights[entries])
+    return mapping

@@ -1,0 +1,170 @@
+"""`combined`: evidence mixed by reliability, known answers on the ciphered language, optional resources."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import WORDS, byte_level_tokenizer, cipher_line, cipher_word, english_lines
+from langswap.errors import ConfigError
+from langswap.methods import Kind, TransferInputs, get_method, make_config, run_method
+from langswap.methods.combined import Evidence, mix_evidence
+from langswap.resources.dictionary import Dictionary
+from langswap.resources.vectors import WordVectors
+from langswap.tokens import Vocabulary
+
+
+def test_each_row_mixes_the_evidence_it_has_normalised_over_it():
+    spelling = Evidence("spelling", 1.0, [0, 1], [np.array([5, 6]), np.array([7])],
+                        [np.array([0.5, 0.5]), np.array([1.0])])
+    neighbours = Evidence("neighbours", 0.25, [1, 2], [np.array([7, 8]), np.array([9])],
+                          [np.array([0.6, 0.4]), np.array([1.0])])
+    translations = Evidence("translations", 1.0, [0], [np.array([6, 3])], [np.array([0.6, 0.4])])
+    rows, lengths, sources, weights, strongest = mix_evidence(4, [spelling, neighbours, translations])
+    assert rows.tolist() == [0, 1, 2] and lengths.tolist() == [3, 2, 1]
+    # row 0: (spelling 1 x [5: .5, 6: .5] + translations 1 x [6: .6, 3: .4]) / 2
+    assert sources[:3].tolist() == [3, 5, 6]
+    assert weights[:3] == pytest.approx([0.2, 0.25, 0.55])
+    # row 1: (1 x [7: 1] + 0.25 x [7: .6, 8: .4]) / 1.25; a source two kinds give appears once
+    assert sources[3:5].tolist() == [7, 8]
+    assert weights[3:5] == pytest.approx([(1 + 0.25 * 0.6) / 1.25, 0.25 * 0.4 / 1.25])
+    # row 2 has only neighbours: they take the whole row, whatever their weight
+    assert sources[5:].tolist() == [9] and weights[5:] == pytest.approx([1.0])
+    assert strongest.tolist() == [2, 1, 1]  # the strongest kind of evidence each row has, by list order
+
+
+@pytest.fixture(scope="module")
+def cipher_world(cipher_vectors):
+    from langswap.resources.alignment import align
+
+    source = Vocabulary(byte_level_tokenizer(english_lines(), vocab_size=400))
+    target = Vocabulary(byte_level_tokenizer([cipher_line(line) for line in english_lines(seed=1)], vocab_size=380))
+    embeddings = torch.randn(len(source), 12, generator=torch.Generator().manual_seed(0))
+    dictionary = Dictionary([(word, cipher_word(word)) for word in WORDS])
+    alignment = align(WordVectors.load(cipher_vectors["source"]), WordVectors.load(cipher_vectors["target"]),
+                      dictionary)
+    return source, target, embeddings, dictionary, alignment
+
+
+def _inputs(world, **resources):
+    source, target, embeddings, _, _ = world
+    return TransferInputs(source, target, embeddings, resources=resources)
+
+
+def _twin(source: Vocabulary, target: Vocabulary, row: int) -> int | None:
+    from test_tiktotok import twin_of
+
+    return twin_of(source, target[row])
+
+
+def test_without_resources_it_is_fvt_row_for_row(cipher_world):
+    combined = run_method(make_config("combined"), _inputs(cipher_world))
+    fvt = run_method(make_config("fvt"), _inputs(cipher_world))
+    assert np.array_equal(combined.mapping.kinds, fvt.mapping.kinds)
+    # the same rows (a piece the spelling repeats is one source of twice the weight): equal up to summation order
+    torch.testing.assert_close(combined.embeddings, fvt.embeddings, rtol=0, atol=1e-6)
+
+
+def test_dictionary_words_lean_on_their_cipher_twin_and_keep_half_their_spelling(cipher_world):
+    source, target, _, dictionary, _ = cipher_world
+    inputs = _inputs(cipher_world, dictionary=dictionary)
+    mapping = run_method(make_config("combined"), inputs).mapping
+    fvt = run_method(make_config("fvt"), _inputs(cipher_world)).mapping
+    checked = 0
+    for row in mapping.rows_of(Kind.TRANSLATED):
+        from test_tiktotok import decipher
+
+        # the translation's first token as the source tokenizer spells it (the twin itself where it is one token)
+        twin = source.encode_surface(decipher(target.word_text(int(row))), True)[0]
+        sources, weights = mapping.row(int(row))
+        spelled, spelled_weights = fvt.row(int(row))
+        # one translation (weight 1 of the dictionary's 1) and the spelling (1): half each
+        expected = {}
+        for piece, weight in zip(spelled.tolist(), spelled_weights.tolist()):
+            expected[piece] = expected.get(piece, 0.0) + 0.5 * weight
+        expected[twin] = expected.get(twin, 0.0) + 0.5
+        assert dict(zip(sources.tolist(), weights.tolist())) == pytest.approx(expected)
+        checked += 1
+    assert checked > 20
+    others = mapping.kinds == Kind.SUBWORD
+    assert others.any() and all(set(mapping.row(int(r))[0].tolist()) == set(fvt.row(int(r))[0].tolist())
+                                for r in np.flatnonzero(others))
+
+
+def test_aligned_neighbours_find_the_cipher_twin_and_weigh_as_the_alignment_retrieves(cipher_world):
+    source, target, _, _, alignment = cipher_world
+    from langswap.resources.kinds.vectors import AlignedVectors
+
+    vectors = AlignedVectors(alignment.source, alignment.target, {"precision_at_1": 0.25})
+    mapping = run_method(make_config("combined"), _inputs(cipher_world, vectors=vectors)).mapping
+    fvt = run_method(make_config("fvt"), _inputs(cipher_world)).mapping
+    mixed = mapping.rows_of(Kind.MIXED)
+    checked = 0
+    for row in mixed:
+        twin = _twin(source, target, int(row))
+        sources, weights = mapping.row(int(row))
+        spelled = {}
+        for piece, weight in zip(*(a.tolist() for a in fvt.row(int(row)))):
+            spelled[piece] = spelled.get(piece, 0.0) + weight
+        # neighbours have 0.25 / 1.25 of the row; the twin is their nearest, far ahead at temperature 0.1
+        neighbour_share = {s: w - spelled.get(s, 0.0) / 1.25 for s, w in zip(sources.tolist(), weights.tolist())}
+        assert sum(neighbour_share.values()) == pytest.approx(0.2, abs=1e-5)
+        if twin is not None:  # the deciphered word is one source token
+            assert max(neighbour_share, key=neighbour_share.get) == twin
+            checked += 1
+    assert checked > 20
+
+    # no measured precision: the neighbours weigh nothing, with a warning saying how to use them
+    unmeasured = AlignedVectors(alignment.source, alignment.target, {"alignment": "rotation.npy"})
+    plain = run_method(make_config("combined"), _inputs(cipher_world, vectors=unmeasured)).mapping
+    assert not (plain.kinds == Kind.MIXED).any()
+    forced = run_method(make_config("combined", vectors_weight=0.25), _inputs(cipher_world, vectors=unmeasured))
+    assert np.array_equal(forced.mapping.rows_of(Kind.MIXED), mixed)
+
+
+def test_bad_weights_name_the_option():
+    with pytest.raises(ConfigError, match="method.dictionary_weight = -1"):
+        make_config("combined", dictionary_weight=-1)
+    with pytest.raises(ConfigError, match="method.neighbors"):
+        make_config("combined", neighbors=0)
+
+
+def test_optional_resources_are_read_only_when_given(tmp_path, cipher_vectors):
+    from langswap.config import from_dict
+    from langswap.errors import MissingResourceError
+    from langswap.methods.base import check_resources
+    from langswap.transfer import TransferConfig
+
+    spec = get_method("combined")
+    dictionary = tmp_path / "en-xx.tsv"
+    dictionary.write_text("".join(f"{w}\t{cipher_word(w)}\n" for w in WORDS), encoding="utf-8")
+    bare = from_dict(TransferConfig, {"method": "combined"})
+    assert spec.kinds(bare) == ()
+    with_dictionary = from_dict(TransferConfig, {"method": "combined", "resources": {"dictionary": str(dictionary)}})
+    assert spec.kinds(with_dictionary) == ("dictionary",)  # a dictionary alone is no word vectors
+    full = from_dict(TransferConfig, {"method": "combined", "resources": {
+        "dictionary": str(dictionary), "source_vectors": str(cipher_vectors["source"]),
+        "target_vectors": str(cipher_vectors["target"])}})
+    assert spec.kinds(full) == ("dictionary", "vectors")
+    # a resource given in part is an error, as for a method that requires it
+    half = from_dict(TransferConfig, {"method": "combined", "resources": {
+        "source_vectors": str(cipher_vectors["source"])}})
+    with pytest.raises(MissingResourceError, match="resources.target_vectors"):
+        check_resources(spec, half)
+
+
+def test_transfer_records_the_evidence_it_used(tmp_path, gpt2_folder, target_tokenizer_folder, corpus_dir):
+    from langswap.cli import main
+
+    args = ["-q", "transfer", "--source-model", str(gpt2_folder), "--target-tokenizer", str(target_tokenizer_folder),
+            "--method", "combined", "--set", f"resources.dictionary={corpus_dir / 'en-xx.tsv'}",
+            "--output", str(tmp_path / "out")]
+    assert main(args) == 0
+    record = json.loads((tmp_path / "out" / "langswap.json").read_text())
+    assert record["resource_keys"] == {"dictionary": str(corpus_dir / "en-xx.tsv")}
+    assert record["resources"]["dictionary"]["pairs"] == len(WORDS)
+    assert record["counts"].get("translated", 0) > 0
+    assert "\ttranslated\t" in (tmp_path / "out" / "provenance.tsv").read_text(encoding="utf-8")
