@@ -85,10 +85,17 @@ RECORDED = ("table.md", "results.jsonl", "bits_per_byte.png", "bench-input.yaml"
 
 def run_and_record(bench: dict, results_dir: Path) -> dict:
     """Write bench-input.yaml into the bench folder, run the bench, print its table and time, and copy table,
-    results, plot and input to `results_dir`; returns run_bench's result."""
+    results, plot and input to `results_dir`; returns run_bench's result. Entries without a `calibration:` section
+    run uncalibrated (`strength: 0`)."""
     from langswap.bench import BenchConfig, run_bench
     from langswap.config import from_dict
 
+    # the benchmarks measure each method alone: frequency calibration (a transfer's default for causal LMs) only
+    # where an entry asks for it
+    bench = {**bench, "methods": [entry if isinstance(entry, dict) and "calibration" in entry
+                                  else {**({"name": entry} if isinstance(entry, str) else entry),
+                                        "calibration": {"strength": 0}}
+                                  for entry in bench["methods"]]}
     workdir = Path(bench["output"])
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "bench-input.yaml").write_text(yaml.safe_dump(bench, sort_keys=False), encoding="utf-8")

@@ -1,4 +1,5 @@
-"""SmolLM2-135M -> German or Swahili: the peers' methods (FVT, FOCUS, WECHSEL, CLP, OMP) against overlap and random.
+"""SmolLM2-135M -> German or Swahili: the peers' methods (FVT, FOCUS, WECHSEL, CLP, OMP) against overlap, random and
+langswap's `combined` (with the bench's dictionary and aligned vectors).
 
 A `langswap bench` run on the shared data: bits per byte on the first 300 lines of the language's test split at the
 given steps of embedding-only training (`train.preset: embeddings`, batch 2 x 128, as bench_german_training.py),
@@ -28,7 +29,7 @@ from bench_german_training import DEFAULT_DATA, REPO, run_and_record  # noqa: E4
 from bench_tiktotok import DICTIONARIES, language_bench  # noqa: E402
 
 METHODS = [{"name": "random"}, {"name": "overlap"}, {"name": "fvt", "label": "fvt length", "weighting": "length"},
-           {"name": "wechsel"}, {"name": "focus"}]
+           {"name": "wechsel"}, {"name": "focus"}, {"name": "combined"}]
 # with --helper (a model that uses the target tokenizer: benchmarks/train_tema_l2.py --tokenizer)
 HELPER_METHODS = [{"name": "clp", "label": "clp top100", "neighbors": 100}, {"name": "omp"}]
 

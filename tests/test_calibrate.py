@@ -87,7 +87,7 @@ def test_transfer_calibrates_and_records_it(gpt2_folder, corpus_dir, target_toke
     plain = transfer(transfer_config({**base, "output": str(tmp_path / "plain")}))
     calibrated = transfer(transfer_config({**base, "output": str(tmp_path / "calibrated"),
                                            "calibration": {"strength": 1.0, "text": str(corpus_dir / "xx.txt"),
-                                                           "rows": "new"}}))
+                                                           "rows": "new", "check_lines": 0}}))
     record = json.loads((tmp_path / "calibrated" / "langswap.json").read_text(encoding="utf-8"))
     assert record["calibration"]["rows"] == plain.counts.get("subword", 0) + plain.counts.get("mean", 0) \
         + plain.counts.get("random", 0)
@@ -95,3 +95,42 @@ def test_transfer_calibrates_and_records_it(gpt2_folder, corpus_dir, target_toke
     assert calibrated.metrics["bits_per_byte"] != plain.metrics["bits_per_byte"]
     with pytest.raises(ConfigError, match="calibration needs target-language text"):
         transfer(transfer_config({**base, "output": str(tmp_path / "none"), "calibration": {"strength": 0.5}}))
+
+
+def test_calibration_is_on_by_default_where_it_applies(gpt2_folder, corpus_dir, target_tokenizer_folder, tmp_path):
+    """Unset strength: 1 for a causal LM with target text at hand; without text, or for a masked LM, none, and the
+    record says why; strength 0 turns it off."""
+    from langswap.transfer import transfer, transfer_config
+
+    base = {"source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder), "method": "overlap"}
+    text = str(corpus_dir / "xx.txt")
+
+    def record(name, **extra):
+        transfer(transfer_config({**base, "output": str(tmp_path / name), **extra}))
+        return json.loads((tmp_path / name / "langswap.json").read_text(encoding="utf-8"))["calibration"]
+
+    on = record("default", calibration={"text": text, "check_lines": 0})
+    assert on["strength"] == 1.0 and on["rows"] > 0 and on["text"] == text
+    assert record("no-text")["skipped"].startswith("no target-language text")
+    assert record("off", calibration={"text": text, "strength": 0})["skipped"] == "calibration.strength is 0"
+    assert CalibrationConfig().plan(has_text=True, causal=False)[1].startswith("not a causal LM")
+
+
+def test_a_calibration_that_predicts_worse_on_held_out_lines_is_put_back(gpt2_folder, corpus_dir,
+                                                                         target_tokenizer_folder, tmp_path):
+    """A random tiny model's logits do not track frequencies, and calibrating it raises its loss: the check on lines
+    kept out of the counts puts every row back, bit for bit, and the record says why."""
+    from safetensors.torch import load_file
+
+    from langswap.transfer import transfer, transfer_config
+
+    base = {"source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder), "method": "overlap"}
+    transfer(transfer_config({**base, "output": str(tmp_path / "plain"), "calibration": {"strength": 0}}))
+    transfer(transfer_config({**base, "output": str(tmp_path / "checked"),
+                              "calibration": {"text": str(corpus_dir / "xx.txt")}}))
+    record = json.loads((tmp_path / "checked" / "langswap.json").read_text(encoding="utf-8"))["calibration"]
+    assert record["rows"] == 0 and record["skipped"].startswith("put back")
+    assert record["check"]["loss_after"] > record["check"]["loss_before"]
+    plain, checked = load_file(tmp_path / "plain" / "model.safetensors"), load_file(tmp_path / "checked" /
+                                                                                      "model.safetensors")
+    assert all(torch.equal(plain[name], checked[name]) for name in plain)

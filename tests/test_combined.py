@@ -168,3 +168,40 @@ def test_transfer_records_the_evidence_it_used(tmp_path, gpt2_folder, target_tok
     assert record["resources"]["dictionary"]["pairs"] == len(WORDS)
     assert record["counts"].get("translated", 0) > 0
     assert "\ttranslated\t" in (tmp_path / "out" / "provenance.tsv").read_text(encoding="utf-8")
+
+
+def test_choose_takes_each_rows_heaviest_evidence_alone(cipher_world):
+    source, target, _, dictionary, _ = cipher_world
+    from test_tiktotok import decipher
+
+    mapping = run_method(make_config("combined", mode="choose"), _inputs(cipher_world, dictionary=dictionary)).mapping
+    translated = mapping.rows_of(Kind.TRANSLATED)
+    assert len(translated) > 20
+    for row in translated:  # a translation weighs as much as the spelling, and wins the tie
+        sources, weights = mapping.row(int(row))
+        assert sources.tolist() == [source.encode_surface(decipher(target.word_text(int(row))), True)[0]]
+        assert weights.tolist() == [1.0]
+    lighter = run_method(make_config("combined", mode="choose", dictionary_weight=0.5),
+                         _inputs(cipher_world, dictionary=dictionary)).mapping
+    assert not (lighter.kinds == Kind.TRANSLATED).any()  # the spelling outweighs the dictionary everywhere
+
+
+def test_a_shared_token_the_dictionary_translates_otherwise_is_a_false_friend(cipher_world):
+    """German `die` is English `die` in spelling only: a copied token that is a dictionary word none of whose
+    translations is itself gets its translations; one the dictionary gives as its own translation stays copied."""
+    from langswap.methods.combined import false_friends
+
+    source, target, _, _, _ = cipher_world
+    copied = run_method(make_config("overlap"), _inputs(cipher_world)).mapping
+    shared = [int(row) for row in copied.rows_of(Kind.COPIED) if target[int(row)].word_start
+              and (text := target.word_text(int(row))) and text.isalpha()]
+    assert len(shared) >= 2
+    friend, same = (target.word_text(row) for row in shared[:2])
+    dictionary = Dictionary([("castle", friend), (same, same)])
+    assert false_friends(_inputs(cipher_world), np.asarray(shared), dictionary).tolist() == [shared[0]]
+    mapping = run_method(make_config("combined", mode="choose"), _inputs(cipher_world, dictionary=dictionary)).mapping
+    assert mapping.kinds[shared[0]] == Kind.TRANSLATED
+    assert mapping.row(shared[0])[0].tolist() == [source.encode_surface("castle", True)[0]]
+    assert mapping.kinds[shared[1]] == Kind.COPIED
+    kept = run_method(make_config("combined", false_friends=False), _inputs(cipher_world, dictionary=dictionary))
+    assert kept.mapping.kinds[shared[0]] == Kind.COPIED

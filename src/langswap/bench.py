@@ -65,7 +65,9 @@ class BenchConfig(ModelPairConfig):
     steps: list[int] = field(default_factory=lambda: [0, 50, 200], metadata={"help": "Training steps at which "
                                                                                       "every variant is measured."})
     methods: list[dict] = field(default_factory=_default_methods, metadata={
-        "help": "Methods to compare: each {name: ..., options..., label: optional, grid: optional}."})
+        "help": "Methods to compare: each {name: ..., options..., label: optional, grid: optional, calibration: "
+                "optional (frequency calibration options; on by default for causal LMs, {strength: 0} turns it "
+                "off)}."})
     train: dict = field(default_factory=lambda: {"preset": "embeddings"}, metadata={
         "help": "langswap train options for every variant (`langswap init-config --for train` lists them); "
                 "preset is embeddings unless set here."})
@@ -391,11 +393,12 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         # added to langswap) leaves it alone
         record = {"label": variant.label, "method": variant.method, "pair": pair,
                   "shared": _shared_for(shared, get_method(variant.method["name"]).kinds(config))}
-        calibration = {}
-        if variant.calibration:
-            # calibrated on the bench's target text unless the entry names a text
-            text = variant.calibration.get("text") or config.train_text or config.target_text
-            calibration = {**variant.calibration, "text": text}
+        # frequency calibration as a transfer does it (langswap.calibrate: on by default for causal LMs), on the
+        # bench's target text unless the entry names a text; `calibration: {strength: 0}` turns it off
+        text = (variant.calibration.get("text") or config.train_text or config.target_text
+                or config.resources.token_text)
+        calibration = {**variant.calibration, "text": text}
+        if variant.calibration.get("strength") != 0:  # an uncalibrated variant's record is as it always was
             record["calibration"] = calibration
         settings = {step: {"measured_with": measured_with, "variant": _digest(record),
                            **({"trained_with": train_key} if step else {})} for step in steps}
@@ -419,7 +422,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
                 "source_model": config.source_model, "source_tokenizer": config.source_tokenizer,
                 "language": config.language,
                 "output": str(run / "transfer"), "overwrite": True, "method": variant.method,
-                **({"calibration": calibration} if calibration else {}), **shared})
+                "calibration": calibration, **shared})
             transfer(transfer_config, progress=progress)
         folders = {0: run / "transfer"}
         if any(step > 0 and keys[step] not in results for step in steps):

@@ -15,6 +15,10 @@ centres the moves (their mean over the moved rows is zero), so no text of the so
 repeats the measurement and the move (moving tied rows moves h̄ a little). Frequencies are add-half smoothed counts of
 the target tokenizer's tokens on up to `lines` lines; h̄ is averaged over the first `hidden_lines` of them.
 
+The premise (a model whose logits track log-frequencies) holds for trained models, not for every model: the last
+`check_lines` lines of the text are kept out of the counts, and unless the calibrated model's mean token loss on them
+is lower than before, the rows are put back and the report says so (`skipped`).
+
 Causal LMs only: a masked LM's mean logit over unmasked positions is not its prior over tokens.
 """
 
@@ -35,9 +39,10 @@ logger = logging.getLogger(__name__)
 class CalibrationConfig:
     """Frequency calibration of the output rows after a transfer (`langswap.calibrate`)."""
 
-    strength: float = field(default=0.0, metadata={
+    strength: float | None = field(default=None, metadata={
         "help": "Share of the distance to the frequency line each chosen row moves: 0 turns calibration off, 1 "
-                "puts every mean logit on the line."})
+                "puts every mean logit on the line; unset: 1 for a causal LM when the transfer has target-language "
+                "text (calibration.text, target_text or resources.token_text), otherwise off."})
     rows: str = field(default="all", metadata={
         "help": "Which rows move: all (every non-special row) or new (rows the method did not copy).",
         "choices": ("all", "new")})
@@ -49,18 +54,41 @@ class CalibrationConfig:
     lines: int = field(default=20000, metadata={"help": "Lines of text counted for the frequencies."})
     hidden_lines: int = field(default=200, metadata={"help": "Lines whose hidden states are averaged."})
     max_length: int = field(default=128, metadata={"help": "Tokens of each line read for the hidden states."})
+    check_lines: int = field(default=100, metadata={
+        "help": "Lines of the text, kept out of the counts, on which the calibrated model must predict better than "
+                "before; otherwise the rows are put back (0: no check)."})
 
     def __post_init__(self):
-        if not 0 <= self.strength <= 1:
+        if self.strength is not None and not 0 <= self.strength <= 1:
             raise ConfigError(f"calibration.strength is {self.strength}; give a share in [0, 1] (0: off).")
         if self.rows not in ("all", "new"):
             raise ConfigError(f"calibration.rows is {self.rows!r}; choose all or new.")
-        if self.rounds < 1 or self.lines < 1 or self.hidden_lines < 1 or self.max_length < 2:
-            raise ConfigError("calibration.rounds, lines and hidden_lines must be at least 1, max_length at least 2.")
+        if self.rounds < 1 or self.lines < 1 or self.hidden_lines < 1 or self.max_length < 2 or self.check_lines < 0:
+            raise ConfigError("calibration.rounds, lines and hidden_lines must be at least 1, max_length at least 2, "
+                              "check_lines at least 0.")
 
     @property
     def enabled(self) -> bool:
-        return self.strength > 0
+        """Asked for explicitly (a strength above 0): a transfer that cannot calibrate is then an error."""
+        return self.strength is not None and self.strength > 0
+
+    def plan(self, has_text: bool, causal: bool) -> tuple[float, str | None]:
+        """(the strength a transfer applies, why it applies none): an unset strength is 1 where the model is a
+        causal LM and target-language text is at hand, otherwise 0 with the reason."""
+        if self.strength is not None:
+            return self.strength, None if self.strength > 0 else "calibration.strength is 0"
+        if not causal:
+            return 0.0, "not a causal LM (a masked LM's mean logit is not its prior over tokens)"
+        if not has_text:
+            return 0.0, "no target-language text: set calibration.text (or target_text)"
+        return 1.0, None
+
+
+def calibratable(model) -> bool:
+    """Whether frequency calibration applies to `model`: a causal LM."""
+    from langswap.models import objective_of
+
+    return objective_of(model.config) == "causal" and not type(model).__name__.endswith("ForMaskedLM")
 
 
 def log_frequencies(tokenizer, lines: list[str], size: int) -> np.ndarray:
@@ -102,12 +130,29 @@ def mean_head_input(model, tokenizer, lines: list[str], max_length: int) -> torc
     return total / count
 
 
+@torch.no_grad()
+def mean_token_loss(model, tokenizer, lines: list[str], max_length: int) -> float:
+    """Mean next-token cross-entropy (nats) of `model` over every predicted token of `lines`."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for line in lines:
+        ids = tokenizer(line, return_tensors="pt", truncation=True, max_length=max_length)["input_ids"].to(device)
+        if ids.shape[1] < 2:
+            continue
+        logits = model(input_ids=ids).logits[0, :-1].to(torch.float32)
+        total += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+        count += ids.shape[1] - 1
+    model.train(was_training)
+    return total / max(count, 1)
+
+
 def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray) -> dict:
     """Move the output rows `moved` (a boolean mask over the vocabulary) of `model` as the module docstring says;
     returns a report (rows moved, mean |move| of the mean logits before and after, per round)."""
-    from langswap.models import objective_of
-
-    if objective_of(model.config) != "causal" or type(model).__name__.endswith("ForMaskedLM"):
+    assert config.strength is not None, "calibrate() takes a resolved strength (CalibrationConfig.plan)"
+    if not calibratable(model):
         raise ConfigError("frequency calibration is for causal LMs (a masked LM's mean logit over unmasked "
                           "positions is not its prior); set calibration.strength: 0 for this model.")
     head = model.get_output_embeddings()
@@ -115,6 +160,11 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     bias = getattr(head, "bias", None)
     size = weight.shape[0]
     moved = np.asarray(moved, dtype=bool)[:size]
+    held: list[str] = []
+    if config.check_lines and len(lines) >= 2 * config.check_lines:  # the last lines check, the rest are counted
+        lines, held = lines[:-config.check_lines], lines[-config.check_lines:]
+    before = mean_token_loss(model, tokenizer, held, config.max_length) if held else None
+    saved = (weight.detach().clone(), None if bias is None else bias.detach().clone()) if held else None
     logf = log_frequencies(tokenizer, lines[:config.lines], size)
     rounds = []
     for _ in range(config.rounds):
@@ -135,6 +185,19 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     report = {"rows": int(moved.sum()), "strength": config.strength, "slope": config.slope,
               "through": "output bias" if bias is not None else "head rows along the mean hidden state",
               "rounds": rounds}
-    logger.info("calibrated %s output rows to the target text's frequencies (mean |distance| %s)",
-                f"{report['rows']:,}", ", ".join(str(r["mean_abs_distance"]) for r in rounds))
+    if held:
+        after = mean_token_loss(model, tokenizer, held, config.max_length)
+        report["check"] = {"lines": len(held), "loss_before": round(before, 4), "loss_after": round(after, 4)}
+        if not after < before:
+            with torch.no_grad():
+                weight.copy_(saved[0])
+                if bias is not None:
+                    bias.copy_(saved[1])
+            logger.warning("frequency calibration put back: on %d held-out lines of the text the mean token loss "
+                           "went from %.4f to %.4f", len(held), before, after)
+            return {**report, "rows": 0, "skipped": f"put back: it raised the mean token loss on {len(held)} "
+                                                     f"held-out lines of the text ({before:.4f} -> {after:.4f})"}
+    logger.info("calibrated %s output rows to the target text's frequencies (mean |distance| %s)%s",
+                f"{report['rows']:,}", ", ".join(str(r["mean_abs_distance"]) for r in rounds),
+                f"; held-out token loss {before:.4f} -> {after:.4f}" if held else "")
     return report

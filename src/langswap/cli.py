@@ -199,6 +199,11 @@ def cmd_transfer(args) -> int:
     elif report.alignment and "joint_vectors" in report.alignment:  # one space from the start: no rotation
         print(f"joint vectors {report.alignment['joint_vectors']}: held-out precision@1 "
               f"{report.alignment.get('precision_at_1')} (CSLS {report.alignment.get('precision_at_1_csls')})")
+    if report.calibration and report.calibration.get("rows"):
+        print(f"calibrated {report.calibration['rows']:,} output rows to the token frequencies of "
+              f"{report.calibration.get('text')} (strength {report.calibration['strength']:g})")
+    elif report.calibration and report.calibration.get("skipped"):
+        print(f"no frequency calibration: {report.calibration['skipped']}")
     if report.metrics:
         print(f"{report.metrics['kind']} {report.metrics['perplexity']:.2f}, bits per byte "
               f"{report.metrics['bits_per_byte']:.4f} on {report.metrics['lines']} lines")

@@ -351,6 +351,9 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
         if record.get("tied_embeddings") is not None:
             lines.append(f"- Input and output embeddings: {'tied' if record['tied_embeddings'] else 'untied'}"
                          + (", with an output bias" if record.get("output_bias") else ""))
+        calibration = _calibration_line(record.get("calibration"))
+        if calibration:
+            lines.append(f"- Frequency calibration: {calibration}")
     lines.append("")
 
     figures = _transfer_figures(record.get("metrics"), config)
@@ -402,6 +405,19 @@ def _source_line(source, source_folder, base_model, named_by) -> str:
     if base_model:
         return line + f"; hub name `{base_model}`, {named_by})"
     return line + "; no hub name recorded)"
+
+
+def _calibration_line(calibration: dict | None) -> str | None:
+    """What `langswap.calibrate` did to the output rows (the held-out figures are measured after it)."""
+    if not calibration:
+        return None
+    if calibration.get("skipped"):
+        return f"none ({calibration['skipped']})"
+    rows = f"{_count(calibration['rows'])} output rows" if calibration.get("rows") else "the output rows"
+    text = f" of `{_name(calibration['text'])}`" if calibration.get("text") else ""
+    through = f", through the {calibration['through']}" if calibration.get("through") else ""
+    return (f"{rows} moved towards the token frequencies{text} (strength {_value(calibration.get('strength'))}"
+            f"{through}); held-out figures are of the calibrated model")
 
 
 def _alignment_line(report: dict | None) -> str:

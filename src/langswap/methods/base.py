@@ -78,7 +78,8 @@ class TransferInputs:
 
             kind = get_resource(name)
             raise MissingResourceError(f"this transfer has no '{name}' resource ({kind.description}); set "
-                                       + ", ".join(f"resources.{key}" for key in kind.keys()) + " as needed.")
+                                       + ", ".join(f"resources.{key}" for key in kind.keys() or kind.reads)
+                                       + " as needed.")
         return self.resources[name]
 
 

@@ -1,8 +1,9 @@
 """`combined`: every piece of evidence a target token has, each weighted by how reliable it is.
 
 1. **Exact match**: a token whose canonical form the source vocabulary has keeps that row (`copied`), as in
-   `overlap`, FVT, FOCUS, CLP and tokensurgeon: every measurement in docs/benchmarks.md has these copies ahead of
-   any alternative.
+   `overlap`, FVT, FOCUS, CLP and tokensurgeon, unless it is a **false friend**: a word-start dictionary word none
+   of whose translations is itself (German `die`, `also`, `Gift`), which is treated as every other token below (its
+   spelling is then the copy, beside its translations).
 2. Every other token with text gets one distribution over source rows from each kind of evidence it has:
    - **spelling** (always): its text split by the source tokenizer, the mean of the pieces (FVT; `spelling:
      length` weights pieces by their bytes);
@@ -11,22 +12,22 @@
    - **aligned neighbours** (when word vectors are given, `resources.joint_vectors` or two vector files with a
      dictionary or an alignment): WECHSEL's softmax(cosine / 0.1) over the 10 nearest source tokens of the same
      word-start role.
-   The token's row mixes the distributions it has, each with its evidence's weight, normalised over what the token
-   has: spelling `spelling_weight` (1), translations `dictionary_weight` (1), neighbours `vectors_weight`, by
-   default the aligned space's held-out precision@1 (the share of unseen dictionary words whose nearest neighbour is
-   their translation; 0.19 for code-switched German vectors, 0.03 for Procrustes on 1 M words, 0.01 for Swahili),
-   so a poor alignment moves rows little and a good one more.
+   Each evidence has a weight: spelling `spelling_weight` (1), translations `dictionary_weight` (1), neighbours
+   `vectors_weight`, by default the aligned space's held-out precision@1 (the share of unseen dictionary words whose
+   nearest neighbour is their translation; 0.19 for code-switched German vectors, 0.03 for Procrustes on 1 M words,
+   0.01 for Swahili), so a poor alignment counts little. `mode: mix` (default) mixes a token's distributions by
+   these weights, normalised over the evidence it has; `mode: choose` takes its heaviest evidence alone (ties:
+   translations, then neighbours, then spelling).
 3. Special tokens by role, and what has no text (partial UTF-8 bytes) by the shared fallback (`subword`: the mean
    row). No row is random unless the fallback is set to `random`.
 
-Rows get the kind of their strongest evidence: `translated` where a translation is mixed in, `mixed` where
+Rows get the kind of their strongest evidence: `translated` where a translation is in the row, `mixed` where
 neighbours are, `subword` where spelling alone made them.
 
 Decided here, not read from a paper: the weights (spelling and a human dictionary trusted alike; vectors as much as
-their measured precision), and that exact matches are copied rather than mixed. They were chosen before measuring
-any language and are the same for every language; docs/benchmarks.md has the figures. Memory: the neighbour step
-runs in row blocks (`kernels.topk_cosine`), and the mapping holds at most (pieces + translations + 10) entries per
-row.
+their measured precision), the false-friend rule, and the two modes. They are the same for every language;
+docs/benchmarks.md has the figures. Memory: the neighbour step runs in row blocks (`kernels.topk_cosine`), and the
+mapping holds at most (pieces + translations + 10) entries per row.
 """
 
 from __future__ import annotations
@@ -59,6 +60,14 @@ class CombinedConfig(MethodConfig):
     vectors_weight: float | None = field(default=None, metadata={
         "help": "Weight of the aligned neighbours, where word vectors are given; default: the alignment's held-out "
                 "precision@1."})
+    mode: Literal["mix", "choose"] = field(default="mix", metadata={
+        "help": "mix: each row mixes the distributions of its evidence by their weights; choose: each row takes its "
+                "heaviest evidence alone (ties: translations, then neighbours, then spelling).",
+        "choices": ("mix", "choose")})
+    false_friends: bool = field(default=True, metadata={
+        "help": "A token both vocabularies share that is a dictionary word none of whose translations is itself "
+                "(German `die`, `also`, `Gift`) gets its evidence like any other token instead of the copy (whose "
+                "row is still its spelling)."})
     neighbors: int = field(default=10, metadata={"help": "Aligned source neighbours mixed into a token."})
     temperature: float = field(default=0.1, metadata={"help": "Softmax temperature over their cosines."})
 
@@ -91,7 +100,8 @@ def vectors_reliability(vectors, config: CombinedConfig) -> float:
     precision = report.get("precision_at_1")
     if precision is None:
         logger.warning("combined: the aligned vectors come without a held-out precision@1 (a saved alignment without "
-                       "its report.json?); their neighbours get no weight. Set method.vectors_weight to use them.")
+                       "its report.json, or too few dictionary words to hold some out); their neighbours get no "
+                       "weight. Set method.vectors_weight to use them.")
         return 0.0
     return float(precision)
 
@@ -139,6 +149,26 @@ def neighbour_evidence(inputs: TransferInputs, rows: np.ndarray, config: Combine
                     [weights[i][k] for i, k in enumerate(keep)])
 
 
+def choose_evidence(size: int, evidence: list[Evidence]) -> list[Evidence]:
+    """Each row's heaviest evidence alone (the later in the list on ties), as single-evidence lists for
+    `mix_evidence`."""
+    best = np.full(size, -1.0)
+    owner = np.full(size, -1)
+    for index, item in enumerate(evidence):
+        if item.weight <= 0 or not item.rows:
+            continue
+        rows = np.asarray(item.rows, dtype=np.int64)
+        take = item.weight >= best[rows]
+        best[rows[take]] = item.weight
+        owner[rows[take]] = index
+    chosen = []
+    for index, item in enumerate(evidence):
+        keep = [i for i, row in enumerate(item.rows) if owner[row] == index]
+        chosen.append(Evidence(item.name, item.weight, [item.rows[i] for i in keep], [item.sources[i] for i in keep],
+                               [item.weights[i] for i in keep]))
+    return chosen
+
+
 def mix_evidence(size: int, evidence: list[Evidence]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                                                 np.ndarray]:
     """Each row's distributions mixed by their evidence weights, normalised over the evidence the row has; a source
@@ -170,11 +200,35 @@ def mix_evidence(size: int, evidence: list[Evidence]) -> tuple[np.ndarray, np.nd
     return placed, lengths, merged_sources, merged, strongest[placed]
 
 
+def false_friends(inputs: TransferInputs, rows: np.ndarray, dictionary) -> np.ndarray:
+    """The copied rows whose token is a word-start dictionary word (as written, else lower- or title-cased) none of
+    whose translations is the word itself (ignoring case)."""
+    from langswap.methods.tiktotok import translations
+    from langswap.resources.dictionary import case_variants
+
+    by_word = translations(dictionary)
+    out = []
+    for row in rows:
+        token = inputs.target[int(row)]
+        text = inputs.target.word_text(int(row))
+        if not token.word_start or not text or not any(c.isalpha() for c in text):
+            continue
+        found = next((by_word[variant] for variant in case_variants(text) if variant in by_word), None)
+        if found and text.lower() not in {translation.lower() for translation in found}:
+            out.append(int(row))
+    return np.asarray(out, dtype=np.int64)
+
+
 @register_method("combined", CombinedConfig, optional=("dictionary", "vectors"))
 def combined(inputs: TransferInputs, config: CombinedConfig, progress: bool = False) -> TokenMapping:
     """Copy exact matches; mix spelling, dictionary translations and aligned neighbours by their reliability."""
     mapping = TokenMapping.empty(len(inputs.target))
     copy_exact_matches(mapping, inputs)
+    if "dictionary" in inputs.resources and config.dictionary_weight > 0 and config.false_friends:
+        friends = false_friends(inputs, mapping.rows_of(Kind.COPIED), inputs.resource("dictionary"))
+        if len(friends):
+            mapping.set_kind(friends, Kind.UNPLACED)
+            logger.info("combined: %s shared tokens are dictionary words translated otherwise", f"{len(friends):,}")
     rows = np.array([row for row in mapping.rows_of(Kind.UNPLACED) if not inputs.target[int(row)].special],
                     dtype=np.int64)
     if len(rows) == 0:
@@ -188,6 +242,8 @@ def combined(inputs: TransferInputs, config: CombinedConfig, progress: bool = Fa
         evidence.append(translation_evidence(inputs, rows, config))
     logger.info("combined: %s", ", ".join(f"{item.name} for {len(item.rows):,} tokens (weight {item.weight:.3g})"
                                           for item in evidence))
+    if config.mode == "choose":
+        evidence = choose_evidence(len(inputs.target), evidence)
     placed, lengths, sources, weights, strongest = mix_evidence(len(inputs.target), evidence)
     kinds = {"spelling": Kind.SUBWORD, "neighbours": Kind.MIXED, "translations": Kind.TRANSLATED}
     starts = np.concatenate([[0], np.cumsum(lengths)])

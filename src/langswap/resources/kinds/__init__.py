@@ -111,7 +111,7 @@ def resources_config_class() -> type:
                   for field in dataclasses.fields(kind.config_cls) if field.init]
         cls = dataclasses.make_dataclass("ResourcesConfig", fields, kw_only=True)
         cls.__doc__ = "Files the methods consume: " + "; ".join(
-            f"{kind.name} ({', '.join(kind.keys())})" for kind in _KINDS.values()) + "."
+            f"{kind.name} ({', '.join(kind.keys() or kind.reads)})" for kind in _KINDS.values()) + "."
         cls.__module__ = __name__
         _config_classes[names] = cls
     return _config_classes[names]
