@@ -421,9 +421,12 @@ def test_bad_config_value(data, words):
 
 
 def test_method_options_without_a_name_use_the_default_method():
-    """`--set method.neighbors=20` (the help's own example) must not need method.name: the default is wechsel."""
+    """`--set method.neighbors=20` (the help's own example) must not need method.name: the default is combined."""
+    from langswap.methods.base import DEFAULT_METHOD
+
     settings = from_dict(TransferConfig, {"method": {"neighbors": 20}})
-    assert settings.method.method_name == "wechsel" and settings.method.neighbors == 20
+    assert DEFAULT_METHOD == "combined"
+    assert settings.method.method_name == DEFAULT_METHOD and settings.method.neighbors == 20
 
 
 # -- models and tokenizers the transfer cannot serve -------------------------------------------------------------------

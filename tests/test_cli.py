@@ -89,7 +89,7 @@ def test_transfer_help_names_every_field(capsys):
         if field.name in nested:
             continue
         if field.name == "method":
-            expected.append("method.name ('wechsel')")
+            expected.append("method.name ('combined')")
         else:
             expected.append(f"{field.name} ({field.default!r})")
     for entry in expected:
@@ -201,7 +201,7 @@ def test_transfer_with_set_overrides_only(capsys, gpt2_folder, target_tokenizer_
                        "--set", "method.fallback=mean", "--set", "align.heldout_words=30", "--set", "correspondence=4")
     assert code == 0 and f"wrote {output}" in out
     record = check_transfer_folder(output)
-    assert record["method"] == "wechsel"  # the default method, with options set one by one
+    assert record["method"] == "combined"  # the default method, with options set one by one
     assert record["config"]["method"]["neighbors"] == 3 and record["config"]["method"]["fallback"] == "mean"
     assert record["config"]["align"]["heldout_words"] == 30 and len(record["correspondence"]) <= 4
     assert "random" not in record["counts"]
@@ -260,7 +260,7 @@ BAD_INPUTS = {
     "existing output": (lambda f, g, t, v, c, o: ["transfer", "--source-model", g, "--target-tokenizer", t,
                                                   "--method", "overlap", "--output", f["existing"]], "--overwrite"),
     "no vectors": (lambda f, g, t, v, c, o: ["transfer", "--source-model", g, "--target-tokenizer", t,
-                                             "--output", o], "langswap fasttext"),
+                                             "--method", "wechsel", "--output", o], "langswap fasttext"),
     "reversed dictionary": (lambda f, g, t, v, c, o: ["align", "--source-vectors", v["source"], "--target-vectors",
                                                       v["target"], "--dictionary", f["reversed"], "--output", o],
                             "reversed"),

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 FALLBACKS = ("random", "mean", "subword")
-DEFAULT_METHOD = "wechsel"  # what a transfer config without `method.name` runs
+DEFAULT_METHOD = "combined"  # what a transfer config without `method.name` runs
 
 
 @dataclass(frozen=True, kw_only=True)
