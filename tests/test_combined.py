@@ -205,3 +205,72 @@ def test_a_shared_token_the_dictionary_translates_otherwise_is_a_false_friend(ci
     assert mapping.kinds[shared[1]] == Kind.COPIED
     kept = run_method(make_config("combined", false_friends=False), _inputs(cipher_world, dictionary=dictionary))
     assert kept.mapping.kinds[shared[0]] == Kind.COPIED
+
+
+def test_auto_offers_mix_and_choose_and_a_judge_keeps_the_lower_loss(cipher_world):
+    dictionary = cipher_world[3]
+    inputs = _inputs(cipher_world, dictionary=dictionary)
+    mix = run_method(make_config("combined", mode="mix"), inputs)
+    choose = run_method(make_config("combined", mode="choose"), inputs)
+    assert not torch.equal(mix.embeddings, choose.embeddings)
+    # without a judge (no held-out text) the first candidate, mix, is kept, and the record says why
+    default = run_method(make_config("combined"), inputs)
+    assert torch.equal(default.embeddings, mix.embeddings)
+    assert default.choice["chosen"] == "mix" and default.choice["candidates"] == ["mix", "choose"]
+
+    def judged(losses):
+        seen = []
+
+        def judge(result):
+            seen.append(result.embeddings.clone())
+            return losses[len(seen) - 1]
+        return run_method(make_config("combined"), inputs, judge=judge), seen
+
+    result, seen = judged([2.0, 1.0])
+    assert torch.equal(seen[0], mix.embeddings) and torch.equal(seen[1], choose.embeddings)
+    assert result.choice == {"chosen": "choose", "by": "held-out loss", "losses": {"mix": 2.0, "choose": 1.0}}
+    assert torch.equal(result.embeddings, choose.embeddings)
+    assert np.array_equal(result.mapping.kinds, choose.mapping.kinds)
+    assert judged([1.0, 1.0])[0].choice["chosen"] == "mix"  # a tie keeps the first
+    nan = judged([float("nan"), 3.0])[0]
+    assert nan.choice["chosen"] == "choose" and nan.choice["losses"]["mix"] is None  # a NaN loss never wins
+    # one kind of evidence: mix and choose agree, so there is one candidate and nothing to choose
+    assert run_method(make_config("combined"), _inputs(cipher_world)).choice is None
+
+
+def test_a_transfer_keeps_the_candidate_that_predicts_held_out_text_best(tmp_path, gpt2_folder,
+                                                                          target_tokenizer_folder, corpus_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from langswap.cli import main
+    from langswap.evaluation.language_modeling import causal_lm_score
+    from langswap.transfer import HELD_OUT_TOKENS
+
+    text = corpus_dir / "xx.txt"
+    base = ["-q", "transfer", "--source-model", str(gpt2_folder), "--target-tokenizer", str(target_tokenizer_folder),
+            "--set", f"resources.dictionary={corpus_dir / 'en-xx.tsv'}", "--set", f"calibration.text={text}",
+            "--set", "held_out_lines=20"]
+    assert main(base + ["--output", str(tmp_path / "auto")]) == 0
+    record = json.loads((tmp_path / "auto" / "langswap.json").read_text())
+    choice = record["method_choice"]
+    assert choice["by"] == "held-out loss" and set(choice["losses"]) == {"mix", "choose"}
+    assert choice["chosen"] == min(choice["losses"], key=choice["losses"].get)
+    assert "- Candidates: kept " in (tmp_path / "auto" / "README.md").read_text(encoding="utf-8")
+    # the loss recorded is the saved model's on the last held_out_lines lines of the text (calibration, which the
+    # tiny random model always puts back, leaves the rows as chosen)
+    assert record["calibration"]["rows"] == 0
+    held_out = text.read_text(encoding="utf-8").splitlines()[-20:]
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "auto")
+    score = causal_lm_score(model, AutoTokenizer.from_pretrained(tmp_path / "auto"), held_out,
+                            max_length=HELD_OUT_TOKENS)
+    assert score.nll / score.tokens == pytest.approx(choice["losses"][choice["chosen"]], abs=2e-5)
+    # each mode alone gives the model of its candidate
+    for mode in ("mix", "choose"):
+        assert main(base + ["--set", f"method.mode={mode}", "--output", str(tmp_path / mode)]) == 0
+        assert json.loads((tmp_path / mode / "langswap.json").read_text())["method_choice"] is None
+    chosen = AutoModelForCausalLM.from_pretrained(tmp_path / choice["chosen"]).get_input_embeddings().weight
+    assert torch.equal(model.get_input_embeddings().weight, chosen)
+    # no held-out lines: the first candidate, with the reason
+    assert main(base + ["--set", "held_out_lines=0", "--output", str(tmp_path / "none")]) == 0
+    none = json.loads((tmp_path / "none" / "langswap.json").read_text())["method_choice"]
+    assert none["chosen"] == "mix" and "no held-out text" in none["by"]

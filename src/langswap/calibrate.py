@@ -130,22 +130,18 @@ def mean_head_input(model, tokenizer, lines: list[str], max_length: int) -> torc
     return total / count
 
 
-@torch.no_grad()
 def mean_token_loss(model, tokenizer, lines: list[str], max_length: int) -> float:
-    """Mean next-token cross-entropy (nats) of `model` over every predicted token of `lines`."""
+    """Mean next-token cross-entropy (nats) of `model`, in eval mode, over the tokens of `lines`, each read in windows
+    of up to `max_length` (`causal_lm_score`)."""
+    from langswap.evaluation.language_modeling import causal_lm_score
+
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    for line in lines:
-        ids = tokenizer(line, return_tensors="pt", truncation=True, max_length=max_length)["input_ids"].to(device)
-        if ids.shape[1] < 2:
-            continue
-        logits = model(input_ids=ids).logits[0, :-1].to(torch.float32)
-        total += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
-        count += ids.shape[1] - 1
-    model.train(was_training)
-    return total / max(count, 1)
+    try:
+        score = causal_lm_score(model, tokenizer, lines, max_length=max_length)
+    finally:
+        model.train(was_training)
+    return score.nll / max(score.tokens, 1)
 
 
 def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray) -> dict:

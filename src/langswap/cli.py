@@ -199,6 +199,10 @@ def cmd_transfer(args) -> int:
     elif report.alignment and "joint_vectors" in report.alignment:  # one space from the start: no rotation
         print(f"joint vectors {report.alignment['joint_vectors']}: held-out precision@1 "
               f"{report.alignment.get('precision_at_1')} (CSLS {report.alignment.get('precision_at_1_csls')})")
+    if report.choice:
+        from langswap.modelcard import describe_choice
+
+        print(f"method {config.method.method_name}: {describe_choice(report.choice)}")
     if report.calibration and report.calibration.get("rows"):
         print(f"calibrated {report.calibration['rows']:,} output rows to the token frequencies of "
               f"{report.calibration.get('text')} (strength {report.calibration['strength']:g})")

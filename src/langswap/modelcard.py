@@ -342,6 +342,8 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
         alignment = _alignment_line(record.get("alignment"))
         if alignment:
             lines.append(f"- Alignment: {alignment}")
+        if record.get("method_choice"):
+            lines.append(f"- Candidates: {describe_choice(record['method_choice'])}")
         counts = record.get("counts") or {}
         if counts:
             parts = " | ".join(f"{kind} {_count(number)}" for kind, number in counts.items())
@@ -405,6 +407,14 @@ def _source_line(source, source_folder, base_model, named_by) -> str:
     if base_model:
         return line + f"; hub name `{base_model}`, {named_by})"
     return line + "; no hub name recorded)"
+
+
+def describe_choice(choice: dict) -> str:
+    """Which of a method's candidate mappings a transfer kept, and on what grounds (`MethodResult.choice`)."""
+    if "losses" in choice:
+        losses = ", ".join(f"{name} {'-' if loss is None else f'{loss:.4f}'}" for name, loss in choice["losses"].items())
+        return f"kept {choice['chosen']}, the lowest mean token loss on held-out target text ({losses} nats)"
+    return f"kept {choice['chosen']} of {', '.join(choice.get('candidates', []))}: {choice.get('by', '')}"
 
 
 def _calibration_line(calibration: dict | None) -> str | None:

@@ -31,6 +31,8 @@ from langswap.resources.kinds import keys_in_use, resources_config_class
 
 logger = logging.getLogger(__name__)
 
+HELD_OUT_TOKENS = 128  # tokens of each held-out line read when a method's candidates are compared
+
 
 # the `resources:` section: the keys of every registered resource kind (`langswap.resources.kinds`)
 ResourcesConfig = resources_config_class()
@@ -79,6 +81,10 @@ class TransferConfig(ModelPairConfig):
     eval_text: str | None = field(default=None, metadata={"help": "Held-out target text to score the new model on."})
     eval_lines: int = field(default=300, metadata={"help": "Lines of eval_text scored."})
     correspondence: int = field(default=12, metadata={"help": "Target tokens shown with their source tokens."})
+    held_out_lines: int = field(default=100, metadata={
+        "help": "Lines at the end of the target text (calibration.text, target_text or resources.token_text; read "
+                "up to calibration.lines) on which a method's candidates are compared (combined, mode auto); the "
+                "one whose model predicts them best is kept. 0: the method's first candidate."})
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig, metadata={
         "help": "Move output rows so each token's mean logit fits its frequency in target text (langswap.calibrate)."})
 
@@ -112,6 +118,8 @@ class TransferConfig(ModelPairConfig):
         if self.calibration.strength != 0 and text and not Path(text).is_file():
             raise MissingResourceError(f"calibration text '{text}' does not exist (set calibration.strength=0 to "
                                        "transfer without calibration).")
+        if self.held_out_lines < 0:
+            raise ConfigError(f"held_out_lines is {self.held_out_lines}; give 0 or more lines.")
         refuse_existing(self.output, self.overwrite)
 
     def calibration_text(self) -> str | None:
@@ -131,21 +139,40 @@ class TransferReport:
     correspondence: list[dict]
     seconds: dict
     calibration: dict | None = None  # what langswap.calibrate did, or {"skipped": why}
+    choice: dict | None = None  # where the method offered candidates: which was kept, and why
 
 
 def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,
-                 progress: bool = False):
-    """Run the method and install its matrices into `model` (or a deep copy of it): (model, MethodResult)."""
+                 progress: bool = False, held_out: list[str] | None = None):
+    """Run the method and install its matrices into `model` (or a deep copy of it): (model, MethodResult). Where the
+    method offers candidates (`combined`, mode auto) and `held_out` target-language lines are given, each candidate
+    is installed in turn and the one whose model has the lowest mean token loss on them is kept (causal LMs; other
+    models keep the method's first candidate)."""
     import copy as copying
 
     from langswap.surgery import install_embeddings, update_special_token_ids
 
-    result = run_method(method_config, inputs, matrices.as_dict(), progress=progress)
-    refuse_non_finite_rows(result, inputs)
     if copy:
         model = copying.deepcopy(model)
-    install_embeddings(model, result.embeddings, result.output_embeddings, result.output_bias)
-    update_special_token_ids(model, inputs.target.tokenizer)
+
+    def install(result):
+        install_embeddings(model, result.embeddings, result.output_embeddings, result.output_bias)
+        update_special_token_ids(model, inputs.target.tokenizer)
+
+    judge = None
+    if held_out:
+        from langswap.calibrate import calibratable
+
+        if calibratable(model):
+            from langswap.calibrate import mean_token_loss
+
+            def judge(result) -> float:
+                install(result)
+                return mean_token_loss(model, inputs.target.tokenizer, held_out, HELD_OUT_TOKENS)
+
+    result = run_method(method_config, inputs, matrices.as_dict(), progress=progress, judge=judge)
+    refuse_non_finite_rows(result, inputs)
+    install(result)
     return model, result
 
 
@@ -192,28 +219,33 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     if resources:
         seconds["resources"] = time.perf_counter() - clock
 
+    from langswap.calibrate import calibratable
+    from langswap.resources.text import read_text_lines
+
+    text = config.calibration_text()
+    strength, skipped = config.calibration.plan(bool(text), calibratable(model))
+    lines = read_text_lines(text, "target text", max_lines=config.calibration.lines) \
+        if text and (strength > 0 or (config.held_out_lines and Path(text).is_file())) else []
+    held_out = lines[-config.held_out_lines:] if config.held_out_lines and len(lines) >= 2 * config.held_out_lines \
+        else None
+
     clock = time.perf_counter()
     inputs = TransferInputs(source, target, matrices.embeddings, resources=resources)
-    model, result = apply_method(model, inputs, matrices, config.method, progress=progress)
+    model, result = apply_method(model, inputs, matrices, config.method, progress=progress, held_out=held_out)
     seconds["method"] = time.perf_counter() - clock
 
-    from langswap.calibrate import calibratable
-
-    strength, skipped = config.calibration.plan(bool(config.calibration_text()), calibratable(model))
     calibration = {"skipped": skipped, "strength": 0.0}
     if strength > 0:
         from langswap.calibrate import calibrate
         from langswap.methods.mapping import Kind
-        from langswap.resources.text import read_text_lines
 
         clock = time.perf_counter()
         kinds = result.mapping.kinds
         moved = kinds != Kind.SPECIAL if config.calibration.rows == "all" else ~np.isin(kinds, [Kind.SPECIAL,
                                                                                                  Kind.COPIED])
-        lines = read_text_lines(config.calibration_text(), "calibration text", max_lines=config.calibration.lines)
         calibration = calibrate(model, target_tokenizer, lines,
                                 dataclasses.replace(config.calibration, strength=strength), moved)
-        calibration["text"] = str(config.calibration_text())
+        calibration["text"] = str(text)
         seconds["calibrate"] = time.perf_counter() - clock
     elif config.calibration.strength is None:
         logger.info("no frequency calibration: %s", skipped)
@@ -225,10 +257,10 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     metrics = None
     if config.eval_text:
         from langswap.evaluation.language_modeling import evaluate_model
-        from langswap.resources.text import read_text_lines
 
-        lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
-        metrics = evaluate_model(model, target_tokenizer, lines, objective_of(model.config), progress).as_dict()
+        eval_lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
+        metrics = evaluate_model(model, target_tokenizer, eval_lines, objective_of(model.config),
+                                 progress).as_dict()
         seconds["evaluate"] = time.perf_counter() - clock
     with atomic_directory(Path(config.output), config.overwrite) as folder:
         model.save_pretrained(folder)
@@ -253,6 +285,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
             "resources": reports,
             "resource_keys": keys_in_use(spec.kinds(config), config.resources),
             "metrics": metrics,
+            "method_choice": result.choice,
             "calibration": calibration,
             "correspondence": rows,
             "seconds": {key: round(value, 2) for key, value in seconds.items()},
@@ -261,4 +294,4 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
         write_model_card(folder)
     seconds["total_write"] = time.perf_counter() - clock
     return TransferReport(Path(config.output), result.mapping.counts(), alignment_report, metrics, rows, seconds,
-                          calibration)
+                          calibration, result.choice)

@@ -1,8 +1,10 @@
 """The method interface: configs, the registry, and the shared finishing step of every method.
 
-A method is a pure function `(TransferInputs, config) -> TokenMapping`. The mapping (`methods/mapping.py`) says, for
+A method is a pure function `(TransferInputs, config) -> TokenMapping`, or `-> dict[str, TokenMapping]` when it
+offers candidates (`combined`'s `mode: auto`): the caller's judge (`run_method(judge=...)`, the loss of each finished
+candidate on held-out target text) keeps the best, and without a judge the first is kept. The mapping (`methods/mapping.py`) says, for
 each target token, how its row is made: copied from a source row, mixed from source rows with weights, a base row
-plus an offset, or left unplaced. The shared `finish` step then copies special tokens by role, places what the method
+plus an offset, or left unplaced. The shared finishing step (`finish_mapping`) then copies special tokens by role, places what the method
 left with the configured fallback, checks each row against its kind's rule, and applies the same mapping to every
 source matrix (input embeddings, an untied output head, an output bias), so one similarity pass serves them all.
 Random rows come from a generator seeded by `config.seed`, never global state.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -91,6 +94,7 @@ class MethodResult:
     embeddings: torch.Tensor  # (V_t, d)
     output_embeddings: torch.Tensor | None = None  # (V_t, d) for an untied head
     output_bias: torch.Tensor | None = None  # (V_t,)
+    choice: dict | None = None  # where the method offered candidates: their losses and the one kept
 
 
 @dataclass(frozen=True)
@@ -241,19 +245,48 @@ def load_resources(spec: MethodSpec, config, target_tokenizer=None) -> tuple[dic
 
 
 def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str, torch.Tensor] | None = None,
-               progress: bool = False) -> MethodResult:
+               progress: bool = False, judge: Callable[[MethodResult], float] | None = None) -> MethodResult:
     """Run a registered method and build the new matrices.
 
     `source_matrices` may hold "output_embeddings" (V_s, d) and "output_bias" (V_s,) besides the input embeddings
     in `inputs`; each gets the same mapping, by the head and bias rule of each row's kind (KIND_RULES). Streams 0/1/2
-    seed their random rows independently.
+    seed their random rows independently. Where the method offers candidate mappings, each is finished and given to
+    `judge` (lower is better) and the best is returned, with the losses in `choice`; without a judge the first
+    candidate is returned.
     """
     config = make_config(name_or_config) if isinstance(name_or_config, str) else name_or_config
     spec = get_method(config.method_name)
     missing = [name for name in spec.requires if name not in inputs.resources]
     if missing:
         inputs.resource(missing[0])  # the error that says what to set
-    mapping = spec.function(inputs, config, progress=progress)
+    made = spec.function(inputs, config, progress=progress)
+    candidates = made if isinstance(made, dict) else {"": made}
+    assert candidates, f"method {spec.name} offered no mapping"
+    if len(candidates) == 1 or judge is None:
+        name, mapping = next(iter(candidates.items()))
+        result = finish_mapping(spec.name, mapping, inputs, config, source_matrices)
+        if len(candidates) > 1:
+            result.choice = {"chosen": name, "by": "default (no held-out text to compare on)",
+                             "candidates": list(candidates)}
+        return result
+    best, losses = None, {}
+    for name, mapping in candidates.items():
+        result = finish_mapping(f"{spec.name} ({name})", mapping, inputs, config, source_matrices)
+        loss = float(judge(result))
+        losses[name] = loss if math.isfinite(loss) else math.inf
+        logger.info("%s (%s): held-out loss %.4f", spec.name, name, losses[name])
+        if best is None or losses[name] < losses[best[0]]:  # ties keep the earlier candidate
+            best = (name, result)
+    name, result = best
+    result.choice = {"chosen": name, "by": "held-out loss", "losses": {
+        key: round(value, 5) if math.isfinite(value) else None for key, value in losses.items()}}
+    logger.info("%s: kept %s", spec.name, name)
+    return result
+
+
+def finish_mapping(name: str, mapping: TokenMapping, inputs: TransferInputs, config: MethodConfig,
+                   source_matrices: dict[str, torch.Tensor] | None) -> MethodResult:
+    """Special tokens, the fallback and each kind's check for a method's mapping, then its matrices."""
     assert isinstance(mapping, TokenMapping) and len(mapping) == len(inputs.target)
     assert mapping.head is None or (len(mapping.head) == len(mapping) and mapping.head.head is None)
     for finished in (mapping, mapping.head):
@@ -262,9 +295,9 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
         copy_special_tokens(finished, inputs, config)
         apply_fallback(finished, inputs, config.fallback)
         finished.check(len(inputs.source))  # each kind's rule (KIND_RULES), every row placed
-    logger.info("%s: %s", spec.name, mapping.summary())
+    logger.info("%s: %s", name, mapping.summary())
     if mapping.head is not None:
-        logger.info("%s, untied output head: %s", spec.name, mapping.head.summary())
+        logger.info("%s, untied output head: %s", name, mapping.head.summary())
     source_matrices = source_matrices or {}
     result = MethodResult(mapping, build_matrix(mapping, inputs.source_embeddings, config.seed, "embeddings"))
     # an untied head and its bias follow the head's own mapping where the method made one; a tied head's bias

@@ -15,9 +15,12 @@
    Each evidence has a weight: spelling `spelling_weight` (1), translations `dictionary_weight` (1), neighbours
    `vectors_weight`, by default the aligned space's held-out precision@1 (the share of unseen dictionary words whose
    nearest neighbour is their translation; 0.19 for code-switched German vectors, 0.03 for Procrustes on 1 M words,
-   0.01 for Swahili), so a poor alignment counts little. `mode: mix` (default) mixes a token's distributions by
-   these weights, normalised over the evidence it has; `mode: choose` takes its heaviest evidence alone (ties:
-   translations, then neighbours, then spelling).
+   0.01 for Swahili), so a poor alignment counts little. `mode: mix` mixes a token's distributions by these
+   weights, normalised over the evidence it has; `mode: choose` takes its heaviest evidence alone (ties:
+   translations, then neighbours, then spelling). `mode: auto` (default) offers both as candidates: a transfer with
+   target-language text keeps the one whose model has the lower loss on its held-out lines (`held_out_lines`), and
+   without such text (or for a masked LM) keeps `mix`. Where a token has one kind of evidence the two agree, so a
+   transfer without resources has one candidate.
 3. Special tokens by role, and what has no text (partial UTF-8 bytes) by the shared fallback (`subword`: the mean
    row). No row is random unless the fallback is set to `random`.
 
@@ -25,7 +28,8 @@ Rows get the kind of their strongest evidence: `translated` where a translation 
 neighbours are, `subword` where spelling alone made them.
 
 Decided here, not read from a paper: the weights (spelling and a human dictionary trusted alike; vectors as much as
-their measured precision), the false-friend rule, and the two modes. They are the same for every language;
+their measured precision), the false-friend rule, the two modes and choosing between them on held-out text (with a
+large dictionary, translations alone predict better; with a small one, mixing does: docs/benchmarks.md). They are the same for every language;
 docs/benchmarks.md has the figures. Memory: the neighbour step runs in row blocks (`kernels.topk_cosine`), and the
 mapping holds at most (pieces + translations + 10) entries per row.
 """
@@ -60,10 +64,11 @@ class CombinedConfig(MethodConfig):
     vectors_weight: float | None = field(default=None, metadata={
         "help": "Weight of the aligned neighbours, where word vectors are given; default: the alignment's held-out "
                 "precision@1."})
-    mode: Literal["mix", "choose"] = field(default="mix", metadata={
+    mode: Literal["auto", "mix", "choose"] = field(default="auto", metadata={
         "help": "mix: each row mixes the distributions of its evidence by their weights; choose: each row takes its "
-                "heaviest evidence alone (ties: translations, then neighbours, then spelling).",
-        "choices": ("mix", "choose")})
+                "heaviest evidence alone (ties: translations, then neighbours, then spelling); auto: both, and a "
+                "transfer keeps the one that predicts held-out target text better (mix without such text).",
+        "choices": ("auto", "mix", "choose")})
     false_friends: bool = field(default=True, metadata={
         "help": "A token both vocabularies share that is a dictionary word none of whose translations is itself "
                 "(German `die`, `also`, `Gift`) gets its evidence like any other token instead of the copy (whose "
@@ -201,27 +206,22 @@ def mix_evidence(size: int, evidence: list[Evidence]) -> tuple[np.ndarray, np.nd
 
 
 def false_friends(inputs: TransferInputs, rows: np.ndarray, dictionary) -> np.ndarray:
-    """The copied rows whose token is a word-start dictionary word (as written, else lower- or title-cased) none of
-    whose translations is the word itself (ignoring case)."""
-    from langswap.methods.tiktotok import translations
-    from langswap.resources.dictionary import case_variants
-
-    by_word = translations(dictionary)
+    """The copied rows whose token is a word-start dictionary word none of whose translations (those of any of its
+    case variants, `Dictionary.translations_of`) is the word itself (ignoring case)."""
     out = []
     for row in rows:
         token = inputs.target[int(row)]
         text = inputs.target.word_text(int(row))
         if not token.word_start or not text or not any(c.isalpha() for c in text):
             continue
-        found = next((by_word[variant] for variant in case_variants(text) if variant in by_word), None)
+        found = dictionary.translations_of(text)
         if found and text.lower() not in {translation.lower() for translation in found}:
             out.append(int(row))
     return np.asarray(out, dtype=np.int64)
 
 
-@register_method("combined", CombinedConfig, optional=("dictionary", "vectors"))
-def combined(inputs: TransferInputs, config: CombinedConfig, progress: bool = False) -> TokenMapping:
-    """Copy exact matches; mix spelling, dictionary translations and aligned neighbours by their reliability."""
+def base_mapping(inputs: TransferInputs, config: CombinedConfig) -> TokenMapping:
+    """Exact matches copied, false friends (where a dictionary is given) left to the evidence."""
     mapping = TokenMapping.empty(len(inputs.target))
     copy_exact_matches(mapping, inputs)
     if "dictionary" in inputs.resources and config.dictionary_weight > 0 and config.false_friends:
@@ -229,6 +229,29 @@ def combined(inputs: TransferInputs, config: CombinedConfig, progress: bool = Fa
         if len(friends):
             mapping.set_kind(friends, Kind.UNPLACED)
             logger.info("combined: %s shared tokens are dictionary words translated otherwise", f"{len(friends):,}")
+    return mapping
+
+
+def place_evidence(mapping: TokenMapping, evidence: list[Evidence]) -> TokenMapping:
+    """Write each row's mixed evidence into `mapping`, with the kind of its strongest evidence."""
+    placed, lengths, sources, weights, strongest = mix_evidence(len(mapping), evidence)
+    kinds = {"spelling": Kind.SUBWORD, "neighbours": Kind.MIXED, "translations": Kind.TRANSLATED}
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    for index, item in enumerate(evidence):
+        chosen = np.flatnonzero(strongest == index)
+        if len(chosen) == 0:
+            continue
+        entries = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in chosen])
+        mapping.set_ragged_rows(placed[chosen], kinds[item.name], lengths[chosen], sources[entries],
+                                weights[entries])
+    return mapping
+
+
+@register_method("combined", CombinedConfig, optional=("dictionary", "vectors"))
+def combined(inputs: TransferInputs, config: CombinedConfig,
+             progress: bool = False) -> TokenMapping | dict[str, TokenMapping]:
+    """Copy exact matches; mix spelling, dictionary translations and aligned neighbours by their reliability."""
+    mapping = base_mapping(inputs, config)
     rows = np.array([row for row in mapping.rows_of(Kind.UNPLACED) if not inputs.target[int(row)].special],
                     dtype=np.int64)
     if len(rows) == 0:
@@ -242,16 +265,10 @@ def combined(inputs: TransferInputs, config: CombinedConfig, progress: bool = Fa
         evidence.append(translation_evidence(inputs, rows, config))
     logger.info("combined: %s", ", ".join(f"{item.name} for {len(item.rows):,} tokens (weight {item.weight:.3g})"
                                           for item in evidence))
+    size = len(inputs.target)
     if config.mode == "choose":
-        evidence = choose_evidence(len(inputs.target), evidence)
-    placed, lengths, sources, weights, strongest = mix_evidence(len(inputs.target), evidence)
-    kinds = {"spelling": Kind.SUBWORD, "neighbours": Kind.MIXED, "translations": Kind.TRANSLATED}
-    starts = np.concatenate([[0], np.cumsum(lengths)])
-    for index, item in enumerate(evidence):
-        chosen = np.flatnonzero(strongest == index)
-        if len(chosen) == 0:
-            continue
-        entries = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in chosen])
-        mapping.set_ragged_rows(placed[chosen], kinds[item.name], lengths[chosen], sources[entries],
-                                weights[entries])
-    return mapping
+        return place_evidence(mapping, choose_evidence(size, evidence))
+    mixed = place_evidence(mapping, evidence)
+    if config.mode == "mix" or sum(1 for item in evidence if item.weight > 0 and item.rows) < 2:
+        return mixed  # with one kind of evidence, mixing and choosing are the same
+    return {"mix": mixed, "choose": place_evidence(base_mapping(inputs, config), choose_evidence(size, evidence))}

@@ -33,7 +33,6 @@ dictionary rows `translated` in provenance.tsv (fastText rows are `mixed`).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -45,7 +44,7 @@ from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInpu
 from langswap.methods.overlap import copy_exact_matches
 from langswap.progress import bar as progress_bar
 from langswap.resources.bilingual import SOURCE_TAGS, TARGET_TAGS
-from langswap.resources.dictionary import case_variants, check_direction
+from langswap.resources.dictionary import check_direction
 from langswap.tokens import Vocabulary
 
 VARIANTS = ("shared", "dictionary", "full")
@@ -95,17 +94,8 @@ def whole_words(vocabulary: Vocabulary) -> set[str]:
     return {text for token in vocabulary.tokens if token.word_start and (text := vocabulary.word_text(token.id))}
 
 
-def translations(dictionary) -> dict[str, list[str]]:
-    """Target word -> its translations, most frequent first (lines giving the pair; ties in dictionary order)."""
-    counts: dict[str, Counter] = {}
-    for source, target in dictionary.pairs:
-        counts.setdefault(target, Counter())[source] += 1
-    return {target: [source for source, _ in counter.most_common()] for target, counter in counts.items()}
-
-
 def _whole_word_candidates(inputs: TransferInputs, dictionary, rows) -> tuple[list[int], list[list[int]]]:
     """For each target row that is a dictionary word: its source candidates, most frequent translation first."""
-    by_word = translations(dictionary)
     first_token: dict[str, int | None] = {}
     placed, candidates = [], []
     for row in rows:
@@ -113,11 +103,8 @@ def _whole_word_candidates(inputs: TransferInputs, dictionary, rows) -> tuple[li
         text = inputs.target.word_text(int(row))
         if not token.word_start or text is None:
             continue
-        sources: list[str] = []  # the translations of the word as written, then of its other case variants
-        for variant in case_variants(text):
-            sources += [source for source in by_word.get(variant, ()) if source not in sources]
         ids: list[int] = []
-        for source in sources:
+        for source in dictionary.translations_of(text):
             if source not in first_token:
                 encoded = [i for i in inputs.source.encode_surface(source, True) if not inputs.source[i].special]
                 first_token[source] = encoded[0] if encoded else None

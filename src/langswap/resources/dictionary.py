@@ -8,7 +8,8 @@ as given, so they only match vectors and vocabularies that have them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from langswap.errors import MissingResourceError, ResourceFormatError, VocabularyError
@@ -19,6 +20,7 @@ from langswap.resources.text import read_lines
 class Dictionary:
     pairs: list[tuple[str, str]]
     name: str = "dictionary"
+    _by_target: dict[str, list[str]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: str | Path) -> "Dictionary":
@@ -47,6 +49,26 @@ class Dictionary:
 
     def __len__(self) -> int:
         return len(self.pairs)
+
+    def translations(self) -> dict[str, list[str]]:
+        """Target word -> its source translations, most frequent first (lines giving the pair; ties in dictionary
+        order). Computed once per dictionary."""
+        if self._by_target is None:
+            counts: dict[str, Counter] = {}
+            for source, target in self.pairs:
+                counts.setdefault(target, Counter())[source] += 1
+            self._by_target = {target: [source for source, _ in counter.most_common()]
+                               for target, counter in counts.items()}
+        return self._by_target
+
+    def translations_of(self, word: str) -> list[str]:
+        """The source translations of target `word` as written, then of its lower- and title-cased variants
+        (`case_variants`), without repeats; empty when it is no dictionary word."""
+        by_target = self.translations()
+        found: list[str] = []
+        for variant in case_variants(word):
+            found += [source for source in by_target.get(variant, ()) if source not in found]
+        return found
 
 
 def case_variants(word: str) -> list[str]:
