@@ -149,6 +149,12 @@ def test_optional_resources_are_read_only_when_given(tmp_path, cipher_vectors):
         "dictionary": str(dictionary), "source_vectors": str(cipher_vectors["source"]),
         "target_vectors": str(cipher_vectors["target"])}})
     assert spec.kinds(full) == ("dictionary", "vectors")
+    # a weight of 0 leaves a kind unread although the config gives it
+    for weight, kinds in (("vectors_weight", ("dictionary",)), ("dictionary_weight", ("vectors",))):
+        ignoring = from_dict(TransferConfig, {"method": {"name": "combined", weight: 0}, "resources": {
+            "dictionary": str(dictionary), "source_vectors": str(cipher_vectors["source"]),
+            "target_vectors": str(cipher_vectors["target"])}})
+        assert spec.kinds(ignoring) == kinds
     # a resource given in part is an error, as for a method that requires it
     half = from_dict(TransferConfig, {"method": "combined", "resources": {
         "source_vectors": str(cipher_vectors["source"])}})

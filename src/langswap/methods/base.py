@@ -50,6 +50,10 @@ class MethodConfig:
     def method_name(self) -> str:
         return METHOD_NAMES[type(self)]
 
+    def unused_kinds(self) -> tuple[str, ...]:
+        """Optional resource kinds these options make the method ignore (not loaded even when given)."""
+        return ()
+
 
 @dataclass
 class TransferInputs:
@@ -108,10 +112,13 @@ class MethodSpec:
 
     def kinds(self, config) -> tuple[str, ...]:
         """The resource kinds a transfer or bench config makes this method read: every required kind, and each
-        optional kind the config gives."""
+        optional kind the config gives, unless the config's method options ignore it (`unused_kinds`)."""
         from langswap.resources.kinds import get_resource
 
-        return self.requires + tuple(name for name in self.optional if get_resource(name).given(config))
+        method = getattr(config, "method", None)
+        unused = method.unused_kinds() if isinstance(method, MethodConfig) else ()
+        return self.requires + tuple(name for name in self.optional
+                                     if name not in unused and get_resource(name).given(config))
 
 
 # every module of langswap.methods registers its methods here when the first one is looked up

@@ -87,6 +87,11 @@ class CombinedConfig(MethodConfig):
                               f"({self.temperature}) positive.")
 
 
+    def unused_kinds(self) -> tuple[str, ...]:
+        return tuple(kind for kind, weight in (("dictionary", self.dictionary_weight),
+                                               ("vectors", self.vectors_weight)) if weight == 0)
+
+
 @dataclass
 class Evidence:
     """One kind of evidence for some target rows: for rows[i], sources[i] with weights[i] summing to 1."""

@@ -49,6 +49,8 @@ class JointConfig:
                                                         "replaced by a translation."})
     heldout_words: int = field(default=1500, metadata={"help": "Source words of the dictionary never switched, to "
                                                                 "measure precision@1 (at most a fifth)."})
+    passes: int = field(default=1, metadata={"help": "Times each text is written into the corpus, each time with "
+                                                     "its own random switches."})
     seed: int = field(default=0, metadata={"help": "Seed of the held-out words, the switching and the line order."})
     retrieval_words: int = field(default=200_000, metadata={"help": "Most frequent target words searched when "
                                                                      "measuring precision@1."})
@@ -64,6 +66,8 @@ class JointConfig:
             raise ConfigError(f"share is {self.share}; give a probability in (0, 1], e.g. 0.5.")
         if self.heldout_words < 0:
             raise ConfigError(f"heldout_words is {self.heldout_words}; give 0 or more.")
+        if self.passes < 1:
+            raise ConfigError(f"passes is {self.passes}; give 1 or more.")
 
 
 JOINT_FASTTEXT = FastTextConfig(dim=100, epoch=10, minCount=3)  # as the per-language vectors of the benchmarks
@@ -127,14 +131,16 @@ def write_code_switched_corpus(source_text: str | Path, target_text: str | Path,
     rng = random.Random(config.seed + 1)
     switched = {"source": 0, "target": 0}
     lines: list[str] = []
-    for side, table in (("source", forward), ("target", backward)):
-        for words in split[side]:
-            for index, word in enumerate(words):
-                translations = _lookup(table, word)
-                if translations and rng.random() < config.share:
-                    words[index] = rng.choice(translations)
-                    switched[side] += 1
-            lines.append(" ".join(words))
+    for _ in range(config.passes):
+        for side, table in (("source", forward), ("target", backward)):
+            for words in split[side]:
+                written = list(words)
+                for index, word in enumerate(written):
+                    translations = _lookup(table, word)
+                    if translations and rng.random() < config.share:
+                        written[index] = rng.choice(translations)
+                        switched[side] += 1
+                lines.append(" ".join(written))
     rng.shuffle(lines)
     with open(output, "w", encoding="utf-8") as out:
         for line in lines:
