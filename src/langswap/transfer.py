@@ -31,6 +31,7 @@ from langswap.resources.kinds import keys_in_use, resources_config_class
 
 logger = logging.getLogger(__name__)
 
+HELD_OUT_LINES = 100  # default held_out_lines
 HELD_OUT_TOKENS = 128  # tokens of each held-out line read when a method's candidates are compared
 
 
@@ -81,7 +82,7 @@ class TransferConfig(ModelPairConfig):
     eval_text: str | None = field(default=None, metadata={"help": "Held-out target text to score the new model on."})
     eval_lines: int = field(default=300, metadata={"help": "Lines of eval_text scored."})
     correspondence: int = field(default=12, metadata={"help": "Target tokens shown with their source tokens."})
-    held_out_lines: int = field(default=100, metadata={
+    held_out_lines: int = field(default=HELD_OUT_LINES, metadata={
         "help": "Lines at the end of the target text (calibration.text, target_text or resources.token_text; read "
                 "up to calibration.lines) on which a method's candidates are compared (combined, mode auto); the "
                 "one whose model predicts them best is kept. 0: the method's first candidate."})
@@ -176,6 +177,17 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     return model, result
 
 
+def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str]) -> dict:
+    """Frequency calibration (`langswap.calibrate`) of a transferred model's output rows at `strength`: every
+    non-special row, or with `rows: new` those the method did not copy. Returns calibrate's report."""
+    from langswap.calibrate import calibrate
+    from langswap.methods.mapping import Kind
+
+    kinds = mapping.kinds
+    moved = kinds != Kind.SPECIAL if config.rows == "all" else ~np.isin(kinds, [Kind.SPECIAL, Kind.COPIED])
+    return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved)
+
+
 def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
     """Run one transfer as `config` says and write the output folder; returns what happened. One process at a time
     writes an output folder: another gets `OutputLockedError` (`langswap.locking`)."""
@@ -236,15 +248,8 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
 
     calibration = {"skipped": skipped, "strength": 0.0}
     if strength > 0:
-        from langswap.calibrate import calibrate
-        from langswap.methods.mapping import Kind
-
         clock = time.perf_counter()
-        kinds = result.mapping.kinds
-        moved = kinds != Kind.SPECIAL if config.calibration.rows == "all" else ~np.isin(kinds, [Kind.SPECIAL,
-                                                                                                 Kind.COPIED])
-        calibration = calibrate(model, target_tokenizer, lines,
-                                dataclasses.replace(config.calibration, strength=strength), moved)
+        calibration = calibrate_rows(model, target_tokenizer, result.mapping, config.calibration, strength, lines)
         calibration["text"] = str(text)
         seconds["calibrate"] = time.perf_counter() - clock
     elif config.calibration.strength is None:

@@ -63,9 +63,8 @@ def demo_file(name: str) -> Path:
 
 def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict:
     """Run the demo; returns the table rows (also printed through `out`)."""
-    from langswap.calibrate import CalibrationConfig, calibrate
+    from langswap.calibrate import CalibrationConfig
     from langswap.config import to_dict
-    from langswap.methods.mapping import Kind
     from langswap.demo.smollm2 import HUB_NAME as SMOLLM2_HUB_NAME
     from langswap.demo.smollm2 import cache_dir, smollm2_135m
     from langswap.evaluation.correspondence import correspondence_rows, format_correspondence
@@ -83,7 +82,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     from langswap.resources.tokenizer import train_tokenizer
     from langswap.surgery import read_source_matrices
     from langswap.tokens import Vocabulary
-    from langswap.transfer import apply_method
+    from langswap.transfer import HELD_OUT_LINES, apply_method, calibrate_rows
 
     methods = [name.strip() for name in config.methods.split(",") if name.strip()]
     if not methods:
@@ -152,26 +151,32 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     matrices = read_source_matrices(model, len(source))
     inputs = TransferInputs(source, target, matrices.embeddings,
                             resources={"vectors": aligned, "dictionary": Dictionary.load(dictionary)})
-    train_lines = read_text_lines(german_train, "German training text", max_lines=20000) if config.calibrate else []
+    # the transfer's steps as `langswap transfer` takes them with target text: candidates compared and calibration
+    # checked on the text's last lines, calibration counted on the rest
+    train_lines = read_text_lines(german_train, "German training text", max_lines=CalibrationConfig.lines)
+    held_out = train_lines[-HELD_OUT_LINES:]
     saved_name = DEFAULT_METHOD if DEFAULT_METHOD in methods else methods[-1]
     saved = wechsel_result = None
     for name in methods:
         options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
         method_config = make_config(name, **options)
-        transferred, result = apply_method(model, inputs, matrices, method_config, copy=True, progress=True)
+        transferred, result = apply_method(model, inputs, matrices, method_config, copy=True, progress=True,
+                                           held_out=held_out)
         score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
         counts = ", ".join(f"{kind} {count:,}" for kind, count in result.mapping.counts().items())
+        if result.choice and "losses" in result.choice:
+            counts += f" (mode {result.choice['chosen']}, kept on held-out lines)"
         rows.append({"model": name, **score.as_dict(), "counts": counts})
         if config.calibrate:
-            calibration = calibrate(transferred, target_tokenizer, train_lines,
-                                    CalibrationConfig(strength=config.calibrate), result.mapping.kinds != Kind.SPECIAL)
+            calibration = calibrate_rows(transferred, target_tokenizer, result.mapping, CalibrationConfig(),
+                                         config.calibrate, train_lines)
             score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
             rows.append({"model": f"{name} + calibration", **score.as_dict(),
                          "counts": f"{counts}; {calibration['rows']:,} output rows calibrated"})
         if name == "wechsel":
             wechsel_result = result
         if name == saved_name:
-            saved = (transferred, result, method_config, score)
+            saved = (transferred, result, method_config, score, calibration if config.calibrate else None)
         del transferred
 
     out("5/5 results")
@@ -180,13 +185,13 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         out("\nA sample of German tokens and the English tokens WECHSEL made them from:")
         sample = correspondence_rows(wechsel_result.mapping, source, target, count=12, seed=config.seed)
         out(format_correspondence(sample))
-    transferred, result, method_config, score = saved
+    transferred, result, method_config, score, calibration = saved
     output = workdir / f"smollm2-135m-de-{saved_name}"
     with atomic_directory(output, overwrite=True) as folder:
         transferred.save_pretrained(folder)
         save_tokenizer(target_tokenizer, folder)
         record = {"method": saved_name, "counts": result.mapping.counts(), "alignment": alignment,
-                  "calibration": {"strength": config.calibrate} if config.calibrate else None,
+                  "method_choice": result.choice, "calibration": calibration,
                   "metrics": score.as_dict(), "demo": rows,
                   "config": {"source_model": str(model_dir), "language": "de",
                              "method": {"name": saved_name, **to_dict(method_config)},
