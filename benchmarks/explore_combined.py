@@ -2,7 +2,9 @@
 
 A quick look before a bench: the tokenizer, vectors (aligned on the dictionary) and dictionary of bench_tiktotok.py
 (built when missing), SmolLM2-135M, every setting transferred in memory and scored on the first --eval-lines lines of
-the language's test split, then calibrated (strength 1, on the training split) and scored again.
+the language's test split, then calibrated (strength 1, on the training split) and scored again, as a transfer with
+the training split as its target text does: a method's candidates (combined, mode auto) compared on the split's last
+100 lines, which calibration leaves out of its counts and checks itself on.
 
     python benchmarks/explore_combined.py --language de --settings overlap "combined mode=choose"
 
@@ -34,11 +36,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from langswap.calibrate import CalibrationConfig, calibrate
+    from langswap.calibrate import CalibrationConfig
     from langswap.demo.smollm2 import smollm2_135m
     from langswap.evaluation.language_modeling import causal_lm_score
     from langswap.methods.base import TransferInputs, make_config
-    from langswap.methods.mapping import Kind
     from langswap.models import load_model, load_tokenizer
     from langswap.resources.dictionary import Dictionary
     from langswap.resources.kinds import resources_config
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
     from langswap.resources.text import read_text_lines
     from langswap.surgery import read_source_matrices
     from langswap.tokens import Vocabulary
-    from langswap.transfer import apply_method
+    from langswap.transfer import HELD_OUT_LINES, apply_method, calibrate_rows
 
     model_dir = smollm2_135m()
     built = cached_resources(args.data, model_dir) if args.language == "de" else swahili_resources(args.data, model_dir)
@@ -68,13 +69,15 @@ def main(argv=None) -> int:
         name, *options = setting.split()
         config = make_config(name, **{k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in options)})
         clock = time.perf_counter()
-        transferred, result = apply_method(model, inputs, matrices, config, copy=True)
+        transferred, result = apply_method(model, inputs, matrices, config, copy=True,
+                                           held_out=train[-HELD_OUT_LINES:])
         plain = causal_lm_score(transferred, target.tokenizer, lines).bits_per_byte
-        calibrate(transferred, target.tokenizer, train, CalibrationConfig(strength=1.0),
-                  result.mapping.kinds != Kind.SPECIAL)
+        report = calibrate_rows(transferred, target.tokenizer, result.mapping, CalibrationConfig(), 1.0, train)
         calibrated = causal_lm_score(transferred, target.tokenizer, lines).bits_per_byte
-        print(f"| {args.language} | {setting} | {plain:.4f} | {calibrated:.4f} | {result.mapping.summary()} | "
-              f"{time.perf_counter() - clock:.0f} s |", flush=True)
+        choice = f"kept {result.choice['chosen']} {result.choice.get('losses')}; " if result.choice else ""
+        put_back = f"; calibration {report['skipped']}" if report.get("skipped") else ""
+        print(f"| {args.language} | {setting} | {plain:.4f} | {calibrated:.4f} | {choice}{result.mapping.summary()}"
+              f"{put_back} | {time.perf_counter() - clock:.0f} s |", flush=True)
         del transferred
     return 0
 

@@ -192,9 +192,10 @@ def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
     """Run one transfer as `config` says and write the output folder; returns what happened. One process at a time
     writes an output folder: another gets `OutputLockedError` (`langswap.locking`)."""
     from langswap.locking import OutputLock
+    from langswap.models import transformers_bars
 
     config.validate()
-    with OutputLock(config.output, "transfer output folder"):
+    with OutputLock(config.output, "transfer output folder"), transformers_bars(progress):
         return _transfer(config, progress)
 
 

@@ -43,14 +43,28 @@ def base_name(mapping: TokenMapping, token_id: int) -> str | None:
 def write_provenance(path: Path, mapping: TokenMapping, source: Vocabulary, target: Vocabulary) -> None:
     """One line per target token: id, token, how made, source tokens with weights (`ID:'TOKEN':WEIGHT` each, heaviest
     first), or for a BASE_PLUS_OFFSET row its base row as `NAME[ROW]+offset`."""
+    indptr, indices, weights, kinds = mapping.indptr, mapping.indices, mapping.weights, mapping.kinds
+    names = {int(kind): Kind(int(kind)).name.lower() for kind in np.unique(kinds)}
+    base_targets, base_names, base_rows = mapping.base_rows()
+    bases = {int(row): f"{name}[{int(base)}]+offset" for row, name, base in zip(base_targets, base_names, base_rows)}
+    shown: dict[int, str] = {}  # each source token written once per file, however many rows name it
+
+    def source_entry(source_id: int) -> str:
+        if source_id not in shown:
+            shown[source_id] = f"{source_id}:{show_token(source, source_id)!r}:"
+        return shown[source_id]
+
     with open(path, "w", encoding="utf-8") as handle:
         handle.write("id\ttoken\tkind\tsources\n")
         for token_id in range(len(mapping)):
-            base = base_name(mapping, token_id)
-            sources = f"{base}+offset" if base is not None else " ".join(
-                f"{source_id}:{show_token(source, source_id)!r}:{weight:.4f}"
-                for source_id, weight in token_sources(mapping, token_id))
-            handle.write(f"{token_id}\t{show_token(target, token_id)!r}\t{kind_name(mapping, token_id)}\t{sources}\n")
+            sources = bases.get(token_id)
+            if sources is None:
+                start, stop = int(indptr[token_id]), int(indptr[token_id + 1])
+                row_weights = weights[start:stop]
+                order = np.argsort(-np.abs(row_weights), kind="stable") if stop - start > 1 else range(stop - start)
+                sources = " ".join(f"{source_entry(int(indices[start + j]))}{float(row_weights[j]):.4f}"
+                                   for j in order)
+            handle.write(f"{token_id}\t{show_token(target, token_id)!r}\t{names[int(kinds[token_id])]}\t{sources}\n")
 
 
 def refuse_non_finite_rows(result, inputs) -> None:
