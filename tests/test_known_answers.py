@@ -166,9 +166,12 @@ def test_correspondence_rows_name_the_sources_heaviest_first():
                     {"id": word("of"), "token": "_of", "kind": "copied", "sources": [("_of", 1.0)]}]
     assert format_correspondence(rows).splitlines()[2:] == ["| _the | mixed | _of (0.75), _and (0.25) |",
                                                             "| _of | copied | _of (1.00) |"]
-    # sampling picks only mixed word starts of at least min_length characters
+    # sampling picks only mixed or translated word starts of at least min_length characters
     assert [row["id"] for row in correspondence_rows(mapping, vocabulary, vocabulary, min_length=3)] == [target]
     assert correspondence_rows(mapping, vocabulary, vocabulary, min_length=4) == []
+    mapping.set_rows(np.array([word("and")]), Kind.TRANSLATED, [[word("of")]], [[1.0]])
+    assert [row["id"] for row in correspondence_rows(mapping, vocabulary, vocabulary, min_length=3)] == sorted(
+        [target, word("and")])
 
 
 # -- surgery -----------------------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ word vectors of English and German in one space (one fastText model on code-swit
 dictionary: `langswap.resources.joint`; `vectors: procrustes` aligns two models instead), then initialise the German
 embeddings with each method and score held-out German text, then again after frequency calibration
 (`langswap.calibrate`) on the German training text. Prints a table of bits per byte and perplexity, and a sample of
-the token correspondences WECHSEL found; writes the model of langswap's default method (`methods.base.DEFAULT_METHOD`,
+the German tokens the default method made from their meaning (dictionary translations, aligned neighbours) with the
+English tokens they were made from; writes the model of langswap's default method (`methods.base.DEFAULT_METHOD`,
 calibrated unless `calibrate` is 0), which `from_pretrained` loads.
 
 The bundled text is small (0.75 M words a language), so vectors and alignment are weaker than with the papers'
@@ -156,7 +157,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     train_lines = read_text_lines(german_train, "German training text", max_lines=CalibrationConfig.lines)
     held_out = train_lines[-HELD_OUT_LINES:]
     saved_name = DEFAULT_METHOD if DEFAULT_METHOD in methods else methods[-1]
-    saved = wechsel_result = None
+    saved = None
     for name in methods:
         options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
         method_config = make_config(name, **options)
@@ -173,19 +174,17 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
             score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
             rows.append({"model": f"{name} + calibration", **score.as_dict(),
                          "counts": f"{counts}; {calibration['rows']:,} output rows calibrated"})
-        if name == "wechsel":
-            wechsel_result = result
         if name == saved_name:
             saved = (transferred, result, method_config, score, calibration if config.calibrate else None)
         del transferred
 
     out("5/5 results")
     out(format_table(rows))
-    if wechsel_result is not None:
-        out("\nA sample of German tokens and the English tokens WECHSEL made them from:")
-        sample = correspondence_rows(wechsel_result.mapping, source, target, count=12, seed=config.seed)
-        out(format_correspondence(sample))
     transferred, result, method_config, score, calibration = saved
+    sample = correspondence_rows(result.mapping, source, target, count=12, seed=config.seed)
+    if sample:
+        out(f"\nA sample of German tokens and the English tokens {saved_name} made them from:")
+        out(format_correspondence(sample))
     output = workdir / f"smollm2-135m-de-{saved_name}"
     with atomic_directory(output, overwrite=True) as folder:
         transferred.save_pretrained(folder)

@@ -17,9 +17,11 @@ def correspondence_rows(mapping: TokenMapping, source: Vocabulary, target: Vocab
                         seed: int = 0, min_length: int = 4, token_ids: list[int] | None = None) -> list[dict]:
     """`count` sampled (or the given) target tokens: kind and [(source token, weight)] best first.
 
-    Sampled tokens are word starts of at least `min_length` characters made by mixing, the interesting case."""
+    Sampled tokens are word starts of at least `min_length` characters made from what they mean (mixed from aligned
+    neighbours, or from dictionary translations), the interesting case."""
     if token_ids is None:
-        candidates = [t.id for t in target.tokens if mapping.kinds[t.id] == Kind.MIXED and t.word_start
+        meaning = np.isin(mapping.kinds, [Kind.MIXED, Kind.TRANSLATED])
+        candidates = [t.id for t in target.tokens if meaning[t.id] and t.word_start
                       and t.text is not None and len(t.text) >= min_length]
         rng = np.random.default_rng(seed)
         token_ids = sorted(rng.choice(candidates, size=min(count, len(candidates)), replace=False).tolist()) \
