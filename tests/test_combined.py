@@ -280,3 +280,75 @@ def test_a_transfer_keeps_the_candidate_that_predicts_held_out_text_best(tmp_pat
     assert main(base + ["--set", "held_out_lines=0", "--output", str(tmp_path / "none")]) == 0
     none = json.loads((tmp_path / "none" / "langswap.json").read_text())["method_choice"]
     assert none["chosen"] == "mix" and "no held-out text" in none["by"]
+
+
+@pytest.fixture(scope="module")
+def helper_world():
+    """A half-ciphered target language; `ideal` is the source model under the target tokenizer (each target token's
+    row is the source row of its plain twin or of itself), `noise` a helper of random rows."""
+    from langswap.resources.kinds.helper import HelperModel
+    from test_focus import CLEAR_WORDS, walk_lines
+
+    source_tokenizer = byte_level_tokenizer(walk_lines(3000, seed=2, cipher_share=0.0), vocab_size=600)
+    target_tokenizer = byte_level_tokenizer(walk_lines(3000, seed=1, cipher_share=0.5), vocab_size=900)
+    source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
+    embeddings = torch.randn(len(source), 64, generator=torch.Generator().manual_seed(0))
+    ideal = torch.randn(len(target), 64, generator=torch.Generator().manual_seed(1))
+    source_ids, target_ids = source_tokenizer.get_vocab(), target_tokenizer.get_vocab()
+    for token, row in target_ids.items():
+        if token in source_ids:
+            ideal[row] = embeddings[source_ids[token]]
+    twins = {}
+    for word in CLEAR_WORDS:
+        plain, ciphered = "Ġ" + word, "Ġ" + cipher_word(word)
+        if plain in source_ids and plain in target_ids and ciphered in target_ids:
+            ideal[target_ids[ciphered]] = embeddings[source_ids[plain]]
+            twins[target_ids[ciphered]] = source_ids[plain]
+    noise = torch.randn(len(target), 64, generator=torch.Generator().manual_seed(2))
+    return source, target, embeddings, twins, HelperModel(ideal, None, "ideal"), HelperModel(noise, None, "noise")
+
+
+def test_a_helper_counts_as_far_as_its_geometry_agrees_with_the_source_model(helper_world):
+    from langswap.methods.combined import HELPER_SAMPLE, helper_agreement
+
+    source, target, embeddings, twins, ideal, noise = helper_world
+    copied = run_method(make_config("overlap"), TransferInputs(source, target, embeddings)).mapping
+    overlap = copied.rows_of(Kind.COPIED)
+    overlap_sources = np.array([copied.row(int(row))[0][0] for row in overlap])
+    assert len(overlap) > 100
+    assert helper_agreement(ideal.embeddings, overlap, overlap_sources, embeddings, 10) == 1.0
+    # random rows agree about as often as chance, neighbors / shared tokens
+    chance = 10 / len(overlap)
+    assert helper_agreement(noise.embeddings, overlap, overlap_sources, embeddings, 10) < 3 * chance + 0.02
+    assert len(overlap) < HELPER_SAMPLE  # every shared token was tried
+
+    def run(helper, **options):
+        inputs = TransferInputs(source, target, embeddings, resources={"helper_model": helper})
+        return run_method(make_config("combined", mode="mix", **options), inputs).mapping
+
+    mapping = run(ideal)
+    fvt = run_method(make_config("fvt"), TransferInputs(source, target, embeddings)).mapping
+    leaning = 0
+    for row, twin in twins.items():
+        if mapping.kinds[row] == Kind.COPIED:
+            continue
+        assert mapping.kinds[row] == Kind.MIXED
+        sources, weights = mapping.row(row)
+        share = dict(zip(sources.tolist(), weights.tolist()))
+        spelled = dict(zip(*(a.tolist() for a in fvt.row(row))))
+        # weight 1 against spelling's 1: the twin (cosine 1, far ahead at temperature 0.1) takes about half the row
+        assert share[twin] - spelled.get(twin, 0.0) / 2 == pytest.approx(0.5, abs=0.01)
+        leaning += 1
+    assert leaning > 30
+    # a helper of random rows measures near 0 and moves rows by that little; a weight of 0 ignores it
+    agreement = helper_agreement(noise.embeddings, overlap, overlap_sources, embeddings, 10)
+    noisy = run(noise)
+    spelled_rows = [int(row) for row in np.flatnonzero(noisy.kinds == Kind.MIXED) if len(fvt.row(int(row))[0])]
+    for row in spelled_rows:
+        share = dict(zip(*(a.tolist() for a in noisy.row(row))))
+        assert sum(share.get(piece, 0.0) for piece in set(fvt.row(row)[0].tolist())) >= 1 / (1 + agreement) - 1e-6
+    assert (len(spelled_rows) > 0) == (agreement > 0)
+    ignored = run(noise, helper_weight=0)
+    assert np.array_equal(ignored.kinds, fvt.kinds)
+    forced = run(noise, helper_weight=1.0)
+    assert (forced.kinds == Kind.MIXED).sum() > 100

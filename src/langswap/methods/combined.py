@@ -11,11 +11,16 @@
      translations, most frequent first, with Tik-to-Tok's 30/10/60 weights (`tiktotok`'s dictionary step);
    - **aligned neighbours** (when word vectors are given, `resources.joint_vectors` or two vector files with a
      dictionary or an alignment): WECHSEL's softmax(cosine / 0.1) over the 10 nearest source tokens of the same
-     word-start role.
+     word-start role;
+   - **a helper's neighbours** (when `resources.helper_model` is given: a model that already uses the target
+     tokenizer, as CLP's): softmax(cosine / 0.1) over the 10 shared tokens nearest in the helper's embedding space,
+     as their source rows.
    Each evidence has a weight: spelling `spelling_weight` (1), translations `dictionary_weight` (1), neighbours
    `vectors_weight`, by default the aligned space's held-out precision@1 (the share of unseen dictionary words whose
    nearest neighbour is their translation; 0.19 for code-switched German vectors, 0.03 for Procrustes on 1 M words,
-   0.01 for Swahili), so a poor alignment counts little. `mode: mix` mixes a token's distributions by these
+   0.01 for Swahili), so a poor alignment counts little; the helper `helper_weight`, by default its measured
+   agreement with the source model (`helper_agreement`: the share of shared tokens whose nearest shared token in
+   the helper's space is among their 10 nearest in the source model's; chance is about 10 / shared tokens). `mode: mix` mixes a token's distributions by these
    weights, normalised over the evidence it has; `mode: choose` takes its heaviest evidence alone (ties:
    translations, then neighbours, then spelling). `mode: auto` (default) offers both as candidates: a transfer with
    target-language text keeps the one whose model has the lower loss on its held-out lines (`held_out_lines`), and
@@ -25,10 +30,10 @@
    row). No row is random unless the fallback is set to `random`.
 
 Rows get the kind of their strongest evidence: `translated` where a translation is in the row, `mixed` where
-neighbours are, `subword` where spelling alone made them.
+neighbours (aligned or the helper's) are, `subword` where spelling alone made them.
 
 Decided here, not read from a paper: the weights (spelling and a human dictionary trusted alike; vectors as much as
-their measured precision), the false-friend rule, the two modes and choosing between them on held-out text (with a
+their measured precision; a helper as much as its geometry agrees with the source model's where both are known), the false-friend rule, the two modes and choosing between them on held-out text (with a
 large dictionary, translations alone predict better; with a small one, mixing does: docs/benchmarks.md). They are the same for every language;
 docs/benchmarks.md has the figures. Memory: the neighbour step runs in row blocks (`kernels.topk_cosine`), and the
 mapping holds at most (pieces + translations + 10) entries per row.
@@ -41,14 +46,18 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+import torch
 
 from langswap.errors import ConfigError
 from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method, subword_sources
 from langswap.methods.fvt import WEIGHTINGS, piece_weights
+from langswap.kernels import topk_cosine
 from langswap.methods.overlap import copy_exact_matches
 from langswap.progress import bar as progress_bar
 
 logger = logging.getLogger(__name__)
+
+HELPER_SAMPLE = 2000  # shared tokens the helper's agreement with the source model is measured on
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +73,9 @@ class CombinedConfig(MethodConfig):
     vectors_weight: float | None = field(default=None, metadata={
         "help": "Weight of the aligned neighbours, where word vectors are given; default: the alignment's held-out "
                 "precision@1."})
+    helper_weight: float | None = field(default=None, metadata={
+        "help": "Weight of the neighbours in a helper model's space, where resources.helper_model is given; "
+                "default: the helper's measured agreement with the source model (see the module docstring)."})
     mode: Literal["auto", "mix", "choose"] = field(default="auto", metadata={
         "help": "mix: each row mixes the distributions of its evidence by their weights; choose: each row takes its "
                 "heaviest evidence alone (ties: translations, then neighbours, then spelling); auto: both, and a "
@@ -78,7 +90,8 @@ class CombinedConfig(MethodConfig):
 
     def __post_init__(self):
         weights = {"spelling_weight": self.spelling_weight, "dictionary_weight": self.dictionary_weight,
-                   "vectors_weight": 0.0 if self.vectors_weight is None else self.vectors_weight}
+                   "vectors_weight": 0.0 if self.vectors_weight is None else self.vectors_weight,
+                   "helper_weight": 0.0 if self.helper_weight is None else self.helper_weight}
         negative = [f"method.{name} = {value}" for name, value in weights.items() if not value >= 0]
         if negative:
             raise ConfigError(f"{', '.join(negative)}: evidence weights must be non-negative numbers.")
@@ -88,8 +101,8 @@ class CombinedConfig(MethodConfig):
 
 
     def unused_kinds(self) -> tuple[str, ...]:
-        return tuple(kind for kind, weight in (("dictionary", self.dictionary_weight),
-                                               ("vectors", self.vectors_weight)) if weight == 0)
+        return tuple(kind for kind, weight in (("dictionary", self.dictionary_weight), ("vectors", self.vectors_weight),
+                                               ("helper_model", self.helper_weight)) if weight == 0)
 
 
 @dataclass
@@ -157,6 +170,53 @@ def neighbour_evidence(inputs: TransferInputs, rows: np.ndarray, config: Combine
     keep = [sources[i] >= 0 for i in range(len(placed))]
     return Evidence("neighbours", weight, placed.tolist(), [sources[i][k] for i, k in enumerate(keep)],
                     [weights[i][k] for i, k in enumerate(keep)])
+
+
+def helper_agreement(helper: torch.Tensor, overlap_targets: np.ndarray, overlap_sources: np.ndarray,
+                     source_embeddings: torch.Tensor, neighbors: int, sample: int = HELPER_SAMPLE,
+                     seed: int = 0) -> float:
+    """How far a helper's geometry predicts the source model's, measured on the tokens both know: the share of (up
+    to `sample`) shared tokens whose nearest other shared token in the helper's space is among their `neighbors`
+    nearest in the source model's space (chance: about neighbors / shared tokens; a helper that is the source model
+    under another tokenizer: 1)."""
+    if len(overlap_targets) <= neighbors + 1:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    picked = np.sort(rng.choice(len(overlap_targets), size=min(sample, len(overlap_targets)), replace=False))
+    helper_keys = helper[torch.from_numpy(overlap_targets)]
+    source_keys = source_embeddings[torch.from_numpy(overlap_sources)]
+    nearest = []
+    for keys, k in ((helper_keys, 2), (source_keys, neighbors + 1)):
+        _, found = topk_cosine(keys[torch.from_numpy(picked)], keys, k)
+        # drop each query itself (the first where the query row is its own best match)
+        nearest.append([[int(j) for j in row if j != i][:k - 1] for i, row in zip(picked.tolist(), found.tolist())])
+    return float(np.mean([h[0] in set(s) for h, s in zip(*nearest)]))
+
+
+def helper_evidence(inputs: TransferInputs, mapping: TokenMapping, rows: np.ndarray, config: CombinedConfig,
+                    progress: bool) -> Evidence:
+    """Each row's nearest shared tokens in the helper's space (softmax of cosine / temperature over the
+    `neighbors` nearest), as their source rows; weighted by `helper_weight` or `helper_agreement`."""
+    helper = inputs.resource("helper_model").embeddings
+    overlap = mapping.rows_of(Kind.COPIED)
+    sources_of = np.array([mapping.row(int(row))[0][0] for row in overlap], dtype=np.int64)
+    weight = config.helper_weight
+    if weight is None:
+        weight = helper_agreement(helper, overlap, sources_of, inputs.source_embeddings, config.neighbors,
+                                  seed=config.seed)
+        logger.info("combined: the helper's nearest shared token is among the source model's %d nearest for %.3f "
+                    "of the shared tokens tried", config.neighbors, weight)
+    if weight <= 0 or len(overlap) == 0:
+        return Evidence("helper", 0.0, [], [], [])
+    k = min(config.neighbors, len(overlap))
+    bar = progress_bar(progress, len(rows), "combined helper", "token")
+    similarities, found = topk_cosine(helper[torch.from_numpy(rows)], helper[torch.from_numpy(overlap)], k,
+                                      progress=bar.update if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    weights = torch.softmax(similarities.to(torch.float64) / config.temperature, dim=1).numpy()
+    sources = sources_of[found.numpy()]
+    return Evidence("helper", weight, rows.tolist(), list(sources), list(weights))
 
 
 def choose_evidence(size: int, evidence: list[Evidence]) -> list[Evidence]:
@@ -240,7 +300,8 @@ def base_mapping(inputs: TransferInputs, config: CombinedConfig) -> TokenMapping
 def place_evidence(mapping: TokenMapping, evidence: list[Evidence]) -> TokenMapping:
     """Write each row's mixed evidence into `mapping`, with the kind of its strongest evidence."""
     placed, lengths, sources, weights, strongest = mix_evidence(len(mapping), evidence)
-    kinds = {"spelling": Kind.SUBWORD, "neighbours": Kind.MIXED, "translations": Kind.TRANSLATED}
+    kinds = {"spelling": Kind.SUBWORD, "neighbours": Kind.MIXED, "helper": Kind.MIXED,
+             "translations": Kind.TRANSLATED}
     starts = np.concatenate([[0], np.cumsum(lengths)])
     for index, item in enumerate(evidence):
         chosen = np.flatnonzero(strongest == index)
@@ -252,10 +313,10 @@ def place_evidence(mapping: TokenMapping, evidence: list[Evidence]) -> TokenMapp
     return mapping
 
 
-@register_method("combined", CombinedConfig, optional=("dictionary", "vectors"))
+@register_method("combined", CombinedConfig, optional=("dictionary", "vectors", "helper_model"))
 def combined(inputs: TransferInputs, config: CombinedConfig,
              progress: bool = False) -> TokenMapping | dict[str, TokenMapping]:
-    """Copy exact matches; mix spelling, dictionary translations and aligned neighbours by their reliability."""
+    """Copy exact matches; mix spelling, dictionary translations, aligned and helper neighbours by reliability."""
     mapping = base_mapping(inputs, config)
     rows = np.array([row for row in mapping.rows_of(Kind.UNPLACED) if not inputs.target[int(row)].special],
                     dtype=np.int64)
@@ -266,6 +327,10 @@ def combined(inputs: TransferInputs, config: CombinedConfig,
         weight = vectors_reliability(inputs.resource("vectors"), config)
         if weight > 0:
             evidence.append(neighbour_evidence(inputs, rows, config, weight, progress))
+    if "helper_model" in inputs.resources and config.helper_weight != 0:
+        found = helper_evidence(inputs, mapping, rows, config, progress)
+        if found.weight > 0:
+            evidence.append(found)
     if "dictionary" in inputs.resources and config.dictionary_weight > 0:
         evidence.append(translation_evidence(inputs, rows, config))
     logger.info("combined: %s", ", ".join(f"{item.name} for {len(item.rows):,} tokens (weight {item.weight:.3g})"
