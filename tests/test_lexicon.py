@@ -184,3 +184,19 @@ def test_lexicon_command_with_and_without_the_alignment(capsys, cipher_vectors, 
     out = capsys.readouterr().out
     raw = float(out.split("precision@1: nearest neighbour ")[1].split()[0])
     assert raw < 0.2 and "precision@5" not in out
+
+
+def test_precision_over_words_spelled_otherwise_leaves_out_names_and_loanwords():
+    """In one joint space a word and its same-spelled translation are one vector: retrieving `Hotel` for `hotel` says
+    nothing about how the space ties `house` to `Haus`, which the `_distinct` measures keep apart."""
+    from langswap.resources.retrieval import dictionary_precision
+
+    source = WordVectors(["hotel", "house"], np.array([[1.0, 0.0], [0.6, 0.8]]))
+    target = WordVectors(["Hotel", "Haus"], np.array([[1.0, 0.0], [-0.6, 0.8]]))
+    report = dictionary_precision(source, target, [("hotel", "Hotel"), ("house", "Haus")], ["hotel", "house"])
+    # `house` is nearer `Hotel` (0.6) than `Haus` (0.28): half right in all, wrong on the one word spelled otherwise
+    assert report["precision_at_1"] == 0.5 and report["queries"] == 2
+    assert report["precision_at_1_distinct"] == 0.0 and report["distinct_queries"] == 1
+    turned = WordVectors(["Hotel", "Haus"], np.array([[1.0, 0.0], [0.6, 0.8]]))
+    assert dictionary_precision(source, turned, [("hotel", "Hotel"), ("house", "Haus")],
+                                ["hotel", "house"])["precision_at_1_distinct"] == 1.0

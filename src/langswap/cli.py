@@ -180,6 +180,13 @@ def _transfer_config(args):
     return from_dict(TransferConfig, apply_overrides(data, _overrides(args)))
 
 
+def _distinct(report: dict) -> str:
+    from langswap.modelcard import distinct_precision
+
+    text = distinct_precision(report)
+    return f"; {text}" if text else ""
+
+
 def cmd_transfer(args) -> int:
     from langswap.evaluation.correspondence import format_correspondence
     from langswap.transfer import transfer
@@ -195,10 +202,11 @@ def cmd_transfer(args) -> int:
         print(f"alignment: read from {report.alignment['alignment']}{measured}")
     elif report.alignment and "pairs_used" in report.alignment:
         print(f"alignment: {report.alignment['pairs_used']:,} pairs, precision@1 {report.alignment['precision_at_1']}"
-              f" (CSLS {report.alignment['precision_at_1_csls']})")
+              f" (CSLS {report.alignment['precision_at_1_csls']}){_distinct(report.alignment)}")
     elif report.alignment and "joint_vectors" in report.alignment:  # one space from the start: no rotation
         print(f"joint vectors {report.alignment['joint_vectors']}: held-out precision@1 "
-              f"{report.alignment.get('precision_at_1')} (CSLS {report.alignment.get('precision_at_1_csls')})")
+              f"{report.alignment.get('precision_at_1')} (CSLS {report.alignment.get('precision_at_1_csls')})"
+              f"{_distinct(report.alignment)}")
     if report.choice:
         from langswap.modelcard import describe_choice
 
@@ -267,7 +275,7 @@ def cmd_fasttext(args) -> int:
               f"{report['switched']['source']:,} source and {report['switched']['target']:,} target words switched")
         if report.get("precision_at_1") is not None:
             print(f"held-out precision@1 {report['precision_at_1']} (CSLS {report['precision_at_1_csls']}) on "
-                  f"{report['queries']:,} words")
+                  f"{report['queries']:,} words{_distinct(report)}")
         return 0
     if args.tokenizer:
         from langswap.models import load_tokenizer
@@ -321,7 +329,7 @@ def cmd_align(args) -> int:
     print(f"wrote {args.output}: {report['word_pairs']:,} word pairs from {report['entries_covered']:,} of "
           f"{report['dictionary_entries']:,} entries; precision@1 {report['precision_at_1']} "
           f"(CSLS {report['precision_at_1_csls']}) on {report.get('heldout_words', 0)} held-out words "
-          f"({report['queries']} queries, case variants included)")
+          f"({report['queries']} queries, case variants included){_distinct(report)}")
     if report.get("pca"):
         print(report["pca"])
     return 0

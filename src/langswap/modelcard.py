@@ -409,6 +409,15 @@ def _source_line(source, source_folder, base_model, named_by) -> str:
     return line + "; no hub name recorded)"
 
 
+def distinct_precision(report: dict) -> str | None:
+    """The held-out precision@1 over the words whose translations are spelled otherwise, for people; None where the
+    report predates that measure."""
+    if report.get("precision_at_1_distinct") is None:
+        return None
+    return (f"{report['precision_at_1_distinct']:.3f} (CSLS {report.get('precision_at_1_csls_distinct', 0):.3f}) on "
+            f"the {_count(report.get('distinct_queries', 0))} whose translations are spelled otherwise")
+
+
 def describe_choice(choice: dict) -> str:
     """Which of a method's candidate mappings a transfer kept, and on what grounds (`MethodResult.choice`)."""
     if "losses" in choice:
@@ -446,7 +455,8 @@ def _alignment_line(report: dict | None) -> str:
             precision += f" (CSLS {report['precision_at_1_csls']:.3f})"
         if report.get("heldout_words"):
             precision += f" on {_count(report['heldout_words'])} held-out source words"
-        parts.append(precision)
+        distinct = distinct_precision(report)
+        parts.append(precision + (f"; {distinct}" if distinct else ""))
     if report.get("pca"):
         parts.append(str(report["pca"]))
     return "; ".join(parts)

@@ -141,8 +141,12 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     aligned = load_aligned(resources, AlignConfig())
     alignment = aligned.report
     pairs = alignment.get("word_pairs") or alignment.get("covered_source_words") or 0
+    from langswap.modelcard import distinct_precision
+
+    distinct = distinct_precision(alignment)
     out(f"    {pairs:,} dictionary words in the texts; held-out precision@1 {alignment['precision_at_1']} "
-        f"(CSLS {alignment['precision_at_1_csls']}) on {alignment.get('heldout_words', 0)} words")
+        f"(CSLS {alignment['precision_at_1_csls']}) on {alignment.get('heldout_words', 0)} words"
+        + (f"; {distinct}" if distinct else ""))
 
     out("4/5 scoring held-out German text")
     lines = read_text_lines(german_test, "German test text", max_lines=config.eval_lines)

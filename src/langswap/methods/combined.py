@@ -16,9 +16,9 @@
      tokenizer, as CLP's): softmax(cosine / 0.1) over the 10 shared tokens nearest in the helper's embedding space,
      as their source rows.
    Each evidence has a weight: spelling `spelling_weight` (1), translations `dictionary_weight` (1), neighbours
-   `vectors_weight`, by default the aligned space's held-out precision@1 (the share of unseen dictionary words whose
-   nearest neighbour is their translation; 0.19 for code-switched German vectors, 0.03 for Procrustes on 1 M words,
-   0.01 for Swahili), so a poor alignment counts little; the helper `helper_weight`, by default its measured
+   `vectors_weight`, by default the aligned space's held-out precision@1 over words whose translation is spelled
+   otherwise (the share of such unseen dictionary words whose nearest neighbour is their translation; a few
+   hundredths for the German and Swahili spaces of docs/benchmarks.md), so a poor alignment counts little; the helper `helper_weight`, by default its measured
    agreement with the source model (`helper_agreement`: the share of shared tokens whose nearest shared token in
    the helper's space is among their 10 nearest in the source model's; chance is about 10 / shared tokens). `mode: mix` mixes a token's distributions by these
    weights, normalised over the evidence it has; `mode: choose` takes its heaviest evidence alone (ties:
@@ -33,9 +33,10 @@ Rows get the kind of their strongest evidence: `translated` where a translation 
 neighbours (aligned or the helper's) are, `subword` where spelling alone made them.
 
 Decided here, not read from a paper: the weights (spelling and a human dictionary trusted alike; vectors as much as
-their measured precision; a helper as much as its geometry agrees with the source model's where both are known), the false-friend rule, the two modes and choosing between them on held-out text (with a
-large dictionary, translations alone predict better; with a small one, mixing does: docs/benchmarks.md). They are the same for every language;
-docs/benchmarks.md has the figures. Memory: the neighbour step runs in row blocks (`kernels.topk_cosine`), and the
+their measured precision; a helper as much as its geometry agrees with the source model's where both are known), the
+false-friend rule, the two modes and choosing between them on held-out text (with a large dictionary, translations
+alone predict better; with a small one, mixing does). They are the same for every language; docs/benchmarks.md has
+the figures. Memory: the neighbour step runs in row blocks (`kernels.topk_cosine`), and the
 mapping holds at most (pieces + translations + 10) entries per row.
 """
 
@@ -117,10 +118,13 @@ class Evidence:
 
 
 def vectors_reliability(vectors, config: CombinedConfig) -> float:
+    """`vectors_weight`, or else the aligned space's held-out precision@1 over the words whose translations are
+    spelled otherwise (`precision_at_1_distinct`; the neighbours place tokens the vocabularies do not share), or
+    over all held-out words where a report predates that measure."""
     if config.vectors_weight is not None:
         return config.vectors_weight
     report = vectors.report or {}
-    precision = report.get("precision_at_1")
+    precision = report.get("precision_at_1_distinct", report.get("precision_at_1"))
     if precision is None:
         logger.warning("combined: the aligned vectors come without a held-out precision@1 (a saved alignment without "
                        "its report.json, or too few dictionary words to hold some out); their neighbours get no "

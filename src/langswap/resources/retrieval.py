@@ -70,18 +70,25 @@ def precision_at(ranked: torch.Tensor, gold: list[set[int]], ks: Sequence[int]) 
 
 def retrieval_precision(queries, candidates, gold: list[set[int]], source_pool, ks: Sequence[int] = (1,),
                         csls_neighbors: int = RetrievalConfig.csls_neighbors,
-                        block_bytes: int = DEFAULT_BLOCK_BYTES) -> dict:
+                        block_bytes: int = DEFAULT_BLOCK_BYTES, subset: np.ndarray | None = None) -> dict:
     """Precision@k of retrieving a gold candidate for each query, by cosine and by CSLS.
 
     queries: (n, D); candidates: (m, D); gold[i]: candidate indices correct for query i; source_pool: (p, D), see
     `nearest_translations`. Returns {"precision_at_{k}": ..., "precision_at_{k}_csls": ..., "queries": n}, rounded to
-    4 decimals."""
+    4 decimals. With `subset` (a boolean mask over the queries), the same measures over those queries alone are
+    added with the suffix `_distinct`, and their number as "distinct_queries"."""
     by_cosine, by_csls = nearest_translations(queries, candidates, source_pool, max(ks), csls_neighbors, block_bytes)
     report: dict = {}
     for suffix, ranked in (("", by_cosine), ("_csls", by_csls)):
         for k, value in precision_at(ranked, gold, ks).items():
             report[f"precision_at_{k}{suffix}"] = round(value, 4)
     report["queries"] = len(queries)
+    if subset is not None:
+        rows = np.flatnonzero(subset)
+        for suffix, ranked in (("", by_cosine), ("_csls", by_csls)):
+            for k, value in precision_at(ranked[torch.from_numpy(rows)], [gold[i] for i in rows], ks).items():
+                report[f"precision_at_{k}{suffix}_distinct"] = round(value, 4) if len(rows) else None
+        report["distinct_queries"] = int(len(rows))
     return report
 
 
@@ -91,7 +98,9 @@ def dictionary_precision(source: WordVectors, target: WordVectors, pairs: list[t
                          retrieval_words: int = RetrievalConfig.retrieval_words) -> dict:
     """`retrieval_precision` of `query_words` (source words of `pairs`) among the target words, each query's gold
     being the target words it is paired with; `pairs` are (source, target) words both known to the vectors, which
-    share one space. Adds "retrieval_candidates" to the report."""
+    share one space. Adds "retrieval_candidates" to the report, and the same measures over the queries none of whose
+    translations is spelled like the query, ignoring case (suffix `_distinct`): a name or a loanword is retrieved by
+    its spelling alone in one joint space, so only these say how far the space ties words that differ."""
     candidate_words = list(target.words[:retrieval_words])
     candidate_index = {word: i for i, word in reversed(list(enumerate(candidate_words)))}
     for _, target_word in pairs:  # gold words beyond the frequency cut-off are still retrievable
@@ -99,12 +108,16 @@ def dictionary_precision(source: WordVectors, target: WordVectors, pairs: list[t
             candidate_index[target_word] = len(candidate_words)
             candidate_words.append(target_word)
     gold: dict[str, set[int]] = {word: set() for word in query_words}
+    translations: dict[str, set[str]] = {word: set() for word in query_words}
     for source_word, target_word in pairs:
         if source_word in gold:
             gold[source_word].add(candidate_index[target_word])
+            translations[source_word].add(target_word)
     assert all(gold.values()), "every query word must be the source word of a pair"
+    distinct = np.array([all(target_word.casefold() != word.casefold() for target_word in translations[word])
+                         for word in query_words], dtype=bool)
     report = retrieval_precision(source.vectors(query_words), target.vectors(candidate_words),
                                  [gold[word] for word in query_words], source.word_matrix(retrieval_words), ks,
-                                 csls_neighbors)
+                                 csls_neighbors, subset=distinct)
     report["retrieval_candidates"] = len(candidate_words)
     return report
