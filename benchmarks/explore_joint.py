@@ -2,7 +2,8 @@
 
 Trains one joint fastText model per setting on `splits/en.train.txt` and the target language's `splits/*.train.txt`
 with the language's dictionary (as `langswap fasttext --joint`, `resources.joint.train_joint_vectors`) and prints
-the held-out precision@1 (nearest neighbour and CSLS), and two diagnostics: the share of held-out queries whose
+the held-out precision@1 (nearest neighbour and CSLS; over all held-out words and over those whose translations are
+spelled otherwise, `_distinct`), and two diagnostics: the share of held-out queries whose
 nearest target word is the query's own spelling (one string has one vector in a joint model), and precision@1 after
 centring each language's words on their own mean. Models are kept under --workdir, so a rerun only measures.
 
@@ -112,8 +113,9 @@ def main(argv=None) -> int:
                        "train_seconds": round(seconds, 1), "lines": made["lines"]})
         sidecar.write_text(json.dumps(report, indent=2), encoding="utf-8")
         print(json.dumps({"setting": text, **{k: report.get(k) for k in (
-            "precision_at_1", "precision_at_1_csls", "precision_at_1_centred", "top1_is_own_spelling", "queries",
-            "train_seconds")}}), flush=True)
+            "precision_at_1", "precision_at_1_csls", "precision_at_1_distinct", "precision_at_1_csls_distinct",
+            "distinct_queries", "precision_at_1_centred", "top1_is_own_spelling", "queries", "train_seconds")}}),
+            flush=True)
     return 0
 
 
