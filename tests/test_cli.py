@@ -375,3 +375,30 @@ def test_enrich_from_the_command_line(capsys, tmp_path, gpt2_folder, corpus_dir,
     assert main(["enrich", "--l1", str(gpt2_folder), "--l2", str(l2), "--dictionary", str(corpus_dir / "en-xx.tsv"),
                  "--output", str(tmp_path / "out"), "--method", "projection"]) == 2
     assert "exists" in capsys.readouterr().err
+
+
+def test_the_fasttext_training_process_ends_when_its_parent_is_gone(tmp_path):
+    """A killed `langswap fasttext` must not leave fastText's training holding every core."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    child = ("import sys, time; from langswap.resources.fasttext_train import _exit_with_parent; "
+             "_exit_with_parent(int(sys.argv[1]), 0.1); time.sleep(60)")
+    parent = (f"import os, subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}, str(os.getpid())], "
+              "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid, flush=True)")  # exits at once
+    pid = int(subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, check=True).stdout)
+
+    def alive() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie waiting for its new parent to reap it has ended
+            return stat.read().split(")")[-1].split()[0] != "Z"
+
+    deadline = time.monotonic() + 120  # the child's imports may take a while on a loaded machine
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive()

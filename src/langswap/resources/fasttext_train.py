@@ -100,7 +100,7 @@ def _train_fasttext(text_path: str | Path, output: str | Path, config: FastTextC
         options["thread"] = options["thread"] or (os.cpu_count() or 1)
         options["verbose"] = 2 if progress else 0
         with atomic_file(output) as partial:
-            job = {"input": str(corpus), "output": str(partial), "options": options}
+            job = {"input": str(corpus), "output": str(partial), "options": options, "parent": os.getpid()}
             result = subprocess.run([sys.executable, "-m", "langswap.resources.fasttext_train", json.dumps(job)],
                                     stderr=None if progress else subprocess.PIPE, text=True)
             if result.returncode != 0 or not partial.exists():
@@ -110,10 +110,28 @@ def _train_fasttext(text_path: str | Path, output: str | Path, config: FastTextC
     return output
 
 
+def _exit_with_parent(parent: int, interval: float = 1.0) -> None:
+    """End this process when process `parent`, which started it, is gone (killed, or stopped with Ctrl-C before it
+    could wait): fastText's training holds every core until it finishes, and nothing would read its model."""
+    import threading
+    import time
+
+    def watch():
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _child(job: dict) -> None:
     import fasttext
     from fasttext import FastText
 
+    _exit_with_parent(job["parent"])
     options = dict(job["options"])
     seed = options.pop("seed", 0)
     # fasttext 0.9.3's train_unsupervised rejects a `seed` keyword ("unexpected keyword argument 'seed'") although
