@@ -259,7 +259,8 @@ def test_a_transfer_keeps_the_candidate_that_predicts_held_out_text_best(tmp_pat
     assert main(base + ["--output", str(tmp_path / "auto")]) == 0
     record = json.loads((tmp_path / "auto" / "langswap.json").read_text())
     choice = record["method_choice"]
-    assert choice["by"] == "held-out loss" and set(choice["losses"]) == {"mix", "choose"}
+    # each candidate judged as it would be saved: calibrated (calibration is on with target text)
+    assert choice["by"] == "held-out loss after calibration" and set(choice["losses"]) == {"mix", "choose"}
     assert choice["chosen"] == min(choice["losses"], key=choice["losses"].get)
     assert "- Candidates: kept " in (tmp_path / "auto" / "README.md").read_text(encoding="utf-8")
     # the loss recorded is the saved model's on the last held_out_lines lines of the text (calibration, which the
@@ -276,6 +277,10 @@ def test_a_transfer_keeps_the_candidate_that_predicts_held_out_text_best(tmp_pat
         assert json.loads((tmp_path / mode / "langswap.json").read_text())["method_choice"] is None
     chosen = AutoModelForCausalLM.from_pretrained(tmp_path / choice["chosen"]).get_input_embeddings().weight
     assert torch.equal(model.get_input_embeddings().weight, chosen)
+    plain = base + ["--set", "calibration.strength=0", "--output", str(tmp_path / "plain")]
+    assert main(plain) == 0
+    plain_choice = json.loads((tmp_path / "plain" / "langswap.json").read_text())["method_choice"]
+    assert plain_choice["by"] == "held-out loss" and plain_choice["losses"] == choice["losses"]  # put back: the same
     # no held-out lines: the first candidate, with the reason
     assert main(base + ["--set", "held_out_lines=0", "--output", str(tmp_path / "none")]) == 0
     none = json.loads((tmp_path / "none" / "langswap.json").read_text())["method_choice"]
@@ -352,3 +357,36 @@ def test_a_helper_counts_as_far_as_its_geometry_agrees_with_the_source_model(hel
     assert np.array_equal(ignored.kinds, fvt.kinds)
     forced = run(noise, helper_weight=1.0)
     assert (forced.kinds == Kind.MIXED).sum() > 100
+
+
+def test_candidates_are_judged_finished_and_the_kept_one_is_installed_as_made(gpt2_folder, target_tokenizer_folder,
+                                                                            corpus_dir):
+    from langswap.calibrate import mean_token_loss
+    from langswap.models import load_model, load_tokenizer
+    from langswap.surgery import read_source_matrices
+    from langswap.transfer import HELD_OUT_TOKENS, apply_method
+
+    model = load_model(str(gpt2_folder))
+    source = Vocabulary(load_tokenizer(str(gpt2_folder)))
+    target = Vocabulary(load_tokenizer(str(target_tokenizer_folder)))
+    matrices = read_source_matrices(model, len(source))
+    inputs = TransferInputs(source, target, matrices.embeddings,
+                            resources={"dictionary": Dictionary.load(corpus_dir / "en-xx.tsv")})
+    held_out = (corpus_dir / "xx.txt").read_text(encoding="utf-8").splitlines()[-20:]
+    finished = []
+
+    def finish(candidate_model, candidate):  # a finishing step that changes what is judged: one candidate's rows
+        finished.append(candidate)
+        if len(finished) == 1:
+            with torch.no_grad():
+                candidate_model.get_input_embeddings().weight.mul_(100)  # tied head: logits x 100, overconfident
+
+    transferred, result = apply_method(model, inputs, matrices, make_config("combined"), copy=True,
+                                       held_out=held_out, finish=finish)
+    assert len(finished) == 2 and result.choice["by"] == "held-out loss after calibration"
+    losses = result.choice["losses"]
+    assert losses["mix"] > 2 * losses["choose"] and result.choice["chosen"] == "choose"  # judged as finished
+    # the kept candidate is installed as the method made it; finishing it is the caller's step
+    assert torch.equal(transferred.get_input_embeddings().weight, result.embeddings)
+    assert result.choice["losses"]["choose"] == pytest.approx(
+        mean_token_loss(transferred, target.tokenizer, held_out, HELD_OUT_TOKENS), abs=1e-4)

@@ -421,7 +421,8 @@ def distinct_precision(report: dict) -> str | None:
 def describe_choice(choice: dict) -> str:
     """Which of a method's candidate mappings a transfer kept, and on what grounds (`MethodResult.choice`)."""
     if "losses" in choice:
-        losses = ", ".join(f"{name} {'-' if loss is None else f'{loss:.4f}'}" for name, loss in choice["losses"].items())
+        losses = ", ".join(f"{name} {'-' if loss is None else f'{loss:.4f}'}"
+                           for name, loss in choice["losses"].items())
         return f"kept {choice['chosen']}, the lowest mean token loss on held-out target text ({losses} nats)"
     return f"kept {choice['chosen']} of {', '.join(choice.get('candidates', []))}: {choice.get('by', '')}"
 

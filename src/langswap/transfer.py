@@ -144,11 +144,12 @@ class TransferReport:
 
 
 def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,
-                 progress: bool = False, held_out: list[str] | None = None):
+                 progress: bool = False, held_out: list[str] | None = None, finish=None):
     """Run the method and install its matrices into `model` (or a deep copy of it): (model, MethodResult). Where the
     method offers candidates (`combined`, mode auto) and `held_out` target-language lines are given, each candidate
-    is installed in turn and the one whose model has the lowest mean token loss on them is kept (causal LMs; other
-    models keep the method's first candidate)."""
+    is installed in turn, finished with `finish(model, result)` where given (the transfer's calibration), and the one
+    whose model then has the lowest mean token loss on the lines is kept (causal LMs; other models keep the method's
+    first candidate). The kept candidate is installed as the method made it: `finish` is the caller's to apply."""
     import copy as copying
 
     from langswap.surgery import install_embeddings, update_special_token_ids
@@ -169,9 +170,13 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
 
             def judge(result) -> float:
                 install(result)
+                if finish is not None:
+                    finish(model, result)
                 return mean_token_loss(model, inputs.target.tokenizer, held_out, HELD_OUT_TOKENS)
 
     result = run_method(method_config, inputs, matrices.as_dict(), progress=progress, judge=judge)
+    if result.choice and finish is not None and "losses" in result.choice:
+        result.choice["by"] = "held-out loss after calibration"
     refuse_non_finite_rows(result, inputs)
     install(result)
     return model, result
@@ -244,7 +249,11 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
 
     clock = time.perf_counter()
     inputs = TransferInputs(source, target, matrices.embeddings, resources=resources)
-    model, result = apply_method(model, inputs, matrices, config.method, progress=progress, held_out=held_out)
+    def finish(candidate_model, candidate):  # each candidate is judged as it would be saved: calibrated
+        calibrate_rows(candidate_model, target_tokenizer, candidate.mapping, config.calibration, strength, lines)
+
+    model, result = apply_method(model, inputs, matrices, config.method, progress=progress, held_out=held_out,
+                                 finish=finish if strength > 0 else None)
     seconds["method"] = time.perf_counter() - clock
 
     calibration = {"skipped": skipped, "strength": 0.0}

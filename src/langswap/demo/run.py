@@ -165,8 +165,12 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     for name in methods:
         options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
         method_config = make_config(name, **options)
+        def finish(candidate_model, candidate):  # candidates judged as they would be saved, as a transfer does
+            calibrate_rows(candidate_model, target_tokenizer, candidate.mapping, CalibrationConfig(),
+                           config.calibrate, train_lines)
+
         transferred, result = apply_method(model, inputs, matrices, method_config, copy=True, progress=True,
-                                           held_out=held_out)
+                                           held_out=held_out, finish=finish if config.calibrate else None)
         score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
         counts = ", ".join(f"{kind} {count:,}" for kind, count in result.mapping.counts().items())
         if result.choice and "losses" in result.choice:

@@ -1,13 +1,14 @@
 """The method interface: configs, the registry, and the shared finishing step of every method.
 
-A method is a pure function `(TransferInputs, config) -> TokenMapping`, or `-> dict[str, TokenMapping]` when it
-offers candidates (`combined`'s `mode: auto`): the caller's judge (`run_method(judge=...)`, the loss of each finished
-candidate on held-out target text) keeps the best, and without a judge the first is kept. The mapping (`methods/mapping.py`) says, for
-each target token, how its row is made: copied from a source row, mixed from source rows with weights, a base row
-plus an offset, or left unplaced. The shared finishing step (`finish_mapping`) then copies special tokens by role, places what the method
-left with the configured fallback, checks each row against its kind's rule, and applies the same mapping to every
-source matrix (input embeddings, an untied output head, an output bias), so one similarity pass serves them all.
-Random rows come from a generator seeded by `config.seed`, never global state.
+A method is a pure function `(TransferInputs, config) -> TokenMapping`, or `-> dict[str, TokenMapping]` when it offers
+candidates (`combined`'s `mode: auto`): the caller's judge (`run_method(judge=...)`, the loss of each finished
+candidate on held-out target text) keeps the best, and without a judge the first is kept. The mapping
+(`methods/mapping.py`) says, for each target token, how its row is made: copied from a source row, mixed from source
+rows with weights, a base row plus an offset, or left unplaced. The shared finishing step (`finish_mapping`) then
+copies special tokens by role, places what the method left with the configured fallback, checks each row against its
+kind's rule, and applies the same mapping to every source matrix (input embeddings, an untied output head, an output
+bias), so one similarity pass serves them all. Random rows come from a generator seeded by `config.seed`, never global
+state.
 """
 
 from __future__ import annotations

@@ -18,14 +18,15 @@
    Each evidence has a weight: spelling `spelling_weight` (1), translations `dictionary_weight` (1), neighbours
    `vectors_weight`, by default the aligned space's held-out precision@1 over words whose translation is spelled
    otherwise (the share of such unseen dictionary words whose nearest neighbour is their translation; a few
-   hundredths for the German and Swahili spaces of docs/benchmarks.md), so a poor alignment counts little; the helper `helper_weight`, by default its measured
-   agreement with the source model (`helper_agreement`: the share of shared tokens whose nearest shared token in
-   the helper's space is among their 10 nearest in the source model's; chance is about 10 / shared tokens). `mode: mix` mixes a token's distributions by these
-   weights, normalised over the evidence it has; `mode: choose` takes its heaviest evidence alone (ties:
+   hundredths for the German and Swahili spaces of docs/benchmarks.md), so a poor alignment counts little; the
+   helper `helper_weight`, by default its measured agreement with the source model (`helper_agreement`: the share
+   of shared tokens whose nearest shared token in the helper's space is among their 10 nearest in the source
+   model's; chance is about 10 / shared tokens). `mode: mix` mixes a token's distributions by these weights,
+   normalised over the evidence it has; `mode: choose` takes its heaviest evidence alone (ties:
    translations, then neighbours, then spelling). `mode: auto` (default) offers both as candidates: a transfer with
-   target-language text keeps the one whose model has the lower loss on its held-out lines (`held_out_lines`), and
-   without such text (or for a masked LM) keeps `mix`. Where a token has one kind of evidence the two agree, so a
-   transfer without resources has one candidate.
+   target-language text keeps the one whose model (calibrated, where the transfer calibrates) has the lower loss on
+   its held-out lines (`held_out_lines`), and without such text (or for a masked LM) keeps `mix`. Where a token has
+   one kind of evidence the two agree, so a transfer without resources has one candidate.
 3. Special tokens by role, and what has no text (partial UTF-8 bytes) by the shared fallback (`subword`: the mean
    row). No row is random unless the fallback is set to `random`.
 
