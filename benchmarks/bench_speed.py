@@ -17,7 +17,8 @@ Peak extra memory of langswap's step is measured in a fresh subprocess (RSS high
 
 `--methods-only` times, on the same inputs (the source vectors standing for the anchors, the target vectors for the
 new tokens), the step each other method adds: focus's blocked sparsemax over every anchor, clp's top-100 cosine and
-weights, and omp's pursuit (k = 64, in the model dimension as the helper's rows are) on the first --omp-rows rows,
+weights, combined's helper evidence (top-10 softmax, and the helper's agreement with the source model measured on
+2,000 shared tokens), and omp's pursuit (k = 64, in the model dimension as the helper's rows are) on the first --omp-rows rows,
 extrapolated to all of them and marked so.
 """
 
@@ -186,6 +187,17 @@ def method_steps(args) -> None:
         for start in range(0, rows, block):
             orthogonal_matching_pursuit(atoms[start:min(start + block, rows)] + 0.1, atoms, 64)
 
+    from langswap.methods.combined import helper_agreement
+
+    def combined_helper_step():  # combined's helper evidence: the top-10 softmax and the agreement measurement
+        similarities, _ = topk_cosine(target_vectors, source_vectors, NEIGHBORS)
+        torch.softmax(similarities.to(torch.float64) / TEMPERATURE, dim=1)
+        every = np.arange(args.vocab)
+        helper_agreement(torch.from_numpy(source_vectors), every, every, torch.from_numpy(source_matrix), NEIGHBORS)
+
+    t_combined = best_of(args.repeats, combined_helper_step)[0]
+    print(f"combined helper top-10 and agreement best {t_combined:.2f} s   {t_combined / t_matmul:.2f}x the matmul "
+          "(its aligned neighbours are the wechsel step)")
     t_omp = best_of(1, omp_step)[0]
     print(f"omp    k=64 on {rows} rows (dim {args.model_dim}) {t_omp:.2f} s; all {args.vocab} rows by extrapolation "
           f"{t_omp * args.vocab / rows:.0f} s   {t_omp * args.vocab / rows / t_matmul:.1f}x the matmul")
