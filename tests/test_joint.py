@@ -63,6 +63,20 @@ def test_every_dictionary_word_but_the_held_out_ones_is_switched_at_share_one(te
                                              if word not in held_cipher)
 
 
+def test_each_pass_writes_the_texts_again_with_switches_of_its_own(texts, tmp_path):
+    dictionary = Dictionary.load(texts / "en-xx.tsv")
+    once = write_code_switched_corpus(texts / "en.txt", texts / "xx.txt", dictionary, tmp_path / "1.txt",
+                                      JointConfig(heldout_words=10))
+    twice = write_code_switched_corpus(texts / "en.txt", texts / "xx.txt", dictionary, tmp_path / "2.txt",
+                                       JointConfig(heldout_words=10, passes=2))
+    assert twice["lines"] == 2 * once["lines"] == 12000 and twice["heldout"] == once["heldout"]
+    assert twice["counts"] == once["counts"]  # the texts as written, once
+    first, both = ((tmp_path / name).read_text(encoding="utf-8").splitlines() for name in ("1.txt", "2.txt"))
+    # the second pass switches other words: about as many switches again, not the first pass's lines twice over
+    assert 1.8 < twice["switched"]["source"] / once["switched"]["source"] < 2.2
+    assert len(set(both)) > 1.5 * len(set(first))
+
+
 def test_a_dictionary_that_ties_nothing_or_a_share_of_zero_is_refused(texts, tmp_path):
     (tmp_path / "d.tsv").write_text("chien\tperro\n", encoding="utf-8")
     with pytest.raises(VocabularyError, match="no pair of dictionary 'd.tsv'.*source<TAB>target"):

@@ -267,7 +267,8 @@ def cmd_fasttext(args) -> int:
             raise ConfigError("--joint TARGET_TEXT needs the source text (the positional TEXT) and --dictionary DICT, "
                               "whose words are switched between the two texts.")
         config = from_dict(FastTextConfig, apply_overrides(dataclasses.asdict(JOINT_FASTTEXT), _overrides(args)))
-        joint = JointConfig(share=args.share, heldout_words=args.heldout_words, target_segmenter=args.segmenter,
+        joint = JointConfig(share=args.share, heldout_words=args.heldout_words, passes=args.passes,
+                            target_segmenter=args.segmenter,
                             target_language=args.language)
         report = train_joint_vectors(args.text, args.joint, args.dictionary, output, joint, config,
                                      progress=not args.quiet, overwrite=args.overwrite)
@@ -572,6 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                             "them (resources.joint_vectors for wechsel and others).")
     sub.add_argument("--share", type=float, default=0.5, help="With --joint: probability that a dictionary word is "
                                                                "switched (default 0.5).")
+    sub.add_argument("--passes", type=int, default=1, help="With --joint: times each text is written into the "
+                     "corpus, each time with its own random switches.")
     sub.add_argument("--heldout-words", type=int, default=1500, help="With --joint: dictionary source words never "
                                                                       "switched, to measure precision@1.")
     sub.add_argument("--tokenizer", help="Train token-level vectors instead: TEXT split by this (target) tokenizer, "
