@@ -72,7 +72,8 @@ def main(argv=None) -> int:
         clock = time.perf_counter()
         transferred, result = apply_method(
             model, inputs, matrices, config, copy=True, held_out=train[-HELD_OUT_LINES:],
-            finish=lambda m, r: calibrate_rows(m, target.tokenizer, r.mapping, CalibrationConfig(), 1.0, train))
+            finish=lambda m, r: calibrate_rows(m, target.tokenizer, r.mapping, CalibrationConfig(), 1.0,
+                                               train).get("held_out_loss"))
         plain = causal_lm_score(transferred, target.tokenizer, lines).bits_per_byte
         report = calibrate_rows(transferred, target.tokenizer, result.mapping, CalibrationConfig(), 1.0, train)
         calibrated = causal_lm_score(transferred, target.tokenizer, lines).bits_per_byte

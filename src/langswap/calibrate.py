@@ -144,9 +144,20 @@ def mean_token_loss(model, tokenizer, lines: list[str], max_length: int) -> floa
     return score.nll / max(score.tokens, 1)
 
 
-def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray) -> dict:
+def split_check_lines(lines: list[str], config: CalibrationConfig) -> tuple[list[str], list[str]]:
+    """(lines counted, lines held out for the check): the last `check_lines` check where the text has at least twice
+    as many lines; otherwise every line is counted and there is no check."""
+    if config.check_lines and len(lines) >= 2 * config.check_lines:
+        return lines[:-config.check_lines], lines[-config.check_lines:]
+    return lines, []
+
+
+def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray,
+              log_freqs: np.ndarray | None = None) -> dict:
     """Move the output rows `moved` (a boolean mask over the vocabulary) of `model` as the module docstring says;
-    returns a report (rows moved, mean |move| of the mean logits before and after, per round)."""
+    returns a report (rows moved, mean |move| of the mean logits before and after, per round; with the check, the
+    held-out loss of the model as left, unrounded, under "held_out_loss"). `log_freqs`: the counted lines'
+    `log_frequencies`, where the caller has them already."""
     assert config.strength is not None, "calibrate() takes a resolved strength (CalibrationConfig.plan)"
     if not calibratable(model):
         raise ConfigError("frequency calibration is for causal LMs (a masked LM's mean logit over unmasked "
@@ -156,12 +167,11 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     bias = getattr(head, "bias", None)
     size = weight.shape[0]
     moved = np.asarray(moved, dtype=bool)[:size]
-    held: list[str] = []
-    if config.check_lines and len(lines) >= 2 * config.check_lines:  # the last lines check, the rest are counted
-        lines, held = lines[:-config.check_lines], lines[-config.check_lines:]
+    lines, held = split_check_lines(lines, config)
     before = mean_token_loss(model, tokenizer, held, config.max_length) if held else None
     saved = (weight.detach().clone(), None if bias is None else bias.detach().clone()) if held else None
-    logf = log_frequencies(tokenizer, lines[:config.lines], size)
+    assert log_freqs is None or len(log_freqs) == size, (len(log_freqs), size)
+    logf = log_frequencies(tokenizer, lines[:config.lines], size) if log_freqs is None else log_freqs
     rounds = []
     for _ in range(config.rounds):
         hidden = mean_head_input(model, tokenizer, lines[:config.hidden_lines], config.max_length)
@@ -184,6 +194,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     if held:
         after = mean_token_loss(model, tokenizer, held, config.max_length)
         report["check"] = {"lines": len(held), "loss_before": round(before, 4), "loss_after": round(after, 4)}
+        report["held_out_loss"] = min(before, after)
         if not after < before:
             with torch.no_grad():
                 weight.copy_(saved[0])
@@ -191,7 +202,8 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
                     bias.copy_(saved[1])
             logger.warning("frequency calibration put back: on %d held-out lines of the text the mean token loss "
                            "went from %.4f to %.4f", len(held), before, after)
-            return {**report, "rows": 0, "skipped": f"put back: it raised the mean token loss on {len(held)} "
+            return {**report, "rows": 0, "held_out_loss": before,
+                    "skipped": f"put back: it raised the mean token loss on {len(held)} "
                                                      f"held-out lines of the text ({before:.4f} -> {after:.4f})"}
     logger.info("calibrated %s output rows to the target text's frequencies (mean |distance| %s)%s",
                 f"{report['rows']:,}", ", ".join(str(r["mean_abs_distance"]) for r in rounds),

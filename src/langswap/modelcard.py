@@ -420,6 +420,8 @@ def distinct_precision(report: dict) -> str | None:
 
 def describe_choice(choice: dict) -> str:
     """Which of a method's candidate mappings a transfer kept, and on what grounds (`MethodResult.choice`)."""
+    if "losses" in choice and all(loss is None for loss in choice["losses"].values()):
+        return f"kept {choice['chosen']}, the first: no candidate's held-out loss was a finite number"
     if "losses" in choice:
         losses = ", ".join(f"{name} {'-' if loss is None else f'{loss:.4f}'}"
                            for name, loss in choice["losses"].items())

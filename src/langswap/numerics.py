@@ -34,10 +34,9 @@ def non_finite_parameters(model) -> list[tuple[str, int]]:
         if id(tensor) in seen or not tensor.is_floating_point():
             continue
         seen.add(id(tensor))
-        # a NaN or infinity anywhere makes the sum non-finite, so a finite sum clears the tensor without a mask the
-        # size of the model; a non-finite sum (or one that overflowed) is counted value by value
-        wide = torch.float32 if tensor.element_size() < 4 else None  # half precision sums overflow too early
-        if torch.isfinite(torch.sum(tensor.detach(), dtype=wide)):
+        # a NaN anywhere makes the minimum and maximum NaN, an infinity shows as one of them: finite extremes clear
+        # the tensor without a mask or a copy the size of the model; otherwise it is counted value by value
+        if tensor.numel() and all(bool(torch.isfinite(value)) for value in torch.aminmax(tensor.detach())):
             continue
         bad = int((~torch.isfinite(tensor.detach())).sum())
         if bad:

@@ -32,7 +32,7 @@ from langswap.resources.kinds import keys_in_use, resources_config_class
 logger = logging.getLogger(__name__)
 
 HELD_OUT_LINES = 100  # default held_out_lines
-HELD_OUT_TOKENS = 128  # tokens of each held-out line read when a method's candidates are compared
+HELD_OUT_TOKENS = 128  # window (in tokens) each held-out line is scored in when a method's candidates are compared
 
 
 # the `resources:` section: the keys of every registered resource kind (`langswap.resources.kinds`)
@@ -85,7 +85,9 @@ class TransferConfig(ModelPairConfig):
     held_out_lines: int = field(default=HELD_OUT_LINES, metadata={
         "help": "Lines at the end of the target text (calibration.text, target_text or resources.token_text; read "
                 "up to calibration.lines) on which a method's candidates are compared (combined, mode auto); the "
-                "one whose model predicts them best is kept. 0: the method's first candidate."})
+                "one whose model predicts them best is kept (calibrated first, where the transfer calibrates; they "
+                "are then its check lines). Needs a text of at least twice as many lines. 0: the method's first "
+                "candidate."})
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig, metadata={
         "help": "Move output rows so each token's mean logit fits its frequency in target text (langswap.calibrate)."})
 
@@ -147,8 +149,9 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
                  progress: bool = False, held_out: list[str] | None = None, finish=None):
     """Run the method and install its matrices into `model` (or a deep copy of it): (model, MethodResult). Where the
     method offers candidates (`combined`, mode auto) and `held_out` target-language lines are given, each candidate
-    is installed in turn, finished with `finish(model, result)` where given (the transfer's calibration), and the one
-    whose model then has the lowest mean token loss on the lines is kept (causal LMs; other models keep the method's
+    is installed in turn, finished with `finish(model, result)` where given (the transfer's calibration, which may
+    return the held-out loss it measured on the same lines), and the one whose model then has the lowest mean token
+    loss on the lines is kept (causal LMs; other models keep the method's
     first candidate). The kept candidate is installed as the method made it: `finish` is the caller's to apply."""
     import copy as copying
 
@@ -170,9 +173,9 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
 
             def judge(result) -> float:
                 install(result)
-                if finish is not None:
-                    finish(model, result)
-                return mean_token_loss(model, inputs.target.tokenizer, held_out, HELD_OUT_TOKENS)
+                loss = finish(model, result) if finish is not None else None  # the loss it measured, if any
+                return mean_token_loss(model, inputs.target.tokenizer, held_out, HELD_OUT_TOKENS) \
+                    if loss is None else loss
 
     result = run_method(method_config, inputs, matrices.as_dict(), progress=progress, judge=judge)
     if result.choice and finish is not None and "losses" in result.choice:
@@ -182,7 +185,8 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     return model, result
 
 
-def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str]) -> dict:
+def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
+                   log_freqs: np.ndarray | None = None) -> dict:
     """Frequency calibration (`langswap.calibrate`) of a transferred model's output rows at `strength`: every
     non-special row, or with `rows: new` those the method did not copy. Returns calibrate's report."""
     from langswap.calibrate import calibrate
@@ -190,7 +194,7 @@ def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strengt
 
     kinds = mapping.kinds
     moved = kinds != Kind.SPECIAL if config.rows == "all" else ~np.isin(kinds, [Kind.SPECIAL, Kind.COPIED])
-    return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved)
+    return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, log_freqs)
 
 
 def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
@@ -249,8 +253,21 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
 
     clock = time.perf_counter()
     inputs = TransferInputs(source, target, matrices.embeddings, resources=resources)
-    def finish(candidate_model, candidate):  # each candidate is judged as it would be saved: calibrated
-        calibrate_rows(candidate_model, target_tokenizer, candidate.mapping, config.calibration, strength, lines)
+    # the judged lines are the calibration's check lines, kept out of its counts; the counts are made once
+    calibration_config = config.calibration
+    if held_out and calibration_config.check_lines:
+        calibration_config = dataclasses.replace(calibration_config, check_lines=len(held_out))
+    log_freqs = None
+    if strength > 0:
+        from langswap.calibrate import log_frequencies, split_check_lines
+
+        counted, _ = split_check_lines(lines, calibration_config)
+        log_freqs = log_frequencies(target_tokenizer, counted[:calibration_config.lines], len(target))
+
+    def finish(candidate_model, candidate) -> float | None:  # each candidate judged as it would be saved: calibrated
+        report = calibrate_rows(candidate_model, target_tokenizer, candidate.mapping, calibration_config, strength,
+                                lines, log_freqs)
+        return report.get("held_out_loss")
 
     model, result = apply_method(model, inputs, matrices, config.method, progress=progress, held_out=held_out,
                                  finish=finish if strength > 0 else None)
@@ -259,7 +276,9 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     calibration = {"skipped": skipped, "strength": 0.0}
     if strength > 0:
         clock = time.perf_counter()
-        calibration = calibrate_rows(model, target_tokenizer, result.mapping, config.calibration, strength, lines)
+        calibration = calibrate_rows(model, target_tokenizer, result.mapping, calibration_config, strength, lines,
+                                     log_freqs)
+        calibration.pop("held_out_loss", None)
         calibration["text"] = str(text)
         seconds["calibrate"] = time.perf_counter() - clock
     elif config.calibration.strength is None:

@@ -166,8 +166,8 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
         method_config = make_config(name, **options)
         def finish(candidate_model, candidate):  # candidates judged as they would be saved, as a transfer does
-            calibrate_rows(candidate_model, target_tokenizer, candidate.mapping, CalibrationConfig(),
-                           config.calibrate, train_lines)
+            return calibrate_rows(candidate_model, target_tokenizer, candidate.mapping, CalibrationConfig(),
+                                  config.calibrate, train_lines).get("held_out_loss")
 
         transferred, result = apply_method(model, inputs, matrices, method_config, copy=True, progress=True,
                                            held_out=held_out, finish=finish if config.calibrate else None)
@@ -179,6 +179,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         if config.calibrate:
             calibration = calibrate_rows(transferred, target_tokenizer, result.mapping, CalibrationConfig(),
                                          config.calibrate, train_lines)
+            calibration.pop("held_out_loss", None)
             score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
             rows.append({"model": f"{name} + calibration", **score.as_dict(),
                          "counts": f"{counts}; {calibration['rows']:,} output rows calibrated"})

@@ -53,7 +53,9 @@ class LMScore:
 def _score(lines: list[str], tokens: int, nll: float, kind: str, per_byte: bool = True) -> LMScore:
     n_bytes = sum(len(line.encode("utf-8")) for line in lines)
     bits_per_byte = nll / LN2 / max(n_bytes, 1) if per_byte else math.nan
-    return LMScore(len(lines), tokens, n_bytes, nll, math.exp(nll / max(tokens, 1)), bits_per_byte, kind)
+    mean = nll / max(tokens, 1)
+    perplexity = math.exp(mean) if mean < 700 else math.inf  # exp overflows a float beyond about 709
+    return LMScore(len(lines), tokens, n_bytes, nll, perplexity, bits_per_byte, kind)
 
 
 def _mask_token_id(tokenizer, what: str) -> int:

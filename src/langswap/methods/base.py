@@ -274,7 +274,8 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
         name, mapping = next(iter(candidates.items()))
         result = finish_mapping(spec.name, mapping, inputs, config, source_matrices)
         if len(candidates) > 1:
-            result.choice = {"chosen": name, "by": "default (no held-out text to compare on)",
+            result.choice = {"chosen": name, "by": "default (nothing to compare on: no held-out target text, or "
+                                                   "not a causal LM)",
                              "candidates": list(candidates)}
         return result
     best, losses = None, {}

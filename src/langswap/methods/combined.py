@@ -18,15 +18,15 @@
    Each evidence has a weight: spelling `spelling_weight` (1), translations `dictionary_weight` (1), neighbours
    `vectors_weight`, by default the aligned space's held-out precision@1 over words whose translation is spelled
    otherwise (the share of such unseen dictionary words whose nearest neighbour is their translation; a few
-   hundredths for the German and Swahili spaces of docs/benchmarks.md), so a poor alignment counts little; the
-   helper `helper_weight`, by default its measured agreement with the source model (`helper_agreement`: the share
-   of shared tokens whose nearest shared token in the helper's space is among their 10 nearest in the source
-   model's; chance is about 10 / shared tokens). `mode: mix` mixes a token's distributions by these weights,
-   normalised over the evidence it has; `mode: choose` takes its heaviest evidence alone (ties:
-   translations, then neighbours, then spelling). `mode: auto` (default) offers both as candidates: a transfer with
-   target-language text keeps the one whose model (calibrated, where the transfer calibrates) has the lower loss on
-   its held-out lines (`held_out_lines`), and without such text (or for a masked LM) keeps `mix`. Where a token has
-   one kind of evidence the two agree, so a transfer without resources has one candidate.
+   hundredths for the German and Swahili spaces of docs/benchmarks.md), so a poor alignment counts little; the helper
+   `helper_weight`, by default its measured agreement with the source model (`helper_agreement`: the share of shared
+   tokens whose nearest shared token in the helper's space is among their 10 nearest in the source model's; chance is
+   about 10 / shared tokens). `mode: mix` mixes a token's distributions by these weights, normalised over the
+   evidence it has; `mode: choose` takes its heaviest evidence alone (ties: translations, then a helper's neighbours,
+   then aligned neighbours, then spelling). `mode: auto` (default) offers both as candidates: a transfer with
+   target-language text keeps the one whose model (calibrated, where the transfer calibrates) has the lower loss on its
+   held-out lines (`held_out_lines`), and without such text (or for a masked LM) keeps `mix`. Where a token has one
+   kind of evidence the two agree, so a transfer without resources has one candidate.
 3. Special tokens by role, and what has no text (partial UTF-8 bytes) by the shared fallback (`subword`: the mean
    row). No row is random unless the fallback is set to `random`.
 
@@ -56,6 +56,7 @@ from langswap.methods.fvt import WEIGHTINGS, piece_weights
 from langswap.kernels import topk_cosine
 from langswap.methods.overlap import copy_exact_matches
 from langswap.progress import bar as progress_bar
+from langswap.resources.dictionary import case_variants
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,8 @@ class CombinedConfig(MethodConfig):
                 "default: the helper's measured agreement with the source model (see the module docstring)."})
     mode: Literal["auto", "mix", "choose"] = field(default="auto", metadata={
         "help": "mix: each row mixes the distributions of its evidence by their weights; choose: each row takes its "
-                "heaviest evidence alone (ties: translations, then neighbours, then spelling); auto: both, and a "
+                "heaviest evidence alone (ties: translations, then a helper's neighbours, then aligned neighbours, "
+                "then spelling); auto: both, and a "
                 "transfer keeps the one that predicts held-out target text better (mix without such text).",
         "choices": ("auto", "mix", "choose")})
     false_friends: bool = field(default=True, metadata={
@@ -121,16 +123,27 @@ class Evidence:
 def vectors_reliability(vectors, config: CombinedConfig) -> float:
     """`vectors_weight`, or else the aligned space's held-out precision@1 over the words whose translations are
     spelled otherwise (`precision_at_1_distinct`; the neighbours place tokens the vocabularies do not share), or
-    over all held-out words where a report predates that measure."""
+    over all held-out words, with a warning, where a report predates that measure."""
     if config.vectors_weight is not None:
         return config.vectors_weight
     report = vectors.report or {}
-    precision = report.get("precision_at_1_distinct", report.get("precision_at_1"))
+    if "precision_at_1_distinct" in report:
+        precision = report["precision_at_1_distinct"]
+        if precision is None:
+            logger.warning("combined: no held-out dictionary word of the aligned vectors has a translation spelled "
+                           "otherwise, so their precision@1 on such words is unmeasured; their neighbours get no "
+                           "weight. Set method.vectors_weight to use them.")
+            return 0.0
+        return float(precision)
+    precision = report.get("precision_at_1")
     if precision is None:
         logger.warning("combined: the aligned vectors come without a held-out precision@1 (a saved alignment without "
                        "its report.json, or too few dictionary words to hold some out); their neighbours get no "
                        "weight. Set method.vectors_weight to use them.")
         return 0.0
+    logger.warning("combined: the aligned vectors' report predates the precision@1 over words spelled otherwise; "
+                   "their neighbours are weighted by the precision@1 over all held-out words (%s), which counts "
+                   "same-spelled pairs. Align or train them again, or set method.vectors_weight.", precision)
     return float(precision)
 
 
@@ -276,15 +289,17 @@ def mix_evidence(size: int, evidence: list[Evidence]) -> tuple[np.ndarray, np.nd
 
 
 def false_friends(inputs: TransferInputs, rows: np.ndarray, dictionary) -> np.ndarray:
-    """The copied rows whose token is a word-start dictionary word none of whose translations (those of any of its
-    case variants, `Dictionary.translations_of`) is the word itself (ignoring case)."""
+    """The copied rows whose token is a word-start dictionary word none of whose translations is the word itself
+    (ignoring case). The word is looked up as written, and only where the dictionary lacks it lower- or title-cased:
+    German `arm` (poor) is a false friend although `Arm` translates as `arm`."""
+    by_target = dictionary.translations()
     out = []
     for row in rows:
         token = inputs.target[int(row)]
         text = inputs.target.word_text(int(row))
         if not token.word_start or not text or not any(c.isalpha() for c in text):
             continue
-        found = dictionary.translations_of(text)
+        found = next((by_target[variant] for variant in case_variants(text) if variant in by_target), None)
         if found and text.lower() not in {translation.lower() for translation in found}:
             out.append(int(row))
     return np.asarray(out, dtype=np.int64)
