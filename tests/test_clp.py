@@ -15,16 +15,23 @@ from conftest import byte_level_tokenizer, cipher_word
 from test_focus import CLEAR_WORDS, walk_lines
 
 
-@pytest.fixture(scope="module")
-def cipher_inputs():
-    """A half-ciphered target language and a helper whose row of each word, plain or ciphered, is the source row of
-    the plain word (other rows random): the helper is the cipher of the source model."""
+def half_cipher_world():
+    """(source, target, source embeddings (V_s, 64), random helper rows (V_t, 64)): plain English walks for the
+    source, walks with half the words ciphered for the target."""
     source_tokenizer = byte_level_tokenizer(walk_lines(3000, seed=2, cipher_share=0.0), vocab_size=600)
     target_tokenizer = byte_level_tokenizer(walk_lines(3000, seed=1, cipher_share=0.5), vocab_size=900)
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     embeddings = torch.randn(len(source), 64, generator=torch.Generator().manual_seed(0))
     helper = torch.randn(len(target), 64, generator=torch.Generator().manual_seed(1))
-    source_ids, target_ids = source_tokenizer.get_vocab(), target_tokenizer.get_vocab()
+    return source, target, embeddings, helper
+
+
+@pytest.fixture(scope="module")
+def cipher_inputs():
+    """A half-ciphered target language and a helper whose row of each word, plain or ciphered, is the source row of
+    the plain word (other rows random): the helper is the cipher of the source model."""
+    source, target, embeddings, helper = half_cipher_world()
+    source_ids, target_ids = source.tokenizer.get_vocab(), target.tokenizer.get_vocab()
     twins = {}
     for word in CLEAR_WORDS:
         plain, ciphered = "Ġ" + word, "Ġ" + cipher_word(word)

@@ -299,14 +299,11 @@ def helper_world():
     """A half-ciphered target language; `ideal` is the source model under the target tokenizer (each target token's
     row is the source row of its plain twin or of itself), `noise` a helper of random rows."""
     from langswap.resources.kinds.helper import HelperModel
-    from test_focus import CLEAR_WORDS, walk_lines
+    from test_clp import half_cipher_world
+    from test_focus import CLEAR_WORDS
 
-    source_tokenizer = byte_level_tokenizer(walk_lines(3000, seed=2, cipher_share=0.0), vocab_size=600)
-    target_tokenizer = byte_level_tokenizer(walk_lines(3000, seed=1, cipher_share=0.5), vocab_size=900)
-    source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
-    embeddings = torch.randn(len(source), 64, generator=torch.Generator().manual_seed(0))
-    ideal = torch.randn(len(target), 64, generator=torch.Generator().manual_seed(1))
-    source_ids, target_ids = source_tokenizer.get_vocab(), target_tokenizer.get_vocab()
+    source, target, embeddings, ideal = half_cipher_world()
+    source_ids, target_ids = source.tokenizer.get_vocab(), target.tokenizer.get_vocab()
     for token, row in target_ids.items():
         if token in source_ids:
             ideal[row] = embeddings[source_ids[token]]

@@ -28,7 +28,7 @@ import torch
 from langswap.errors import ConfigError
 from langswap.kernels import topk_cosine, unit_rows
 from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
-from langswap.methods.overlap import copy_exact_matches
+from langswap.methods.overlap import copied_sources, copy_exact_matches
 from langswap.progress import bar as progress_bar
 
 MAX_ENTRIES = 2 ** 27  # mapping entries (12 bytes each: 1.5 GiB) a transfer may need
@@ -73,7 +73,7 @@ def clp(inputs: TransferInputs, config: ClpConfig, progress: bool = False) -> To
             f"clp over every overlapping token needs {len(new):,} x {width:,} = {len(new) * width:,} weights, more "
             f"than a mapping holds ({MAX_ENTRIES:,}); set method.neighbors (e.g. 100) to keep each new token's most "
             "similar overlapping tokens.")
-    overlap_sources = np.array([mapping.row(int(row))[0][0] for row in overlap], dtype=np.int64)
+    overlap_sources = copied_sources(mapping, overlap)
     queries, keys = helper[torch.from_numpy(new)], helper[torch.from_numpy(overlap)]
     bar = progress_bar(progress, len(new), "clp", "token")
     # the weights divide by the similarities' sum, which may be small: they are computed in float64 (in float32 a

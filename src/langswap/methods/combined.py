@@ -54,7 +54,7 @@ from langswap.errors import ConfigError
 from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method, subword_sources
 from langswap.methods.fvt import WEIGHTINGS, piece_weights
 from langswap.kernels import topk_cosine
-from langswap.methods.overlap import copy_exact_matches
+from langswap.methods.overlap import copied_sources, copy_exact_matches
 from langswap.progress import bar as progress_bar
 from langswap.resources.dictionary import case_variants
 
@@ -217,7 +217,7 @@ def helper_evidence(inputs: TransferInputs, mapping: TokenMapping, rows: np.ndar
     `neighbors` nearest), as their source rows; weighted by `helper_weight` or `helper_agreement`."""
     helper = inputs.resource("helper_model").embeddings
     overlap = mapping.rows_of(Kind.COPIED)
-    sources_of = np.array([mapping.row(int(row))[0][0] for row in overlap], dtype=np.int64)
+    sources_of = copied_sources(mapping, overlap)
     weight = config.helper_weight
     if weight is None:
         weight = helper_agreement(helper, overlap, sources_of, inputs.source_embeddings, config.neighbors,

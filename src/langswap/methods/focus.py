@@ -28,7 +28,7 @@ import torch
 from langswap.errors import ConfigError
 from langswap.kernels import topk_cosine
 from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
-from langswap.methods.overlap import copy_exact_matches
+from langswap.methods.overlap import copied_sources, copy_exact_matches
 from langswap.progress import bar as progress_bar
 
 
@@ -102,7 +102,7 @@ def focus(inputs: TransferInputs, config: FocusConfig, progress: bool = False) -
         return mapping
     anchor_vectors = vectors.vectors([words[row] for row in anchors])
     new_vectors = vectors.vectors([words[row] for row in new])
-    anchor_sources = np.array([mapping.row(int(row))[0][0] for row in anchors], dtype=np.int64)
+    anchor_sources = copied_sources(mapping, anchors)
     bar = progress_bar(progress, len(new), "focus anchors", "token")
     indices, weights = sparse_anchor_weights(new_vectors, anchor_vectors, config.first_candidates,
                                              progress=bar.update if bar is not None else None)

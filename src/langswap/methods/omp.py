@@ -28,7 +28,7 @@ import torch
 
 from langswap.errors import ConfigError
 from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
-from langswap.methods.overlap import copy_exact_matches
+from langswap.methods.overlap import copied_sources, copy_exact_matches
 from langswap.progress import bar as progress_bar
 
 BLOCK_VALUES = 2 ** 25  # float64 values of one block's inner products, and of its basis (256 MiB each)
@@ -114,7 +114,7 @@ def sparse_codes(inputs: TransferInputs, config: OmpConfig, helper: torch.Tensor
                     if not inputs.target[int(row)].special], dtype=np.int64)
     if len(shared) == 0 or len(new) == 0:
         return mapping
-    shared_sources = np.array([mapping.row(int(row))[0][0] for row in shared], dtype=np.int64)
+    shared_sources = copied_sources(mapping, shared)
     atoms = helper[torch.from_numpy(shared)]
     # a block's inner products (rows x shared) and its basis (rows x dim x k) each stay under BLOCK_VALUES values
     block = max(1, min(BLOCK_VALUES // len(shared), BLOCK_VALUES // (helper.shape[1] * min(config.k, len(shared)))))

@@ -18,6 +18,11 @@ class OverlapConfig(MethodConfig):
     """Copy the rows of exactly matching tokens; the fallback places the rest."""
 
 
+def copied_sources(mapping: TokenMapping, rows) -> np.ndarray:
+    """The source id each of the copied target `rows` was copied from."""
+    return np.array([mapping.row(int(row))[0][0] for row in rows], dtype=np.int64)
+
+
 def copy_exact_matches(mapping: TokenMapping, inputs: TransferInputs, only=None) -> int:
     """Copy the source row of every target token with an identical canonical form (of those `only(token)` keeps,
     when given); returns how many."""
