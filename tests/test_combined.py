@@ -159,6 +159,16 @@ def test_optional_resources_are_read_only_when_given(tmp_path, cipher_vectors):
             "dictionary": str(dictionary), "source_vectors": str(cipher_vectors["source"]),
             "target_vectors": str(cipher_vectors["target"])}})
         assert spec.kinds(ignoring) == kinds
+    # a bench names the options per variant: each variant reads what its own options use
+    from langswap.bench import BenchConfig, _variant_kinds, expand_variants
+
+    variants = ["combined", {"name": "combined", "label": "words only", "vectors_weight": 0}]
+    bench = from_dict(BenchConfig, {"methods": variants,
+                                    "resources": {"dictionary": str(dictionary),
+                                                  "source_vectors": str(cipher_vectors["source"]),
+                                                  "target_vectors": str(cipher_vectors["target"])}})
+    assert [_variant_kinds(bench, variant) for variant in expand_variants(bench.methods)] == [
+        ("dictionary", "vectors"), ("dictionary",)]
     # a resource given in part is an error, as for a method that requires it
     half = from_dict(TransferConfig, {"method": "combined", "resources": {
         "source_vectors": str(cipher_vectors["source"])}})

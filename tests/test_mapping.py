@@ -231,3 +231,15 @@ def test_provenance_and_correspondence_name_a_base_row(tmp_path):
     inputs = TransferInputs(vocabulary, vocabulary, torch.randn(size, 4))
     with pytest.raises(NumericalError, match=r"in 1 rows \(5 .*base_plus_offset from target_model\[9\] plus an "):
         refuse_non_finite_rows(MethodResult(mapping, embeddings), inputs)
+
+
+def test_a_copy_is_independent_and_shares_its_base_matrices():
+    mapping, _ = _base_mapping(base_head=True, base_bias=True, offsets=None)
+    mapping.set_rows([2], Kind.MIXED, [[0, 1]], [[0.25, 0.75]])
+    copy = mapping.copy()
+    copy.set_rows([0, 2], Kind.MIXED, [[1], [0]], [[1.0], [1.0]])
+    assert mapping.kinds.tolist()[:3] == [Kind.COPIED, Kind.BASE_PLUS_OFFSET, Kind.MIXED]
+    assert mapping.row(2)[0].tolist() == [0, 1] and mapping.row(2)[1].tolist() == [0.25, 0.75]
+    assert copy.kinds.tolist()[:3] == [Kind.MIXED, Kind.BASE_PLUS_OFFSET, Kind.MIXED]
+    assert copy.row(2)[0].tolist() == [0] and copy.base_of(1) == mapping.base_of(1)
+    assert all(copy.bases[name] is base for name, base in mapping.bases.items()) and mapping.bases

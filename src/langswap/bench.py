@@ -199,15 +199,22 @@ def _probe_config(config: BenchConfig):
     return paths, from_dict(ProbeConfig, options, where="probe.")
 
 
+def _variant_kinds(config: BenchConfig, variant: Variant) -> tuple[str, ...]:
+    """The resource kinds a variant's method reads with its options (a weight of 0 leaves a kind unread)."""
+    from langswap.methods.base import get_method, make_config
+
+    options = dict(variant.method)
+    return get_method(options["name"]).kinds(config, make_config(options.pop("name"), **options))
+
+
 def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, progress: bool) -> dict:
     """Build each resource the variants need once (e.g. align the vectors) and train the target tokenizer once for
     all variants; returns transfer config keys."""
     from langswap.files import atomic_directory
-    from langswap.methods.base import get_method
     from langswap.resources.kinds import get_resource
 
     shared: dict = {"resources": to_dict(config.resources), "align": to_dict(config.align)}
-    needed = sorted({name for variant in variants for name in get_method(variant.method["name"]).kinds(config)})
+    needed = sorted({name for variant in variants for name in _variant_kinds(config, variant)})
     for name in needed:
         kind = get_resource(name)
         if kind.prepare_shared is None:
@@ -352,7 +359,6 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
 
 
 def _run_bench(config: BenchConfig, progress: bool) -> dict:
-    from langswap.methods.base import get_method
     from langswap.transfer import transfer
     from langswap.files import atomic_write_text
     from langswap.resources.text import read_text_lines
@@ -392,7 +398,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         # of the resources, only the keys of the kinds the method reads, so another method's resource (or a kind
         # added to langswap) leaves it alone
         record = {"label": variant.label, "method": variant.method, "pair": pair,
-                  "shared": _shared_for(shared, get_method(variant.method["name"]).kinds(config))}
+                  "shared": _shared_for(shared, _variant_kinds(config, variant))}
         # frequency calibration as a transfer does it (langswap.calibrate: on by default for causal LMs), on the
         # bench's target text unless the entry names a text; `calibration: {strength: 0}` turns it off
         text = (variant.calibration.get("text") or config.train_text or config.target_text

@@ -111,12 +111,13 @@ class MethodSpec:
     description: str
     optional: tuple[str, ...] = ()  # kinds used when the config gives them (`ResourceKind.given`)
 
-    def kinds(self, config) -> tuple[str, ...]:
+    def kinds(self, config, method: "MethodConfig | None" = None) -> tuple[str, ...]:
         """The resource kinds a transfer or bench config makes this method read: every required kind, and each
-        optional kind the config gives, unless the config's method options ignore it (`unused_kinds`)."""
+        optional kind the config gives, unless the method options ignore it (`unused_kinds`). The options are
+        `method`, else the config's own `method` (a transfer's; a bench names one per variant)."""
         from langswap.resources.kinds import get_resource
 
-        method = getattr(config, "method", None)
+        method = method if method is not None else getattr(config, "method", None)
         unused = method.unused_kinds() if isinstance(method, MethodConfig) else ()
         return self.requires + tuple(name for name in self.optional
                                      if name not in unused and get_resource(name).given(config))

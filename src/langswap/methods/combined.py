@@ -358,7 +358,7 @@ def combined(inputs: TransferInputs, config: CombinedConfig,
     size = len(inputs.target)
     if config.mode == "choose":
         return place_evidence(mapping, choose_evidence(size, evidence))
-    mixed = place_evidence(mapping, evidence)
     if config.mode == "mix" or sum(1 for item in evidence if item.weight > 0 and item.rows) < 2:
-        return mixed  # with one kind of evidence, mixing and choosing are the same
-    return {"mix": mixed, "choose": place_evidence(base_mapping(inputs, config), choose_evidence(size, evidence))}
+        return place_evidence(mapping, evidence)  # with one kind of evidence, mixing and choosing are the same
+    chosen = place_evidence(mapping.copy(), choose_evidence(size, evidence))
+    return {"mix": place_evidence(mapping, evidence), "choose": chosen}

@@ -185,6 +185,14 @@ class TokenMapping:
         mapping._write(np.arange(len(kinds)), kinds.astype(np.int8), np.diff(indptr), indices, weights)
         return mapping
 
+    def copy(self) -> "TokenMapping":
+        """An independent copy: setting its rows leaves this mapping as it is. Base matrices are shared, not copied
+        (they are read, never written)."""
+        import copy
+
+        shared = {id(mapping.bases): dict(mapping.bases) for mapping in (self, self.head) if mapping is not None}
+        return copy.deepcopy(self, memo=shared)
+
     def __len__(self) -> int:
         return len(self._kinds)
 
