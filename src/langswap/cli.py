@@ -336,6 +336,26 @@ def cmd_align(args) -> int:
     return 0
 
 
+def cmd_align_parallel(args) -> int:
+    from langswap.models import load_tokenizer
+    from langswap.resources.parallel import ParallelConfig, describe, read_parallel, translation_table
+
+    config = from_dict(ParallelConfig, apply_overrides({}, _overrides(args)))
+    with OutputLock(args.output, "translation table folder"):
+        refuse_existing(args.output, args.overwrite)  # before the alignment, not after it
+        source, target = read_parallel(args.parallel, args.target_text, config.max_lines)
+        source_tokenizer = load_tokenizer(args.source_tokenizer, "source tokenizer")
+        target_tokenizer = load_tokenizer(args.target_tokenizer, "target tokenizer")
+        table = translation_table(source, target, source_tokenizer, target_tokenizer, config)
+        table.report["text"] = [str(path) for path in (args.parallel, args.target_text) if path]
+        table.save(args.output, args.overwrite)
+    print(f"wrote {args.output}: {describe(table.report)}")
+    if table.report["skipped_empty"] or table.report["skipped_long"]:
+        print(f"skipped {table.report['skipped_empty']:,} pairs with an empty side and "
+              f"{table.report['skipped_long']:,} with a side over {config.max_tokens} tokens")
+    return 0
+
+
 def cmd_lexicon(args) -> int:
     from dataclasses import asdict
 
@@ -486,6 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     from langswap.methods.base import DEFAULT_METHOD
     from langswap.transfer import TransferConfig
     from langswap.resources.alignment import AlignConfig
+    from langswap.resources.parallel import ParallelConfig
     from langswap.resources.fasttext_train import FastTextConfig
     from langswap.bench import BenchConfig
     from langswap.enrich import EnrichConfig
@@ -605,6 +626,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--overwrite", action="store_true")
     _add_set(sub)
     sub.set_defaults(run=cmd_align)
+
+    sub = commands.add_parser("align-parallel", help="Word-align parallel text at the subword level (eflomal); save "
+                              "translation probabilities p(source token | target token) for `ramen`.",
+                              formatter_class=raw, epilog=_set_help(ParallelConfig))
+    sub.add_argument("parallel", help="source<TAB>target lines, or the source side with --target-text.")
+    sub.add_argument("--target-text", help="The target side, line i translating line i of the source side.")
+    sub.add_argument("--source-tokenizer", required=True, help="The source model or its tokenizer.")
+    sub.add_argument("--target-tokenizer", required=True)
+    sub.add_argument("--output", required=True, help="Folder: translations.npz, report.json.")
+    sub.add_argument("--overwrite", action="store_true")
+    _add_set(sub)
+    sub.set_defaults(run=cmd_align_parallel)
 
     sub = commands.add_parser("lexicon", help="Bilingual lexicon induction: precision@1/@5 (nearest neighbour and "
                               "CSLS) of aligned word vectors.", formatter_class=raw, epilog=_set_help(LexiconConfig))
