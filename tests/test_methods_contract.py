@@ -27,6 +27,7 @@ CASES = {
     "omp": {"k": 8},
     "clp": {},
     "combined": {"vectors_weight": 0.5},
+    "ramen": {},
 }
 
 
@@ -73,9 +74,16 @@ def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
     from langswap.resources.kinds.helper import HelperModel
 
     helper = torch.randn(len(target), 12, generator=torch.Generator().manual_seed(3))
+    # ramen's resource: translation probabilities from the ciphered text aligned with its English original
+    from langswap.resources.parallel import translation_table
+
+    parallel = english_lines(400, seed=5)
+    translations = translation_table(parallel, [cipher_line(line) for line in parallel], source_tokenizer,
+                                     target_tokenizer)
     return TransferInputs(source, target, embeddings, alignment.source, alignment.target,
                           resources={"bilingual_vectors": bilingual, "token_vectors": tokens, "dictionary": dictionary,
-                                     "helper_model": HelperModel(helper, None, "random helper")})
+                                     "helper_model": HelperModel(helper, None, "random helper"),
+                                     "translations": translations})
 
 
 def _run(name, inputs, seed=0, dtype=torch.float32, **extra):

@@ -236,7 +236,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     seconds["load"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    resources, reports = load_resources(spec, config, target_tokenizer)
+    resources, reports = load_resources(spec, config, target_tokenizer, source_tokenizer)
     alignment_report = reports.get("vectors")
     if resources:
         seconds["resources"] = time.perf_counter() - clock

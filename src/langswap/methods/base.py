@@ -55,6 +55,10 @@ class MethodConfig:
         """Optional resource kinds these options make the method ignore (not loaded even when given)."""
         return ()
 
+    def needed_kinds(self) -> tuple[str, ...]:
+        """Optional resource kinds these options make the method need (checked, and an error when not given)."""
+        return ()
+
 
 @dataclass
 class TransferInputs:
@@ -112,15 +116,18 @@ class MethodSpec:
     optional: tuple[str, ...] = ()  # kinds used when the config gives them (`ResourceKind.given`)
 
     def kinds(self, config, method: "MethodConfig | None" = None) -> tuple[str, ...]:
-        """The resource kinds a transfer or bench config makes this method read: every required kind, and each
-        optional kind the config gives, unless the method options ignore it (`unused_kinds`). The options are
+        """The resource kinds a transfer or bench config makes this method read: every required kind, every kind
+        the method options need (`needed_kinds`), and each optional kind the config gives, unless the method
+        options ignore it (`unused_kinds`). The options are
         `method`, else the config's own `method` (a transfer's; a bench names one per variant)."""
         from langswap.resources.kinds import get_resource
 
         method = method if method is not None else getattr(config, "method", None)
         unused = method.unused_kinds() if isinstance(method, MethodConfig) else ()
-        return self.requires + tuple(name for name in self.optional
-                                     if name not in unused and get_resource(name).given(config))
+        needed = tuple(name for name in (method.needed_kinds() if isinstance(method, MethodConfig) else ())
+                       if name not in self.requires)
+        return self.requires + needed + tuple(name for name in self.optional if name not in unused
+                                              and name not in needed and get_resource(name).given(config))
 
 
 # every module of langswap.methods registers its methods here when the first one is looked up
@@ -236,16 +243,21 @@ def check_resources(spec: MethodSpec, config) -> None:
             raise MissingResourceError(f"method '{spec.name}' needs resource '{name}': {error}") from error
 
 
-def load_resources(spec: MethodSpec, config, target_tokenizer=None) -> tuple[dict[str, object], dict[str, object]]:
+def load_resources(spec: MethodSpec, config, target_tokenizer=None,
+                   source_tokenizer=None) -> tuple[dict[str, object], dict[str, object]]:
     """The resources the method reads (`spec.kinds(config)`), loaded as `config` (already checked with
     `check_resources`, as a transfer config's `validate` does) says: ({kind: resource}, {kind: report}). Kinds made
-    with the target tokenizer (`uses_target_tokenizer`) get `target_tokenizer`."""
+    with the target tokenizer (`uses_target_tokenizer`) get `target_tokenizer`, and those made with both
+    (`uses_source_tokenizer`) `source_tokenizer` too."""
     from langswap.resources.kinds import get_resource
 
     loaded, reports = {}, {}
     for name in spec.kinds(config):
         kind = get_resource(name)
-        if kind.uses_target_tokenizer:
+        if kind.uses_source_tokenizer:
+            assert None not in (target_tokenizer, source_tokenizer), f"resource kind {name!r} needs both tokenizers"
+            loaded[name], reports[name] = kind.load(config, target_tokenizer, source_tokenizer)
+        elif kind.uses_target_tokenizer:
             assert target_tokenizer is not None, f"resource kind {name!r} is loaded with the target tokenizer"
             loaded[name], reports[name] = kind.load(config, target_tokenizer)
         else:

@@ -53,7 +53,7 @@ class Kind(enum.IntEnum):
     MEAN = 5  # fallback: the source mean row
     RANDOM = 6  # per-dimension normal with the source rows' mean and standard deviation
     BASE_PLUS_OFFSET = 7  # a row of a named base model's matrix plus an additive offset (TEMA)
-    TRANSLATED = 8  # weighted mix of the source rows of a token's dictionary translations (Tik-to-Tok)
+    TRANSLATED = 8  # weighted mix of the source rows of a token's translations (Tik-to-Tok's dictionary, RAMEN)
     COMBINED = 9  # linear combination of source rows with any finite coefficients (OMP's sparse code)
 
 

@@ -34,6 +34,8 @@ class ResourceKind:
     - `reads`: keys of other kinds this kind also reads (a dictionary serves several kinds; one kind declares it).
     - `uses_target_tokenizer`: `load` is called as `load(config, target_tokenizer)`, for a resource made with the
       target tokenizer (which a transfer may train from `target_text` only after the config is checked).
+    - `uses_source_tokenizer`: with `uses_target_tokenizer`, `load` is called as `load(config, target_tokenizer,
+      source_tokenizer)`, for a resource made with both tokenizers.
     - `gives(config) -> bool`: whether `config` gives this resource at all, for methods that use it when given
       (`register_method(optional=...)`); default: any of the kind's own keys is set to other than its default."""
 
@@ -46,6 +48,7 @@ class ResourceKind:
     inputs: Callable | None = None
     reads: tuple[str, ...] = ()
     uses_target_tokenizer: bool = False
+    uses_source_tokenizer: bool = False
     gives: Callable | None = None
 
     def given(self, config) -> bool:
