@@ -1,10 +1,13 @@
-"""SmolLM2-135M -> German or Swahili: the peers' methods (FVT, FOCUS, WECHSEL, CLP, OMP) against overlap, random and
-langswap's `combined` (with the bench's dictionary and aligned vectors).
+"""SmolLM2-135M -> German or Swahili: the peers' methods (FVT, FOCUS, WECHSEL, CLP, OMP) and RAMEN's against overlap,
+random and langswap's `combined` (with the bench's dictionary and aligned vectors).
 
 A `langswap bench` run on the shared data: bits per byte on the first 300 lines of the language's test split at the
 given steps of embedding-only training (`train.preset: embeddings`, batch 2 x 128, as bench_german_training.py),
 with the same tokenizers and word vectors as bench_tiktotok.py. FOCUS's token-level fastText model is trained on
-the language's training split (`resources.token_text`) and cached.
+the language's training split (`resources.token_text`) and cached. RAMEN's translation probabilities come from the
+language's parallel text (`resources.parallel_text`: splits/en-sw.parallel.train.tsv, the New Testament verses not in
+the test split; corpora/gettext.en-de.tsv, message catalogues), aligned by eflomal and cached, or from the bench's
+aligned word vectors (`ramen vectors`).
 
 The bench folder (default ~/.cache/langswap/bench-peers-LANG) is resumable; table, results and plot are copied to
 benchmarks/results/peers-LANG/.
@@ -12,6 +15,8 @@ benchmarks/results/peers-LANG/.
     python benchmarks/bench_peers.py --language de --steps 0
     python benchmarks/bench_peers.py --language sw --steps 0 200 --methods overlap focus
     python benchmarks/bench_peers.py --language sw --calibrate 0.5 1   # each method also frequency-calibrated
+    python benchmarks/bench_peers.py --language sw --steps 0 200 --methods random overlap wechsel "ramen parallel" \
+        "ramen vectors" --workdir ~/.cache/langswap/bench-ramen-sw
     python benchmarks/bench_peers.py --language de --helper ~/.cache/langswap/helper-de/l2-train-4layers-300steps/model
 
 Adding --helper changes the resources every resource-using variant was made with, so those run again (give another
@@ -29,7 +34,10 @@ from bench_german_training import DEFAULT_DATA, REPO, run_and_record  # noqa: E4
 from bench_tiktotok import DICTIONARIES, language_bench  # noqa: E402
 
 METHODS = [{"name": "random"}, {"name": "overlap"}, {"name": "fvt", "label": "fvt length", "weighting": "length"},
-           {"name": "wechsel"}, {"name": "focus"}, {"name": "combined"}]
+           {"name": "wechsel"}, {"name": "focus"}, {"name": "combined"},
+           {"name": "ramen", "label": "ramen parallel"}, {"name": "ramen", "label": "ramen vectors",
+                                                          "probabilities": "vectors"}]
+PARALLEL = {"sw": "splits/en-sw.parallel.train.tsv", "de": "corpora/gettext.en-de.tsv"}
 # with --helper (a model that uses the target tokenizer: benchmarks/train_tema_l2.py --tokenizer)
 HELPER_METHODS = [{"name": "clp", "label": "clp top100", "neighbors": 100}, {"name": "omp"}]
 
@@ -63,6 +71,7 @@ def main(argv=None) -> int:
     if args.calibrated_only:
         methods = [m for m in methods if "calibration" in m]
     resources = {"token_text": str(args.data / "splits" / f"{language}.train.txt"),
+                 "parallel_text": str(args.data / PARALLEL[language]),
                  **({"helper_model": str(args.helper)} if args.helper else {})}
     bench = language_bench(args, "bench_peers", workdir, methods, resources)
     if bench is None:
