@@ -206,6 +206,37 @@ def test_choose_takes_each_rows_heaviest_evidence_alone(cipher_world):
     assert not (lighter.kinds == Kind.TRANSLATED).any()  # the spelling outweighs the dictionary everywhere
 
 
+def test_parallel_text_gives_its_translation_probabilities_as_evidence(cipher_world):
+    pytest.importorskip("eflomal")
+    from langswap.resources.parallel import translation_table
+    from test_tiktotok import twin_of
+
+    source, target, _, _, _ = cipher_world
+    english = english_lines(800, seed=1)
+    table = translation_table(english, [cipher_line(line) for line in english], source.tokenizer, target.tokenizer)
+    chosen = run_method(make_config("combined", mode="choose"), _inputs(cipher_world, translations=table)).mapping
+    translated = chosen.rows_of(Kind.TRANSLATED)
+    expected = [row for row in table.covered() if chosen.kinds[row] != Kind.COPIED and not target[int(row)].special]
+    assert sorted(translated.tolist()) == sorted(int(row) for row in expected) and len(translated) > 20
+    led = [int(sources[np.argmax(weights)]) == twin_of(source, target[int(row)])
+           for row in translated for sources, weights in [chosen.row(int(row))]
+           if twin_of(source, target[int(row)]) is not None]
+    assert len(led) > 10 and np.mean(led) > 0.8
+    for row in translated:  # choose takes the table's row as it is
+        sources, weights = chosen.row(int(row))
+        ids, probs = table.row(int(row))
+        assert sorted(sources.tolist()) == sorted(ids.tolist())
+        assert sorted(weights.tolist()) == pytest.approx(sorted(probs.tolist()), abs=1e-6)
+    mixed = run_method(make_config("combined", mode="mix"), _inputs(cipher_world, translations=table)).mapping
+    row = int(translated[0])  # mixing: half the table's row, half the spelling
+    sources, weights = mixed.row(row)
+    ids, probs = table.row(row)
+    assert mixed.kinds[row] == Kind.TRANSLATED and set(ids.tolist()) <= set(sources.tolist())
+    assert float(weights.sum()) == pytest.approx(1.0, abs=1e-5)
+    assert not (run_method(make_config("combined", mode="choose", parallel_weight=0),
+                           _inputs(cipher_world, translations=table)).mapping.kinds == Kind.TRANSLATED).any()
+
+
 def test_a_shared_token_the_dictionary_translates_otherwise_is_a_false_friend(cipher_world):
     """German `die` is English `die` in spelling only: a copied token that is a dictionary word none of whose
     translations is itself gets its translations; one the dictionary gives as its own translation stays copied."""

@@ -14,23 +14,28 @@
      word-start role;
    - **a helper's neighbours** (when `resources.helper_model` is given: a model that already uses the target
      tokenizer, as CLP's): softmax(cosine / 0.1) over the 10 shared tokens nearest in the helper's embedding space,
-     as their source rows.
-   Each evidence has a weight: spelling `spelling_weight` (1), translations `dictionary_weight` (1), neighbours
+     as their source rows;
+   - **aligned parallel text** (when `resources.parallel_text` or `resources.translation_table` is given): the
+     token's translation probabilities p(source token | target token) from word-aligned parallel text (RAMEN's,
+     `langswap.resources.parallel`).
+   Each evidence has a weight: spelling `spelling_weight` (1), translations `dictionary_weight` (1), parallel text
+   `parallel_weight` (1), neighbours
    `vectors_weight`, by default the aligned space's held-out precision@1 over words whose translation is spelled
    otherwise (the share of such unseen dictionary words whose nearest neighbour is their translation; a few
    hundredths for the German and Swahili spaces of docs/benchmarks.md), so a poor alignment counts little; the helper
    `helper_weight`, by default its measured agreement with the source model (`helper_agreement`: the share of shared
    tokens whose nearest shared token in the helper's space is among their 10 nearest in the source model's; chance is
    about 10 / shared tokens). `mode: mix` mixes a token's distributions by these weights, normalised over the
-   evidence it has; `mode: choose` takes its heaviest evidence alone (ties: translations, then a helper's neighbours,
-   then aligned neighbours, then spelling). `mode: auto` (default) offers both as candidates: a transfer with
-   target-language text keeps the one whose model (calibrated, where the transfer calibrates) has the lower loss on its
-   held-out lines (`held_out_lines`), and without such text (or for a masked LM) keeps `mix`. Where a token has one
-   kind of evidence the two agree, so a transfer without resources has one candidate.
+   evidence it has; `mode: choose` takes its heaviest evidence alone (ties: translations, then parallel text, then a
+   helper's neighbours, then aligned neighbours, then spelling). `mode: auto` (default) offers both as candidates:
+   a transfer with target-language text keeps the one whose model (calibrated, where the transfer calibrates) has
+   the lower loss on its held-out lines (`held_out_lines`), and without such text (or for a masked LM) keeps
+   `mix`. Where a token has one kind of evidence the two agree, so a transfer without resources has one candidate.
 3. Special tokens by role, and what has no text (partial UTF-8 bytes) by the shared fallback (`subword`: the mean
    row). No row is random unless the fallback is set to `random`.
 
-Rows get the kind of their strongest evidence: `translated` where a translation is in the row, `mixed` where
+Rows get the kind of their strongest evidence: `translated` where a translation (dictionary or parallel text) is in
+the row, `mixed` where
 neighbours (aligned or the helper's) are, `subword` where spelling alone made them.
 
 Decided here, not read from a paper: the weights (spelling and a human dictionary trusted alike; vectors as much as
@@ -76,13 +81,16 @@ class CombinedConfig(MethodConfig):
     vectors_weight: float | None = field(default=None, metadata={
         "help": "Weight of the aligned neighbours, where word vectors are given; default: the alignment's held-out "
                 "precision@1."})
+    parallel_weight: float = field(default=1.0, metadata={
+        "help": "Weight of translation probabilities from aligned parallel text, where resources.parallel_text or "
+                "resources.translation_table is given."})
     helper_weight: float | None = field(default=None, metadata={
         "help": "Weight of the neighbours in a helper model's space, where resources.helper_model is given; "
                 "default: the helper's measured agreement with the source model (see the module docstring)."})
     mode: Literal["auto", "mix", "choose"] = field(default="auto", metadata={
         "help": "mix: each row mixes the distributions of its evidence by their weights; choose: each row takes its "
-                "heaviest evidence alone (ties: translations, then a helper's neighbours, then aligned neighbours, "
-                "then spelling); auto: both, and a "
+                "heaviest evidence alone (ties: translations, then parallel text, then a helper's neighbours, then "
+                "aligned neighbours, then spelling); auto: both, and a "
                 "transfer keeps the one that predicts held-out target text better (mix without such text).",
         "choices": ("auto", "mix", "choose")})
     false_friends: bool = field(default=True, metadata={
@@ -94,6 +102,7 @@ class CombinedConfig(MethodConfig):
 
     def __post_init__(self):
         weights = {"spelling_weight": self.spelling_weight, "dictionary_weight": self.dictionary_weight,
+                   "parallel_weight": self.parallel_weight,
                    "vectors_weight": 0.0 if self.vectors_weight is None else self.vectors_weight,
                    "helper_weight": 0.0 if self.helper_weight is None else self.helper_weight}
         negative = [f"method.{name} = {value}" for name, value in weights.items() if not value >= 0]
@@ -106,7 +115,8 @@ class CombinedConfig(MethodConfig):
 
     def unused_kinds(self) -> tuple[str, ...]:
         return tuple(kind for kind, weight in (("dictionary", self.dictionary_weight), ("vectors", self.vectors_weight),
-                                               ("helper_model", self.helper_weight)) if weight == 0)
+                                               ("helper_model", self.helper_weight),
+                                               ("translations", self.parallel_weight)) if weight == 0)
 
 
 @dataclass
@@ -166,6 +176,18 @@ def translation_evidence(inputs: TransferInputs, rows: np.ndarray, config: Combi
     return Evidence("translations", config.dictionary_weight, placed,
                     [np.asarray(ids, dtype=np.int64) for ids in candidates],
                     [candidate_weights(len(ids)) for ids in candidates])
+
+
+def parallel_evidence(inputs: TransferInputs, rows: np.ndarray, config: CombinedConfig) -> Evidence:
+    """The rows' translation probabilities from aligned parallel text (`ramen`'s table rows)."""
+    from langswap.methods.ramen import table_rows
+
+    placed, lengths, sources, probs = table_rows(inputs.resource("translations"), inputs)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    chosen = np.flatnonzero(np.isin(placed, rows))
+    return Evidence("parallel", config.parallel_weight, placed[chosen].tolist(),
+                    [sources[starts[i]:starts[i + 1]] for i in chosen],
+                    [probs[starts[i]:starts[i + 1]].astype(np.float64) for i in chosen])
 
 
 def neighbour_evidence(inputs: TransferInputs, rows: np.ndarray, config: CombinedConfig, weight: float,
@@ -321,7 +343,7 @@ def place_evidence(mapping: TokenMapping, evidence: list[Evidence]) -> TokenMapp
     """Write each row's mixed evidence into `mapping`, with the kind of its strongest evidence."""
     placed, lengths, sources, weights, strongest = mix_evidence(len(mapping), evidence)
     kinds = {"spelling": Kind.SUBWORD, "neighbours": Kind.MIXED, "helper": Kind.MIXED,
-             "translations": Kind.TRANSLATED}
+             "parallel": Kind.TRANSLATED, "translations": Kind.TRANSLATED}
     starts = np.concatenate([[0], np.cumsum(lengths)])
     for index, item in enumerate(evidence):
         chosen = np.flatnonzero(strongest == index)
@@ -333,7 +355,7 @@ def place_evidence(mapping: TokenMapping, evidence: list[Evidence]) -> TokenMapp
     return mapping
 
 
-@register_method("combined", CombinedConfig, optional=("dictionary", "vectors", "helper_model"))
+@register_method("combined", CombinedConfig, optional=("dictionary", "vectors", "helper_model", "translations"))
 def combined(inputs: TransferInputs, config: CombinedConfig,
              progress: bool = False) -> TokenMapping | dict[str, TokenMapping]:
     """Copy exact matches; mix spelling, dictionary translations, aligned and helper neighbours by reliability."""
@@ -351,6 +373,8 @@ def combined(inputs: TransferInputs, config: CombinedConfig,
         found = helper_evidence(inputs, mapping, rows, config, progress)
         if found.weight > 0:
             evidence.append(found)
+    if "translations" in inputs.resources and config.parallel_weight > 0:
+        evidence.append(parallel_evidence(inputs, rows, config))
     if "dictionary" in inputs.resources and config.dictionary_weight > 0:
         evidence.append(translation_evidence(inputs, rows, config))
     logger.info("combined: %s", ", ".join(f"{item.name} for {len(item.rows):,} tokens (weight {item.weight:.3g})"
