@@ -137,3 +137,18 @@ def test_a_transfer_from_parallel_text_records_the_coverage_and_a_saved_table_of
                              load_tokenizer(str(target_tokenizer_folder)), cache=tmp_path / "cache").save(other)
     assert main([*common, "--output", str(tmp_path / "out2"), "--set", f"resources.translation_table={other}"]) != 0
     assert not (tmp_path / "out2").exists()
+
+
+def test_a_table_that_covers_little_warns_and_the_rest_falls_back(parallel_world, caplog):
+    from langswap.resources.parallel import ParallelConfig, translation_table
+
+    english, ciphered, source_tokenizer, target_tokenizer, embeddings = parallel_world
+    table = translation_table(english[:20], ciphered[:20], source_tokenizer, target_tokenizer,
+                              ParallelConfig(min_count=8))
+    assert table.report["covered_occurrences"] < 0.5
+    source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
+    result = run_method(make_config("ramen", fallback="mean"), TransferInputs(source, target, embeddings,
+                                                                              resources={"translations": table}))
+    assert "translation probabilities" in caplog.text and "fallback (mean)" in caplog.text
+    counts = result.mapping.counts()
+    assert counts["mean"] > counts.get("translated", 0) and torch.isfinite(result.embeddings).all()

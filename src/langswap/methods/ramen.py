@@ -40,6 +40,7 @@ from langswap.progress import bar as progress_bar
 logger = logging.getLogger(__name__)
 
 WAYS = ("parallel", "vectors")
+LOW_COVERAGE = 0.5  # share of the parallel text's target tokens with probabilities below which a transfer warns
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +129,12 @@ def ramen(inputs: TransferInputs, config: RamenConfig, progress: bool = False) -
             table.check_tokenizers(inputs.source.tokenizer, inputs.target.tokenizer,
                                    f"method.probabilities '{config.probabilities}'")
         rows, lengths, sources, probs = table_rows(table, inputs)
+        share = table.report.get("covered_occurrences")
+        if share is not None and share < LOW_COVERAGE:
+            logger.warning(
+                "ramen: only %.0f%% of the target side's tokens in the parallel text have translation probabilities "
+                "(%s tokens of the vocabulary); the other tokens get the fallback (%s). More parallel text, or a "
+                "lower resources.parallel_min_count, covers more.", 100 * share, f"{len(rows):,}", config.fallback)
     if len(rows):
         mapping.set_ragged_rows(rows, Kind.TRANSLATED, lengths, sources, probs)
     logger.info("ramen: %s of %s target tokens have translation probabilities (%s)", f"{len(rows):,}",
