@@ -25,7 +25,18 @@ ROWS = {
     "wechsel": {}, "fullrand": {}, "full": {}, "embeddings": {},
     "transinner": {"recipe": {"embedding_fraction": 0.25}},
     "tiktotok": {"recipe": {"embedding_fraction": 0.75, "settle_window": 2, "settle_tolerance": 1.0}},
+    # RAMEN's bilingual run: the source model and text are the test's (PATHS below), the sync every 3rd update
+    "ramen": {"recipe": {"source_model": "GPT2", "source_text": "TRAIN", "lookahead_k": 3, "warmup_updates": 2}},
 }
+
+
+def _options(name: str, models, texts) -> dict:
+    """ROWS[name] with the test's model and text in place of GPT2 and TRAIN."""
+    paths = {"GPT2": str(models["gpt2"]), "TRAIN": str(texts / "train.txt")}
+    row = json.loads(json.dumps(ROWS[name]))
+    for key, value in row.get("recipe", {}).items():
+        row["recipe"][key] = paths.get(value, value) if isinstance(value, str) else value
+    return row
 
 
 def test_every_recipe_has_a_row():
@@ -72,7 +83,7 @@ def test_every_recipe_resumes_bitwise(name, models, texts, tmp_path):
     """Stopped after its 3rd update (past the checkpoint at 2), and the resumed run after its 4th (in the second
     phase of a two-phase recipe): the run ends bitwise where an uninterrupted one ends."""
     reference = _resumes_bitwise(models["gpt2"], texts, tmp_path, (3, 4), preset=name, steps=8, save_steps=2,
-                                 logging_steps=2, eval_text=None, **ROWS[name])
+                                 logging_steps=2, eval_text=None, **_options(name, models, texts))
     assert sum(p["steps"] for p in reference.phases) == 8
     if name == "tiktotok":
         assert [p["steps"] for p in reference.phases] == [4, 4]

@@ -317,7 +317,9 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         # A phase the recipe ended at its last checkpoint is not resumed (a resumed Trainer clears the stop and
         # trains on): that checkpoint is its result.
         stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
-        model = _load_for_training(checkpoint if stopped_at else start_model, objective, config.seed, tokenizer)
+        loaded_from = checkpoint if stopped_at else start_model
+        model = _load_for_training(loaded_from, objective, config.seed, tokenizer)
+        recipe.prepare_model(phase, model, loaded_from)
         set_trainable(model, recipe.trainable_parameters(phase, model))
         recipe.on_phase_start(phase, model)
         counts = parameter_counts(model)
@@ -404,6 +406,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     final_curve = curve() if state.is_main_process else {}
     if state.is_main_process:
         _write_model(start_model, output / "model", record, summaries, final_curve)
+        recipe.finish_outputs(output)
         record.update({"status": "complete", "phases": summaries, "steps": offset})
         _write_record(output, record)
     state.wait_for_everyone()

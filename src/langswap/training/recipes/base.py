@@ -92,6 +92,15 @@ class Recipe:
 
     # -- hooks --------------------------------------------------------------------------------------------------
 
+    def prepare_model(self, phase: Phase, model, start) -> None:
+        """Called with each phase's freshly loaded model and the folder it was loaded from (the run's model, or the
+        previous phase's end), before the trainable set is applied and before a checkpoint's weights are restored:
+        a recipe whose model has parts the folder's config does not describe (RAMEN's source tables) adds them."""
+
+    def finish_outputs(self, output) -> None:
+        """Called once the run's `model/` folder is written (main process only): a recipe that ends with more than
+        one model writes the others beside it."""
+
     def on_phase_start(self, phase: Phase, model) -> None:
         """Called with the phase's model, its trainable parameters set, before the phase's Trainer is built (also
         when the phase resumes). A hook that changes the model sets requires_grad on what it adds."""

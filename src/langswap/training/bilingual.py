@@ -1,0 +1,180 @@
+"""One transformer body read by two languages (RAMEN's bilingual model), for `langswap train --preset ramen`.
+
+The model being trained is the target-language model a transfer wrote. The recipe attaches the source language's
+token tables to it as a submodule, `langswap_source` (`SourceSide`: the source model's input embeddings, and its
+output layer and bias where its head is untied), and replaces the instance's `forward` with `bilingual_forward`:
+a batch's `stream_ids` say which sequences are source-language text (stream 0, `SOURCE_STREAM`); those are embedded
+and scored with the source tables, the rest with the target model's own, and both pass through the one body. The
+loss is the mean over every predicted token of both languages. A batch without `stream_ids` (evaluation on target
+text) is the target model's ordinary forward.
+
+Checkpoints and phase ends are the target model's folder with the source tables among its weights (keys
+`langswap_source.*`, which `from_pretrained` leaves unread); `attach_source` reads them back from such a folder, or
+from the source model at the first start. `write_two_models` then writes the run's two ordinary model folders: the
+target model without those keys, and the source model (its own config and tokenizer) with the trained source tables
+and the same body weights.
+
+Causal LMs only: a masked LM's prediction head holds a transform shared by both languages ahead of the output
+layer, which this module does not split.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from langswap.errors import ConfigError, VocabularyError
+
+logger = logging.getLogger(__name__)
+
+SOURCE_STREAM = 0
+MODULE = "langswap_source"
+PREFIX = MODULE + "."
+
+
+class SourceSide(nn.Module):
+    """The source language's token tables: input embeddings (V_s, d), and an output layer (V_s, d) and bias (V_s,)
+    where the source model's head is untied (None: the output layer is the input embeddings)."""
+
+    def __init__(self, embeddings: torch.Tensor, output: torch.Tensor | None = None, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.embeddings = nn.Parameter(embeddings.detach().clone().float())
+        self.output = None if output is None else nn.Parameter(output.detach().clone().float())
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone().float())
+
+    def head(self) -> torch.Tensor:
+        return self.embeddings if self.output is None else self.output
+
+
+def _saved_source_tables(folder: Path) -> dict[str, torch.Tensor] | None:
+    """The `langswap_source.*` tensors of a model folder's safetensors files, or None where it has none."""
+    from safetensors import safe_open
+
+    tables: dict[str, torch.Tensor] = {}
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as handle:
+            for key in handle.keys():
+                if key.startswith(PREFIX):
+                    tables[key[len(PREFIX):]] = handle.get_tensor(key)
+    return tables or None
+
+
+def source_tables_from_model(source_model: str) -> SourceSide:
+    """The source model's own token tables."""
+    from langswap.models import load_model
+    from langswap.surgery import read_source_matrices
+
+    model = load_model(source_model)
+    if model.get_output_embeddings() is None:
+        raise ConfigError(f"source model '{source_model}' has no output layer; a bilingual model predicts source "
+                          "tokens with it. Give the causal LM the target model was transferred from.")
+    matrices = read_source_matrices(model, model.get_input_embeddings().weight.shape[0])
+    return SourceSide(matrices.embeddings, None if matrices.tied else matrices.output_embeddings,
+                      matrices.output_bias)
+
+
+def attach_source(model, start: str | Path, source_model: str) -> SourceSide:
+    """Give `model` (the target model) the source tables: those saved in `start` (a phase's folder) where it has
+    them, else the source model's; and the bilingual forward. Returns the attached module."""
+    if hasattr(model, MODULE):
+        return getattr(model, MODULE)
+    saved = _saved_source_tables(Path(start)) if Path(start).is_dir() else None
+    if saved is not None:
+        side = SourceSide(saved["embeddings"], saved.get("output"), saved.get("bias"))
+    else:
+        side = source_tables_from_model(source_model)
+    hidden = model.get_input_embeddings().weight.shape[1]
+    if side.embeddings.shape[1] != hidden:
+        raise VocabularyError(f"the source model's embeddings have {side.embeddings.shape[1]} dimensions, the target "
+                              f"model's {hidden}: they must share one body. Give the model the target model was "
+                              "transferred from.")
+    model.add_module(MODULE, side.to(model.get_input_embeddings().weight.device))
+    model.forward = types.MethodType(bilingual_forward, model)
+    return side
+
+
+def _shifted_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of the next-token cross-entropy over the labelled positions, and their count."""
+    shifted = labels[:, 1:].reshape(-1)
+    flat = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
+    loss = nn.functional.cross_entropy(flat, shifted, ignore_index=-100, reduction="sum")
+    return loss, (shifted != -100).sum()
+
+
+def bilingual_forward(self, input_ids=None, attention_mask=None, labels=None, stream_ids=None):
+    """The target model's forward for target text; source-language sequences (stream 0) read the source tables."""
+    from transformers.modeling_outputs import CausalLMOutput
+
+    cls = type(self)
+    if stream_ids is None or not bool((stream_ids == SOURCE_STREAM).any()):
+        return cls.forward(self, input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    side: SourceSide = getattr(self, MODULE)
+    source_rows = stream_ids == SOURCE_STREAM
+    target_rows = ~source_rows
+    embed = self.get_input_embeddings()
+    inputs = torch.empty(*input_ids.shape, embed.weight.shape[1], dtype=embed.weight.dtype, device=input_ids.device)
+    inputs[source_rows] = nn.functional.embedding(input_ids[source_rows], side.embeddings).to(inputs.dtype)
+    if bool(target_rows.any()):
+        inputs[target_rows] = embed(input_ids[target_rows])
+    hidden = self.base_model(inputs_embeds=inputs, attention_mask=attention_mask).last_hidden_state
+    total, count = hidden.new_zeros((), dtype=torch.float32), 0
+    if labels is not None:
+        source_logits = nn.functional.linear(hidden[source_rows], side.head().to(hidden.dtype),
+                                             None if side.bias is None else side.bias.to(hidden.dtype))
+        part, n = _shifted_loss_sum(source_logits, labels[source_rows])
+        total, count = total + part, count + n
+        if bool(target_rows.any()):
+            part, n = _shifted_loss_sum(self.get_output_embeddings()(hidden[target_rows]), labels[target_rows])
+            total, count = total + part, count + n
+    loss = total / count.clamp_min(1) if labels is not None else None
+    return CausalLMOutput(loss=loss, logits=None)
+
+
+def write_two_models(model_folder: Path, source_folder: Path, source_model: str) -> None:
+    """Split the run's model folder (the target model with the source tables among its weights) into two ordinary
+    model folders: `model_folder` without the source tables, and `source_folder`, the source model with the trained
+    source tables and the target model's body weights."""
+    from safetensors.torch import load_file, save_file
+
+    from langswap.files import atomic_directory
+    from langswap.models import load_model, load_tokenizer, save_tokenizer
+    from langswap.surgery import install_embeddings
+
+    tables: dict[str, torch.Tensor] = {}
+    for path in sorted(Path(model_folder).glob("*.safetensors")):
+        weights = load_file(str(path))
+        if any(key.startswith(PREFIX) for key in weights):
+            tables.update({key[len(PREFIX):]: value for key, value in weights.items() if key.startswith(PREFIX)})
+            kept = {key: value for key, value in weights.items() if not key.startswith(PREFIX)}
+            temporary = path.with_name(path.name + ".partial")
+            save_file(kept, str(temporary), metadata={"format": "pt"})
+            temporary.replace(path)
+    if "embeddings" not in tables:
+        raise RuntimeError(f"'{model_folder}' holds no source tables ({PREFIX}*)")
+    target = load_model(model_folder)
+    source = load_model(source_model)
+    embed_names = _table_names(source)
+    body = {name: tensor for name, tensor in target.state_dict().items() if name not in _table_names(target)}
+    missing = [name for name in source.state_dict() if name not in embed_names and name not in body]
+    if missing:
+        raise RuntimeError(f"the source model has weights the target body lacks: {missing[:3]}")
+    source.load_state_dict({name: tensor for name, tensor in body.items() if name in source.state_dict()},
+                           strict=False)
+    install_embeddings(source, tables["embeddings"], tables.get("output"), tables.get("bias"))
+    with atomic_directory(Path(source_folder), overwrite=True) as temporary:
+        source.save_pretrained(temporary)
+        save_tokenizer(load_tokenizer(source_model, "source model's tokenizer"), temporary)
+
+
+def _table_names(model) -> set[str]:
+    """State-dict names of the token tables (input embeddings, output layer, its bias)."""
+    tensors = [model.get_input_embeddings().weight]
+    output = model.get_output_embeddings()
+    if output is not None:
+        tensors += [output.weight] + ([output.bias] if getattr(output, "bias", None) is not None else [])
+    pointers = {tensor.data_ptr() for tensor in tensors}
+    return {name for name, tensor in model.state_dict(keep_vars=True).items() if tensor.data_ptr() in pointers}
