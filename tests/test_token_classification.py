@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import (WORDS, save_model, sentencepiece_tokenizer, tagged_sentences, tiny_model, wordpiece_tokenizer,
                       write_conllu)
@@ -242,3 +243,43 @@ def test_bad_label_token_is_refused():
         FinetuneConfig(label_token="middle")
     with pytest.raises(ConfigError, match=r"label_token is 'Last'; choose one of: auto, first, last"):
         from_dict(EvaluateConfig, {"finetune": {"label_token": "Last"}})
+
+
+def test_zero_shot_reads_the_target_language_through_the_target_embeddings(tmp_path):
+    """A tagger fine-tuned on English reads ciphered English through a perfect transfer (each cipher token the row
+    of its English twin) as well as it reads English; through random embeddings it does not."""
+    from conftest import byte_level_tokenizer, cipher_word
+    from langswap.evaluation.conll import Sentence
+    from langswap.tokens import Vocabulary
+    from test_tiktotok import twin_of
+
+    train, test = pos_sentences(200, seed=0), pos_sentences(50, seed=1)
+    lines = [" ".join(s.words) for s in train] + list(VOCABULARY)
+    source_tokenizer = byte_level_tokenizer(lines, vocab_size=300)
+    target_tokenizer = byte_level_tokenizer([cipher_word(line) for line in lines], vocab_size=300)
+    source_model = tiny_model("gpt2", len(source_tokenizer))
+    save_model(source_model, source_tokenizer, tmp_path / "en")
+    source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
+    rows = source_model.get_input_embeddings().weight.detach()
+    same = source_tokenizer.get_vocab()  # byte tokens without letters are spelled alike in both
+    twins = [(twin_of(source, target[i]) if target[i].text is not None else None) or same.get(target[i].token)
+             for i in range(len(target))]
+    used = {i for s in test for i in target_tokenizer(" ".join(cipher_word(w) for w in s.words))["input_ids"]}
+    assert all(twins[i] is not None for i in used)
+    for name, table in (("xx", torch.stack([rows[t] if t is not None else rows.mean(0) for t in twins])),
+                        ("xx-random", torch.randn(len(target), rows.shape[1], generator=torch.Generator().manual_seed(1))
+                         * rows.std())):
+        model = tiny_model("gpt2", len(source_tokenizer))
+        model.resize_token_embeddings(len(target_tokenizer))
+        with torch.no_grad():
+            model.get_input_embeddings().weight.copy_(table)
+        save_model(model, target_tokenizer, tmp_path / name)
+    ciphered = [Sentence([cipher_word(w) for w in s.words], s.tags) for s in test]
+    config = FinetuneConfig(epochs=3, learning_rate=3e-3, batch_size=16)
+    english = finetune_token_classification(tmp_path / "en", train, test, "pos", config, zero_shot=tmp_path / "en")
+    twin = finetune_token_classification(tmp_path / "en", train, ciphered, "pos", config, zero_shot=tmp_path / "xx")
+    noise = finetune_token_classification(tmp_path / "en", train, ciphered, "pos", config,
+                                          zero_shot=tmp_path / "xx-random")
+    assert english.accuracy > 0.85 and twin.zero_shot == str(tmp_path / "xx")
+    assert twin.accuracy > english.accuracy - 0.05 and noise.accuracy < twin.accuracy - 0.3, (
+        english.accuracy, twin.accuracy, noise.accuracy)

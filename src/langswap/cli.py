@@ -423,6 +423,9 @@ def cmd_evaluate(args) -> int:
         if not args.json:
             print(f"POS probe (layer {probe.layer}): accuracy {probe.accuracy:.4f} on {probe.test_words:,} words "
                   f"(majority baseline {probe.majority_baseline:.4f}; trained on {probe.train_words:,} words)")
+    if args.zero_shot and not args.finetune:
+        raise ConfigError("--zero-shot reads the test split of --finetune TASK TRAIN TEST through another model's "
+                          "embeddings; give --finetune too.")
     if args.finetune:
         from langswap.evaluation.token_classification import finetune_token_classification
 
@@ -431,13 +434,15 @@ def cmd_evaluate(args) -> int:
             raise ConfigError(f"--finetune task is '{task}'; choose pos (.conllu files) or ner (CoNLL columns).")
         tuned = finetune_token_classification(args.model, train_path, test_path, task, config.finetune,
                                               progress=not args.quiet, output=args.finetune_output,
+                                              zero_shot=args.zero_shot,
                                               overwrite=args.overwrite)
         result["finetune"] = tuned.as_dict()
         if not args.json:
             scores = f"accuracy {tuned.accuracy:.4f}" + (f", entity F1 {tuned.f1:.4f} (precision {tuned.precision:.4f}"
                                                          f", recall {tuned.recall:.4f})" if task == "ner" else "")
             print(f"fine-tuned {task}: {scores} on {tuned.test_words:,} words (majority baseline "
-                  f"{tuned.majority_baseline:.4f})")
+                  f"{tuned.majority_baseline:.4f})" + (f", read zero-shot through {tuned.zero_shot}"
+                                                        if tuned.zero_shot else ""))
     if args.correspondence:
         from langswap.evaluation.correspondence import format_correspondence
 
@@ -662,6 +667,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--finetune", nargs=3, metavar=("TASK", "TRAIN", "TEST"),
                      help="Fine-tune for token classification: pos (.conllu) or ner (CoNLL columns, BIO tags).")
     sub.add_argument("--finetune-output", help="Save the fine-tuned model here.")
+    sub.add_argument("--zero-shot", metavar="TARGET_MODEL", help="With --finetune: fine-tune on TRAIN (source "
+                     "language) with frozen embeddings, then tag TEST (target language) through TARGET_MODEL's "
+                     "embeddings and tokenizer (RAMEN's zero-shot transfer).")
     sub.add_argument("--overwrite", action="store_true", help="Replace an existing --finetune-output.")
     sub.add_argument("--correspondence", action="store_true", help="Also show the transfer's token table.")
     sub.add_argument("--json", action="store_true")

@@ -193,6 +193,7 @@ class FinetuneResult:
     final_loss: float  # mean training loss of the last epoch
     label_token: str  # 'first' or 'last': the token of each word that was labelled and read (auto resolved)
     per_type: dict | None = None  # NER only: per entity type precision, recall, F1 and counts
+    zero_shot: str | None = None  # the model whose embeddings and tokenizer read the test split, where one was given
 
     def as_dict(self) -> dict:
         def rounded(value):
@@ -255,12 +256,17 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
                                   config: FinetuneConfig | None = None, progress: bool = False,
                                   output: str | Path | None = None, overwrite: bool = False,
                                   tokenizer: str | Path | None = None, token_column: int = 0,
-                                  tag_column: int = -1) -> FinetuneResult:
+                                  tag_column: int = -1, zero_shot: str | Path | None = None) -> FinetuneResult:
     """Fine-tune the model in `model_folder` to tag words, and score it on the test split.
 
     task 'pos' reads .conllu files (UPOS); 'ner' reads CoNLL-2003-style columns (`token_column`, `tag_column`).
     Splits may also be lists of Sentence. Nothing is written unless `output` is given: then the fine-tuned model,
-    its tokenizer and finetune.json (config, labels, result, version) are saved there atomically."""
+    its tokenizer and finetune.json (config, labels, result, version) are saved there atomically.
+
+    Zero-shot transfer (RAMEN): with `zero_shot`, a model of the same body in another language (the target model of
+    a transfer, or a bilingual run's `model/`), the model is fine-tuned on the training split (source language)
+    with its input embeddings frozen, then reads the test split (target language) through `zero_shot`'s input
+    embeddings and tokenizer: the head and the body never see a target-language label."""
     from langswap.models import dtype_argument, quiet_transformers, load_tokenizer, objective_of
 
     config = config or FinetuneConfig()
@@ -320,7 +326,13 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
         train_label_ids = [[label_ids[tag] for tag in sentence.tags] for sentence in train]
         pieces, piece_labels, _ = _labelled_pieces(train_encoded, train_label_ids, prefix, suffix, context, causal,
                                                    label_token)
+        if zero_shot is not None:  # the body learns to read these embeddings, which the target ones stand in for
+            model.get_input_embeddings().weight.requires_grad_(False)
         final_loss = _train(model, pieces, piece_labels, config, pad_id, device, progress)
+        if zero_shot is not None:
+            tokenizer = swap_in_embeddings(model, zero_shot)
+            prefix, suffix = special_tokens(tokenizer, "causal" if causal else "masked")
+            pad_id = pad_id_of(model, tokenizer)
         model.to(device)
 
         test_encoded = encode_sentences(tokenizer, test)
@@ -346,7 +358,7 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
         precision=precision, recall=recall, f1=f1,
         train_sentences=len(train), train_words=len(train_tags), test_sentences=len(test), test_words=len(test_tags),
         labels=labels, unseen_labels=dict(sorted(unseen.items())), final_loss=final_loss, label_token=label_token,
-        per_type=per_type)
+        per_type=per_type, zero_shot=None if zero_shot is None else str(zero_shot))
     summary = f"accuracy {result.accuracy:.4f} (majority baseline {result.majority_baseline:.4f})"
     if task == "ner":
         summary = f"entity F1 {f1:.4f} (precision {precision:.4f}, recall {recall:.4f}) | " + summary
@@ -360,6 +372,24 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
             "test": str(test_path) if isinstance(test_path, (str, Path)) else "<sentences>",
             "config": asdict(config), "result": result.as_dict()})
     return result
+
+
+def swap_in_embeddings(model, other_folder: str | Path):
+    """Give `model` the input embeddings of the model in `other_folder` (same hidden size); returns that model's
+    tokenizer, which now reads text for `model`."""
+    from langswap.models import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(other_folder, f"tokenizer of the zero-shot model '{other_folder}'")
+    other = load_model(other_folder).get_input_embeddings().weight.detach()
+    hidden = model.get_input_embeddings().weight.shape[1]
+    if other.shape[1] != hidden:
+        raise ConfigError(f"the zero-shot model '{other_folder}' has embeddings of {other.shape[1]} dimensions, the "
+                          f"fine-tuned model {hidden}: give a model of the same body (a transfer's output, or a "
+                          "bilingual run's model/).")
+    model.resize_token_embeddings(other.shape[0], mean_resizing=False)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(other.to(model.get_input_embeddings().weight.dtype))
+    return tokenizer
 
 
 class _LabelledCollator:
