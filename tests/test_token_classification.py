@@ -266,9 +266,9 @@ def test_zero_shot_reads_the_target_language_through_the_target_embeddings(tmp_p
              for i in range(len(target))]
     used = {i for s in test for i in target_tokenizer(" ".join(cipher_word(w) for w in s.words))["input_ids"]}
     assert all(twins[i] is not None for i in used)
+    noise = torch.randn(len(target), rows.shape[1], generator=torch.Generator().manual_seed(1)) * rows.std()
     for name, table in (("xx", torch.stack([rows[t] if t is not None else rows.mean(0) for t in twins])),
-                        ("xx-random", torch.randn(len(target), rows.shape[1], generator=torch.Generator().manual_seed(1))
-                         * rows.std())):
+                        ("xx-random", noise)):
         model = tiny_model("gpt2", len(source_tokenizer))
         model.resize_token_embeddings(len(target_tokenizer))
         with torch.no_grad():
