@@ -114,3 +114,18 @@ def test_missing_source_options_are_named(pair, tmp_path):
     with pytest.raises(ConfigError, match="recipe.source_model"):
         train(TrainConfig(model=str(pair["target"]), train_text=str(pair["xx"]), output=str(tmp_path / "x"),
                           preset="ramen", steps=2, recipe={"source_text": str(pair["en"])}))
+
+
+def test_source_text_the_source_model_reads_no_better_than_the_target_text_is_warned_about(pair, caplog):
+    from langswap.training.bilingual import check_source_language
+
+    # a random tiny model reads both alike: the check cannot tell the source language, and says so
+    losses = check_source_language(str(pair["source"]), str(pair["xx"]), str(pair["en"]))
+    assert "no better than the target text" in caplog.text and set(losses) == {"source text", "target text"}
+    caplog.clear()
+    # a model that knows its language: the English text is far more predictable to it than the ciphered one
+    trained = train(TrainConfig(model=str(pair["source"]), train_text=str(pair["en"]), output=str(pair["root"] / "en"),
+                                preset="full", steps=30, batch_size=8, sequence_length=32, learning_rate=3e-3,
+                                logging_steps=10))
+    losses = check_source_language(str(trained.model), str(pair["en"]), str(pair["xx"]))
+    assert losses["source text"] < losses["target text"] - 0.35 and "no better" not in caplog.text

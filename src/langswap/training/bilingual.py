@@ -97,6 +97,46 @@ def attach_source(model, start: str | Path, source_model: str) -> SourceSide:
     return side
 
 
+LANGUAGE_CHECK_LINES = 32
+LANGUAGE_MARGIN = 0.35  # nats per byte (half a bit): how much better the source text must read than the target text
+
+
+@torch.no_grad()
+def nats_per_byte(model, tokenizer, lines: list[str], max_tokens: int = 128) -> float:
+    """The causal model's next-token loss over `lines` (each cut to `max_tokens` tokens) per byte of the text it
+    predicted: comparable between texts its tokenizer splits finely or coarsely."""
+    total, count = 0.0, 0
+    model.eval()
+    for line in lines:
+        ids = tokenizer(line, add_special_tokens=False)["input_ids"][:max_tokens]
+        if len(ids) < 2:
+            continue
+        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
+        total += float(nn.functional.cross_entropy(logits, torch.tensor(ids[1:]), reduction="sum"))
+        count += len(tokenizer.decode(ids[1:]).encode("utf-8"))
+    return total / max(count, 1)
+
+
+def check_source_language(source_model: str, source_text: str, target_text: str) -> dict:
+    """Warn when the source model reads `source_text` not clearly better than `target_text` (nats per byte on the
+    first lines of each, through its own tokenizer, less than half a bit per byte apart): source text in the target
+    language, or in a third one, trains the source tables on a language the source model does not know. Returns
+    both figures."""
+    from langswap.models import load_model, load_tokenizer
+    from langswap.resources.text import read_text_lines
+
+    model, tokenizer = load_model(source_model), load_tokenizer(source_model, "source model's tokenizer")
+    losses = {name: nats_per_byte(model, tokenizer, read_text_lines(path, name, max_lines=LANGUAGE_CHECK_LINES))
+              for name, path in (("source text", source_text), ("target text", target_text))}
+    if losses["source text"] > losses["target text"] - LANGUAGE_MARGIN:
+        logger.warning(
+            "the source model reads recipe.source_text '%s' no better than the target text (%.2f against %.2f nats "
+            "per byte on their first %d lines): is it in the source model's language? The source half of every "
+            "batch should be the language the source model was trained on.", source_text, losses["source text"],
+            losses["target text"], LANGUAGE_CHECK_LINES)
+    return losses
+
+
 def _shifted_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum of the next-token cross-entropy over the labelled positions, and their count."""
     shifted = labels[:, 1:].reshape(-1)

@@ -106,8 +106,10 @@ class Ramen(Recipe):
         return Lookahead(inner, self.options.lookahead_k, self.options.lookahead_alpha)
 
     def prepare_model(self, phase: Phase, model, start) -> None:
-        from langswap.training.bilingual import attach_source
+        from langswap.training.bilingual import attach_source, check_source_language
 
+        if str(start) == str(self.config.model):  # the run's first start: is the source text the source language?
+            check_source_language(self.options.source_model, self.options.source_text, self.config.train_text)
         attach_source(model, start, self.options.source_model)
 
     def finish_outputs(self, output) -> None:
