@@ -214,7 +214,8 @@ def test_parallel_text_gives_its_translation_probabilities_as_evidence(cipher_wo
     source, target, _, _, _ = cipher_world
     english = english_lines(800, seed=1)
     table = translation_table(english, [cipher_line(line) for line in english], source.tokenizer, target.tokenizer)
-    chosen = run_method(make_config("combined", mode="choose"), _inputs(cipher_world, translations=table)).mapping
+    chosen = run_method(make_config("combined", mode="choose", parallel_weight=1),
+                        _inputs(cipher_world, translations=table)).mapping
     translated = chosen.rows_of(Kind.TRANSLATED)
     expected = [row for row in table.covered() if chosen.kinds[row] != Kind.COPIED and not target[int(row)].special]
     assert sorted(translated.tolist()) == sorted(int(row) for row in expected) and len(translated) > 20
@@ -227,13 +228,14 @@ def test_parallel_text_gives_its_translation_probabilities_as_evidence(cipher_wo
         ids, probs = table.row(int(row))
         assert sorted(sources.tolist()) == sorted(ids.tolist())
         assert sorted(weights.tolist()) == pytest.approx(sorted(probs.tolist()), abs=1e-6)
-    mixed = run_method(make_config("combined", mode="mix"), _inputs(cipher_world, translations=table)).mapping
+    mixed = run_method(make_config("combined", mode="mix", parallel_weight=1),
+                       _inputs(cipher_world, translations=table)).mapping
     row = int(translated[0])  # mixing: half the table's row, half the spelling
     sources, weights = mixed.row(row)
     ids, probs = table.row(row)
     assert mixed.kinds[row] == Kind.TRANSLATED and set(ids.tolist()) <= set(sources.tolist())
     assert float(weights.sum()) == pytest.approx(1.0, abs=1e-5)
-    assert not (run_method(make_config("combined", mode="choose", parallel_weight=0),
+    assert not (run_method(make_config("combined", mode="choose"),  # off by default
                            _inputs(cipher_world, translations=table)).mapping.kinds == Kind.TRANSLATED).any()
 
 

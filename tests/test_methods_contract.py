@@ -26,7 +26,7 @@ CASES = {
     "focus": {"first_candidates": 4},
     "omp": {"k": 8},
     "clp": {},
-    "combined": {"vectors_weight": 0.5},
+    "combined": {"vectors_weight": 0.5, "parallel_weight": 0.5},
     "ramen": {},
 }
 

@@ -15,11 +15,11 @@
    - **a helper's neighbours** (when `resources.helper_model` is given: a model that already uses the target
      tokenizer, as CLP's): softmax(cosine / 0.1) over the 10 shared tokens nearest in the helper's embedding space,
      as their source rows;
-   - **aligned parallel text** (when `resources.parallel_text` or `resources.translation_table` is given): the
-     token's translation probabilities p(source token | target token) from word-aligned parallel text (RAMEN's,
-     `langswap.resources.parallel`).
+   - **aligned parallel text** (with `parallel_weight` above 0, when `resources.parallel_text` or
+     `resources.translation_table` is given): the token's translation probabilities p(source token | target token)
+     from word-aligned parallel text (RAMEN's, `langswap.resources.parallel`).
    Each evidence has a weight: spelling `spelling_weight` (1), translations `dictionary_weight` (1), parallel text
-   `parallel_weight` (1), neighbours
+   `parallel_weight` (0: off unless asked for; docs/benchmarks.md has the Swahili measurement), neighbours
    `vectors_weight`, by default the aligned space's held-out precision@1 over words whose translation is spelled
    otherwise (the share of such unseen dictionary words whose nearest neighbour is their translation; a few
    hundredths for the German and Swahili spaces of docs/benchmarks.md), so a poor alignment counts little; the helper
@@ -81,9 +81,10 @@ class CombinedConfig(MethodConfig):
     vectors_weight: float | None = field(default=None, metadata={
         "help": "Weight of the aligned neighbours, where word vectors are given; default: the alignment's held-out "
                 "precision@1."})
-    parallel_weight: float = field(default=1.0, metadata={
-        "help": "Weight of translation probabilities from aligned parallel text, where resources.parallel_text or "
-                "resources.translation_table is given."})
+    parallel_weight: float = field(default=0.0, metadata={
+        "help": "Weight of translation probabilities from aligned parallel text (resources.parallel_text or "
+                "resources.translation_table); 0, the default, leaves them out: at step 0 they made the Swahili "
+                "transfer predict held-out text worse (docs/benchmarks.md)."})
     helper_weight: float | None = field(default=None, metadata={
         "help": "Weight of the neighbours in a helper model's space, where resources.helper_model is given; "
                 "default: the helper's measured agreement with the source model (see the module docstring)."})
