@@ -84,7 +84,7 @@ class CombinedConfig(MethodConfig):
     parallel_weight: float = field(default=0.0, metadata={
         "help": "Weight of translation probabilities from aligned parallel text (resources.parallel_text or "
                 "resources.translation_table); 0, the default, leaves them out (docs/benchmarks.md: in Swahili at "
-                "step 0 they are not yet shown to help)."})
+                "step 0 they gained 0.2% on test text and lost 1% on held-out text)."})
     helper_weight: float | None = field(default=None, metadata={
         "help": "Weight of the neighbours in a helper model's space, where resources.helper_model is given; "
                 "default: the helper's measured agreement with the source model (see the module docstring)."})
