@@ -59,16 +59,23 @@ def test_procrustes_on_exact_data():
     assert np.allclose(procrustes(x, x @ q), q, atol=1e-5)
 
 
-def test_wechsel_maps_each_token_onto_its_cipher_twin(cipher_vectors):
+def whole_word_cipher_world(cipher_vectors):
+    """Twin tokenizers of English and its cipher, large enough that every word is one token on both sides, the
+    cipher vectors aligned by their dictionary, and random source embeddings: (tokenizers, inputs)."""
     english = english_lines(1500)
-    # large vocabularies so that every word is one token on both sides
     source_tokenizer = byte_level_tokenizer(english, vocab_size=600)
     target_tokenizer = byte_level_tokenizer([cipher_line(line) for line in english], vocab_size=600)
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     alignment = align(WordVectors.load(cipher_vectors["source"]), WordVectors.load(cipher_vectors["target"]),
                       Dictionary([(word, cipher_word(word)) for word in WORDS]))
     embeddings = torch.randn(len(source), 16, generator=torch.Generator().manual_seed(0))
-    inputs = TransferInputs(source, target, embeddings, alignment.source, alignment.target)
+    return (source_tokenizer, target_tokenizer), TransferInputs(source, target, embeddings, alignment.source,
+                                                                alignment.target)
+
+
+def test_wechsel_maps_each_token_onto_its_cipher_twin(cipher_vectors):
+    (source_tokenizer, target_tokenizer), inputs = whole_word_cipher_world(cipher_vectors)
+    source = inputs.source
     result = run_method(make_config("wechsel", exact_matches=False), inputs)  # the mixing itself is under test
     checked = 0
     for word in WORDS:

@@ -11,8 +11,6 @@ import torch
 from conftest import WORDS, byte_level_tokenizer, cipher_line, cipher_word, english_lines
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.methods import Kind, TransferInputs, get_method, make_config, run_method
-from langswap.resources.dictionary import Dictionary
-from langswap.resources.vectors import WordVectors
 from langswap.tokens import Vocabulary
 from test_tiktotok import twin_of
 
@@ -52,18 +50,9 @@ def test_rows_from_parallel_text_are_their_cipher_twins_rows(parallel_world):
 
 
 def test_rows_from_aligned_vectors_are_a_sparsemax_of_cosines_led_by_the_twin(cipher_vectors):
-    from langswap.resources.alignment import align
-    from langswap.resources.kinds.vectors import AlignedVectors
+    from test_known_answers import whole_word_cipher_world
 
-    english = english_lines(1500)
-    source_tokenizer = byte_level_tokenizer(english, vocab_size=600)
-    target_tokenizer = byte_level_tokenizer([cipher_line(line) for line in english], vocab_size=600)
-    source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
-    alignment = align(WordVectors.load(cipher_vectors["source"]), WordVectors.load(cipher_vectors["target"]),
-                      Dictionary([(word, cipher_word(word)) for word in WORDS]))
-    embeddings = torch.randn(len(source), 16, generator=torch.Generator().manual_seed(0))
-    inputs = TransferInputs(source, target, embeddings,
-                            resources={"vectors": AlignedVectors(alignment.source, alignment.target)})
+    (source_tokenizer, target_tokenizer), inputs = whole_word_cipher_world(cipher_vectors)
     result = run_method(make_config("ramen", probabilities="vectors"), inputs)
     checked = 0
     for word in WORDS:
