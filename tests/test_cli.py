@@ -60,6 +60,8 @@ def test_methods_lists_every_method_and_option(capsys):
         options = {line.split(" = ", 1)[0] for line in sections[name]}
         assert options == {field.name for field in config_fields(get_method(name).config_cls)}, name
     assert "needs: vectors" in out.splitlines()[[line.split(":")[0] for line in out.splitlines()].index("wechsel")]
+    ramen = out.splitlines()[[line.split(":")[0] for line in out.splitlines()].index("ramen")]
+    assert "needs with its default options: translations" in ramen and "as its options say: vectors" in ramen
 
 
 @pytest.mark.parametrize("method", ["wechsel", "overlap", "random"])

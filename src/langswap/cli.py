@@ -114,11 +114,14 @@ def cmd_methods(args) -> int:
 
     for name in method_names():
         spec = get_method(name)
+        needed = spec.config_cls().needed_kinds()  # what the default options make an optional kind
+        optional = tuple(kind for kind in spec.optional if kind not in needed)
         needs = "".join(
             f" ({label}: " + "; ".join(f"{kind}: {get_resource(kind).description}, resources."
                                        + ", resources.".join(get_resource(kind).keys() or get_resource(kind).reads)
                                        for kind in kinds) + ")"
-            for label, kinds in (("needs", spec.requires), ("uses when given", spec.optional)) if kinds)
+            for label, kinds in (("needs", spec.requires), ("needs with its default options", needed),
+                                 ("uses when given, or as its options say", optional)) if kinds)
         print(f"{name}: {spec.description}{needs}")
         for field in config_fields(spec.config_cls):
             print(f"    {field.name} = {field.default!r}: {field_help(field)}")
