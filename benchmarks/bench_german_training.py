@@ -110,15 +110,23 @@ def run_and_record(bench: dict, results_dir: Path) -> dict:
     return result
 
 
+def shared_data_ready(script: str, data: Path, needed: list[Path]) -> bool:
+    """Whether every file a benchmark needs is under the shared data folder `data` (when not, says so: the script
+    then runs nothing); sets up logging for the run."""
+    if not all(path.is_file() for path in needed):
+        print(f"{script}: shared data not found under {data}; give --data. Nothing was run.")
+        return False
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return True
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     splits = args.data / "splits"
     needed = [splits / "de.train.txt", splits / "de.test.txt", args.data / "dicts" / "muse-en-de.tsv"]
-    if not all(path.is_file() for path in needed):
-        print(f"bench_german_training: shared data not found under {args.data}; give --data. Nothing was run.")
+    if not shared_data_ready("bench_german_training", args.data, needed):
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from langswap.demo.smollm2 import smollm2_135m
 
     model = smollm2_135m()

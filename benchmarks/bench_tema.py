@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_german_training import shared_data_ready  # noqa: E402
 from train_tema_l2 import DEFAULT_DATA, DEFAULT_WORKDIR, REPO, build_l2  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "tema-de"
@@ -108,11 +107,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     needed = [args.data / "splits" / "de.train.txt", args.data / "splits" / "de.test.txt",
               args.data / "dicts" / "muse-en-de.tsv", args.data / "ud" / "de_gsd-ud-dev.conllu"]
-    if not all(path.is_file() for path in needed):
-        print(f"bench_tema: shared data not found under {args.data}; give --data. Nothing was run.")
+    if not shared_data_ready("bench_tema", args.data, needed):
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from langswap.demo.smollm2 import smollm2_135m
     from langswap.enrich import EnrichConfig, enrich
     from langswap.resources.text import read_text_lines

@@ -24,15 +24,13 @@ benchmarks/results/tiktotok-LANG/.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_german_training import (DEFAULT_DATA, QUALITY_CACHE, REPO, cached_resources,  # noqa: E402
-                                   run_and_record)
+                                   run_and_record, shared_data_ready)
 
 METHODS = [{"name": "random"}, {"name": "overlap"}, {"name": "fvt", "label": "fvt length", "weighting": "length"},
            {"name": "wechsel"},
@@ -84,11 +82,8 @@ def language_bench(args, script: str, workdir: Path, methods: list[dict], resour
     splits = args.data / "splits"
     dictionary = args.data / "dicts" / DICTIONARIES[language]
     needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", dictionary, splits / "en.train.txt"]
-    if not all(path.is_file() for path in needed):
-        print(f"{script}: shared data not found under {args.data}; give --data. Nothing was run.")
+    if not shared_data_ready(script, args.data, needed):
         return None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from langswap.demo.smollm2 import smollm2_135m
 
     model = smollm2_135m()

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_german_training import DEFAULT_DATA, REPO  # noqa: E402
+from bench_german_training import DEFAULT_DATA, REPO, shared_data_ready  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -53,11 +51,8 @@ def main(argv=None) -> int:
     splits, ud = args.data / "splits", args.data / "ud"
     needed = [splits / "de.train.txt", splits / "en.train.txt", args.data / "dicts" / "muse-en-de.tsv",
               ud / "en_ewt-ud-dev.conllu", ud / "de_gsd-ud-dev.conllu", ud / "de_gsd-ud-test.conllu"]
-    if not all(path.is_file() for path in needed):
-        print(f"bench_zero_shot: shared data not found under {args.data}; give --data. Nothing was run.")
+    if not shared_data_ready("bench_zero_shot", args.data, needed):
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from bench_tiktotok import cached_resources
 
     from langswap.demo.smollm2 import smollm2_135m
