@@ -35,8 +35,7 @@
    row). No row is random unless the fallback is set to `random`.
 
 Rows get the kind of their strongest evidence: `translated` where a translation (dictionary or parallel text) is in
-the row, `mixed` where
-neighbours (aligned or the helper's) are, `subword` where spelling alone made them.
+the row, `mixed` where neighbours (aligned or the helper's) are, `subword` where spelling alone made them.
 
 Decided here, not read from a paper: the weights (spelling and a human dictionary trusted alike; vectors as much as
 their measured precision; a helper as much as its geometry agrees with the source model's where both are known), the

@@ -63,12 +63,10 @@ def _saved_source_tables(folder: Path) -> dict[str, torch.Tensor] | None:
     return tables or None
 
 
-def source_tables_from_model(source_model: str) -> SourceSide:
-    """The source model's own token tables."""
-    from langswap.models import load_model
+def source_tables_from_model(model, source_model: str) -> SourceSide:
+    """The token tables of `model`, the source model loaded from `source_model`."""
     from langswap.surgery import read_source_matrices
 
-    model = load_model(source_model)
     if model.get_output_embeddings() is None:
         raise ConfigError(f"source model '{source_model}' has no output layer; a bilingual model predicts source "
                           "tokens with it. Give the causal LM the target model was transferred from.")
@@ -77,16 +75,19 @@ def source_tables_from_model(source_model: str) -> SourceSide:
                       matrices.output_bias)
 
 
-def attach_source(model, start: str | Path, source_model: str) -> SourceSide:
+def attach_source(model, start: str | Path, source_model: str, loaded=None) -> SourceSide:
     """Give `model` (the target model) the source tables: those saved in `start` (a phase's folder) where it has
-    them, else the source model's; and the bilingual forward. Returns the attached module."""
+    them, else the source model's (`loaded`, where the caller has it in memory already); and the bilingual forward.
+    Returns the attached module."""
+    from langswap.models import load_model
+
     if hasattr(model, MODULE):
         return getattr(model, MODULE)
     saved = _saved_source_tables(Path(start)) if Path(start).is_dir() else None
     if saved is not None:
         side = SourceSide(saved["embeddings"], saved.get("output"), saved.get("bias"))
     else:
-        side = source_tables_from_model(source_model)
+        side = source_tables_from_model(loaded if loaded is not None else load_model(source_model), source_model)
     hidden = model.get_input_embeddings().weight.shape[1]
     if side.embeddings.shape[1] != hidden:
         raise VocabularyError(f"the source model's embeddings have {side.embeddings.shape[1]} dimensions, the target "
@@ -117,15 +118,16 @@ def nats_per_byte(model, tokenizer, lines: list[str], max_tokens: int = 128) -> 
     return total / max(count, 1)
 
 
-def check_source_language(source_model: str, source_text: str, target_text: str) -> dict:
+def check_source_language(source_model: str, source_text: str, target_text: str, loaded=None) -> dict:
     """Warn when the source model reads `source_text` not clearly better than `target_text` (nats per byte on the
     first lines of each, through its own tokenizer, less than half a bit per byte apart): source text in the target
-    language, or in a third one, trains the source tables on a language the source model does not know. Returns
-    both figures."""
+    language, or in a third one, trains the source tables on a language the source model does not know. `loaded`:
+    the source model, where the caller has it in memory already. Returns both figures."""
     from langswap.models import load_model, load_tokenizer
     from langswap.resources.text import read_text_lines
 
-    model, tokenizer = load_model(source_model), load_tokenizer(source_model, "source model's tokenizer")
+    model = loaded if loaded is not None else load_model(source_model)
+    tokenizer = load_tokenizer(source_model, "source model's tokenizer")
     losses = {name: nats_per_byte(model, tokenizer, read_text_lines(path, name, max_lines=LANGUAGE_CHECK_LINES))
               for name, path in (("source text", source_text), ("target text", target_text))}
     if losses["source text"] > losses["target text"] - LANGUAGE_MARGIN:
@@ -197,13 +199,13 @@ def write_two_models(model_folder: Path, source_folder: Path, source_model: str)
         raise RuntimeError(f"'{model_folder}' holds no source tables ({PREFIX}*)")
     target = load_model(model_folder)
     source = load_model(source_model)
-    embed_names = _table_names(source)
-    body = {name: tensor for name, tensor in target.state_dict().items() if name not in _table_names(target)}
-    missing = [name for name in source.state_dict() if name not in embed_names and name not in body]
+    target_tables, source_tables = _table_names(target), _table_names(source)
+    body = {name: tensor for name, tensor in target.state_dict().items() if name not in target_tables}
+    source_names = set(source.state_dict())
+    missing = [name for name in source_names if name not in source_tables and name not in body]
     if missing:
-        raise RuntimeError(f"the source model has weights the target body lacks: {missing[:3]}")
-    source.load_state_dict({name: tensor for name, tensor in body.items() if name in source.state_dict()},
-                           strict=False)
+        raise RuntimeError(f"the source model has weights the target body lacks: {sorted(missing)[:3]}")
+    source.load_state_dict({name: tensor for name, tensor in body.items() if name in source_names}, strict=False)
     install_embeddings(source, tables["embeddings"], tables.get("output"), tables.get("bias"))
     with atomic_directory(Path(source_folder), overwrite=True) as temporary:
         source.save_pretrained(temporary)

@@ -106,11 +106,15 @@ class Ramen(Recipe):
         return Lookahead(inner, self.options.lookahead_k, self.options.lookahead_alpha)
 
     def prepare_model(self, phase: Phase, model, start) -> None:
+        from langswap.models import load_model
         from langswap.training.bilingual import attach_source, check_source_language
 
+        source = None
         if str(start) == str(self.config.model):  # the run's first start: is the source text the source language?
-            check_source_language(self.options.source_model, self.options.source_text, self.config.train_text)
-        attach_source(model, start, self.options.source_model)
+            source = load_model(self.options.source_model)  # read once, for the check and the source tables
+            check_source_language(self.options.source_model, self.options.source_text, self.config.train_text,
+                                  loaded=source)
+        attach_source(model, start, self.options.source_model, loaded=source)
 
     def finish_outputs(self, output) -> None:
         from langswap.training.bilingual import write_two_models
