@@ -100,3 +100,12 @@ def cache_dir() -> Path:
     if xdg:
         return Path(xdg).expanduser() / "langswap"
     return Path.home() / ".cache" / "langswap"
+
+
+def hash_file(digest, path: str | Path):
+    """Feed the bytes of `path` to `digest` (a hashlib object) a block at a time; returns `digest`. What a cached
+    resource is keyed by starts with the bytes of the files it is made from."""
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest

@@ -212,11 +212,9 @@ def _locate_gguf(workdir: pathlib.Path, progress: bool = False) -> tuple[pathlib
 
 
 def _sha256(path: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from langswap.files import hash_file
+
+    return hash_file(hashlib.sha256(), path).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------------------------

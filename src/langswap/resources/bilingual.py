@@ -108,10 +108,9 @@ def write_dictionary_corpus(dictionary: Dictionary, path: str | Path, source_com
 def corpus_digest(dictionary_path: str | Path, source_compounds: bool, target_compounds: bool,
                   options: FastTextConfig) -> str:
     """What a bilingual model depends on, hashed: the dictionary's bytes and every option of corpus and training."""
-    digest = hashlib.sha256()
-    with open(dictionary_path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    from langswap.files import hash_file
+
+    digest = hash_file(hashlib.sha256(), dictionary_path)
     digest.update(json.dumps({"format": CORPUS_FORMAT, "tags": [dataclasses.astuple(SOURCE_TAGS),
                                                                 dataclasses.astuple(TARGET_TAGS)],
                               "source_compounds": source_compounds, "target_compounds": target_compounds,

@@ -368,16 +368,13 @@ def translation_table(source_lines: list[str], target_lines: list[str], source_t
 
 
 def _files_digest(paths, source_tokenizer, target_tokenizer, config: ParallelConfig) -> str:
+    from langswap.files import hash_file
     from langswap.resources.token_vectors import tokenizer_digest
 
     digest = hashlib.sha256()
     for path in paths:
-        if path is None:
-            continue
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        digest.update(b"\0")
+        if path is not None:
+            hash_file(digest, path).update(b"\0")
     digest.update(json.dumps({"format": TABLE_FORMAT, "source": tokenizer_digest(source_tokenizer),
                               "target": tokenizer_digest(target_tokenizer), "options": dataclasses.asdict(config),
                               "two_files": paths[1] is not None}, sort_keys=True).encode())
@@ -392,18 +389,18 @@ def cached_translation_table(source: str | Path, target: str | Path | None, sour
     from langswap.files import cache_dir
 
     config = config or ParallelConfig()
-    read_parallel_paths = [source, target]
-    for path in read_parallel_paths:
+    paths = [source, target]
+    for path in paths:
         if path is not None and not Path(path).is_file():
             raise MissingResourceError(f"parallel text '{path}' does not exist.")
     folder = (Path(cache) if cache is not None else cache_dir() / "translation-tables") / _files_digest(
-        read_parallel_paths, source_tokenizer, target_tokenizer, config)
+        paths, source_tokenizer, target_tokenizer, config)
     if (folder / TABLE_FILE).is_file() and (folder / REPORT_FILE).is_file():
         logger.info("translation table of %s from the cache: %s", source, folder)
         return TranslationTable.load(folder)
     left, right = read_parallel(source, target, config.max_lines)
     table = translation_table(left, right, source_tokenizer, target_tokenizer, config)
-    table.report["text"] = [str(path) for path in read_parallel_paths if path is not None]
+    table.report["text"] = [str(path) for path in paths if path is not None]
     folder.parent.mkdir(parents=True, exist_ok=True)
     table.save(folder, overwrite=True)
     return table

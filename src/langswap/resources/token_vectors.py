@@ -142,10 +142,9 @@ def train_token_fasttext(text_path: str | Path, tokenizer, output: str | Path,
 
 def text_digest(text_path: str | Path, tokenizer, options: FastTextConfig) -> str:
     """What a token-level model depends on, hashed: the text's bytes, the tokenizer and every training option."""
-    digest = hashlib.sha256()
-    with open(text_path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    from langswap.files import hash_file
+
+    digest = hash_file(hashlib.sha256(), text_path)
     digest.update(json.dumps({"format": CORPUS_FORMAT, "tokenizer": tokenizer_digest(tokenizer),
                               "fasttext": dataclasses.asdict(options)}, sort_keys=True).encode())
     return digest.hexdigest()[:16]
