@@ -125,9 +125,8 @@ def ramen(inputs: TransferInputs, config: RamenConfig, progress: bool = False) -
         else:
             from langswap.resources.parallel import TranslationTable
 
-            table = TranslationTable.load(config.probabilities)
-            table.check_tokenizers(inputs.source.tokenizer, inputs.target.tokenizer,
-                                   f"method.probabilities '{config.probabilities}'")
+            table = TranslationTable.load_for(config.probabilities, inputs.source.tokenizer, inputs.target.tokenizer,
+                                              f"method.probabilities '{config.probabilities}'")
         rows, lengths, sources, probs = table_rows(table, inputs)
         share = table.report.get("covered_occurrences")
         if share is not None and share < LOW_COVERAGE:

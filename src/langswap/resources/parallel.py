@@ -244,6 +244,14 @@ class TranslationTable:
             (temporary / REPORT_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
     @classmethod
+    def load_for(cls, folder: str | Path, source_tokenizer, target_tokenizer, where: str) -> "TranslationTable":
+        """`load` the table in `folder` and refuse it unless it was built with these two tokenizers; `where` names
+        it in the error (the option or key that gave it)."""
+        table = cls.load(folder)
+        table.check_tokenizers(source_tokenizer, target_tokenizer, where)
+        return table
+
+    @classmethod
     def load(cls, folder: str | Path) -> "TranslationTable":
         """A table `save` wrote; refused with what is wrong and how to fix it when incomplete or inconsistent."""
         folder = Path(folder)

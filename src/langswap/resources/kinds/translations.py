@@ -63,9 +63,8 @@ def load(config, target_tokenizer, source_tokenizer):
 
     resources = config.resources
     if resources.translation_table:
-        table = TranslationTable.load(resources.translation_table)
-        table.check_tokenizers(source_tokenizer, target_tokenizer,
-                               f"resources.translation_table '{resources.translation_table}'")
+        table = TranslationTable.load_for(resources.translation_table, source_tokenizer, target_tokenizer,
+                                          f"resources.translation_table '{resources.translation_table}'")
     else:
         table = cached_translation_table(resources.parallel_text, resources.parallel_target, source_tokenizer,
                                          target_tokenizer, parallel_config(resources))
