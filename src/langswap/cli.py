@@ -341,16 +341,14 @@ def cmd_align(args) -> int:
 
 def cmd_align_parallel(args) -> int:
     from langswap.models import load_tokenizer
-    from langswap.resources.parallel import ParallelConfig, describe, read_parallel, translation_table
+    from langswap.resources.parallel import ParallelConfig, describe, table_from_files
 
     config = from_dict(ParallelConfig, apply_overrides({}, _overrides(args)))
     with OutputLock(args.output, "translation table folder"):
         refuse_existing(args.output, args.overwrite)  # before the alignment, not after it
-        source, target = read_parallel(args.parallel, args.target_text, config.max_lines)
         source_tokenizer = load_tokenizer(args.source_tokenizer, "source tokenizer")
         target_tokenizer = load_tokenizer(args.target_tokenizer, "target tokenizer")
-        table = translation_table(source, target, source_tokenizer, target_tokenizer, config)
-        table.report["text"] = [str(path) for path in (args.parallel, args.target_text) if path]
+        table = table_from_files(args.parallel, args.target_text, source_tokenizer, target_tokenizer, config)
         table.save(args.output, args.overwrite)
     print(f"wrote {args.output}: {describe(table.report)}")
     if table.report["skipped_empty"] or table.report["skipped_long"]:

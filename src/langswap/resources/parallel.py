@@ -375,6 +375,16 @@ def translation_table(source_lines: list[str], target_lines: list[str], source_t
                             tokenizer_digest(source_tokenizer), tokenizer_digest(target_tokenizer), report)
 
 
+def table_from_files(source: str | Path, target: str | Path | None, source_tokenizer, target_tokenizer,
+                     config: ParallelConfig) -> TranslationTable:
+    """Read the parallel text (`source` a TSV, or `source` and `target` two line-aligned files) and build its table;
+    the report names the files."""
+    left, right = read_parallel(source, target, config.max_lines)
+    table = translation_table(left, right, source_tokenizer, target_tokenizer, config)
+    table.report["text"] = [str(path) for path in (source, target) if path is not None]
+    return table
+
+
 def _files_digest(paths, source_tokenizer, target_tokenizer, config: ParallelConfig) -> str:
     from langswap.files import hash_file
     from langswap.resources.token_vectors import tokenizer_digest
@@ -406,9 +416,7 @@ def cached_translation_table(source: str | Path, target: str | Path | None, sour
     if (folder / TABLE_FILE).is_file() and (folder / REPORT_FILE).is_file():
         logger.info("translation table of %s from the cache: %s", source, folder)
         return TranslationTable.load(folder)
-    left, right = read_parallel(source, target, config.max_lines)
-    table = translation_table(left, right, source_tokenizer, target_tokenizer, config)
-    table.report["text"] = [str(path) for path in paths if path is not None]
+    table = table_from_files(source, target, source_tokenizer, target_tokenizer, config)
     folder.parent.mkdir(parents=True, exist_ok=True)
     table.save(folder, overwrite=True)
     return table
