@@ -336,7 +336,7 @@ def test_a_changed_source_model_is_never_answered_from_old_results(capsys, tmp_p
 def test_a_train_mapping_without_a_preset_keeps_embeddings_only_training(tmp_path, gpt2_folder,
                                                                          target_tokenizer_folder, cipher_vectors,
                                                                          corpus_dir):
-    """`train: {batch_size: ...}` as in the README's example: the bench still trains embeddings only."""
+    """`train: {batch_size: ...}` as in docs/design.md's example: the bench still trains embeddings only."""
     path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
                        methods=["random"], steps=[0, 2], reference=False,
                        train={"batch_size": 2, "sequence_length": 32, "save_steps": 2})
