@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import byte_level_tokenizer, cipher_line, english_lines, save_model, tiny_model
+from conftest import (TOKENIZER_BUILDERS, byte_level_tokenizer, cipher_line, english_lines, save_model,
+                      tiny_model, uniform_lm)
 from langswap.errors import ConfigError
 from langswap.training.lookahead import Lookahead
 from langswap.training.run import TrainConfig, train
@@ -83,8 +84,7 @@ def test_the_paper_schedule_warms_up_from_its_start_rate_then_decays_as_an_inver
     short = Ramen(TrainConfig(model="m", train_text="t", output="o", preset="ramen", steps=1000,
                               recipe={"source_model": "s", "source_text": "x"})).phases("causal")[0]
     assert short.warmup_steps < 1000  # a short run still reaches its peak
-    with pytest.raises(ConfigError, match="causal"):
-        Ramen(config).phases("masked")
+    assert Ramen(config).phases("masked") == Ramen(config).phases("causal")  # one recipe for both objectives
 
 
 def test_lookahead_moves_the_slow_weights_halfway_every_k_updates_and_resumes_from_its_state():
@@ -129,3 +129,97 @@ def test_source_text_the_source_model_reads_no_better_than_the_target_text_is_wa
                                 logging_steps=10))
     losses = check_source_language(str(trained.model), str(pair["en"]), str(pair["xx"]))
     assert losses["source text"] < losses["target text"] - 0.35 and "no better" not in caplog.text
+
+
+MASKED = {"bert": "wordpiece", "roberta": "roberta"}
+
+
+@pytest.mark.parametrize("kind", sorted(MASKED))
+def test_a_masked_lm_trains_bilingually_with_its_head_transform_shared(kind, tmp_path):
+    """BERT and RoBERTa: the prediction head's transform belongs to the shared body, the output layer's bias to each
+    language; the source half is masked with the source tokenizer; both folders load as masked LMs."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    english = english_lines(300, seed=5)
+    ciphered = [cipher_line(line) for line in english_lines(300, seed=6)]
+    build = TOKENIZER_BUILDERS[MASKED[kind]]
+    source_tokenizer, target_tokenizer = build(english, 300), build(ciphered, 260)
+    source_size, target_size = len(source_tokenizer), len(target_tokenizer)
+    source = save_model(tiny_model(kind, source_size), source_tokenizer, tmp_path / "source")
+    target = tiny_model(kind, source_size)
+    target.resize_token_embeddings(target_size)
+    save_model(target, target_tokenizer, tmp_path / "target")
+    (tmp_path / "en.txt").write_text("\n".join(english) + "\n", encoding="utf-8")
+    (tmp_path / "xx.txt").write_text("\n".join(ciphered) + "\n", encoding="utf-8")
+    pair = {"target": tmp_path / "target", "source": source, "en": tmp_path / "en.txt", "xx": tmp_path / "xx.txt"}
+    report = train(_config(pair, tmp_path / "run"))
+    assert report.objective == "masked"
+    target_folder, source_folder = tmp_path / "run" / "model", tmp_path / "run" / "source-model"
+    trained_target, trained_source = _weights(target_folder), _weights(source_folder)
+    before_target, before_source = _weights(pair["target"]), _weights(source)
+    sizes = {name: tensor.shape[0] for name, tensor in trained_source.items() if tensor.dim() and
+             tensor.shape[0] == source_size}
+    tables = set(sizes)  # the source's token tables: its input embeddings and the output bias (tied decoder)
+    assert any("bias" in name for name in tables) and any("word_embeddings" in name for name in tables)
+    body = sorted(set(trained_target) - tables)
+    assert body == sorted(set(trained_source) - tables)
+    assert all(torch.equal(trained_target[name], trained_source[name]) for name in body)
+    transform = [name for name in body if ("transform" in name or "lm_head.dense" in name) and "weight" in name]
+    assert transform and not torch.equal(trained_target[transform[0]], before_target[transform[0]])
+    for name in tables:
+        assert trained_target[name].shape[0] == target_size
+        assert not torch.equal(trained_source[name], before_source[name])
+    for folder, size in ((target_folder, target_size), (source_folder, source_size)):
+        model = AutoModelForMaskedLM.from_pretrained(folder)
+        assert model.get_input_embeddings().weight.shape[0] == size == len(AutoTokenizer.from_pretrained(folder))
+
+
+def test_a_masked_batch_masks_each_stream_with_its_own_tokenizer():
+    """Source rows get the source tokenizer's mask token, random tokens from its vocabulary, and keep its special
+    tokens; target rows the target's."""
+    from langswap.training.data import LMCollator
+
+    class Vocabulary:
+        def __init__(self, size: int, mask: int, special: int):
+            self.size, self.mask_token_id, self.all_special_ids = size, mask, [special, mask]
+
+        def __len__(self) -> int:
+            return self.size
+
+    source, target = Vocabulary(50, mask=7, special=0), Vocabulary(100, mask=90, special=1)
+    collator = LMCollator(target, "masked", 0.5, [source, None])
+    rows = torch.cat([torch.randint(10, 50, (2, 60)), torch.randint(10, 90, (2, 60))])
+    rows[:2, 0], rows[2:, 0] = 0, 1
+    masked, labels = collator.mask(rows, torch.Generator().manual_seed(0), torch.tensor([0, 0, 1, 1]))
+    assert (masked[:2] == 7).any() and (masked[:2] < 50).all()
+    assert (masked[2:] == 90).any()
+    assert (labels[:, 0] == -100).all()  # each row's first token, special to its own tokenizer, is never selected
+    assert ((labels[:2] == -100) | (labels[:2] == rows[:2])).all() and (labels != -100).sum() > 30
+
+
+@pytest.mark.parametrize("kind", sorted(MASKED))
+def test_the_head_inputs_of_a_masked_lm_give_its_logits_through_its_output_layer(kind):
+    from langswap.training.bilingual import head_inputs
+
+    model = tiny_model(kind, 120)
+    ids = torch.randint(5, 120, (2, 9))
+    embeds = model.get_input_embeddings()(ids)
+    states = head_inputs(model, embeds, torch.ones_like(ids))
+    expected = model(inputs_embeds=embeds, attention_mask=torch.ones_like(ids)).logits
+    assert torch.allclose(model.get_output_embeddings()(states), expected, atol=1e-5)
+
+
+def test_a_masked_lm_reads_text_by_its_pseudo_likelihood_per_byte():
+    """Every token is masked once: a uniform model over V tokens gives log V per token, over the bytes read."""
+    import math
+
+    from langswap.training.bilingual import nats_per_byte
+
+    tokenizer = TOKENIZER_BUILDERS["wordpiece"](english_lines(200, seed=1), 150)
+    model = uniform_lm(len(tokenizer))
+    model.config.architectures = ["UniformForMaskedLM"]
+    lines = english_lines(3, seed=9)
+    ids = [tokenizer(line, add_special_tokens=False)["input_ids"] for line in lines]
+    expected = sum(len(i) for i in ids) * math.log(len(tokenizer)) / sum(
+        len(tokenizer.decode(i).encode("utf-8")) for i in ids)
+    assert nats_per_byte(model, tokenizer, lines) == pytest.approx(expected, rel=1e-5)

@@ -89,6 +89,15 @@ def test_every_recipe_resumes_bitwise(name, models, texts, tmp_path):
         assert [p["steps"] for p in reference.phases] == [4, 4]
 
 
+def test_a_masked_bilingual_run_resumes_bitwise(models, texts, tmp_path):
+    """The source half of a masked LM's batches is masked from the update's own generator, as the target half."""
+    row = {"recipe": {"source_model": str(models["bert"]), "source_text": str(texts / "train.txt"),
+                      "lookahead_k": 3, "warmup_updates": 2}}
+    reference = _resumes_bitwise(models["bert"], texts, tmp_path, (3,), preset="ramen", steps=6, save_steps=2,
+                                 logging_steps=2, eval_text=None, **row)
+    assert reference.objective == "masked"
+
+
 # -- a recipe is one file ----------------------------------------------------------------------------------------------
 
 THROWAWAY = '''

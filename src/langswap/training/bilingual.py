@@ -14,8 +14,11 @@ from the source model at the first start. `write_two_models` then writes the run
 target model without those keys, and the source model (its own config and tokenizer) with the trained source tables
 and the same body weights.
 
-Causal LMs only: a masked LM's prediction head holds a transform shared by both languages ahead of the output
-layer, which this module does not split.
+Causal and masked LMs alike. A masked LM's prediction head holds a transform ahead of its output layer (BERT's
+dense, activation and layer norm); that transform is part of the shared body, and only the output layer and its bias
+are per language: the forward reads the transformed states where the head hands them to its output layer
+(`head_inputs`) and scores each language's masked positions with its own table. A masked batch's source rows are
+masked with the source tokenizer (`data.LMCollator.mask`).
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def source_tables_from_model(model, source_model: str) -> SourceSide:
 
     if model.get_output_embeddings() is None:
         raise ConfigError(f"source model '{source_model}' has no output layer; a bilingual model predicts source "
-                          "tokens with it. Give the causal LM the target model was transferred from.")
+                          "tokens with it. Give the language model (with its head) the target model came from.")
     matrices = read_source_matrices(model, model.get_input_embeddings().weight.shape[0])
     return SourceSide(matrices.embeddings, None if matrices.tied else matrices.output_embeddings,
                       matrices.output_bias)
@@ -102,20 +105,52 @@ LANGUAGE_CHECK_LINES = 32
 LANGUAGE_MARGIN = 0.35  # nats per byte (half a bit): how much better the source text must read than the target text
 
 
+PSEUDO_STRIDE = 7  # a masked LM's pseudo-likelihood masks every 7th token of a line at once, in 7 passes
+
+
 @torch.no_grad()
 def nats_per_byte(model, tokenizer, lines: list[str], max_tokens: int = 128) -> float:
-    """The causal model's next-token loss over `lines` (each cut to `max_tokens` tokens) per byte of the text it
-    predicted: comparable between texts its tokenizer splits finely or coarsely."""
+    """The model's loss over `lines` (each cut to `max_tokens` tokens) per byte of the text it predicted: comparable
+    between texts its tokenizer splits finely or coarsely. A causal LM predicts each token from those before it; a
+    masked LM each token with it masked (pseudo-log-likelihood, Salazar et al., 2020), every `PSEUDO_STRIDE`-th
+    token masked at once, so a line takes that many passes."""
+    from langswap.models import objective_of
+
+    masked = objective_of(model.config) == "masked"
     total, count = 0.0, 0
     model.eval()
     for line in lines:
         ids = tokenizer(line, add_special_tokens=False)["input_ids"][:max_tokens]
         if len(ids) < 2:
             continue
+        if masked:
+            total += _pseudo_loss_sum(model, tokenizer, ids)
+            count += len(tokenizer.decode(ids).encode("utf-8"))
+            continue
         logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
         total += float(nn.functional.cross_entropy(logits, torch.tensor(ids[1:]), reduction="sum"))
         count += len(tokenizer.decode(ids[1:]).encode("utf-8"))
     return total / max(count, 1)
+
+
+def _pseudo_loss_sum(model, tokenizer, ids: list[int]) -> float:
+    """Sum over the tokens `ids` of the masked LM's loss for each with it masked, the line framed as training
+    frames a block (cls or bos, then sep or eos)."""
+    first = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    last = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    framed = torch.tensor([token for token in (first,) if token is not None] + ids
+                          + [token for token in (last,) if token is not None])
+    offset = int(first is not None)
+    positions = torch.arange(offset, offset + len(ids))
+    inputs = framed.repeat(PSEUDO_STRIDE, 1)
+    labels = torch.full_like(inputs, -100)
+    for phase in range(PSEUDO_STRIDE):
+        chosen = positions[phase::PSEUDO_STRIDE]
+        labels[phase, chosen] = inputs[phase, chosen]
+        inputs[phase, chosen] = tokenizer.mask_token_id
+    logits = model(input_ids=inputs).logits.float()
+    return float(nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                             ignore_index=-100, reduction="sum"))
 
 
 def check_source_language(source_model: str, source_text: str, target_text: str, loaded=None) -> dict:
@@ -139,17 +174,46 @@ def check_source_language(source_model: str, source_text: str, target_text: str,
     return losses
 
 
-def _shifted_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum of the next-token cross-entropy over the labelled positions, and their count."""
+def _shifted_loss_sum(hidden: torch.Tensor, labels: torch.Tensor, output) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of the next-token cross-entropy over the labelled positions, scored by `output` (states -> logits), and
+    their count."""
+    logits = output(hidden)
     shifted = labels[:, 1:].reshape(-1)
     flat = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
     loss = nn.functional.cross_entropy(flat, shifted, ignore_index=-100, reduction="sum")
     return loss, (shifted != -100).sum()
 
 
+def _masked_loss_sum(head_input: torch.Tensor, labels: torch.Tensor, output) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of the masked-LM cross-entropy over the labelled positions, scored by `output` (states -> logits) at
+    those positions only, and their count."""
+    chosen = labels != -100
+    logits = output(head_input[chosen]).float()
+    return nn.functional.cross_entropy(logits, labels[chosen], reduction="sum"), chosen.sum()
+
+
+def head_inputs(model, inputs_embeds: torch.Tensor, attention_mask) -> torch.Tensor:
+    """The states a masked LM's prediction head hands to its output layer (after the head's own transform), for
+    `inputs_embeds`; the output layer itself computes nothing (a pre-hook hands it no positions)."""
+    captured: list[torch.Tensor] = []
+
+    def capture(module, args):
+        captured.append(args[0])
+        return (args[0][..., :0, :],)
+
+    handle = model.get_output_embeddings().register_forward_pre_hook(capture)
+    try:
+        type(model).forward(model, inputs_embeds=inputs_embeds, attention_mask=attention_mask)
+    finally:
+        handle.remove()
+    return captured[0]
+
+
 def bilingual_forward(self, input_ids=None, attention_mask=None, labels=None, stream_ids=None):
     """The target model's forward for target text; source-language sequences (stream 0) read the source tables."""
     from transformers.modeling_outputs import CausalLMOutput
+
+    from langswap.models import objective_of
 
     cls = type(self)
     if stream_ids is None or not bool((stream_ids == SOURCE_STREAM).any()):
@@ -162,15 +226,21 @@ def bilingual_forward(self, input_ids=None, attention_mask=None, labels=None, st
     inputs[source_rows] = nn.functional.embedding(input_ids[source_rows], side.embeddings).to(inputs.dtype)
     if bool(target_rows.any()):
         inputs[target_rows] = embed(input_ids[target_rows])
-    hidden = self.base_model(inputs_embeds=inputs, attention_mask=attention_mask).last_hidden_state
+    if objective_of(self.config) == "masked":
+        hidden, loss_sum = head_inputs(self, inputs, attention_mask), _masked_loss_sum
+    else:
+        hidden, loss_sum = self.base_model(inputs_embeds=inputs, attention_mask=attention_mask).last_hidden_state, \
+            _shifted_loss_sum
     total, count = hidden.new_zeros((), dtype=torch.float32), 0
     if labels is not None:
-        source_logits = nn.functional.linear(hidden[source_rows], side.head().to(hidden.dtype),
-                                             None if side.bias is None else side.bias.to(hidden.dtype))
-        part, n = _shifted_loss_sum(source_logits, labels[source_rows])
+        def source_output(states):
+            return nn.functional.linear(states, side.head().to(states.dtype),
+                                        None if side.bias is None else side.bias.to(states.dtype))
+
+        part, n = loss_sum(hidden[source_rows], labels[source_rows], source_output)
         total, count = total + part, count + n
         if bool(target_rows.any()):
-            part, n = _shifted_loss_sum(self.get_output_embeddings()(hidden[target_rows]), labels[target_rows])
+            part, n = loss_sum(hidden[target_rows], labels[target_rows], self.get_output_embeddings())
             total, count = total + part, count + n
     loss = total / count.clamp_min(1) if labels is not None else None
     return CausalLMOutput(loss=loss, logits=None)

@@ -18,7 +18,8 @@ micro-batch (RAMEN: half source-language, half target-language text): each strea
 sequences to every micro-batch, its share of the batch size rounded by largest remainder (`batch_counts`), in the
 streams' order, each stream read in its own shuffled order (`MixedSlice`). A stream may be packed by a tokenizer of
 its own (a bilingual model reads each language through its own vocabulary); every item then carries its stream's
-index as `stream_ids`, which the loop hands to the model only when the recipe says its model reads it.
+index as `stream_ids`, which the loop hands to the model only when the recipe says its model reads it. A masked-LM
+batch masks each stream's rows with the tokenizer that packed them (its mask token, special tokens and vocabulary).
 """
 
 from __future__ import annotations
@@ -143,8 +144,11 @@ class LMCollator:
     is already past the next batch's masks. Items that already carry labels (the pre-masked evaluation set) pass
     through."""
 
-    def __init__(self, tokenizer, objective: str, mlm_probability: float = 0.15):
+    def __init__(self, tokenizer, objective: str, mlm_probability: float = 0.15,
+                 stream_tokenizers: list | None = None):
         self.tokenizer, self.objective, self.mlm_probability = tokenizer, objective, mlm_probability
+        # the tokenizer each stream was packed with (index = stream id), where a stream has its own
+        self.stream_tokenizers = stream_tokenizers
 
     def __call__(self, items: list[dict]) -> dict:
         input_ids = torch.stack([item["input_ids"] for item in items])
@@ -157,11 +161,25 @@ class LMCollator:
             batch["labels"] = input_ids.clone()
         return batch
 
-    def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None = None):
+    def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None = None,
+             stream_ids: torch.Tensor | None = None):
+        """(masked input ids, labels). Where streams have tokenizers of their own (`stream_tokenizers`) and the
+        batch says which stream each sequence came from, each stream's rows are masked with its tokenizer's mask
+        token, special tokens and vocabulary, stream by stream in index order from the one generator."""
         from langswap.masking import mask_tokens, special_tokens_mask
 
-        return mask_tokens(input_ids, self.tokenizer.mask_token_id, len(self.tokenizer),
-                           special_tokens_mask(self.tokenizer, input_ids), self.mlm_probability, generator=generator)
+        def with_tokenizer(tokenizer, ids):
+            return mask_tokens(ids, tokenizer.mask_token_id, len(tokenizer), special_tokens_mask(tokenizer, ids),
+                               self.mlm_probability, generator=generator)
+
+        if stream_ids is None or not self.stream_tokenizers:
+            return with_tokenizer(self.tokenizer, input_ids)
+        masked, labels = input_ids.clone(), torch.full_like(input_ids, -100)
+        for stream in sorted(set(stream_ids.tolist())):
+            rows = stream_ids == stream
+            tokenizer = self.stream_tokenizers[stream] or self.tokenizer
+            masked[rows], labels[rows] = with_tokenizer(tokenizer, input_ids[rows])
+        return masked, labels
 
 
 def _epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:

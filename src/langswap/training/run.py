@@ -245,20 +245,18 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         logger.warning("sequence_length %d is longer than the model's context; using %d", config.sequence_length,
                        sequence_length)
     streams = recipe.streams()
-    if objective == "masked" and any(stream.tokenizer for stream in streams):
-        raise ConfigError(f"recipe '{recipe.name}' packs a stream with a tokenizer of its own; masked-LM training "
-                          "draws its masks with the model's tokenizer, so every stream uses that one.")
-    train_sets, stream_tokens = {}, {}
+    train_sets, stream_tokens, stream_tokenizers = {}, {}, []
     for stream in streams:
         stream_tokenizer = (load_tokenizer(stream.tokenizer, f"tokenizer of stream {stream.name}") if stream.tokenizer
                             else tokenizer)
+        stream_tokenizers.append(stream_tokenizer if stream.tokenizer else None)
         documents = read_documents(stream.path, "training text", config.text_field, config.max_lines)
         packed = pack(stream_tokenizer, documents, sequence_length, objective, f"training text '{stream.path}'")
         train_sets[stream.name], stream_tokens[stream.name] = BlockDataset(packed.blocks), packed.tokens
         if len(streams) > 1:
             logger.info("stream %s: %s documents, %s tokens, %s sequences of %d", stream.name, f"{len(documents):,}",
                         f"{packed.tokens:,}", f"{len(packed.blocks):,}", sequence_length)
-    collator = LMCollator(tokenizer, objective, config.mlm_probability)
+    collator = LMCollator(tokenizer, objective, config.mlm_probability, stream_tokenizers)
     training_sequences = sum(len(dataset) for dataset in train_sets.values())
     training_tokens = sum(stream_tokens.values())
     eval_set, bytes_per_token = None, None

@@ -115,7 +115,8 @@ class PhaseTrainer(Trainer):
         def masked():
             for batch in epoch_iterator:
                 if "labels" not in batch:
-                    batch["input_ids"], batch["labels"] = self.data_collator.mask(batch["input_ids"], generator)
+                    batch["input_ids"], batch["labels"] = self.data_collator.mask(batch["input_ids"], generator,
+                                                                                  batch.get("stream_ids"))
                 yield batch
 
         return super().get_batch_samples(masked(), num_batches, *args, **kwargs)

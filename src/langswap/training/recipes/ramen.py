@@ -9,7 +9,8 @@ is set) over 4,000 updates, then decaying as the inverse square root of the upda
 warm-up warms up over the config's `warmup_fraction` of its updates instead, so it reaches its peak.
 
 The run writes `model/` (the target model, an ordinary folder) and `source-model/` (the source model with the
-trained source tables), whose body weights are identical.
+trained source tables), whose body weights are identical. Causal and masked LMs alike: a masked LM's source half is
+masked with the source tokenizer, and its prediction head's transform is shared by both languages.
 """
 
 from __future__ import annotations
@@ -85,9 +86,6 @@ class Ramen(Recipe):
                 Stream("target", self.config.train_text, 1 - self.options.source_share)]
 
     def phases(self, objective: str, done: list[int] = ()) -> list[Phase]:
-        if objective != "causal":
-            raise ConfigError("the bilingual recipe trains causal LMs; a masked LM's prediction head holds a "
-                              "transform both languages would share, which it does not split.")
         steps = self.config.steps
         peak = self.config.learning_rate or RAMEN_PEAK
         warmup = self.options.warmup_updates if steps >= 2 * self.options.warmup_updates else self.warmup(steps)
