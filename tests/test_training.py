@@ -501,6 +501,45 @@ def test_resuming_with_a_different_config_is_refused(models, texts, tmp_path):
     train(_config(models["gpt2"], texts, tmp_path / "run", steps=3, eval_text=None, overwrite=True))
 
 
+def test_a_run_recorded_before_an_option_existed_resumes_with_its_default(models, texts, tmp_path):
+    import json
+
+    from langswap.training.run import RECORD
+
+    train(_config(models["gpt2"], texts, tmp_path / "run", steps=2, eval_text=None))
+    record_path = tmp_path / "run" / RECORD
+    record = json.loads(record_path.read_text())
+    for name in ("attention", "compile", "fused_optimizer", "liger_kernel"):
+        del record["comparable_config"][name]
+    record_path.write_text(json.dumps(record))
+    assert train(_config(models["gpt2"], texts, tmp_path / "run", steps=2, eval_text=None)).resumed
+    with pytest.raises(ConfigError, match="attention: was 'auto', now 'eager'"):
+        train(_config(models["gpt2"], texts, tmp_path / "run", steps=2, eval_text=None, attention="eager"))
+
+
+def test_speed_options_reach_the_model_and_the_trainer(models, texts, tmp_path):
+    """attention picks the model's kernels; the eager and SDPA kernels train the same model to float precision;
+    fused AdamW is the default on CUDA only; Liger and flash-attn without their packages are named."""
+    import importlib.util
+
+    from langswap.training.run import _load_for_training, _optimizer_name
+
+    assert _load_for_training(models["llama"], "causal", 0, attention="eager").config._attn_implementation == "eager"
+    assert _load_for_training(models["llama"], "causal", 0, attention="sdpa").config._attn_implementation == "sdpa"
+    runs = {kernel: _state(train(_config(models["llama"], texts, tmp_path / kernel, steps=3, eval_text=None,
+                                         preset="full", attention=kernel)).model) for kernel in ("eager", "sdpa")}
+    assert all(torch.allclose(runs["eager"][name], runs["sdpa"][name], atol=1e-5) for name in runs["eager"])
+    assert _optimizer_name("auto", use_cpu=True) == "adamw_torch"
+    assert _optimizer_name("auto", use_cpu=False) == _optimizer_name("on", use_cpu=True) == "adamw_torch_fused"
+    assert _optimizer_name("off", use_cpu=False) == "adamw_torch"
+    if importlib.util.find_spec("liger_kernel") is None:
+        with pytest.raises(ConfigError, match="pip install liger-kernel"):
+            train(_config(models["llama"], texts, tmp_path / "liger", liger_kernel=True))
+    if importlib.util.find_spec("flash_attn") is None:
+        with pytest.raises(ConfigError, match="pip install flash-attn"):
+            train(_config(models["llama"], texts, tmp_path / "flash", attention="flash_attention_2"))
+
+
 def test_output_folder_of_something_else_is_kept(models, texts, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "notes.txt").write_text("mine")

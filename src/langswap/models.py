@@ -110,12 +110,14 @@ def load_config(name_or_path: str | Path):
             "save_pretrained (with config.json), or a hub name while online.") from error
 
 
-def load_model(name_or_path: str | Path, objective: str | None = None, require_head: bool = True):
+def load_model(name_or_path: str | Path, objective: str | None = None, require_head: bool = True,
+               attention: str | None = None):
     """Load a causal- or masked-LM model in the dtype it was saved in.
 
     A checkpoint that lacks weights the model needs (a bare `BertModel` or `LlamaModel` has no language-model head)
     is refused: transformers would fill them with random values and say nothing at langswap's log level. With
-    `require_head=False` (the probes, which read hidden states only) such a model is loaded, with a warning."""
+    `require_head=False` (the probes, which read hidden states only) such a model is loaded, with a warning.
+    `attention`: transformers' attention implementation (sdpa, eager, ...); None keeps transformers' default."""
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
     name = str(name_or_path)
@@ -126,8 +128,12 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
         check_safetensors(Path(name))
     try:
         model, info = loader.from_pretrained(name, output_loading_info=True,
-                                             **lm_load_arguments("auto", complete=require_head))
+                                             **lm_load_arguments("auto", complete=require_head),
+                                             **({"attn_implementation": attention} if attention else {}))
     except ValueError as error:  # an architecture without a causal/masked LM class (T5, vision models, ...)
+        if attention and "attn" in str(error).lower():
+            raise ConfigError(f"'{name}' cannot use attention '{attention}': {str(error).splitlines()[0]} Use "
+                              "attention: auto or sdpa.") from error
         raise ConfigError(f"cannot load '{name}' as a {objective} language model: {str(error).splitlines()[0]} "
                           "langswap handles *ForCausalLM (GPT-2, Llama, ...) and *ForMaskedLM (BERT, RoBERTa) "
                           "models.") from error

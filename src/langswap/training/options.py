@@ -10,6 +10,8 @@ from langswap.errors import ConfigError, MissingResourceError
 from langswap.training.data import check_streams
 from langswap.training.recipes.base import RecipeOptions, describe_recipes, make_recipe, recipe_options
 
+ATTENTION_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flex_attention")
+
 # Fields that may change when a run is resumed: they do not change the weights a run ends with.
 RESUMABLE_CHANGES = {"overwrite", "save_steps", "save_total_limit", "snapshot_steps", "eval_steps", "num_workers"}
 
@@ -64,6 +66,18 @@ class TrainConfig:
     text_field: str = field(default="text", metadata={"help": "Key of the text in .jsonl files."})
     max_lines: int | None = field(default=None, metadata={"help": "Read at most this many training documents."})
     num_workers: int = field(default=0, metadata={"help": "Data-loader worker processes."})
+    # speed: what torch, transformers and accelerate provide (docs/design.md, "Training speed")
+    attention: str = field(default="auto", metadata={
+        "help": "Attention kernels: auto (transformers' default for the model, SDPA where it has it), sdpa, eager, "
+                "flash_attention_2 (needs flash-attn) or flex_attention.", "choices": ATTENTION_CHOICES})
+    compile: bool = field(default=False, metadata={"help": "torch.compile the model (faster updates on GPUs after "
+                                                           "a compilation of a minute or more)."})
+    fused_optimizer: str = field(default="auto", metadata={
+        "help": "AdamW as one fused kernel: auto (on CUDA), on or off. A recipe with an optimizer of its own "
+                "(ramen) keeps it.", "choices": ("auto", "on", "off")})
+    liger_kernel: bool = field(default=False, metadata={
+        "help": "Liger's Triton kernels for the model's norms, MLP and a chunked cross-entropy that never holds the "
+                "whole logits (CUDA; needs the liger-kernel package)."})
 
     def __post_init__(self):
         # the recipe: mapping becomes the named recipe's options (an unknown preset or option is an error here)
@@ -95,6 +109,18 @@ class TrainConfig:
         bad = [step for step in self.snapshot_steps if not 0 <= step <= self.steps]
         if bad:
             raise ConfigError(f"snapshot_steps {bad} are outside 0..steps ({self.steps}).")
+        if self.liger_kernel:
+            import importlib.util
+
+            if importlib.util.find_spec("liger_kernel") is None:
+                raise ConfigError("liger_kernel is set but the liger-kernel package is not installed; `pip install "
+                                  "liger-kernel` (CUDA machines), or leave liger_kernel off.")
+        if self.attention == "flash_attention_2":
+            import importlib.util
+
+            if importlib.util.find_spec("flash_attn") is None:
+                raise ConfigError("attention is flash_attention_2 but the flash-attn package is not installed; `pip "
+                                  "install flash-attn` (CUDA machines), or use attention: sdpa.")
         recipe = make_recipe(self)
         recipe.validate()
         check_streams(recipe.streams(), recipe.name, self.batch_size)

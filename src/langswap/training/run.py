@@ -84,7 +84,9 @@ def _check_output(config: TrainConfig, processes: int = 1) -> str:
         raise OutputExistsError(f"output folder '{output}' exists and is not a langswap training run; choose another "
                                 "--output or pass --overwrite to replace it.")
     record = json.loads(record_path.read_text(encoding="utf-8"))
-    before, now = record.get("comparable_config", {}), comparable_config(config)
+    # an option the recorded run's version did not have is read as its default
+    before = {**comparable_config(TrainConfig()), **record.get("comparable_config", {})}
+    now = comparable_config(config)
     changed = [f"{key}: was {before.get(key)!r}, now {now.get(key)!r}" for key in sorted(set(before) | set(now))
                if before.get(key) != now.get(key)]
     complete = record.get("status") == "complete" and (output / "model").is_dir()
@@ -126,6 +128,11 @@ def _precision_flags(precision: str) -> dict:
     return {"bf16": True} if precision == "bf16" else {"fp16": True} if precision == "fp16" else {}
 
 
+def _optimizer_name(fused: str, use_cpu: bool) -> str:
+    """The Trainer's AdamW: one fused kernel where `fused` is on, or auto on CUDA; else the foreach one."""
+    return "adamw_torch_fused" if fused == "on" or (fused == "auto" and not use_cpu) else "adamw_torch"
+
+
 def _precision_name(flags: dict) -> str:
     return "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32"
 
@@ -145,15 +152,16 @@ def _stopped_checkpoint(checkpoint: str | None, recipe: Recipe, phase: Phase) ->
 # -- the run ------------------------------------------------------------------------------------------------------------
 
 
-def _load_for_training(folder: str | Path, objective: str, seed: int, tokenizer=None):
+def _load_for_training(folder: str | Path, objective: str, seed: int, tokenizer=None, attention: str = "auto"):
     """The model in fp32 (master weights; bf16/fp16 are autocast by the Trainer), refused when a weight is NaN or
-    infinite, with every input embedding row trainable and non-zero (`numerics.prepare_embeddings_for_training`)."""
+    infinite, with every input embedding row trainable and non-zero (`numerics.prepare_embeddings_for_training`);
+    `attention`: the attention implementation (`TrainConfig.attention`)."""
     import torch
 
     from langswap.models import load_model
     from langswap.numerics import prepare_embeddings_for_training, refuse_non_finite
 
-    model = load_model(folder, objective).to(torch.float32)
+    model = load_model(folder, objective, attention=None if attention == "auto" else attention).to(torch.float32)
     refuse_non_finite(model, f"model '{folder}'", "Training cannot start from it: give the checkpoint it was made "
                       "from, or transfer the embeddings again (`langswap transfer`).")
     prepare_embeddings_for_training(model, seed, tokenizer, f"model '{folder}'")
@@ -316,7 +324,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         # trains on): that checkpoint is its result.
         stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
         loaded_from = checkpoint if stopped_at else start_model
-        model = _load_for_training(loaded_from, objective, config.seed, tokenizer)
+        model = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention)
         recipe.prepare_model(phase, model, loaded_from)
         set_trainable(model, recipe.trainable_parameters(phase, model))
         recipe.on_phase_start(phase, model)
@@ -332,7 +340,9 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
             max_grad_norm=config.max_grad_norm or math.inf,
             # a NaN loss is logged as NaN (the run stops on it); under fp16 a skipped update's loss is left out
             logging_nan_inf_filter=bool(precision_flags.get("fp16")),
-            optim="adamw_torch", logging_steps=config.logging_steps, save_strategy="steps",
+            optim=_optimizer_name(config.fused_optimizer, use_cpu), torch_compile=config.compile,
+            **({"use_liger_kernel": True} if config.liger_kernel else {}),
+            logging_steps=config.logging_steps, save_strategy="steps",
             save_steps=config.save_steps, save_total_limit=config.save_total_limit,
             eval_strategy="steps" if eval_set is not None else "no", eval_steps=config.eval_steps, seed=config.seed,
             report_to="none", disable_tqdm=not progress, dataloader_num_workers=config.num_workers,
