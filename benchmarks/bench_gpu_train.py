@@ -11,7 +11,7 @@ variant, `--steps` updates of batch `--batch-size` x `--sequence-length`, timed 
   nothing else. `bare fused+compile`: the same with fused AdamW and torch.compile.
 - `langswap ...`: `langswap.training.run.train` (the Trainer, packing, phases) with preset `full` or `embeddings`
   and the speed options named in the label (`TrainConfig.attention`, `compile`, `fused_optimizer`,
-  `liger_kernel`, gradient accumulation).
+  `liger_kernel`, `document_mask`, gradient accumulation).
 
 Prints per variant: tokens per second (median update), model-FLOPs utilisation (6 x matmul parameters x tokens plus
 attention, 12 x layers x hidden x sequence length per token, as PaLM counts it, over the device's dense bf16 peak:
@@ -55,6 +55,7 @@ VARIANTS = {
     "langswap full, foreach AdamW": {"preset": "full", "fused_optimizer": "off"},
     "langswap full + compile": {"preset": "full", "compile": True},
     "langswap full + liger": {"preset": "full", "liger_kernel": True},
+    "langswap full + document mask": {"preset": "full", "document_mask": True},
     "langswap full, micro-batch / 4, accumulation 4": {"preset": "full", "accumulation": 4},
     "langswap embeddings": {"preset": "embeddings"},
     "langswap embeddings + compile": {"preset": "embeddings", "compile": True},
@@ -201,7 +202,8 @@ def langswap_run(model_folder: Path, text: Path, folder: Path, args, options: di
                          gradient_accumulation=accumulation, sequence_length=args.sequence_length,
                          precision=args.precision, save_steps=10 * args.steps, logging_steps=args.steps,
                          compile=bool(options.get("compile")), fused_optimizer=options.get("fused_optimizer", "auto"),
-                         liger_kernel=bool(options.get("liger_kernel")))
+                         liger_kernel=bool(options.get("liger_kernel")),
+                         document_mask=bool(options.get("document_mask")))
     report = train(config, callbacks=[clock])
     return {"times": clock.times, "losses": [report.phases[0]["train_loss"]], "run_seconds": report.seconds}
 

@@ -509,7 +509,7 @@ def test_a_run_recorded_before_an_option_existed_resumes_with_its_default(models
     train(_config(models["gpt2"], texts, tmp_path / "run", steps=2, eval_text=None))
     record_path = tmp_path / "run" / RECORD
     record = json.loads(record_path.read_text())
-    for name in ("attention", "compile", "fused_optimizer", "liger_kernel"):
+    for name in ("attention", "compile", "fused_optimizer", "document_mask", "liger_kernel"):
         del record["comparable_config"][name]
     record_path.write_text(json.dumps(record))
     assert train(_config(models["gpt2"], texts, tmp_path / "run", steps=2, eval_text=None)).resumed
@@ -538,6 +538,47 @@ def test_speed_options_reach_the_model_and_the_trainer(models, texts, tmp_path):
     if importlib.util.find_spec("flash_attn") is None:
         with pytest.raises(ConfigError, match="pip install flash-attn"):
             train(_config(models["llama"], texts, tmp_path / "flash", attention="flash_attention_2"))
+
+
+def _skip_without_packed_documents():
+    try:
+        from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
+    except ImportError:
+        pytest.skip("packed documents need transformers 4.54 or later")
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_with_the_document_mask_a_packed_document_reads_as_if_it_were_alone(kind, models):
+    """Known answer: the collated batch of two packed documents gives each document's tokens the logits the model
+    gives that document on its own, and no label on the second document's first token."""
+    from langswap.models import load_model, load_tokenizer
+    from langswap.training.data import LMCollator
+
+    _skip_without_packed_documents()
+    model, tokenizer = load_model(models[kind]).eval(), load_tokenizer(models[kind])
+    eos = tokenizer.eos_token_id
+    first, second = torch.randint(5, 200, (6,)), torch.randint(5, 200, (9,))
+    block = torch.cat([first, torch.tensor([eos]), second, torch.tensor([eos])])
+    batch = LMCollator(tokenizer, "causal", document_mask=True)([{"input_ids": block}])
+    assert "attention_mask" not in batch and batch["labels"][0, 7] == -100 and (batch["labels"][0, 8:] >= 0).all()
+    assert batch["position_ids"][0].tolist() == list(range(7)) + list(range(10))
+    with torch.no_grad():
+        packed = model(**{key: value for key, value in batch.items() if key != "labels"}).logits[0]
+        alone = [model(input_ids=part[None]).logits[0] for part in (block[:7], block[7:])]
+    assert torch.allclose(packed, torch.cat(alone), atol=1e-5)
+    # without the mask the second document reads the first
+    plain = LMCollator(tokenizer, "causal")([{"input_ids": block}])
+    with torch.no_grad():
+        leaked = model(**{key: value for key, value in plain.items() if key != "labels"}).logits[0]
+    assert not torch.allclose(leaked[7:], alone[1], atol=1e-3)
+
+
+def test_a_run_with_the_document_mask_trains_and_refuses_what_it_cannot_mask(models, texts, tmp_path):
+    _skip_without_packed_documents()
+    report = train(_config(models["llama"], texts, tmp_path / "run", steps=2, document_mask=True))
+    assert report.phases[0]["steps"] == 2
+    with pytest.raises(ConfigError, match="document_mask is for causal LMs"):
+        train(_config(models["bert"], texts, tmp_path / "bert", steps=2, document_mask=True))
 
 
 def test_output_folder_of_something_else_is_kept(models, texts, tmp_path):

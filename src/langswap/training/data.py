@@ -145,10 +145,11 @@ class LMCollator:
     through."""
 
     def __init__(self, tokenizer, objective: str, mlm_probability: float = 0.15,
-                 stream_tokenizers: list | None = None):
+                 stream_tokenizers: list | None = None, document_mask: bool = False):
         self.tokenizer, self.objective, self.mlm_probability = tokenizer, objective, mlm_probability
         # the tokenizer each stream was packed with (index = stream id), where a stream has its own
         self.stream_tokenizers = stream_tokenizers
+        self.document_mask = document_mask
 
     def __call__(self, items: list[dict]) -> dict:
         input_ids = torch.stack([item["input_ids"] for item in items])
@@ -159,6 +160,9 @@ class LMCollator:
             batch["labels"] = torch.stack([item["labels"] for item in items])
         elif self.objective == "causal":
             batch["labels"] = input_ids.clone()
+        if self.document_mask:
+            batch.update(document_positions(input_ids, self.tokenizer.eos_token_id, batch.get("labels")))
+            del batch["attention_mask"]
         return batch
 
     def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None = None,
@@ -180,6 +184,25 @@ class LMCollator:
             tokenizer = self.stream_tokenizers[stream] or self.tokenizer
             masked[rows], labels[rows] = with_tokenizer(tokenizer, input_ids[rows])
         return masked, labels
+
+
+def document_positions(input_ids: torch.Tensor, eos_id: int, labels: torch.Tensor | None = None) -> dict:
+    """Inputs that keep each packed document to itself: position ids that restart after every `eos_id` (transformers
+    then builds a block-diagonal causal mask, or flash attention's variable-length kernel, from them), the cache off
+    (with one the positions are not read as packing), and no label on a document's first token, which nothing of
+    its own document precedes. input_ids, labels: (B, L)."""
+    length = input_ids.shape[1]
+    starts = torch.zeros_like(input_ids, dtype=torch.bool)
+    starts[:, 0] = True
+    starts[:, 1:] = input_ids[:, :-1] == eos_id
+    index = torch.arange(length, device=input_ids.device).expand_as(input_ids)
+    last_start = torch.where(starts, index, torch.zeros_like(index)).cummax(dim=1).values
+    out = {"position_ids": index - last_start, "use_cache": False}
+    if labels is not None:
+        labels = labels.clone()
+        labels[:, 1:][starts[:, 1:]] = -100
+        out["labels"] = labels
+    return out
 
 
 def _epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:

@@ -75,6 +75,9 @@ class TrainConfig:
     fused_optimizer: str = field(default="auto", metadata={
         "help": "AdamW as one fused kernel: auto (on CUDA), on or off. A recipe with an optimizer of its own "
                 "(ramen) keeps it.", "choices": ("auto", "on", "off")})
+    document_mask: bool = field(default=False, metadata={
+        "help": "Causal LM: a packed document attends only to itself, not to the documents packed before it in its "
+                "sequence (position ids restart at each document; transformers >= 4.54, or flash_attention_2)."})
     liger_kernel: bool = field(default=False, metadata={
         "help": "Liger's Triton kernels for the model's norms, MLP and a chunked cross-entropy that never holds the "
                 "whole logits (CUDA; needs the liger-kernel package)."})
@@ -115,6 +118,13 @@ class TrainConfig:
             if importlib.util.find_spec("liger_kernel") is None:
                 raise ConfigError("liger_kernel is set but the liger-kernel package is not installed; `pip install "
                                   "liger-kernel` (CUDA machines), or leave liger_kernel off.")
+        if self.document_mask and self.attention != "flash_attention_2":
+            try:
+                from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
+            except ImportError:
+                raise ConfigError("document_mask needs transformers 4.54 or later (which read packed documents from "
+                                  "position ids), or attention: flash_attention_2; upgrade transformers or leave "
+                                  "document_mask off.") from None
         if self.attention == "flash_attention_2":
             import importlib.util
 
