@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SHAPES = {
     "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
@@ -176,27 +177,14 @@ def bare_loop(model_folder: Path, blocks, args, options: dict) -> dict:
 
 
 def langswap_run(model_folder: Path, text: Path, folder: Path, args, options: dict) -> dict:
-    import torch
-    from transformers import TrainerCallback
+    from bench_train_speed import update_clock
 
     from langswap.training.run import TrainConfig, train
-
-    class Clock(TrainerCallback):
-        def __init__(self):
-            self.times: list[float] = []
-
-        def on_step_begin(self, *a, **k):
-            self.start = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            self.times.append(time.perf_counter() - self.start)
 
     accumulation = options.get("accumulation", 1)
     if args.batch_size % accumulation:
         raise SystemExit(f"--batch-size {args.batch_size} does not split into {accumulation} micro-batches")
-    clock = Clock()
+    clock = update_clock()
     config = TrainConfig(model=str(model_folder), train_text=str(text), output=str(folder), overwrite=True,
                          preset=options["preset"], steps=args.steps, batch_size=args.batch_size // accumulation,
                          gradient_accumulation=accumulation, sequence_length=args.sequence_length,

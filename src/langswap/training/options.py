@@ -113,11 +113,8 @@ class TrainConfig:
         if bad:
             raise ConfigError(f"snapshot_steps {bad} are outside 0..steps ({self.steps}).")
         if self.liger_kernel:
-            import importlib.util
-
-            if importlib.util.find_spec("liger_kernel") is None:
-                raise ConfigError("liger_kernel is set but the liger-kernel package is not installed; `pip install "
-                                  "liger-kernel` (CUDA machines), or leave liger_kernel off.")
+            _require_module("liger_kernel", "liger_kernel is set but the liger-kernel package is not installed; "
+                            "`pip install liger-kernel` (CUDA machines), or leave liger_kernel off.")
         if self.document_mask and self.attention != "flash_attention_2":
             try:
                 from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
@@ -126,11 +123,16 @@ class TrainConfig:
                                   "position ids), or attention: flash_attention_2; upgrade transformers or leave "
                                   "document_mask off.") from None
         if self.attention == "flash_attention_2":
-            import importlib.util
-
-            if importlib.util.find_spec("flash_attn") is None:
-                raise ConfigError("attention is flash_attention_2 but the flash-attn package is not installed; `pip "
-                                  "install flash-attn` (CUDA machines), or use attention: sdpa.")
+            _require_module("flash_attn", "attention is flash_attention_2 but the flash-attn package is not "
+                            "installed; `pip install flash-attn` (CUDA machines), or use attention: sdpa.")
         recipe = make_recipe(self)
         recipe.validate()
         check_streams(recipe.streams(), recipe.name, self.batch_size)
+
+
+def _require_module(name: str, message: str) -> None:
+    """ConfigError(message) unless module `name` can be imported."""
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        raise ConfigError(message)

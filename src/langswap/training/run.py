@@ -253,6 +253,14 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         logger.warning("sequence_length %d is longer than the model's context; using %d", config.sequence_length,
                        sequence_length)
     streams = recipe.streams()
+    if config.document_mask and objective != "causal":
+        raise ConfigError("document_mask is for causal LMs: a masked LM's block reads every document in it both "
+                          "ways by design ([sep] between them); leave document_mask off.")
+    if config.document_mask and (tokenizer.eos_token_id is None or any(stream.tokenizer for stream in streams)):
+        raise ConfigError("document_mask finds documents by the end-of-text token of the model's tokenizer, "
+                          + ("which this tokenizer lacks" if tokenizer.eos_token_id is None
+                             else f"and recipe '{recipe.name}' packs a stream with another tokenizer")
+                          + "; leave document_mask off.")
     train_sets, stream_tokens, stream_tokenizers = {}, {}, []
     for stream in streams:
         stream_tokenizer = (load_tokenizer(stream.tokenizer, f"tokenizer of stream {stream.name}") if stream.tokenizer
@@ -264,14 +272,6 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         if len(streams) > 1:
             logger.info("stream %s: %s documents, %s tokens, %s sequences of %d", stream.name, f"{len(documents):,}",
                         f"{packed.tokens:,}", f"{len(packed.blocks):,}", sequence_length)
-    if config.document_mask and objective != "causal":
-        raise ConfigError("document_mask is for causal LMs: a masked LM's block reads every document in it both "
-                          "ways by design ([sep] between them); leave document_mask off.")
-    if config.document_mask and (tokenizer.eos_token_id is None or any(stream.tokenizer for stream in streams)):
-        raise ConfigError("document_mask finds documents by the end-of-text token of the model's tokenizer, "
-                          + ("which this tokenizer lacks" if tokenizer.eos_token_id is None
-                             else f"and recipe '{recipe.name}' packs a stream with another tokenizer")
-                          + "; leave document_mask off.")
     collator = LMCollator(tokenizer, objective, config.mlm_probability, stream_tokenizers, config.document_mask)
     training_sequences = sum(len(dataset) for dataset in train_sets.values())
     training_tokens = sum(stream_tokens.values())
