@@ -18,7 +18,7 @@ LAYERS = [
     ("tokens", ["tokens"]),
     ("resources", ["resources"]),
     ("methods", ["methods"]),
-    ("surgery", ["surgery"]),
+    ("surgery", ["surgery", "checkpoint"]),
     ("training", ["training"]),
     ("evaluation", ["evaluation", "calibrate"]),
     ("transfer", ["transfer", "enrich"]),

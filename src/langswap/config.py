@@ -134,6 +134,9 @@ def from_dict(cls: type, data: dict | None, where: str = "") -> Any:
         elif dataclasses.is_dataclass(hint):
             kwargs[key] = from_dict(hint, value, f"{where}{key}.")
         else:
+            choices = _choices(fields[key]) or ()
+            if isinstance(value, bool) and {"on", "off"} <= set(choices):
+                value = "on" if value else "off"  # YAML reads a bare `on` / `off` as true / false
             kwargs[key] = _coerce(value, hint, f"{where}{key}")
     try:
         instance = cls(**kwargs)

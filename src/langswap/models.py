@@ -139,17 +139,24 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
                           "models.") from error
     missing = sorted(info.get("missing_keys") or [])
     if missing:
-        architectures = ", ".join(getattr(config, "architectures", None) or ["no architectures in config.json"])
-        message = (f"'{name}' ({architectures}) has no weights for {', '.join(missing[:4])}"
-                   f"{f' and {len(missing) - 4} more' if len(missing) > 4 else ''}: loaded as a {objective} LM "
-                   "these would be random.")
+        message = missing_weights(name, config, missing, objective)
         if require_head:
-            raise ResourceFormatError(message + " Give a checkpoint with its language-model head (*ForCausalLM or "
-                                      "*ForMaskedLM, e.g. saved from AutoModelForCausalLM), not a bare encoder or "
-                                      "decoder body.")
+            raise ResourceFormatError(message + " " + MISSING_HEAD_FIX)
         logger.warning("%s Hidden states are unaffected.", message)
     model.eval()
     return model
+
+
+MISSING_HEAD_FIX = ("Give a checkpoint with its language-model head (*ForCausalLM or *ForMaskedLM, e.g. saved from "
+                    "AutoModelForCausalLM), not a bare encoder or decoder body.")
+
+
+def missing_weights(name: str, config, missing: list[str], objective: str) -> str:
+    """What a checkpoint lacks: its architectures and the first missing weight names."""
+    architectures = ", ".join(getattr(config, "architectures", None) or ["no architectures in config.json"])
+    return (f"'{name}' ({architectures}) has no weights for {', '.join(missing[:4])}"
+            f"{f' and {len(missing) - 4} more' if len(missing) > 4 else ''}: loaded as a {objective} LM these would "
+            "be random.")
 
 
 def load_tokenizer(name_or_path: str | Path, what: str = "tokenizer"):
@@ -182,13 +189,15 @@ def load_tokenizer(name_or_path: str | Path, what: str = "tokenizer"):
 SAFETENSORS_HEADER_LIMIT = 100_000_000  # the safetensors library refuses larger headers
 
 
-def check_safetensors(folder: Path) -> None:
+def check_safetensors(folder: Path) -> dict[str, tuple[int, dict]]:
     """Refuse a `*.safetensors` file in `folder` (a whole checkpoint or one shard) whose size is not the size its
     header describes: 8 bytes of header length (little-endian), the JSON header, then the tensor data, which ends at
     the largest `data_offsets` end of the header's tensors. Only the headers are read. `ResourceFormatError` names the
     file, the expected and the actual size. A sharded checkpoint's index (`*.safetensors.index.json`) must parse and
     every shard it lists must be there (`MissingResourceError` names the missing ones). Not detected: damaged bytes
-    inside a file of the right size (the format has no checksum)."""
+    inside a file of the right size (the format has no checksum). Returns each file's name with its header length
+    and parsed header."""
+    headers = {}
     for index in sorted(folder.glob("*.safetensors.index.json")):
         try:
             shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
@@ -231,6 +240,8 @@ def check_safetensors(folder: Path) -> None:
             raise ResourceFormatError(
                 f"'{path}' is a damaged safetensors file: it has {size:,} bytes, {size - expected:,} more than the "
                 f"{expected:,} its header describes. {fix}")
+        headers[path.name] = (length, header)
+    return headers
 
 
 TOKENIZER_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",

@@ -43,8 +43,19 @@ def output_bias(model) -> torch.nn.Parameter | None:
 
 def read_source_matrices(model, vocabulary_size: int) -> SourceMatrices:
     """Take the first `vocabulary_size` rows of the model's embedding matrices, as float32 copies."""
-    weight = model.get_input_embeddings().weight
-    rows = weight.shape[0]
+    tied = is_tied(model)
+    output = model.get_output_embeddings()
+    bias = output_bias(model)
+    return source_matrices(model.get_input_embeddings().weight.detach(),
+                           output.weight.detach() if output is not None and not tied else None,
+                           bias.detach() if bias is not None else None, tied, vocabulary_size)
+
+
+def source_matrices(embeddings: torch.Tensor, output_embeddings: torch.Tensor | None, bias: torch.Tensor | None,
+                    tied: bool, vocabulary_size: int) -> SourceMatrices:
+    """`SourceMatrices` from a model's input matrix, untied output matrix and output bias (as stored, possibly with
+    rows beyond the tokenizer): their first `vocabulary_size` rows as float32 copies."""
+    rows = embeddings.shape[0]
     if rows < vocabulary_size:
         raise VocabularyError(
             f"the source model's embedding matrix has {rows:,} rows but its tokenizer has {vocabulary_size:,} tokens, "
@@ -53,17 +64,14 @@ def read_source_matrices(model, vocabulary_size: int) -> SourceMatrices:
     if rows > vocabulary_size:
         logger.info("source embedding matrix has %d rows beyond its %d tokens (padding); they are not used",
                     rows - vocabulary_size, vocabulary_size)
-    tied = is_tied(model)
-    output = model.get_output_embeddings()
-    output_matrix = None
-    if output is not None and not tied:
-        if output.weight.shape[0] < vocabulary_size:
-            raise VocabularyError(f"the source model's output matrix has {output.weight.shape[0]:,} rows for "
-                                  f"{vocabulary_size:,} tokens; the tokenizer does not belong to this model.")
-        output_matrix = output.weight.detach()[:vocabulary_size].to(torch.float32).clone()
-    bias = output_bias(model)
-    bias_copy = bias.detach()[:vocabulary_size].to(torch.float32).clone() if bias is not None else None
-    return SourceMatrices(weight.detach()[:vocabulary_size].to(torch.float32).clone(), output_matrix, bias_copy, tied,
+    if output_embeddings is not None and output_embeddings.shape[0] < vocabulary_size:
+        raise VocabularyError(f"the source model's output matrix has {output_embeddings.shape[0]:,} rows for "
+                              f"{vocabulary_size:,} tokens; the tokenizer does not belong to this model.")
+
+    def first_rows(matrix):
+        return None if matrix is None else matrix[:vocabulary_size].to(torch.float32, copy=True)
+
+    return SourceMatrices(first_rows(embeddings), first_rows(output_embeddings), first_rows(bias), tied,
                           rows - vocabulary_size)
 
 
@@ -88,10 +96,15 @@ def install_embeddings(model, embeddings: torch.Tensor, output_embeddings: torch
     if tied:
         model.tie_weights()
         assert is_tied(model), "a tied head must stay tied"
-    model.config.vocab_size = new_rows
-    text_config = getattr(model.config, "get_text_config", lambda: None)()
-    if text_config is not None and text_config is not model.config:
-        text_config.vocab_size = new_rows
+    set_vocab_size(model.config, new_rows)
+
+
+def set_vocab_size(config, rows: int) -> None:
+    """A model config's vocab_size, and its text config's where it has its own (multimodal configs)."""
+    config.vocab_size = rows
+    text_config = getattr(config, "get_text_config", lambda: None)()
+    if text_config is not None and text_config is not config:
+        text_config.vocab_size = rows
 
 
 def check_position_offset(model, target_roles: dict[str, int]) -> None:

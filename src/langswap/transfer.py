@@ -90,6 +90,12 @@ class TransferConfig(ModelPairConfig):
                 "candidate."})
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig, metadata={
         "help": "Move output rows so each token's mean logit fits its frequency in target text (langswap.calibrate)."})
+    stream: str = field(default="auto", metadata={
+        "help": "Read only the token matrices of a safetensors source checkpoint and copy its other tensors to the "
+                "output file by file, so a model larger than memory transfers (langswap.checkpoint). auto: when the "
+                "transfer runs the model on no text (no calibration, no eval_text, no choice among a method's "
+                "candidates) and the source is a local safetensors folder; on: always (an error says what needs "
+                "the whole model); off: load the whole model.", "choices": ("auto", "on", "off")})
 
     def __post_init__(self):
         if self.method is None:
@@ -127,6 +133,21 @@ class TransferConfig(ModelPairConfig):
 
     def calibration_text(self) -> str | None:
         return self.calibration.text or self.target_text or getattr(self.resources, "token_text", None)
+
+    def model_runs(self, causal: bool) -> list[str]:
+        """The steps of this transfer that run the model on text (so need the whole model in memory), each with the
+        setting that turns it off."""
+        text = self.calibration_text()
+        strength, _ = self.calibration.plan(bool(text), causal)
+        steps = []
+        if strength > 0:
+            steps.append("frequency calibration (calibration.strength=0 turns it off)")
+        if self.eval_text:
+            steps.append("scoring eval_text (leave eval_text unset; `langswap evaluate` scores the output)")
+        if self.held_out_lines and text and causal and self.method.offers_candidates():
+            steps.append(f"choosing among {self.method.method_name}'s candidates on held-out lines "
+                         "(held_out_lines=0 keeps the first)")
+        return steps
 
 
 def transfer_config(data: dict) -> TransferConfig:
@@ -208,6 +229,36 @@ def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
         return _transfer(config, progress)
 
 
+def streamed_checkpoint(config: TransferConfig):
+    """The source checkpoint to stream (`langswap.checkpoint.Checkpoint`), or None to load the whole model, as
+    `config.stream` says: auto streams a local safetensors folder when nothing runs the model on text; on refuses
+    what cannot be streamed, naming what to change."""
+    from langswap.checkpoint import Checkpoint, MissingWeightsError, why_not_streamed
+    from langswap.models import load_config, objective_of
+
+    if config.stream == "off":
+        return None
+    folder = Path(config.source_model)
+    reason = why_not_streamed(folder)
+    runs = [] if reason and config.stream == "auto" else \
+        config.model_runs(objective_of(load_config(config.source_model)) == "causal")
+    if not reason and not runs:
+        try:
+            return Checkpoint(folder)
+        except MissingWeightsError:
+            if config.stream == "on":
+                raise
+            # transformers' loading renames some legacy weight names; it refuses what is really missing
+            logger.info("loading the whole source model: some weights are not stored under their names")
+            return None
+    if config.stream == "on":
+        why = reason or f"this transfer runs the model on text: {'; '.join(runs)}"
+        raise ConfigError(f"stream: on cannot stream the source model: {why}. Change that, or set stream=auto to "
+                          "load the whole model.")
+    logger.info("loading the whole source model (not streamed: %s)", reason or "; ".join(runs))
+    return None
+
+
 def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     from langswap.models import load_model, load_tokenizer, objective_of, save_tokenizer
     from langswap.numerics import refuse_non_finite
@@ -221,9 +272,11 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
     source_tokenizer = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
-    model = load_model(config.source_model)
-    refuse_non_finite(model, f"source model '{config.source_model}'", "A transfer would carry them into the new "
-                      "model; give an intact checkpoint (download or copy it again).")
+    checkpoint = streamed_checkpoint(config)
+    model = checkpoint.model if checkpoint is not None else load_model(config.source_model)
+    if checkpoint is None:
+        refuse_non_finite(model, f"source model '{config.source_model}'", "A transfer would carry them into the new "
+                          "model; give an intact checkpoint (download or copy it again).")
     if config.target_tokenizer:
         target_tokenizer = load_tokenizer(config.target_tokenizer, "target tokenizer")
     else:
@@ -232,7 +285,8 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
         target_tokenizer = train_tokenizer(source_tokenizer, config.target_text, config.vocab_size, progress=progress)
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     check_position_offset(model, target.roles)
-    matrices = read_source_matrices(model, len(source))
+    matrices = checkpoint.read_matrices(len(source)) if checkpoint is not None \
+        else read_source_matrices(model, len(source))
     seconds["load"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -269,8 +323,12 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
                                 lines, log_freqs)
         return report.get("held_out_loss")
 
-    model, result = apply_method(model, inputs, matrices, config.method, progress=progress, held_out=held_out,
-                                 finish=finish if strength > 0 else None)
+    if checkpoint is not None:  # nothing runs the model (streamed_checkpoint): the method's matrices are written
+        result = run_method(config.method, inputs, matrices.as_dict(), progress=progress)
+        refuse_non_finite_rows(result, inputs)
+    else:
+        model, result = apply_method(model, inputs, matrices, config.method, progress=progress, held_out=held_out,
+                                     finish=finish if strength > 0 else None)
     seconds["method"] = time.perf_counter() - clock
 
     calibration = {"skipped": skipped, "strength": 0.0}
@@ -296,8 +354,13 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
         metrics = evaluate_model(model, target_tokenizer, eval_lines, objective_of(model.config),
                                  progress).as_dict()
         seconds["evaluate"] = time.perf_counter() - clock
+    written = None
     with atomic_directory(Path(config.output), config.overwrite) as folder:
-        model.save_pretrained(folder)
+        if checkpoint is not None:
+            written = checkpoint.write(folder, target_tokenizer, result.embeddings, result.output_embeddings,
+                                       result.output_bias, progress=progress)
+        else:
+            model.save_pretrained(folder)
         save_tokenizer(target_tokenizer, folder)
         write_provenance(folder / "provenance.tsv", result.mapping, source, target)
         if result.mapping.head is not None and matrices.output_embeddings is not None:
@@ -315,6 +378,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
             "tied_embeddings": matrices.tied,
             "output_bias": matrices.output_bias is not None,
             "source_padded_rows": matrices.padded_rows,
+            "streamed": written,
             "alignment": alignment_report,
             "resources": reports,
             "resource_keys": keys_in_use(spec.kinds(config), config.resources),

@@ -59,6 +59,10 @@ class MethodConfig:
         """Optional resource kinds these options make the method need (checked, and an error when not given)."""
         return ()
 
+    def offers_candidates(self) -> bool:
+        """Whether these options make the method offer several mappings for the transfer to choose among."""
+        return False
+
 
 @dataclass
 class TransferInputs:
@@ -194,20 +198,17 @@ def copy_special_tokens(mapping: TokenMapping, inputs: TransferInputs, config: M
 
 def subword_sources(inputs: TransferInputs, rows: np.ndarray) -> tuple[list[int], list[list[int]]]:
     """For each target row, the source ids of its surface text as the source tokenizer splits it."""
+    tokens = [inputs.target[int(row)] for row in rows]
+    # Partial UTF-8 (a lone byte of a multi-byte character) has no text to split; the target tokenizer rarely emits
+    # it, since whole characters are merged, and with a tied head a copied byte row is a confident output row for a
+    # token that hardly ever comes. It gets the mean row.
+    kept = [(int(row), token) for row, token in zip(rows, tokens) if not token.special and token.text is not None]
+    encoded = inputs.source.encode_surfaces([token.text for _, token in kept], [token.word_start for _, token in kept])
     placed, pieces = [], []
-    for row in rows:
-        token = inputs.target[int(row)]
-        if token.special:
-            continue
-        text = token.text
-        if text is None:
-            # Partial UTF-8 (a lone byte of a multi-byte character) has no text to split; the target tokenizer
-            # rarely emits it, since whole characters are merged, and with a tied head a copied byte row is a
-            # confident output row for a token that hardly ever comes. It gets the mean row.
-            continue
-        ids = [i for i in inputs.source.encode_surface(text, token.word_start) if not inputs.source[i].special]
+    for (row, _), ids in zip(kept, encoded):
+        ids = [i for i in ids if not inputs.source[i].special]
         if ids:
-            placed.append(int(row))
+            placed.append(row)
             pieces.append(ids)
     return placed, pieces
 

@@ -100,6 +100,9 @@ class CombinedConfig(MethodConfig):
     neighbors: int = field(default=10, metadata={"help": "Aligned source neighbours mixed into a token."})
     temperature: float = field(default=0.1, metadata={"help": "Softmax temperature over their cosines."})
 
+    def offers_candidates(self) -> bool:
+        return self.mode == "auto"
+
     def __post_init__(self):
         weights = {"spelling_weight": self.spelling_weight, "dictionary_weight": self.dictionary_weight,
                    "parallel_weight": self.parallel_weight,
