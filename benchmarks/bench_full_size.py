@@ -1,0 +1,227 @@
+"""`langswap transfer` at full size: a model of Llama-3-8B's shape on this machine, wall time and peak memory.
+
+Builds under --workdir (default ~/.cache/langswap/full-size; kept and reused):
+- a source tokenizer of Llama-3's family and size: SmolLM2's byte-level BPE retrained on the shared English text to
+  128,000 tokens, plus 256 reserved special tokens (Llama-3's 128,256), and a German target tokenizer of the same
+  family and size (`langswap.resources.tokenizer.train_tokenizer` on the shared German text); where the text does
+  not hold that many merges the tokenizers are smaller, and the table says so;
+- a model with Llama-3-8B's config (hidden 4,096, 32 layers, MLP 14,336, 32 heads, 8 key-value heads, 128,256
+  tokens, untied head) and random weights, written as 5 GB safetensors shards with their index in --dtype.
+
+Then, per method: the time of copying the checkpoint's files (`cp -r`, the floor for any transfer that writes a new
+checkpoint), and `langswap transfer` (stream: auto, no target text, so nothing runs the model) under
+`/usr/bin/time`, which gives its wall time and peak resident memory. `wechsel` uses the bench's fastText vectors and
+MUSE en-de (benchmarks/bench_quality.py builds them under ~/.cache/langswap/bench-quality). The goal (issue 18): peak
+memory below 3 times the two new embedding matrices plus 2 GiB, wall time within 2 times the copy plus the method's
+own compute (langswap.json's `seconds.method`).
+
+    python benchmarks/bench_full_size.py                              # bfloat16; overlap and wechsel
+    python benchmarks/bench_full_size.py --dtype float32 --methods overlap
+
+Disk: the checkpoint (16 GB in bfloat16, 32 GB in float32) plus one transfer's output of the same size; the output
+is deleted after it is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+SHAPES = {
+    "llama3-8b": {"hidden_size": 4096, "num_hidden_layers": 32, "intermediate_size": 14336,
+                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                  "max_position_embeddings": 8192, "rope_theta": 500000.0, "tie_word_embeddings": False,
+                  "rms_norm_eps": 1e-5},
+}
+ENGLISH = ["splits/en.train.txt", "corpora/manpages.en.txt", "corpora/bible.en.txt", "corpora/debian-reference.en.txt"]
+GERMAN = ["splits/de.train.txt", "corpora/manpages.de.txt", "corpora/fortunes.de.txt",
+          "corpora/debian-reference.de.txt"]
+RESERVED = 256  # Llama-3's special tokens beyond its 128,000 BPE tokens
+SHARD_BYTES = 5 * 10**9
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="llama3-8b")
+    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    parser.add_argument("--layers", type=int, default=None, help="Fewer layers than the shape's (less disk); the "
+                                                                 "token matrices keep their size.")
+    parser.add_argument("--methods", nargs="+", default=["overlap", "wechsel"])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--workdir", type=Path, default=Path("~/.cache/langswap/full-size").expanduser())
+    parser.add_argument("--vectors", type=Path, default=Path("~/.cache/langswap/bench-quality").expanduser())
+    return parser.parse_args(argv)
+
+
+def joined_text(data: Path, files: list[str], path: Path) -> Path:
+    if not path.is_file():
+        with open(path.with_suffix(".partial"), "w", encoding="utf-8") as out:
+            for name in files:
+                out.write((data / name).read_text(encoding="utf-8"))
+        path.with_suffix(".partial").rename(path)
+    return path
+
+
+def build_tokenizers(args, size: int) -> tuple[Path, Path]:
+    from langswap.demo.smollm2 import smollm2_135m
+    from langswap.models import load_tokenizer, save_tokenizer
+    from langswap.resources.tokenizer import train_tokenizer
+
+    source, target = args.workdir / f"tokenizer-en-{size}", args.workdir / f"tokenizer-de-{size}"
+    if not source.is_dir():
+        english = joined_text(args.data, ENGLISH, args.workdir / "en.txt")
+        smollm2 = load_tokenizer(smollm2_135m())
+        tokenizer = train_tokenizer(smollm2, english, size - RESERVED)
+        tokenizer.add_special_tokens({"additional_special_tokens": [f"<|reserved_special_token_{i}|>"
+                                                                    for i in range(RESERVED)]})
+        save_tokenizer(tokenizer, source)
+    if not target.is_dir():
+        german = joined_text(args.data, GERMAN, args.workdir / "de.txt")
+        save_tokenizer(train_tokenizer(load_tokenizer(source), german, size), target)
+    return source, target
+
+
+def build_model(args, tokenizer_folder: Path) -> Path:
+    """The shape's config with random weights (normal, std 0.02; norms 1), sharded like save_pretrained."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    shape = dict(SHAPES[args.shape])
+    if args.layers:
+        shape["num_hidden_layers"] = args.layers
+    folder = args.workdir / f"{args.shape}-{shape['num_hidden_layers']}layers-{args.dtype}"
+    if (folder / "model.safetensors.index.json").is_file():
+        return folder
+    dtype = getattr(torch, args.dtype)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_folder)
+    config = transformers.LlamaConfig(**shape, bos_token_id=tokenizer.bos_token_id,
+                                      eos_token_id=tokenizer.eos_token_id)
+    config.architectures = ["LlamaForCausalLM"]
+    with torch.device("meta"):
+        meta = transformers.AutoModelForCausalLM.from_config(config)
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    generator = torch.Generator().manual_seed(0)
+    shards, shard, size = [], {}, 0
+
+    def flush():
+        nonlocal shard, size
+        if shard:
+            name = f"model-{len(shards) + 1:05d}.safetensors"
+            save_file(shard, str(partial / name), metadata={"format": "pt"})
+            shards.append((name, list(shard)))
+            print(f"  wrote {name} ({size / 2**30:.2f} GiB)", flush=True)
+        shard, size = {}, 0
+
+    for name, parameter in meta.named_parameters():
+        tensor = torch.empty(parameter.shape, dtype=dtype)
+        if name.endswith("norm.weight"):
+            tensor.fill_(1.0)
+        else:
+            tensor.normal_(0.0, 0.02, generator=generator)
+        bytes_ = tensor.numel() * tensor.element_size()
+        if size and size + bytes_ > SHARD_BYTES:
+            flush()
+        shard[name] = tensor
+        size += bytes_
+    flush()
+    total = len(shards)
+    weight_map = {}
+    for number, (name, names) in enumerate(shards, start=1):
+        final = f"model-{number:05d}-of-{total:05d}.safetensors"
+        (partial / name).rename(partial / final)
+        weight_map.update({key: final for key in names})
+    total_size = sum((partial / file).stat().st_size for file in set(weight_map.values()))
+    (partial / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total_size}, "weight_map": dict(sorted(weight_map.items()))}, indent=2))
+    setattr(config, "dtype" if hasattr(config, "dtype") else "torch_dtype", dtype)
+    config.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    partial.rename(folder)
+    return folder
+
+
+def timed(command: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak resident GiB) of a command under /usr/bin/time."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
+        completed = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", report.name, *command])
+        if completed.returncode:
+            raise SystemExit(f"failed ({completed.returncode}): {' '.join(command)}")
+        wall, kilobytes = report.read().split()[-2:]
+    return float(wall), int(kilobytes) / 2**20
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not args.data.is_dir():
+        print(f"bench_full_size: no shared data at {args.data}; nothing to do.")
+        return 0
+    if not Path("/usr/bin/time").is_file():
+        print("bench_full_size: needs /usr/bin/time (apt install time) for peak memory.")
+        return 1
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    size = SHAPES[args.shape]["vocab_size"]
+    clock = time.perf_counter()
+    source_tokenizer, target_tokenizer = build_tokenizers(args, size)
+    model = build_model(args, source_tokenizer)
+    print(f"inputs ready in {time.perf_counter() - clock:.0f} s: {model}", flush=True)
+    from transformers import AutoTokenizer
+
+    rows = {"source": len(AutoTokenizer.from_pretrained(source_tokenizer)),
+            "target": len(AutoTokenizer.from_pretrained(target_tokenizer))}
+    index = json.loads((model / "model.safetensors.index.json").read_text())
+    checkpoint_gib = index["metadata"]["total_size"] / 2**30
+    hidden = SHAPES[args.shape]["hidden_size"]
+    element = 2 if args.dtype == "bfloat16" else 4
+    new_gib = 2 * rows["target"] * hidden * element / 2**30  # input and output matrices
+    results = []
+    for method in args.methods:
+        copy = args.workdir / "copy"
+        shutil.rmtree(copy, ignore_errors=True)
+        copy_seconds, _ = timed(["cp", "-r", str(model), str(copy)])
+        shutil.rmtree(copy)
+        os.sync()
+        output = args.workdir / f"out-{method}-{args.dtype}"
+        shutil.rmtree(output, ignore_errors=True)
+        command = [sys.executable, "-m", "langswap", "-q", "transfer", "--source-model", str(model),
+                   "--target-tokenizer", str(target_tokenizer), "--method", method, "--output", str(output)]
+        if method in ("wechsel", "combined"):
+            command += ["--set", f"resources.source_vectors={args.vectors / 'fasttext-en-100d-10ep-min3.bin'}",
+                        "--set", f"resources.target_vectors={args.vectors / 'fasttext-de-100d-10ep-min3.bin'}",
+                        "--set", f"resources.dictionary={args.data / 'dicts' / 'muse-en-de.tsv'}"]
+        wall, peak = timed(command)
+        record = json.loads((output / "langswap.json").read_text())
+        shutil.rmtree(output)
+        os.sync()
+        bound = 3 * new_gib + 2
+        method_seconds = record["seconds"].get("method", 0.0)
+        row = {"method": method, "dtype": args.dtype, "checkpoint_gib": round(checkpoint_gib, 2),
+               "new_matrices_gib": round(new_gib, 2), "copy_s": copy_seconds, "wall_s": wall,
+               "method_s": method_seconds, "peak_gib": round(peak, 2), "peak_goal_gib": round(bound, 2),
+               "wall_goal_s": round(2 * (copy_seconds + method_seconds), 1), "streamed": bool(record["streamed"]),
+               "seconds": record["seconds"], "tokenizers": rows}
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    print(f"\n{args.shape} ({checkpoint_gib:.1f} GiB in {args.dtype}; tokenizers: {rows['source']:,} source and "
+          f"{rows['target']:,} target tokens; the two new matrices {new_gib:.2f} GiB)\n")
+    print("| method | copy s | transfer wall s (goal) | of it, method s | peak GiB (goal) |")
+    print("|---|---|---|---|---|")
+    for row in results:
+        print(f"| {row['method']} | {row['copy_s']:.0f} | {row['wall_s']:.0f} ({row['wall_goal_s']:.0f}) | "
+              f"{row['method_s']:.0f} | {row['peak_gib']:.2f} ({row['peak_goal_gib']:.2f}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
