@@ -1,10 +1,11 @@
 """`langswap transfer` at full size: a model of Llama-3-8B's shape on this machine, wall time and peak memory.
 
 Builds under --workdir (default ~/.cache/langswap/full-size; kept and reused):
-- a source tokenizer of Llama-3's family and size: SmolLM2's byte-level BPE retrained on the shared English text to
-  128,000 tokens, plus 256 reserved special tokens (Llama-3's 128,256), and a German target tokenizer of the same
-  family and size (`langswap.resources.tokenizer.train_tokenizer` on the shared German text); where the text does
-  not hold that many merges the tokenizers are smaller, and the table says so;
+- a source tokenizer of Llama-3's family and size: SmolLM2's byte-level BPE retrained to 128,000 tokens, plus 256
+  reserved special tokens (Llama-3's 128,256), on all the shared text (English, German and Swahili: the English
+  alone holds fewer than 50,000 merges, and Llama-3's vocabulary is multilingual too), and a German target
+  tokenizer of the same family and size (`langswap.resources.tokenizer.train_tokenizer` on the shared German text);
+  where the text does not hold that many merges a tokenizer is smaller, and the table gives both sizes;
 - a model with Llama-3-8B's config (hidden 4,096, 32 layers, MLP 14,336, 32 heads, 8 key-value heads, 128,256
   tokens, untied head) and random weights, written as 5 GB safetensors shards with their index in --dtype.
 
@@ -43,6 +44,7 @@ SHAPES = {
                   "rms_norm_eps": 1e-5},
 }
 ENGLISH = ["splits/en.train.txt", "corpora/manpages.en.txt", "corpora/bible.en.txt", "corpora/debian-reference.en.txt"]
+SWAHILI = ["splits/sw.train.txt"]
 GERMAN = ["splits/de.train.txt", "corpora/manpages.de.txt", "corpora/fortunes.de.txt",
           "corpora/debian-reference.de.txt"]
 RESERVED = 256  # Llama-3's special tokens beyond its 128,000 BPE tokens
@@ -78,7 +80,7 @@ def build_tokenizers(args, size: int) -> tuple[Path, Path]:
 
     source, target = args.workdir / f"tokenizer-en-{size}", args.workdir / f"tokenizer-de-{size}"
     if not source.is_dir():
-        english = joined_text(args.data, ENGLISH, args.workdir / "en.txt")
+        english = joined_text(args.data, ENGLISH + GERMAN + SWAHILI, args.workdir / "en-de-sw.txt")
         smollm2 = load_tokenizer(smollm2_135m())
         tokenizer = train_tokenizer(smollm2, english, size - RESERVED)
         tokenizer.add_special_tokens({"additional_special_tokens": [f"<|reserved_special_token_{i}|>"
@@ -101,6 +103,7 @@ def build_model(args, tokenizer_folder: Path) -> Path:
         shape["num_hidden_layers"] = args.layers
     folder = args.workdir / f"{args.shape}-{shape['num_hidden_layers']}layers-{args.dtype}"
     if (folder / "model.safetensors.index.json").is_file():
+        transformers.AutoTokenizer.from_pretrained(tokenizer_folder).save_pretrained(folder)  # the current one
         return folder
     dtype = getattr(torch, args.dtype)
     tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_folder)

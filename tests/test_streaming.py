@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
@@ -201,3 +202,33 @@ def test_a_bare_body_is_refused_when_streaming_as_when_loading(english, tmp_path
             transfer(transfer_config({"source_model": bare, "target_tokenizer": bare, "output": str(tmp_path / "out"),
                                       "method": "overlap", "stream": stream}))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bfloat16_table_mixes_to_the_sums_of_its_float32_copy_bit_for_bit():
+    from langswap.kernels import mix_csr_rows
+
+    generator = torch.Generator().manual_seed(0)
+    table = torch.randn(300, 24, generator=generator).to(torch.bfloat16)
+    lengths = torch.randint(0, 9, (200,), generator=generator)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    indices = torch.randint(0, 300, (int(indptr[-1]),), generator=generator)
+    weights = torch.rand(int(indptr[-1]), generator=generator)
+    expected = mix_csr_rows(table.to(torch.float32), indptr, indices, weights, block_bytes=24 * 4 * 50)
+    assert torch.equal(mix_csr_rows(table, indptr, indices, weights, block_bytes=24 * 4 * 50), expected)
+    assert torch.equal(mix_csr_rows(table, indptr, indices, weights, dtype=torch.bfloat16),
+                       expected.to(torch.bfloat16))
+
+
+def test_random_rows_asked_for_alone_are_the_rows_drawn_for_all_and_stats_need_no_float32_copy():
+    from langswap.methods.mapping import column_stats, random_rows
+
+    table = torch.randn(5000, 6, generator=torch.Generator().manual_seed(1)) * 3 + 1
+    every = random_rows(table, 40000, seed=4, stream=1)
+    some = np.array([0, 17, 16383, 16384, 39999])
+    assert torch.equal(random_rows(table, 40000, seed=4, stream=1, rows=some), every[torch.from_numpy(some)])
+    mean, std = column_stats(table.to(torch.float64))
+    assert torch.allclose(mean, table.mean(dim=0), atol=1e-5) and torch.allclose(std, table.std(dim=0), atol=1e-5)
+    bf16 = table.to(torch.bfloat16)
+    mean, std = column_stats(bf16)
+    assert torch.allclose(mean, bf16.float().mean(dim=0), atol=1e-5)
+    assert torch.allclose(std, bf16.float().std(dim=0), atol=1e-4)

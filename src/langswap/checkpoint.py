@@ -177,8 +177,8 @@ class Checkpoint:
             return handle.get_tensor(name)
 
     def read_matrices(self, vocabulary_size: int) -> SourceMatrices:
-        """The first `vocabulary_size` rows of the token matrices as float32 copies; NaN or infinite values are
-        refused."""
+        """The first `vocabulary_size` rows of the token matrices (`surgery.source_matrices`, an untied output matrix
+        in its stored dtype); NaN or infinite values are refused."""
         read = {role: self._read(names[0]) if names else None for role, names in self.names.items()}
         found = [(self.names[role][0], int((~torch.isfinite(tensor)).sum())) for role, tensor in read.items()
                  if tensor is not None and tensor.numel() and not all_finite(tensor)]
@@ -187,7 +187,7 @@ class Checkpoint:
                                  "A transfer would carry them into the new model; give an intact checkpoint "
                                  "(download or copy it again).")
         matrices = source_matrices(read["embeddings"], read["output_embeddings"], read["output_bias"], self.tied,
-                                   vocabulary_size)
+                                   vocabulary_size, head_dtype=True)
         del read
         return matrices
 

@@ -128,18 +128,22 @@ def mix_rows(matrix: torch.Tensor, sources: torch.Tensor, weights: torch.Tensor,
     return mix_csr_rows(matrix, indptr, sources[valid], weights[valid], block_bytes)
 
 
-def mix_csr_rows(matrix: torch.Tensor, indptr, indices, weights,
-                 block_bytes: int = DEFAULT_BLOCK_BYTES) -> torch.Tensor:
+def mix_csr_rows(matrix: torch.Tensor, indptr, indices, weights, block_bytes: int = DEFAULT_BLOCK_BYTES,
+                 dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """out[i] = sum over j in indptr[i]:indptr[i + 1] of weights[j] * matrix[indices[j]]: rows compressed by row.
 
     matrix: (V_s, d) or (V_s,) for a bias; indptr: (N + 1,) int64 from 0; indices: (nnz,) int64 rows of `matrix`;
-    weights: (nnz,). Numpy or torch. Returns float32 (N, d) or (N,); a row without entries is zero. Each block of
+    weights: (nnz,). Numpy or torch. Returns (N, d) or (N,) in `dtype`; a row without entries is zero. Each block of
     rows is one weighted-sum `embedding_bag` over at most block_bytes / (4 d) entries (more only where one row holds
     more), so no (N, longest row) table and no (entries, d) gather is built: one row of 500 sources costs 500
-    entries. A row's terms are added in their order, as a padded table's row without its padding.
+    entries. A row's terms are added in their order, as a padded table's row without its padding. Sums are float32
+    whatever the dtype of `matrix`: a table in another dtype (bfloat16) is not converted whole; each block gathers
+    its rows in float32 (at most block_bytes), which gives the sums of the converted table bit for bit.
     """
     vector = matrix.dim() == 1
-    table = _as_tensor(matrix if not vector else matrix[:, None])
+    table = _as_tensor(matrix if not vector else matrix[:, None], None)
+    if not table.is_floating_point() or table.dtype == torch.float64:
+        table = table.to(torch.float32)
     indptr = _as_tensor(indptr, torch.int64)
     indices = _as_tensor(indices, torch.int64)
     weights = _as_tensor(weights, torch.float32)
@@ -155,16 +159,21 @@ def mix_csr_rows(matrix: torch.Tensor, indptr, indices, weights,
         stop = min(max(stop, start + 1), n_rows, start + per_block)
         first, last = int(indptr[start]), int(indptr[stop])
         if last > first:
+            if table.dtype == torch.float32:
+                bag_indices, bag_table = indices[first:last], table
+            else:  # this block's rows in float32
+                bag_indices = torch.arange(last - first)
+                bag_table = table.index_select(0, indices[first:last]).to(torch.float32)
             mixed = torch.nn.functional.embedding_bag(
-                indices[first:last], table, indptr[start:stop] - first, per_sample_weights=weights[first:last],
+                bag_indices, bag_table, indptr[start:stop] - first, per_sample_weights=weights[first:last],
                 mode="sum")
-            if start == 0 and stop == n_rows:
+            if start == 0 and stop == n_rows and dtype == torch.float32:
                 out = mixed  # one block: its result is the output, not a copy of it
             else:
                 if out is None:
-                    out = torch.zeros((n_rows, table.shape[1]), dtype=torch.float32)
+                    out = torch.zeros((n_rows, table.shape[1]), dtype=dtype)
                 out[start:stop] = mixed
         start = stop
     if out is None:
-        out = torch.zeros((n_rows, table.shape[1]), dtype=torch.float32)
+        out = torch.zeros((n_rows, table.shape[1]), dtype=dtype)
     return out[:, 0] if vector else out

@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class SourceMatrices:
     embeddings: torch.Tensor  # (V_s, d) float32
-    output_embeddings: torch.Tensor | None  # (V_s, d) float32 for an untied head
+    output_embeddings: torch.Tensor | None  # (V_s, d) for an untied head: float32, or its own dtype
     output_bias: torch.Tensor | None  # (V_s,) float32
     tied: bool
     padded_rows: int  # rows of the model matrix beyond the tokenizer
@@ -41,20 +41,23 @@ def output_bias(model) -> torch.nn.Parameter | None:
     return bias if isinstance(bias, torch.Tensor) else None
 
 
-def read_source_matrices(model, vocabulary_size: int) -> SourceMatrices:
-    """Take the first `vocabulary_size` rows of the model's embedding matrices, as float32 copies."""
+def read_source_matrices(model, vocabulary_size: int, head_dtype: bool = False) -> SourceMatrices:
+    """Take the first `vocabulary_size` rows of the model's embedding matrices, as float32 copies (an untied output
+    matrix in the model's dtype with `head_dtype`)."""
     tied = is_tied(model)
     output = model.get_output_embeddings()
     bias = output_bias(model)
     return source_matrices(model.get_input_embeddings().weight.detach(),
                            output.weight.detach() if output is not None and not tied else None,
-                           bias.detach() if bias is not None else None, tied, vocabulary_size)
+                           bias.detach() if bias is not None else None, tied, vocabulary_size, head_dtype)
 
 
 def source_matrices(embeddings: torch.Tensor, output_embeddings: torch.Tensor | None, bias: torch.Tensor | None,
-                    tied: bool, vocabulary_size: int) -> SourceMatrices:
+                    tied: bool, vocabulary_size: int, head_dtype: bool = False) -> SourceMatrices:
     """`SourceMatrices` from a model's input matrix, untied output matrix and output bias (as stored, possibly with
-    rows beyond the tokenizer): their first `vocabulary_size` rows as float32 copies."""
+    rows beyond the tokenizer): their first `vocabulary_size` rows as float32 copies. With `head_dtype` the output
+    matrix keeps its own dtype (a copy): methods read only the input matrix, and the output matrix is mixed in
+    float32 block by block (`build_matrix`), so a bfloat16 head needs half the memory of a float32 copy."""
     rows = embeddings.shape[0]
     if rows < vocabulary_size:
         raise VocabularyError(
@@ -68,11 +71,11 @@ def source_matrices(embeddings: torch.Tensor, output_embeddings: torch.Tensor | 
         raise VocabularyError(f"the source model's output matrix has {output_embeddings.shape[0]:,} rows for "
                               f"{vocabulary_size:,} tokens; the tokenizer does not belong to this model.")
 
-    def first_rows(matrix):
-        return None if matrix is None else matrix[:vocabulary_size].to(torch.float32, copy=True)
+    def first_rows(matrix, dtype=torch.float32):
+        return None if matrix is None else matrix[:vocabulary_size].to(dtype or matrix.dtype, copy=True)
 
-    return SourceMatrices(first_rows(embeddings), first_rows(output_embeddings), first_rows(bias), tied,
-                          rows - vocabulary_size)
+    return SourceMatrices(first_rows(embeddings), first_rows(output_embeddings, None if head_dtype else torch.float32),
+                          first_rows(bias), tied, rows - vocabulary_size)
 
 
 def install_embeddings(model, embeddings: torch.Tensor, output_embeddings: torch.Tensor | None = None,

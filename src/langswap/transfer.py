@@ -167,13 +167,14 @@ class TransferReport:
 
 
 def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,
-                 progress: bool = False, held_out: list[str] | None = None, finish=None):
+                 progress: bool = False, held_out: list[str] | None = None, finish=None, dtype=None):
     """Run the method and install its matrices into `model` (or a deep copy of it): (model, MethodResult). Where the
     method offers candidates (`combined`, mode auto) and `held_out` target-language lines are given, each candidate
     is installed in turn, finished with `finish(model, result)` where given (the transfer's calibration, which may
     return the held-out loss it measured on the same lines), and the one whose model then has the lowest mean token
     loss on the lines is kept (causal LMs; other models keep the method's
-    first candidate). The kept candidate is installed as the method made it: `finish` is the caller's to apply."""
+    first candidate). The kept candidate is installed as the method made it: `finish` is the caller's to apply.
+    `dtype`: that of the new matrices (`run_method`; default: the source matrices' own)."""
     import copy as copying
 
     from langswap.surgery import install_embeddings, update_special_token_ids
@@ -198,7 +199,7 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
                 return mean_token_loss(model, inputs.target.tokenizer, held_out, HELD_OUT_TOKENS) \
                     if loss is None else loss
 
-    result = run_method(method_config, inputs, matrices.as_dict(), progress=progress, judge=judge)
+    result = run_method(method_config, inputs, matrices.as_dict(), progress=progress, judge=judge, dtype=dtype)
     if result.choice and finish is not None and "losses" in result.choice:
         result.choice["by"] = "held-out loss after calibration"
     refuse_non_finite_rows(result, inputs)
@@ -286,7 +287,8 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     check_position_offset(model, target.roles)
     matrices = checkpoint.read_matrices(len(source)) if checkpoint is not None \
-        else read_source_matrices(model, len(source))
+        else read_source_matrices(model, len(source), head_dtype=True)
+    dtype = checkpoint.dtype if checkpoint is not None else model.get_input_embeddings().weight.dtype
     seconds["load"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -324,11 +326,11 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
         return report.get("held_out_loss")
 
     if checkpoint is not None:  # nothing runs the model (streamed_checkpoint): the method's matrices are written
-        result = run_method(config.method, inputs, matrices.as_dict(), progress=progress)
+        result = run_method(config.method, inputs, matrices.as_dict(), progress=progress, dtype=dtype)
         refuse_non_finite_rows(result, inputs)
     else:
         model, result = apply_method(model, inputs, matrices, config.method, progress=progress, held_out=held_out,
-                                     finish=finish if strength > 0 else None)
+                                     finish=finish if strength > 0 else None, dtype=dtype)
     seconds["method"] = time.perf_counter() - clock
 
     calibration = {"skipped": skipped, "strength": 0.0}

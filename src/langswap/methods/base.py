@@ -267,14 +267,16 @@ def load_resources(spec: MethodSpec, config, target_tokenizer=None,
 
 
 def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str, torch.Tensor] | None = None,
-               progress: bool = False, judge: Callable[[MethodResult], float] | None = None) -> MethodResult:
+               progress: bool = False, judge: Callable[[MethodResult], float] | None = None,
+               dtype: torch.dtype | None = None) -> MethodResult:
     """Run a registered method and build the new matrices.
 
     `source_matrices` may hold "output_embeddings" (V_s, d) and "output_bias" (V_s,) besides the input embeddings
     in `inputs`; each gets the same mapping, by the head and bias rule of each row's kind (KIND_RULES). Streams 0/1/2
     seed their random rows independently. Where the method offers candidate mappings, each is finished and given to
     `judge` (lower is better) and the best is returned, with the losses in `choice`; without a judge the first
-    candidate is returned.
+    candidate is returned. `dtype`: that of the new matrices (default: each source matrix's own); they are summed
+    in float32 either way.
     """
     config = make_config(name_or_config) if isinstance(name_or_config, str) else name_or_config
     spec = get_method(config.method_name)
@@ -286,7 +288,7 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
     assert candidates, f"method {spec.name} offered no mapping"
     if len(candidates) == 1 or judge is None:
         name, mapping = next(iter(candidates.items()))
-        result = finish_mapping(spec.name, mapping, inputs, config, source_matrices)
+        result = finish_mapping(spec.name, mapping, inputs, config, source_matrices, dtype)
         if len(candidates) > 1:
             result.choice = {"chosen": name, "by": "default (nothing to compare on: no held-out target text, or "
                                                    "not a causal LM)",
@@ -294,7 +296,7 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
         return result
     best, losses = None, {}
     for name, mapping in candidates.items():
-        result = finish_mapping(f"{spec.name} ({name})", mapping, inputs, config, source_matrices)
+        result = finish_mapping(f"{spec.name} ({name})", mapping, inputs, config, source_matrices, dtype)
         loss = float(judge(result))
         losses[name] = loss if math.isfinite(loss) else math.inf
         logger.info("%s (%s): held-out loss %.4f", spec.name, name, losses[name])
@@ -308,7 +310,7 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
 
 
 def finish_mapping(name: str, mapping: TokenMapping, inputs: TransferInputs, config: MethodConfig,
-                   source_matrices: dict[str, torch.Tensor] | None) -> MethodResult:
+                   source_matrices: dict[str, torch.Tensor] | None, dtype: torch.dtype | None = None) -> MethodResult:
     """Special tokens, the fallback and each kind's check for a method's mapping, then its matrices."""
     assert isinstance(mapping, TokenMapping) and len(mapping) == len(inputs.target)
     assert mapping.head is None or (len(mapping.head) == len(mapping) and mapping.head.head is None)
@@ -322,14 +324,15 @@ def finish_mapping(name: str, mapping: TokenMapping, inputs: TransferInputs, con
     if mapping.head is not None:
         logger.info("%s, untied output head: %s", name, mapping.head.summary())
     source_matrices = source_matrices or {}
-    result = MethodResult(mapping, build_matrix(mapping, inputs.source_embeddings, config.seed, "embeddings"))
+    result = MethodResult(mapping, build_matrix(mapping, inputs.source_embeddings, config.seed, "embeddings", dtype))
     # an untied head and its bias follow the head's own mapping where the method made one; a tied head's bias
     # follows its rows, which are the input rows
     head = mapping.head if mapping.head is not None and source_matrices.get("output_embeddings") is not None \
         else mapping
     for which in ("output_embeddings", "output_bias"):
         if source_matrices.get(which) is not None:
-            setattr(result, which, build_matrix(head, source_matrices[which], config.seed, which))
+            setattr(result, which, build_matrix(head, source_matrices[which], config.seed, which,
+                                                dtype if which == "output_embeddings" else None))
     return result
 
 

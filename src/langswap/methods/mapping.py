@@ -495,34 +495,65 @@ def _refuse(rows: np.ndarray, wrong: np.ndarray, message) -> None:
 
 # -- from a mapping to matrices ----------------------------------------------------------------------------------------
 
-def random_rows(matrix: torch.Tensor, count: int, seed: int, stream: int) -> torch.Tensor:
-    """(count, d) rows ~ N(mean_j, std_j) per dimension j of `matrix` (or (count,) for a vector)."""
-    table = matrix.to(torch.float32)
+STATS_ROWS = 8192  # rows of a table converted to float32 at a time for its column statistics
+
+
+def column_stats(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, std) of each column of `matrix` (or of a vector), as float32. A float32 matrix gives torch's own
+    `mean` and `std`; a matrix in another dtype is summed in float64 over blocks of rows, never converted whole."""
+    if matrix.dtype == torch.float32:
+        return matrix.mean(dim=0), matrix.std(dim=0)
+    rows = matrix.shape[0]
+    total = torch.zeros(matrix.shape[1:], dtype=torch.float64)
+    squares = torch.zeros(matrix.shape[1:], dtype=torch.float64)
+    for start in range(0, rows, STATS_ROWS):
+        block = matrix[start:start + STATS_ROWS].to(torch.float64)
+        total += block.sum(dim=0)
+        squares += (block * block).sum(dim=0)
+    mean = total / rows
+    variance = (squares - rows * mean * mean).clamp_min(0) / max(rows - 1, 1)
+    return mean.to(torch.float32), variance.sqrt().to(torch.float32)
+
+
+def random_rows(matrix: torch.Tensor, count: int, seed: int, stream: int,
+                rows: np.ndarray | None = None) -> torch.Tensor:
+    """(count, d) rows ~ N(mean_j, std_j) per dimension j of `matrix` (or (count,) for a vector); with `rows`, only
+    those of the count rows (drawn in blocks, so row i is the same whichever others are asked for)."""
+    mean, std = (stat.numpy() for stat in column_stats(matrix.detach()))
     generator = np.random.default_rng([seed, stream])
-    mean, std = table.mean(dim=0).numpy(), table.std(dim=0).numpy()
-    shape = (count,) + tuple(table.shape[1:])
-    noise = generator.standard_normal(shape).astype(np.float32)
-    return torch.from_numpy(mean + std * noise)
+    if rows is None:
+        rows = np.arange(count)
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.empty((len(rows),) + tuple(matrix.shape[1:]), dtype=np.float32)
+    block = max(1, STATS_ROWS * 64 // max(int(np.prod(matrix.shape[1:], dtype=np.int64)), 1))
+    for start in range(0, count, block):
+        noise = generator.standard_normal((min(block, count - start),) + tuple(matrix.shape[1:]))
+        chosen = np.flatnonzero((rows >= start) & (rows < start + len(noise)))
+        if len(chosen):
+            out[chosen] = mean + std * noise[rows[chosen] - start].astype(np.float32)
+    return torch.from_numpy(out)
 
 
-def build_matrix(mapping: TokenMapping, matrix: torch.Tensor, seed: int, which: str = "embeddings") -> torch.Tensor:
-    """Apply a finished mapping to one source matrix (V_s, d) or bias (V_s,); returns (V_t, ...) in its dtype.
+def build_matrix(mapping: TokenMapping, matrix: torch.Tensor, seed: int, which: str = "embeddings",
+                 dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Apply a finished mapping to one source matrix (V_s, d) or bias (V_s,); returns (V_t, ...) in `dtype` (default:
+    the matrix's own).
 
     `which` names the matrix (one of MATRICES): it picks the random stream (0, 1, 2) and, for BASE_PLUS_OFFSET rows,
-    the base matrix and the offsets, as KIND_RULES states per kind. Mixed rows are summed in blocks of rows
-    (`mix_csr_rows`): the only (V_t, d) array is the result.
+    the base matrix and the offsets, as KIND_RULES states per kind. Mixed rows are summed in float32 in blocks of
+    rows (`mix_csr_rows`), whatever the matrix's dtype: the only (V_t, d) array is the result.
     """
     stream = MATRICES.index(which)
-    table = matrix.detach().to(torch.float32)
+    table = matrix.detach()
     mapping._compact()  # the writable arrays themselves: torch warns on views of read-only ones
-    out = mix_csr_rows(table, mapping._indptr, mapping._indices, mapping._weights)
+    out = mix_csr_rows(table, mapping._indptr, mapping._indices, mapping._weights, dtype=dtype or matrix.dtype)
     mean_rows = mapping.rows_of(Kind.MEAN)
     if len(mean_rows):
-        out[torch.from_numpy(mean_rows)] = table.mean(dim=0)
+        out[torch.from_numpy(mean_rows)] = column_stats(table)[0].to(out.dtype)
     random = mapping.rows_of(Kind.RANDOM)
     if len(random):
         # drawn for every target row so a token's random row does not depend on which other rows are random
-        out[torch.from_numpy(random)] = random_rows(table, len(mapping), seed, stream)[torch.from_numpy(random)]
+        out[torch.from_numpy(random)] = random_rows(table, len(mapping), seed, stream, random).to(out.dtype)
     targets, names, base_rows = mapping.base_rows()
     if len(targets):
         offsets = mapping.offsets(which)
@@ -535,6 +566,6 @@ def build_matrix(mapping: TokenMapping, matrix: torch.Tensor, seed: int, which: 
             values = base.rows(which, base_rows[chosen])
             if offsets is not None:
                 values = values + torch.from_numpy(offsets[chosen])
-            out[torch.from_numpy(np.array(targets[chosen]))] = values
+            out[torch.from_numpy(np.array(targets[chosen]))] = values.to(out.dtype)
     assert not (mapping.kinds == Kind.UNPLACED).any(), "finish() must place every row"
-    return out.to(matrix.dtype)
+    return out
