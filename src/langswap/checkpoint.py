@@ -170,26 +170,47 @@ class Checkpoint:
                                       "quantised.")
         return FLOAT_CODES[code]
 
-    def _read(self, name: str) -> torch.Tensor:
-        from safetensors import safe_open
+    def _read(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A stored tensor, read from its file without mapping it (whose pages would count as resident memory
+        beside the copy); converted to `dtype` block by block, so no second copy in the stored dtype is made."""
+        stored = self.tensors[name]
+        if stored.dtype not in FLOAT_CODES:
+            from safetensors import safe_open
 
-        with safe_open(str(self.folder / self.tensors[name].file), framework="pt") as handle:
-            return handle.get_tensor(name)
+            with safe_open(str(self.folder / stored.file), framework="pt") as handle:
+                return handle.get_tensor(name).to(dtype) if dtype else handle.get_tensor(name)
+        stored_dtype = FLOAT_CODES[stored.dtype]
+        out = torch.empty(stored.shape, dtype=dtype or stored_dtype)
+        flat = out.reshape(-1)
+        element = torch.empty(0, dtype=stored_dtype).element_size()
+        step = BLOCK // element
+        buffer = torch.empty(step, dtype=stored_dtype) if out.dtype != stored_dtype else None
+        with open(self.folder / stored.file, "rb") as handle:
+            handle.seek(stored.start)
+            for start in range(0, flat.numel(), step):
+                target = flat[start:start + step]
+                into = target if buffer is None else buffer[:len(target)]
+                view = into.view(torch.uint8).numpy()
+                if handle.readinto(view) != len(view):
+                    raise ResourceFormatError(f"'{self.folder / stored.file}' ended inside tensor '{name}'. "
+                                              "Download or copy the model again.")
+                if buffer is not None:
+                    target.copy_(into)
+        return out
 
     def read_matrices(self, vocabulary_size: int) -> SourceMatrices:
-        """The first `vocabulary_size` rows of the token matrices (`surgery.source_matrices`, an untied output matrix
-        in its stored dtype); NaN or infinite values are refused."""
-        read = {role: self._read(names[0]) if names else None for role, names in self.names.items()}
+        """The first `vocabulary_size` rows of the token matrices (`surgery.source_matrices`: the input matrix and
+        the bias in float32, an untied output matrix in its stored dtype); NaN or infinite values are refused."""
+        read = {role: self._read(names[0], None if role == "output_embeddings" else torch.float32) if names else None
+                for role, names in self.names.items()}
         found = [(self.names[role][0], int((~torch.isfinite(tensor)).sum())) for role, tensor in read.items()
                  if tensor is not None and tensor.numel() and not all_finite(tensor)]
         if found:
             raise NumericalError(f"source model '{self.folder}' holds NaN or infinite weights: {describe(found)}. "
                                  "A transfer would carry them into the new model; give an intact checkpoint "
                                  "(download or copy it again).")
-        matrices = source_matrices(read["embeddings"], read["output_embeddings"], read["output_bias"], self.tied,
-                                   vocabulary_size, head_dtype=True)
-        del read
-        return matrices
+        return source_matrices(read["embeddings"], read["output_embeddings"], read["output_bias"], self.tied,
+                               vocabulary_size, head_dtype=True, copy=False)
 
     def write(self, folder: Path, tokenizer, embeddings: torch.Tensor, output_embeddings: torch.Tensor | None = None,
               bias: torch.Tensor | None = None, progress: bool = False) -> dict:

@@ -63,10 +63,17 @@ def refuse_non_finite(model, where: str, fix: str) -> None:
         raise NumericalError(f"{where} holds NaN or infinite weights: {describe(found)}. {fix}")
 
 
-def non_finite_rows(matrix: torch.Tensor) -> torch.Tensor:
-    """Ids of the rows (or entries, for a vector) of `matrix` that hold a NaN or infinite value."""
-    bad = ~torch.isfinite(matrix)
-    return (bad.reshape(bad.shape[0], -1).any(dim=1)).nonzero().flatten()
+def non_finite_rows(matrix: torch.Tensor, block_rows: int = 4096) -> torch.Tensor:
+    """Ids of the rows (or entries, for a vector) of `matrix` that hold a NaN or infinite value. A finite matrix is
+    cleared by its extremes (`all_finite`); otherwise the rows are found block by block, so no mask the size of the
+    matrix is made."""
+    if matrix.numel() == 0 or (matrix.is_floating_point() and all_finite(matrix)):
+        return torch.zeros(0, dtype=torch.int64)
+    found = []
+    for start in range(0, matrix.shape[0], block_rows):
+        bad = ~torch.isfinite(matrix[start:start + block_rows])
+        found.append(bad.reshape(bad.shape[0], -1).any(dim=1).nonzero().flatten() + start)
+    return torch.cat(found)
 
 
 def zero_rows(matrix: torch.Tensor) -> torch.Tensor:

@@ -53,11 +53,12 @@ def read_source_matrices(model, vocabulary_size: int, head_dtype: bool = False) 
 
 
 def source_matrices(embeddings: torch.Tensor, output_embeddings: torch.Tensor | None, bias: torch.Tensor | None,
-                    tied: bool, vocabulary_size: int, head_dtype: bool = False) -> SourceMatrices:
+                    tied: bool, vocabulary_size: int, head_dtype: bool = False, copy: bool = True) -> SourceMatrices:
     """`SourceMatrices` from a model's input matrix, untied output matrix and output bias (as stored, possibly with
     rows beyond the tokenizer): their first `vocabulary_size` rows as float32 copies. With `head_dtype` the output
     matrix keeps its own dtype (a copy): methods read only the input matrix, and the output matrix is mixed in
-    float32 block by block (`build_matrix`), so a bfloat16 head needs half the memory of a float32 copy."""
+    float32 block by block (`build_matrix`), so a bfloat16 head needs half the memory of a float32 copy. With
+    `copy=False` (tensors the caller owns) a tensor already in its dtype is kept, not copied."""
     rows = embeddings.shape[0]
     if rows < vocabulary_size:
         raise VocabularyError(
@@ -72,7 +73,7 @@ def source_matrices(embeddings: torch.Tensor, output_embeddings: torch.Tensor | 
                               f"{vocabulary_size:,} tokens; the tokenizer does not belong to this model.")
 
     def first_rows(matrix, dtype=torch.float32):
-        return None if matrix is None else matrix[:vocabulary_size].to(dtype or matrix.dtype, copy=True)
+        return None if matrix is None else matrix[:vocabulary_size].to(dtype or matrix.dtype, copy=copy)
 
     return SourceMatrices(first_rows(embeddings), first_rows(output_embeddings, None if head_dtype else torch.float32),
                           first_rows(bias), tied, rows - vocabulary_size)

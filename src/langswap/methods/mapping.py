@@ -495,7 +495,7 @@ def _refuse(rows: np.ndarray, wrong: np.ndarray, message) -> None:
 
 # -- from a mapping to matrices ----------------------------------------------------------------------------------------
 
-STATS_ROWS = 8192  # rows of a table converted to float32 at a time for its column statistics
+STATS_ROWS = 2048  # rows of a table converted to float64 at a time for its column statistics
 
 
 def column_stats(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
