@@ -540,6 +540,34 @@ def test_speed_options_reach_the_model_and_the_trainer(models, texts, tmp_path):
             train(_config(models["llama"], texts, tmp_path / "flash", attention="flash_attention_2"))
 
 
+@pytest.mark.parametrize("preset", ["full", "embeddings"])
+def test_gradient_checkpointing_trains_the_same_weights(models, texts, tmp_path, preset):
+    """Recomputing each layer in the backward pass changes memory, not the update (float precision), in a full
+    phase and in an embeddings-only phase, whose body gets no gradient."""
+    from transformers import TrainerCallback
+
+    seen = []
+
+    class Seen(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            name = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") \
+                else "is_gradient_checkpointing"  # the name before transformers 5
+            seen.append(getattr(model, name))
+
+    runs = {checkpointing: _state(train(_config(models["llama"], texts, tmp_path / str(checkpointing), steps=3,
+                                                eval_text=None, preset=preset,
+                                                gradient_checkpointing=checkpointing), callbacks=[Seen()]).model)
+            for checkpointing in (False, True)}
+    assert seen == [False, True]
+    assert runs[False].keys() == runs[True].keys()
+    assert all(torch.allclose(runs[False][name], runs[True][name], atol=1e-6) for name in runs[False])
+    before = _state(models["llama"])
+    changed = {name for name in before if not torch.equal(before[name], runs[True][name])}
+    assert "model.embed_tokens.weight" in changed
+    if preset == "embeddings":
+        assert changed <= {"model.embed_tokens.weight", "lm_head.weight"}
+
+
 def _skip_without_packed_documents():
     try:
         from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401

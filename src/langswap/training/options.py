@@ -81,6 +81,10 @@ class TrainConfig:
     liger_kernel: bool = field(default=False, metadata={
         "help": "Liger's Triton kernels for the model's norms, MLP and a chunked cross-entropy that never holds the "
                 "whole logits (CUDA; needs the liger-kernel package)."})
+    gradient_checkpointing: bool = field(default=False, metadata={
+        "help": "Keep only each layer's input in the forward pass and compute the rest again in the backward pass "
+                "(transformers' non-reentrant checkpointing): activation memory of one layer instead of all, for "
+                "about a third more compute. For large models and long sequences."})
 
     def __post_init__(self):
         # the recipe: mapping becomes the named recipe's options (an unknown preset or option is an error here)

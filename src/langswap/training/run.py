@@ -152,6 +152,18 @@ def _stopped_checkpoint(checkpoint: str | None, recipe: Recipe, phase: Phase) ->
 # -- the run ------------------------------------------------------------------------------------------------------------
 
 
+def _checkpointing_arguments() -> dict:
+    """TrainingArguments that turn on non-reentrant activation checkpointing, under the names of the installed
+    transformers (`activation_checkpointing` from 5.x, `gradient_checkpointing` before)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {field.name for field in dataclasses.fields(TrainingArguments)}
+    name = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    return {name: True, f"{name}_kwargs": {"use_reentrant": False}}
+
+
 def _load_for_training(folder: str | Path, objective: str, seed: int, tokenizer=None, attention: str = "auto"):
     """The model in fp32 (master weights; bf16/fp16 are autocast by the Trainer), refused when a weight is NaN or
     infinite, with every input embedding row trainable and non-zero (`numerics.prepare_embeddings_for_training`);
@@ -350,6 +362,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
             logging_nan_inf_filter=bool(precision_flags.get("fp16")),
             optim=_optimizer_name(config.fused_optimizer, use_cpu), torch_compile=config.compile,
             **({"use_liger_kernel": True} if config.liger_kernel else {}),
+            **(_checkpointing_arguments() if config.gradient_checkpointing else {}),
             logging_steps=config.logging_steps, save_strategy="steps",
             save_steps=config.save_steps, save_total_limit=config.save_total_limit,
             eval_strategy="steps" if eval_set is not None else "no", eval_steps=config.eval_steps, seed=config.seed,
