@@ -9,12 +9,13 @@ Builds under --workdir (default ~/.cache/langswap/full-size; kept and reused):
 - a model with Llama-3-8B's config (hidden 4,096, 32 layers, MLP 14,336, 32 heads, 8 key-value heads, 128,256
   tokens, untied head) and random weights, written as 5 GB safetensors shards with their index in --dtype.
 
-Then, per method: the time of copying the checkpoint's files (`cp -r`, the floor for any transfer that writes a new
-checkpoint), and `langswap transfer` (stream: auto, no target text, so nothing runs the model) under
-`/usr/bin/time`, which gives its wall time and peak resident memory. `wechsel` uses the bench's fastText vectors and
-MUSE en-de (benchmarks/bench_quality.py builds them under ~/.cache/langswap/bench-quality). The goal (issue 18): peak
-memory below 3 times the two new embedding matrices plus 2 GiB, wall time within 2 times the copy plus the method's
-own compute (langswap.json's `seconds.method`).
+Then the time of loading and canonicalising (`langswap.tokens.Vocabulary`) each tokenizer, and of a
+SentencePiece-family tokenizer of Gemma-2's 256,000 pieces made from theirs; and per method: the time of copying the
+checkpoint's files (`cp -r`, the floor for any transfer that writes a new checkpoint), and `langswap transfer`
+(stream: auto, no target text, so nothing runs the model) under `/usr/bin/time`, which gives its wall time and peak
+resident memory. `wechsel` uses the bench's fastText vectors and MUSE en-de (benchmarks/bench_quality.py builds them
+under ~/.cache/langswap/bench-quality). The goal (issue 18): peak memory below 3 times the two new embedding matrices
+plus 2 GiB, wall time within 2 times the copy plus the method's own compute (langswap.json's `seconds.method`).
 
     python benchmarks/bench_full_size.py                              # bfloat16; overlap and wechsel
     python benchmarks/bench_full_size.py --dtype float32 --methods overlap
@@ -155,6 +156,60 @@ def build_model(args, tokenizer_folder: Path) -> Path:
     return folder
 
 
+def gemma_like_tokenizer(args, sources: list[Path], size: int = 256000) -> Path:
+    """A SentencePiece-family tokenizer of Gemma-2's size (256,000 pieces: Metaspace, BPE with byte fallback), its
+    pieces those of the two 128k tokenizers spelled with `▁` and then, to reach the size, joined pairs of them. No
+    merges: it stands for the vocabulary that is canonicalised, not for a tokenization."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    folder = args.workdir / f"tokenizer-sp-{size}"
+    if folder.is_dir():
+        return folder
+    pieces = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{byte:02X}>" for byte in range(256)]
+    seen = set(pieces)
+    words = []
+    for source in sources:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1]):
+            text = tokenizer.convert_tokens_to_string([token])
+            if text and "\ufffd" not in text and not token.startswith("<|"):
+                words.append(text.replace(" ", "\u2581"))
+    for word in words:
+        if word not in seen:
+            seen.add(word)
+            pieces.append(word)
+    for first, second in zip(words, reversed(words)):
+        if len(pieces) >= size:
+            break
+        joined = first + second.lstrip("\u2581")
+        if joined not in seen:
+            seen.add(joined)
+            pieces.append(joined)
+    vocabulary = {piece: index for index, piece in enumerate(pieces[:size])}
+    backend = Tokenizer(models.BPE(vocab=vocabulary, merges=[], unk_token="<unk>", byte_fallback=True))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581")
+    backend.decoder = decoders.Metaspace(replacement="\u2581")
+    PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
+                            pad_token="<pad>").save_pretrained(folder)
+    return folder
+
+
+def vocabulary_seconds(folders: dict[str, Path]) -> dict[str, dict]:
+    """Load time and canonicalisation time (`tokens.Vocabulary`) of each tokenizer, in a fresh process each."""
+    found = {}
+    for label, folder in folders.items():
+        script = ("import json, time; from langswap.models import load_tokenizer; from langswap.tokens import "
+                  f"Vocabulary; t = time.perf_counter(); tok = load_tokenizer({str(folder)!r}); "
+                  "u = time.perf_counter(); v = Vocabulary(tok); w = time.perf_counter(); "
+                  "print(json.dumps({'tokens': len(v), 'family': v.family, 'load_s': round(u - t, 2), "
+                  "'canonical_s': round(w - u, 2)}))")
+        output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+        found[label] = json.loads(output.stdout.strip().splitlines()[-1])
+        print(f"vocabulary {label}: {found[label]}", flush=True)
+    return found
+
+
 def timed(command: list[str]) -> tuple[float, float]:
     """(wall seconds, peak resident GiB) of a command under /usr/bin/time."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
@@ -179,6 +234,9 @@ def main(argv=None) -> int:
     source_tokenizer, target_tokenizer = build_tokenizers(args, size)
     model = build_model(args, source_tokenizer)
     print(f"inputs ready in {time.perf_counter() - clock:.0f} s: {model}", flush=True)
+    vocabularies = vocabulary_seconds({"source": source_tokenizer, "target": target_tokenizer,
+                                       "sentencepiece": gemma_like_tokenizer(args, [source_tokenizer,
+                                                                                     target_tokenizer])})
     from transformers import AutoTokenizer
 
     rows = {"source": len(AutoTokenizer.from_pretrained(source_tokenizer)),
@@ -218,6 +276,9 @@ def main(argv=None) -> int:
         print(json.dumps(row), flush=True)
     print(f"\n{args.shape} ({checkpoint_gib:.1f} GiB in {args.dtype}; tokenizers: {rows['source']:,} source and "
           f"{rows['target']:,} target tokens; the two new matrices {new_gib:.2f} GiB)\n")
+    for label, found in vocabularies.items():
+        print(f"{label} tokenizer: {found['tokens']:,} tokens ({found['family']}), loaded in {found['load_s']} s, "
+              f"canonicalised in {found['canonical_s']} s")
     print("| method | copy s | transfer wall s (goal) | of it, method s | peak GiB (goal) |")
     print("|---|---|---|---|---|")
     for row in results:

@@ -232,3 +232,29 @@ def test_random_rows_asked_for_alone_are_the_rows_drawn_for_all_and_stats_need_n
     mean, std = column_stats(bf16)
     assert torch.allclose(mean, bf16.float().mean(dim=0), atol=1e-5)
     assert torch.allclose(std, bf16.float().std(dim=0), atol=1e-4)
+
+
+def test_matrices_kept_in_bfloat16_mix_to_the_rows_of_their_float32_copies():
+    from langswap.methods.base import TransferInputs, make_config, run_method
+    from langswap.methods.mapping import Kind
+    from langswap.surgery import read_source_matrices
+    from langswap.tokens import Vocabulary
+
+    tokenizer = TOKENIZER_BUILDERS["sentencepiece"](english_lines(300), vocab_size=300)
+    target_tokenizer = TOKENIZER_BUILDERS["sentencepiece"]([cipher_line(line) for line in english_lines(300)],
+                                                           vocab_size=280)
+    model = tiny_model("llama", len(tokenizer)).to(torch.bfloat16)
+    source, target = Vocabulary(tokenizer), Vocabulary(target_tokenizer)
+    results = {}
+    for stored in (False, True):
+        matrices = read_source_matrices(model, len(source), stored_dtype=stored)
+        assert matrices.embeddings.dtype == (torch.bfloat16 if stored else torch.float32)
+        results[stored] = run_method(make_config("overlap"), TransferInputs(source, target, matrices.embeddings),
+                                     matrices.as_dict(), dtype=torch.bfloat16)
+    mixed = torch.from_numpy(np.flatnonzero(results[True].mapping.kinds != Kind.MEAN))
+    assert len(mixed) > 200
+    for which in ("embeddings", "output_embeddings"):
+        kept, converted = getattr(results[True], which), getattr(results[False], which)
+        assert kept.dtype == converted.dtype == torch.bfloat16
+        assert torch.equal(kept[mixed], converted[mixed])
+        assert torch.allclose(kept.float(), converted.float(), atol=1e-2)

@@ -199,9 +199,9 @@ class Checkpoint:
         return out
 
     def read_matrices(self, vocabulary_size: int) -> SourceMatrices:
-        """The first `vocabulary_size` rows of the token matrices (`surgery.source_matrices`: the input matrix and
-        the bias in float32, an untied output matrix in its stored dtype); NaN or infinite values are refused."""
-        read = {role: self._read(names[0], None if role == "output_embeddings" else torch.float32) if names else None
+        """The first `vocabulary_size` rows of the token matrices (`surgery.source_matrices`: the matrices in their
+        stored dtype, the bias in float32); NaN or infinite values are refused."""
+        read = {role: self._read(names[0], torch.float32 if role == "output_bias" else None) if names else None
                 for role, names in self.names.items()}
         found = [(self.names[role][0], int((~torch.isfinite(tensor)).sum())) for role, tensor in read.items()
                  if tensor is not None and tensor.numel() and not all_finite(tensor)]
@@ -210,7 +210,7 @@ class Checkpoint:
                                  "A transfer would carry them into the new model; give an intact checkpoint "
                                  "(download or copy it again).")
         return source_matrices(read["embeddings"], read["output_embeddings"], read["output_bias"], self.tied,
-                               vocabulary_size, head_dtype=True, copy=False)
+                               vocabulary_size, stored_dtype=True, copy=False)
 
     def write(self, folder: Path, tokenizer, embeddings: torch.Tensor, output_embeddings: torch.Tensor | None = None,
               bias: torch.Tensor | None = None, progress: bool = False) -> dict:

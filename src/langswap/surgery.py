@@ -25,8 +25,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class SourceMatrices:
-    embeddings: torch.Tensor  # (V_s, d) float32
-    output_embeddings: torch.Tensor | None  # (V_s, d) for an untied head: float32, or its own dtype
+    embeddings: torch.Tensor  # (V_s, d) float32, or the model's dtype (`source_matrices`, stored_dtype)
+    output_embeddings: torch.Tensor | None  # (V_s, d) for an untied head, in the same dtype
     output_bias: torch.Tensor | None  # (V_s,) float32
     tied: bool
     padded_rows: int  # rows of the model matrix beyond the tokenizer
@@ -41,24 +41,25 @@ def output_bias(model) -> torch.nn.Parameter | None:
     return bias if isinstance(bias, torch.Tensor) else None
 
 
-def read_source_matrices(model, vocabulary_size: int, head_dtype: bool = False) -> SourceMatrices:
-    """Take the first `vocabulary_size` rows of the model's embedding matrices, as float32 copies (an untied output
-    matrix in the model's dtype with `head_dtype`)."""
+def read_source_matrices(model, vocabulary_size: int, stored_dtype: bool = False) -> SourceMatrices:
+    """Take the first `vocabulary_size` rows of the model's embedding matrices, as float32 copies (copies in the
+    model's dtype with `stored_dtype`; see `source_matrices`)."""
     tied = is_tied(model)
     output = model.get_output_embeddings()
     bias = output_bias(model)
     return source_matrices(model.get_input_embeddings().weight.detach(),
                            output.weight.detach() if output is not None and not tied else None,
-                           bias.detach() if bias is not None else None, tied, vocabulary_size, head_dtype)
+                           bias.detach() if bias is not None else None, tied, vocabulary_size, stored_dtype)
 
 
 def source_matrices(embeddings: torch.Tensor, output_embeddings: torch.Tensor | None, bias: torch.Tensor | None,
-                    tied: bool, vocabulary_size: int, head_dtype: bool = False, copy: bool = True) -> SourceMatrices:
-    """`SourceMatrices` from a model's input matrix, untied output matrix and output bias (as stored, possibly with
-    rows beyond the tokenizer): their first `vocabulary_size` rows as float32 copies. With `head_dtype` the output
-    matrix keeps its own dtype (a copy): methods read only the input matrix, and the output matrix is mixed in
-    float32 block by block (`build_matrix`), so a bfloat16 head needs half the memory of a float32 copy. With
-    `copy=False` (tensors the caller owns) a tensor already in its dtype is kept, not copied."""
+                    tied: bool, vocabulary_size: int, stored_dtype: bool = False, copy: bool = True) -> SourceMatrices:
+    """`SourceMatrices` from a model's input matrix, untied output matrix and output bias (as stored, possibly with rows
+    beyond the tokenizer): their first `vocabulary_size` rows as float32 copies. With `stored_dtype` the two matrices
+    keep their own dtype (the bias is float32): a transfer mixes rows in float32 block by block (`build_matrix`) and its
+    methods convert the rows they compute with, so a bfloat16 model needs half the memory of float32 copies and gets the
+    same mixed rows bit for bit (mean and random rows take their column statistics summed in float64). With `copy=False`
+    (tensors the caller owns) a tensor already in its dtype is kept, not copied."""
     rows = embeddings.shape[0]
     if rows < vocabulary_size:
         raise VocabularyError(
@@ -75,7 +76,8 @@ def source_matrices(embeddings: torch.Tensor, output_embeddings: torch.Tensor | 
     def first_rows(matrix, dtype=torch.float32):
         return None if matrix is None else matrix[:vocabulary_size].to(dtype or matrix.dtype, copy=copy)
 
-    return SourceMatrices(first_rows(embeddings), first_rows(output_embeddings, None if head_dtype else torch.float32),
+    matrix_dtype = None if stored_dtype else torch.float32
+    return SourceMatrices(first_rows(embeddings, matrix_dtype), first_rows(output_embeddings, matrix_dtype),
                           first_rows(bias), tied, rows - vocabulary_size)
 
 

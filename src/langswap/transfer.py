@@ -287,7 +287,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     check_position_offset(model, target.roles)
     matrices = checkpoint.read_matrices(len(source)) if checkpoint is not None \
-        else read_source_matrices(model, len(source), head_dtype=True)
+        else read_source_matrices(model, len(source), stored_dtype=True)
     dtype = checkpoint.dtype if checkpoint is not None else model.get_input_embeddings().weight.dtype
     seconds["load"] = time.perf_counter() - clock
 

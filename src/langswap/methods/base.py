@@ -66,7 +66,8 @@ class MethodConfig:
 
 @dataclass
 class TransferInputs:
-    """What methods consume. Source matrices are float32 with exactly len(source vocabulary) rows.
+    """What methods consume. Source matrices have exactly len(source vocabulary) rows, in float32 or (in a transfer)
+    the model's dtype: a method converts the rows it computes with.
 
     `resources` maps a resource kind's name (`langswap.resources.kinds`) to its loaded resource; a method reads the
     kinds it `requires` with `resource(name)`. Aligned word vectors may also be given as `source_vectors` and
@@ -74,7 +75,7 @@ class TransferInputs:
 
     source: Vocabulary
     target: Vocabulary
-    source_embeddings: torch.Tensor  # (V_s, d)
+    source_embeddings: torch.Tensor  # (V_s, d), float32 or the model's dtype: convert the rows you compute with
     source_vectors: object | None = None  # shorthand: WordVectors in the shared space, the `vectors` resource
     target_vectors: object | None = None
     resources: dict[str, object] = field(default_factory=dict)
