@@ -16,6 +16,14 @@ sum to no more than `MIN_TOTAL` (the weights would blow up) is left to the fallb
 a row whose weights are all non-negative is a `mixed` row, one with a negative weight a `combined` one; the
 similarities the weights are made of are float64 (a sum near zero amplifies float32 rounding); special tokens are
 copied by role and are no overlapping tokens, where the code (and langsfer) count the shared `<|endoftext|>` as one.
+
+Memory: beside the source and new matrices, the helper rows of the N new and M overlapping tokens in float32 and in
+float64 ((N + M) x D_h x 12 bytes, N + M <= V_t: 2.9 GiB at 128k with a helper of hidden size D_h = 2,048, as
+Llama-3.2-1B). With `neighbors: 0`, the dense N x M similarities, weights and source ids (8 bytes each), held about
+seven times over while the mapping's rows are made; a transfer needing more than `MAX_ENTRIES` of them (2^27: 1 GiB
+per copy, about 7 GiB at peak) is refused, as one at 128k is unless the overlap is tiny (M <= 1,000 at N = 127,000).
+With `neighbors` k > 0: the similarity step's copies and one block (about 2 GiB at 128k, D_h = 2,048), and the
+float64 helper rows of the new tokens' k neighbours, gathered in row blocks of `GATHER_BYTES` (256 MiB).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from langswap.methods.overlap import copied_sources, copy_exact_matches
 from langswap.progress import bar as progress_bar
 
 MAX_ENTRIES = 2 ** 27  # mapping entries (12 bytes each: 1.5 GiB) a transfer may need
+GATHER_BYTES = 256 * 2**20  # float64 neighbour rows gathered at a time for the weights
 MIN_TOTAL = 1e-3  # a row's similarities must sum to more than this
 
 
@@ -84,7 +93,11 @@ def clp(inputs: TransferInputs, config: ClpConfig, progress: bool = False) -> To
         indices = torch.arange(len(overlap)).expand(len(new), -1)
     else:
         _, indices = topk_cosine(queries, keys, width, progress=bar.update if bar is not None else None)
-        similarities = torch.einsum("nd,nkd->nk", unit_queries, unit_keys[indices])
+        similarities = torch.empty(indices.shape, dtype=torch.float64)
+        step = max(1, GATHER_BYTES // (8 * width * unit_keys.shape[1]))  # the gathered neighbours stay under it
+        for start in range(0, len(new), step):
+            similarities[start:start + step] = torch.einsum(
+                "nd,nkd->nk", unit_queries[start:start + step], unit_keys[indices[start:start + step]])
     if bar is not None:
         bar.close()
     weights, usable = similarity_weights(similarities)

@@ -41,8 +41,18 @@ Decided here, not read from a paper: the weights (spelling and a human dictionar
 their measured precision; a helper as much as its geometry agrees with the source model's where both are known), the
 false-friend rule, the two modes and choosing between them on held-out text (with a large dictionary, translations
 alone predict better; with a small one, mixing does). They are the same for every language; docs/benchmarks.md has
-the figures. Memory: the neighbour step runs in row blocks (`kernels.topk_cosine`), and the
-mapping holds at most (pieces + translations + 10) entries per row.
+the figures.
+
+Memory: beside the source and new matrices, each evidence's rows (small arrays per row, 8 to 16 bytes per source:
+O(V_t x (pieces + translations + 2 x neighbors)), tens of MiB at 128k), and the steps the evidence needs, one after
+another, so the peak is the largest: the aligned neighbours as `wechsel` finds them (about 1.4 GiB at V_t = V_s =
+128,256 with D = 300); the helper's neighbours, its rows of the N open and M shared tokens and their copies in the
+similarity step (float32 (2 N + 3 M) x D_h, N + M <= V_t: about 3 GiB at 128k with D_h = 2,048) and one block of
+similarities (256 MiB); and, unless `helper_weight` is set, the helper's agreement (`helper_agreement`), whose
+similarity step holds the shared tokens' helper rows and, three times, their source rows in float32: M x (D_h + 3 d)
+x 4 bytes (6.8 GiB at M = 128,256, d = 4,096, D_h = 2,048). The mapping holds at most (pieces + translations +
+2 x neighbors) entries per row; `mode: auto` makes both candidates' mappings, and the transfer holds at most two
+candidates' new matrices at once.
 """
 
 from __future__ import annotations

@@ -16,6 +16,14 @@ where deepfocus compares its own canonical strings); tokens without a vector get
 default) instead of deepfocus's random rows; the similarities are computed in row blocks with a top-k that widens
 until it holds each row's whole sparsemax support, so the weights equal sparsemax over all anchors without a dense
 V_t x V_overlap matrix.
+
+Memory: beside the source and new matrices, the fastText vectors of the M anchors and the N new tokens (float32
+(M + N) x D: 49 MiB at 128k with D = 100), their working copies in the similarity step (under 150 MiB), one block of
+similarities (256 MiB; 768 MiB while near-ties are re-scored in float64) and the top-k lists, N x width x 12 bytes,
+held about four times over while the weights and the mapping's rows are made (94 MiB per copy at width 64 and
+N = 128,256; about 0.6 GiB at peak in all). `width` starts at `first_candidates` and grows fourfold each time a row's
+support fills it, and every row is padded to the widest: one token whose support holds 300 anchors makes the lists
+N x 1,024 (1.5 GiB per copy at N = 128,256, about 6 GiB at peak), and supports as wide as the anchors make them N x M.
 """
 
 from __future__ import annotations

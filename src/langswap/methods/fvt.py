@@ -10,6 +10,10 @@ tokens are matched by canonical form (so `ĠHaus`, `▁Haus` and `Haus` are one 
 the word-start role of the token, special pieces are dropped, the length variant weights by UTF-8 bytes (a piece that
 is only a word-start marker counts 1), and a token the source tokenizer cannot spell (partial UTF-8) is left to the
 shared fallback. With `weighting: mean` the method is `overlap` with the `subword` fallback, under the paper's name.
+
+Memory: beside the source and new matrices, each token's source pieces, as Python lists while the source tokenizer
+splits them and then as mapping entries of 12 bytes (an int64 id and a float32 weight): O(V_t x pieces), tens of MiB
+at V_t = 128,256. No similarity is computed; the shared finishing step mixes the pieces' rows in row blocks.
 """
 
 from __future__ import annotations

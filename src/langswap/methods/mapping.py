@@ -519,19 +519,25 @@ def random_rows(matrix: torch.Tensor, count: int, seed: int, stream: int,
                 rows: np.ndarray | None = None) -> torch.Tensor:
     """(count, d) rows ~ N(mean_j, std_j) per dimension j of `matrix` (or (count,) for a vector); with `rows`, only
     those of the count rows (drawn in blocks, so row i is the same whichever others are asked for)."""
+    chosen = np.arange(count) if rows is None else np.asarray(rows, dtype=np.int64)
+    out = torch.empty((len(chosen),) + tuple(matrix.shape[1:]), dtype=torch.float32)
+    for where, values in random_row_blocks(matrix, count, seed, stream, chosen):
+        out[torch.from_numpy(where)] = values
+    return out
+
+
+def random_row_blocks(matrix: torch.Tensor, count: int, seed: int, stream: int, rows: np.ndarray):
+    """`random_rows` a block at a time: (positions in `rows`, float32 values) for each block of at most about 2 MiB
+    of noise, so a caller can write them where they go without holding them all."""
     mean, std = (stat.numpy() for stat in column_stats(matrix.detach()))
     generator = np.random.default_rng([seed, stream])
-    if rows is None:
-        rows = np.arange(count)
     rows = np.asarray(rows, dtype=np.int64)
-    out = np.empty((len(rows),) + tuple(matrix.shape[1:]), dtype=np.float32)
     block = max(1, STATS_ROWS * 64 // max(int(np.prod(matrix.shape[1:], dtype=np.int64)), 1))
     for start in range(0, count, block):
         noise = generator.standard_normal((min(block, count - start),) + tuple(matrix.shape[1:]))
         chosen = np.flatnonzero((rows >= start) & (rows < start + len(noise)))
         if len(chosen):
-            out[chosen] = mean + std * noise[rows[chosen] - start].astype(np.float32)
-    return torch.from_numpy(out)
+            yield chosen, torch.from_numpy(mean + std * noise[rows[chosen] - start].astype(np.float32))
 
 
 def build_matrix(mapping: TokenMapping, matrix: torch.Tensor, seed: int, which: str = "embeddings",
@@ -553,7 +559,8 @@ def build_matrix(mapping: TokenMapping, matrix: torch.Tensor, seed: int, which: 
     random = mapping.rows_of(Kind.RANDOM)
     if len(random):
         # drawn for every target row so a token's random row does not depend on which other rows are random
-        out[torch.from_numpy(random)] = random_rows(table, len(mapping), seed, stream, random).to(out.dtype)
+        for where, values in random_row_blocks(table, len(mapping), seed, stream, random):
+            out[torch.from_numpy(random[where])] = values.to(out.dtype)
     targets, names, base_rows = mapping.base_rows()
     if len(targets):
         offsets = mapping.offsets(which)

@@ -17,6 +17,14 @@ being fitted to noise; the pursuit runs over blocks of target tokens (memory O(b
 products), with modified Gram-Schmidt applied twice per new atom so the basis stays orthogonal over 64 steps.
 As tokensurgeon does, a helper with an untied head gives the head codes of its own (`TokenMapping.head`, from the
 helper's head rows), which an untied source head and its bias follow; a tied helper's codes serve every matrix.
+
+Memory: beside the source and new matrices, the helper rows of the M shared tokens (the atoms) in float32, in float64
+and transposed in float32 for the scores: 16 x M x D_h bytes, the last two made anew for each block of target tokens
+(3.9 GiB at M = 128,256 with a helper of hidden size D_h = 2,048, as Llama-3.2-1B); per block, the pursuit's basis and
+inner products (`BLOCK_VALUES`: 256 MiB of float64 and 128 MiB of float32); and the N new tokens' codes, N x k int64
+and float64, held about four times over while the mapping's rows are made (125 MiB per copy at N = 128,256, k = 64).
+M + N <= V_t, so the peak at 128k stays under 4.5 GiB. A helper with an untied head runs the pursuit again, after the
+first, for the head's mapping.
 """
 
 from __future__ import annotations

@@ -21,8 +21,16 @@ tokens without probabilities get the shared `fallback` (`subword` by default, as
 source rows of the token's pieces; `fallback: random` draws a per-dimension normal with the source embeddings' mean
 and spread, where the paper draws N(0, 1/d^2)); the sparsemax is exact over all source tokens but
 computed in row blocks with a top-k that widens until it holds each row's support (FOCUS's `sparse_anchor_weights`),
-never a dense V_t x V_s matrix. Memory: the probabilities are kept compressed by row; the `vectors` way holds both
-vocabularies' token vectors (V x D float32 each) and one row block of similarities.
+never a dense V_t x V_s matrix of similarities.
+
+Memory: beside the source and new matrices, with `probabilities: parallel` (or a saved table), the table's rows copied
+twice for the mapping (12 bytes per entry each: O(table entries), tens of MiB at 128k). With `probabilities: vectors`,
+the token vectors as `wechsel`'s `subword_source: frequency` builds them (float64 sums and means, V x D: 294 MiB each
+at V = 128,256 and D = 300; the 50,000 word vectors in float64, 114 MiB; about 1.1 GiB), then FOCUS's widening top-k
+over every source token with a vector: working copies of the vectors (under 1 GiB at 128k), one block of similarities
+(256 MiB; 768 MiB while near-ties are re-scored in float64) and the top-k lists, V_t x width x 12 bytes held a few
+times over (94 MiB per copy at width 64), every row padded to the widest row's support: about 1.3 GiB at 128k while
+every support fits in 64 source tokens, and up to V_t x V_s entries where a support spans the source vocabulary.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """`random`: every non-special row drawn per dimension from N(mean, std) of the source rows.
 
 The FullRand baseline and the starting point of TransInner (Minixhofer et al., 2022; de Vries and Nissim, 2021).
+
+Memory: beside the source and new matrices, the mapping (9 bytes a row); the shared finishing step
+(`mapping.build_matrix`) draws the random rows a block of about 2 MiB at a time and writes each into the new matrix
+in the model's dtype.
 """
 
 from __future__ import annotations

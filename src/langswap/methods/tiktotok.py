@@ -29,6 +29,12 @@ option. Decided here: how whole words are recognised (word-start token, exact th
 variants), the order of translations, what a multi-token translation gives, the tags of a token, that `shared` copies
 alphabetic matches too (it is the resource-free baseline of the ablation), and that copied rows are `copied` and
 dictionary rows `translated` in provenance.tsv (fastText rows are `mixed`).
+
+Memory: beside the source and new matrices, the dictionary steps' Python lists (O(V_t x translations)) and, in step
+3, the bilingual fastText vectors of the N open target tokens and of every source token (float32 (N + V_s) x D: 63 MiB
+at 128k with D = 64), their working copies in the similarity step (under 100 MiB), one block of similarities
+(256 MiB; 768 MiB while near-ties are re-scored in float64) and the top-k lists (N x 3 int64 + float32, and as Python
+lists: about 25 MiB at N = 128,256): about 0.5 GiB at Llama-3 size (V_t = V_s = 128,256), never V_t x V_s.
 """
 
 from __future__ import annotations

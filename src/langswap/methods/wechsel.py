@@ -8,9 +8,19 @@ softmax(cosine / temperature) mix of its `neighbors` most similar source tokens.
 
 Differences from the `wechsel` package, on purpose: source tokens without a vector (special tokens, partial UTF-8)
 are never neighbours; by default a word-start target token is mixed from word-start source tokens and a
-continuation from continuations (`Ġto` and `to` have the same text, hence the same vector, but not the same role); the mixing runs in float32 in row blocks (no float64 copy, no dense V_t x V_s matrix); tokens
-without a vector get the shared fallback (random by default, as in the paper) from a seeded generator.
+continuation from continuations (`Ġto` and `to` have the same text, hence the same vector, but not the same role);
+the mixing runs in float32 in row blocks (no float64 copy, no dense V_t x V_s matrix); tokens without a vector get the
+shared fallback (random by default, as in the paper) from a seeded generator.
 Not handled: word2vec models without n-grams in `ngrams` mode (their unknown tokens get no vector and fall back).
+
+Memory: beside the source and new matrices, the token vectors of both vocabularies (float32 V x D: 147 MiB each at
+V = 128,256 and D = 300), up to five working copies of one vocabulary's vectors in the similarity step (a word-start
+group's rows, unit rows, the keys transposed), one block of similarities (`kernels.DEFAULT_BLOCK_BYTES`, 256 MiB;
+768 MiB while near-ties are re-scored in float64) and the top-k lists (V_t x k int64 + float32: 15 MiB at k = 10):
+about 1.3 GiB at Llama-3 size (V_t = V_s = 128,256), never a V_t x V_s matrix. `subword_source: frequency` builds each
+vocabulary's vectors from float64 sums and means (V x D: 294 MiB each at 128k), the `max_words` word vectors in
+float64 (458 MiB at 200,000 x 300) and chunks of gathered word vectors (2 x 256 MiB): about 1.5 GiB at 128k before
+the similarity step.
 """
 
 from __future__ import annotations
