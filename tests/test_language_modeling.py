@@ -285,3 +285,29 @@ def test_masked_lm_loss_needs_a_mask_token(gpt2):
     model, tokenizer = gpt2
     with pytest.raises(VocabularyError, match="masked-LM loss needs a tokenizer with a mask token"):
         masked_lm_loss(model, tokenizer, ["a line"])
+
+
+
+def test_a_bfloat16_model_is_scored_in_its_own_dtype_with_bounded_logits(tmp_path, monkeypatch):
+    """`langswap evaluate` keeps a model in the dtype it was saved in (an 8B model in bfloat16 is 16 GB, in float32
+    32 GB) and scores it in batches whose logits stay under LOGIT_BUDGET; its figure is the float32 one to bfloat16
+    precision."""
+    from langswap.evaluation import language_modeling
+    from langswap.models import load_model
+
+    lines = english_lines(60, seed=3)
+    tokenizer = byte_level_tokenizer(english_lines(300), vocab_size=300)
+    model = tiny_model("llama", len(tokenizer))
+    budget = len(tokenizer) * 64  # logits of 64 tokens at a time
+    monkeypatch.setattr(language_modeling, "LOGIT_BUDGET", budget)
+    scores = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        model.to(dtype).save_pretrained(tmp_path / str(dtype))
+        loaded = load_model(tmp_path / str(dtype))
+        seen = []
+        loaded.register_forward_hook(lambda module, args, output: seen.append((module.dtype, output.logits.numel())))
+        scores[dtype] = evaluate_model(loaded, tokenizer, lines, "causal").bits_per_byte
+        assert seen and {dtype_seen for dtype_seen, _ in seen} == {dtype}
+        assert max(size for _, size in seen) <= budget
+        assert len(seen) > 1  # the 60 lines did not fit one batch
+    assert scores[torch.bfloat16] == pytest.approx(scores[torch.float32], rel=0.02)

@@ -29,8 +29,9 @@ from langswap.progress import bar as progress_bar
 logger = logging.getLogger(__name__)
 
 LN2 = math.log(2)
-# Pseudo-perplexity runs one masked copy of a window per scored token; a pass holds at most this many logits
-# (2**27 floats: 512 MiB in float32), e.g. 8 copies of a 512-token window over a 30,000-token vocabulary.
+# A batch of the causal scorer, and a pass of pseudo-perplexity (one masked copy of a window per scored token), hold
+# at most this many logits where a window alone fits (2**27 floats: 512 MiB in float32): e.g. 8 copies of a 512-token
+# window over a 30,000-token vocabulary, or 1,046 tokens of a 128,256-token one.
 LOGIT_BUDGET = 2 ** 27
 
 
@@ -145,6 +146,11 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     device = next(model.parameters()).device
     total_nll, total_tokens = 0.0, 0
     bar = progress_bar(progress, len(pieces), "scoring")
+    # a batch's logits stay within LOGIT_BUDGET (4,096 tokens of a 128k vocabulary would be 2 GiB, held three times
+    # over below); a window alone is always a batch
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    width = output.weight.shape[0] if output is not None else len(tokenizer)
+    batch_tokens = max(1, min(batch_tokens, LOGIT_BUDGET // max(width, 1)))
     for start, stop in _length_batches([len(tokens) - 1 for tokens, _ in pieces], batch_tokens):
         batch = pieces[start:stop]
         input_ids, attention = right_pad([tokens[:-1] for tokens, _ in batch], 0)
