@@ -221,12 +221,12 @@ def supports(new_rows, anchor_rows, vectors, words):
 
     queries = vectors.vectors([words[r] for r in new_rows])
     anchors = vectors.vectors([words[r] for r in anchor_rows])
-    indices, weights = sparse_anchor_weights(queries, anchors, 64)
+    lengths, indices, weights = sparse_anchor_weights(queries, anchors, 64)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
     out = {}
     for i, row in enumerate(new_rows):
-        keep = weights[i] > 0
-        out[int(row)] = dict(zip(np.asarray(anchor_rows)[indices[i][keep].numpy()].tolist(),
-                                 weights[i][keep].numpy().tolist()))
+        span = slice(starts[i], starts[i + 1])
+        out[int(row)] = dict(zip(np.asarray(anchor_rows)[indices[span]].tolist(), weights[span].tolist()))
     return out
 
 

@@ -30,14 +30,16 @@ def test_blocked_sparsemax_equals_sparsemax_over_every_anchor():
     anchors = rng.standard_normal((300, 8)).astype(np.float32)
     # a few queries nearly equidistant from many anchors: their support is wide, so the top-k has to widen
     queries[:3] = anchors[:50].mean(axis=0)
-    indices, weights = sparse_anchor_weights(queries, anchors, first_candidates=2)
+    lengths, indices, weights = sparse_anchor_weights(queries, anchors, first_candidates=2)
     unit = lambda m: m / np.linalg.norm(m, axis=1, keepdims=True)  # noqa: E731
     dense = sparsemax(torch.from_numpy(unit(queries) @ unit(anchors).T), dim=1).numpy()
     rebuilt = np.zeros_like(dense)
-    for row in range(len(queries)):
-        np.add.at(rebuilt[row], indices[row].numpy(), weights[row].numpy())
+    np.add.at(rebuilt, (np.repeat(np.arange(len(queries)), lengths), indices), weights)
     assert np.allclose(rebuilt, dense, atol=1e-5)
     assert (dense > 0).sum(axis=1).max() > 2  # some support was wider than the first candidates
+    # each row holds its own support: the narrow rows are not padded to the widest
+    assert (lengths == (dense > 0).sum(axis=1)).all() and (weights > 0).all()
+    assert lengths.min() < lengths.max()
 
 
 def test_token_words_escape_only_what_fasttext_splits_on():

@@ -68,8 +68,9 @@ def test_sparsemax_weights_match_a_hand_computation():
     anchors = np.eye(3, dtype=np.float32)
     query = np.array([[0.6, 0.8, 0.0]], dtype=np.float32)  # cosines 0.6, 0.8, 0 to the three anchors
     # sorted 0.8, 0.6, 0: 1 + 2 * 0.6 > 0.8 + 0.6 keeps two, 1 + 3 * 0 < 1.4 stops; tau = (1.4 - 1) / 2 = 0.2
-    indices, weights = sparse_anchor_weights(query, anchors, first_candidates=2)
-    got = dict(zip(indices[0].tolist(), weights[0].tolist()))
+    lengths, indices, weights = sparse_anchor_weights(query, anchors, first_candidates=2)
+    assert lengths.tolist() == [2]
+    got = dict(zip(indices.tolist(), weights.tolist()))
     assert got[1] == pytest.approx(0.6, abs=1e-6) and got[0] == pytest.approx(0.4, abs=1e-6)
     assert sum(got.values()) == pytest.approx(1.0, abs=1e-6) and got.get(2, 0.0) == 0.0
 

@@ -19,11 +19,11 @@ V_t x V_overlap matrix.
 
 Memory: beside the source and new matrices, the fastText vectors of the M anchors and the N new tokens (float32
 (M + N) x D: 49 MiB at 128k with D = 100), their working copies in the similarity step (under 150 MiB), one block of
-similarities (256 MiB; 768 MiB while near-ties are re-scored in float64) and the top-k lists, N x width x 12 bytes,
-held about four times over while the weights and the mapping's rows are made (94 MiB per copy at width 64 and
-N = 128,256; about 0.6 GiB at peak in all). `width` starts at `first_candidates` and grows fourfold each time a row's
-support fills it, and every row is padded to the widest: one token whose support holds 300 anchors makes the lists
-N x 1,024 (1.5 GiB per copy at N = 128,256, about 6 GiB at peak), and supports as wide as the anchors make them N x M.
+similarities (256 MiB; 768 MiB while near-ties are re-scored in float64), the first top-k lists, N x
+`first_candidates` x 12 bytes (94 MiB at 64 and N = 128,256), and each row's support, 12 bytes per entry, held a few
+times over while the mapping's rows are made: about 0.6 GiB at 128k. A row whose support fills its top-k is widened
+alone (fourfold, until the support fits), so a wide support costs its own entries, never a table as wide for every
+row.
 """
 
 from __future__ import annotations
@@ -64,33 +64,47 @@ def sparsemax_rows(similarities: torch.Tensor) -> torch.Tensor:
 
 
 def sparse_anchor_weights(queries: np.ndarray, anchors: np.ndarray, first_candidates: int,
-                          progress=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each query row (N, D), sparsemax over its cosines to all anchor rows (M, D), kept as its top-k.
+                          progress=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each query row (N, D), sparsemax over its cosines to all anchor rows (M, D), kept as its support.
 
-    Returns (anchor indices (N, k), weights (N, k)), zero weights beyond a row's support. The top-k starts at
-    `first_candidates` and widens fourfold for the rows whose support fills it: a sorted row's sparsemax support is
-    its largest entries up to the last j with 1 + j z_j > z_1 + ... + z_j, and that condition fails for every j
-    after the first that fails, so a support shorter than k is the support over all anchors."""
+    Returns the supports compressed by row: (lengths (N,), anchor indices and weights (sum of lengths,) each), each
+    row's entries best first. The top-k starts at `first_candidates` and widens fourfold for the rows whose support
+    fills it: a sorted row's sparsemax support is its largest entries up to the last j with
+    1 + j z_j > z_1 + ... + z_j, and that condition fails for every j after the first that fails, so a support
+    shorter than k is the support over all anchors. A widened row keeps its own width: one wide support costs its
+    own entries, not a wider table for every row."""
     n_queries = len(queries)
     k = min(first_candidates, len(anchors))
     similarities, indices = topk_cosine(queries, anchors, k, progress=progress)
     weights = sparsemax_rows(similarities)
-    width = k
+    rows = {}  # query -> (indices, weights) of the rows widened beyond k
     full = (weights[:, -1] > 0).nonzero().flatten() if k < len(anchors) else torch.zeros(0, dtype=torch.int64)
+    wide = k
     while len(full):
-        k = min(4 * k, len(anchors))
-        wide_similarities, wide_indices = topk_cosine(queries[full.numpy()], anchors, k)
+        wide = min(4 * wide, len(anchors))
+        wide_similarities, wide_indices = topk_cosine(queries[full.numpy()], anchors, wide)
         wide_weights = sparsemax_rows(wide_similarities)
-        if k > width:
-            pad = k - width
-            indices = torch.nn.functional.pad(indices, (0, pad))
-            weights = torch.nn.functional.pad(weights, (0, pad))
-            width = k
-        indices[full] = wide_indices
-        weights[full] = wide_weights
-        full = full[wide_weights[:, -1] > 0] if k < len(anchors) else full[:0]
-    assert indices.shape == (n_queries, width)
-    return indices, weights
+        for position, query in enumerate(full.tolist()):
+            rows[query] = (wide_indices[position], wide_weights[position])
+        full = full[wide_weights[:, -1] > 0] if wide < len(anchors) else full[:0]
+    support = (weights > 0).numpy()
+    lengths = support.sum(axis=1)
+    flat_indices, flat_weights = indices.numpy()[support], weights.numpy()[support]
+    if rows:  # splice the widened rows in, in row order
+        parts_indices, parts_weights, starts = [], [], np.concatenate([[0], np.cumsum(lengths)])
+        previous = 0
+        for query in sorted(rows):
+            row_indices, row_weights = rows[query]
+            keep = (row_weights > 0).numpy()
+            parts_indices += [flat_indices[starts[previous]:starts[query]], row_indices.numpy()[keep]]
+            parts_weights += [flat_weights[starts[previous]:starts[query]], row_weights.numpy()[keep]]
+            lengths[query] = int(keep.sum())
+            previous = query + 1
+        parts_indices.append(flat_indices[starts[previous]:])
+        parts_weights.append(flat_weights[starts[previous]:])
+        flat_indices, flat_weights = np.concatenate(parts_indices), np.concatenate(parts_weights)
+    assert len(lengths) == n_queries and lengths.sum() == len(flat_indices) == len(flat_weights)
+    return lengths.astype(np.int64), flat_indices.astype(np.int64), flat_weights.astype(np.float32)
 
 
 @register_method("focus", FocusConfig, requires=("token_vectors",))
@@ -112,10 +126,9 @@ def focus(inputs: TransferInputs, config: FocusConfig, progress: bool = False) -
     new_vectors = vectors.vectors([words[row] for row in new])
     anchor_sources = copied_sources(mapping, anchors)
     bar = progress_bar(progress, len(new), "focus anchors", "token")
-    indices, weights = sparse_anchor_weights(new_vectors, anchor_vectors, config.first_candidates,
-                                             progress=bar.update if bar is not None else None)
+    lengths, indices, weights = sparse_anchor_weights(new_vectors, anchor_vectors, config.first_candidates,
+                                                      progress=bar.update if bar is not None else None)
     if bar is not None:
         bar.close()
-    sources = np.where(weights.numpy() > 0, anchor_sources[indices.numpy()], -1)
-    mapping.set_rows(new, Kind.MIXED, sources, np.where(sources >= 0, weights.numpy(), 0.0))
+    mapping.set_ragged_rows(new, Kind.MIXED, lengths, anchor_sources[indices], weights)
     return mapping

@@ -28,9 +28,9 @@ twice for the mapping (12 bytes per entry each: O(table entries), tens of MiB at
 the token vectors as `wechsel`'s `subword_source: frequency` builds them (float64 sums and means, V x D: 294 MiB each
 at V = 128,256 and D = 300; the 50,000 word vectors in float64, 114 MiB; about 1.1 GiB), then FOCUS's widening top-k
 over every source token with a vector: working copies of the vectors (under 1 GiB at 128k), one block of similarities
-(256 MiB; 768 MiB while near-ties are re-scored in float64) and the top-k lists, V_t x width x 12 bytes held a few
-times over (94 MiB per copy at width 64), every row padded to the widest row's support: about 1.3 GiB at 128k while
-every support fits in 64 source tokens, and up to V_t x V_s entries where a support spans the source vocabulary.
+(256 MiB; 768 MiB while near-ties are re-scored in float64), the first top-k lists (V_t x 64 x 12 bytes: 94 MiB)
+and each row's support, 12 bytes per entry, as FOCUS keeps it (a wide support costs its own entries): about 1.3 GiB
+at 128k, plus 12 bytes for each support entry beyond the first 64 of a row.
 """
 
 from __future__ import annotations
@@ -112,13 +112,12 @@ def vector_probabilities(inputs: TransferInputs, config: RamenConfig, progress: 
     if len(anchors) == 0 or len(rows) == 0:
         return (np.zeros(0, np.int64),) * 3 + (np.zeros(0, np.float32),)
     bar = progress_bar(progress, len(rows), "ramen sparsemax", "token")
-    indices, weights = sparse_anchor_weights(target_vectors[rows], source_vectors[anchors], config.first_candidates,
-                                             progress=bar.update if bar is not None else None)
+    lengths, indices, weights = sparse_anchor_weights(target_vectors[rows], source_vectors[anchors],
+                                                      config.first_candidates,
+                                                      progress=bar.update if bar is not None else None)
     if bar is not None:
         bar.close()
-    indices, weights = indices.numpy(), weights.numpy()
-    support = weights > 0
-    return rows, support.sum(axis=1), anchors[indices[support]], weights[support].astype(np.float32)
+    return rows, lengths, anchors[indices], weights
 
 
 @register_method("ramen", RamenConfig, optional=("translations", "vectors"))
