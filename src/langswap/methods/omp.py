@@ -18,12 +18,12 @@ products), with modified Gram-Schmidt applied twice per new atom so the basis st
 As tokensurgeon does, a helper with an untied head gives the head codes of its own (`TokenMapping.head`, from the
 helper's head rows), which an untied source head and its bias follow; a tied helper's codes serve every matrix.
 
-Memory: beside the source and new matrices, the helper rows of the M shared tokens (the atoms) in float32, in float64
-and transposed in float32 for the scores: 16 x M x D_h bytes, the last two made anew for each block of target tokens
-(3.9 GiB at M = 128,256 with a helper of hidden size D_h = 2,048, as Llama-3.2-1B); per block, the pursuit's basis and
-inner products (`BLOCK_VALUES`: 256 MiB of float64 and 128 MiB of float32); and the N new tokens' codes, N x k int64
-and float64, held about four times over while the mapping's rows are made (125 MiB per copy at N = 128,256, k = 64).
-M + N <= V_t, so the peak at 128k stays under 4.5 GiB. A helper with an untied head runs the pursuit again, after the
+Memory: beside the source and new matrices, the helper rows of the M shared tokens (the atoms) in float32, and
+transposed in float32 once for the scores: 8 x M x D_h bytes (2 GiB at M = 128,256 with a helper of hidden size
+D_h = 2,048, as Llama-3.2-1B); per block, the pursuit's basis and inner products (`BLOCK_VALUES`: 256 MiB of float64
+and 128 MiB of float32) and the chosen atoms in float64; and the N new tokens' codes, N x k int64 and float64, held
+about four times over while the mapping's rows are made (125 MiB per copy at N = 128,256, k = 64). M + N <= V_t, so
+the peak at 128k stays under 3 GiB. A helper with an untied head runs the pursuit again, after the
 first, for the head's mapping.
 """
 
@@ -58,16 +58,17 @@ class OmpConfig(MethodConfig):
             raise ConfigError(f"method.tolerance is {self.tolerance}; give a number in [0, 1).")
 
 
-def orthogonal_matching_pursuit(targets: torch.Tensor, atoms: torch.Tensor, k: int,
-                                tolerance: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+def orthogonal_matching_pursuit(targets: torch.Tensor, atoms: torch.Tensor, k: int, tolerance: float = 1e-6,
+                                candidates: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse codes of each target row (B, D) over the atom rows (N, D): (atom indices (B, k'), coefficients
     (B, k')), k' = min(k, N, D), float64 inside. Coefficients of steps taken after a row's relative residual fell below
-    `tolerance` are 0 (their indices are arbitrary); the others are the least-squares fit on the atoms chosen."""
+    `tolerance` are 0 (their indices are arbitrary); the others are the least-squares fit on the atoms chosen.
+    `candidates`: the atoms transposed in float32 (D, N), made once by a caller that codes several blocks."""
     rows, dim = targets.shape
     k = min(k, atoms.shape[0], dim)  # dim atoms already fit any target exactly
     y = targets.to(torch.float64)
-    dictionary = atoms.to(torch.float64)
-    candidates = atoms.to(torch.float32).T.contiguous()  # (D, N)
+    if candidates is None:
+        candidates = atoms.to(torch.float32).T.contiguous()  # (D, N)
     basis = torch.zeros((rows, k, dim), dtype=torch.float64)  # orthonormal rows spanning the chosen atoms
     upper = torch.zeros((rows, k, k), dtype=torch.float64)  # chosen atoms = upper^T @ basis
     chosen = torch.zeros((rows, k), dtype=torch.int64)
@@ -83,7 +84,7 @@ def orthogonal_matching_pursuit(targets: torch.Tensor, atoms: torch.Tensor, k: i
             scores.scatter_(1, chosen[:, :step], -1.0)  # an atom is chosen once
         pick = scores.argmax(dim=1)
         chosen[:, step] = pick
-        column = dictionary[pick]  # (B, D)
+        column = atoms[pick].to(torch.float64)  # (B, D): the chosen atoms alone in float64
         for _ in range(2):  # Gram-Schmidt twice: one pass loses orthogonality over many steps
             if step:
                 projection = torch.bmm(basis[:, :step], column[:, :, None])[:, :, 0]  # (B, step)
@@ -124,6 +125,7 @@ def sparse_codes(inputs: TransferInputs, config: OmpConfig, helper: torch.Tensor
         return mapping
     shared_sources = copied_sources(mapping, shared)
     atoms = helper[torch.from_numpy(shared)]
+    candidates = atoms.to(torch.float32).T.contiguous()  # once for every block
     # a block's inner products (rows x shared) and its basis (rows x dim x k) each stay under BLOCK_VALUES values
     block = max(1, min(BLOCK_VALUES // len(shared), BLOCK_VALUES // (helper.shape[1] * min(config.k, len(shared)))))
     bar = progress_bar(progress, len(new), "omp", "token")
@@ -131,7 +133,7 @@ def sparse_codes(inputs: TransferInputs, config: OmpConfig, helper: torch.Tensor
     for start in range(0, len(new), block):
         rows = new[start:start + block]
         indices, coefficients = orthogonal_matching_pursuit(helper[torch.from_numpy(rows)], atoms, config.k,
-                                                            config.tolerance)
+                                                            config.tolerance, candidates)
         kept = coefficients != 0
         all_sources.append(np.where(kept.numpy(), shared_sources[indices.numpy()], -1))
         all_weights.append(np.where(kept.numpy(), coefficients.numpy(), 0.0))
