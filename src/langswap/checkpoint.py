@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from langswap.errors import NumericalError, ResourceFormatError
+from langswap.errors import ResourceFormatError
 from langswap.models import (MISSING_HEAD_FIX, check_safetensors, load_config, missing_weights, objective_of,
                              transformers_version)
-from langswap.numerics import all_finite, describe
+from langswap.numerics import SOURCE_FIX, all_finite, refuse_found
 from langswap.progress import bar
 from langswap.surgery import SourceMatrices, set_vocab_size, source_matrices, update_special_token_ids
 
@@ -205,10 +205,7 @@ class Checkpoint:
                 for role, names in self.names.items()}
         found = [(self.names[role][0], int((~torch.isfinite(tensor)).sum())) for role, tensor in read.items()
                  if tensor is not None and tensor.numel() and not all_finite(tensor)]
-        if found:
-            raise NumericalError(f"source model '{self.folder}' holds NaN or infinite weights: {describe(found)}. "
-                                 "A transfer would carry them into the new model; give an intact checkpoint "
-                                 "(download or copy it again).")
+        refuse_found(found, f"source model '{self.folder}'", SOURCE_FIX)
         return source_matrices(read["embeddings"], read["output_embeddings"], read["output_bias"], self.tied,
                                vocabulary_size, stored_dtype=True, copy=False)
 
@@ -235,10 +232,7 @@ class Checkpoint:
         finally:
             if shown is not None:
                 shown.close()
-        if found:
-            raise NumericalError(f"source model '{self.folder}' holds NaN or infinite weights: {describe(found)}. "
-                                 "A transfer would carry them into the new model; give an intact checkpoint "
-                                 "(download or copy it again).")
+        refuse_found(found, f"source model '{self.folder}'", SOURCE_FIX)
         if self.index is not None:
             weight_map = {name: self.tensors[name].file for name in sorted(self.tensors)}
             index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
@@ -255,16 +249,10 @@ class Checkpoint:
         if self.file_metadata.get(file) is not None:
             header["__metadata__"] = self.file_metadata[file]
         for name in names:
-            stored = self.tensors[name]
-            if name in new:
-                tensor = new[name]
-                size = tensor.numel() * tensor.element_size()
-                header[name] = {"dtype": stored.dtype, "shape": list(tensor.shape), "data_offsets": [offset,
-                                                                                                    offset + size]}
-            else:
-                size = stored.end - stored.start
-                header[name] = {"dtype": stored.dtype, "shape": list(stored.shape),
-                                "data_offsets": [offset, offset + size]}
+            stored, tensor = self.tensors[name], new.get(name)
+            shape = stored.shape if tensor is None else tuple(tensor.shape)
+            size = stored.end - stored.start if tensor is None else tensor.numel() * tensor.element_size()
+            header[name] = {"dtype": stored.dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
             sizes[name] = size
             offset += size
         encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")

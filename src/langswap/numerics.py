@@ -55,10 +55,18 @@ def describe(found: list[tuple[str, int]], limit: int = 4) -> str:
     return ", ".join(names) + more
 
 
+SOURCE_FIX = ("A transfer would carry them into the new model; give an intact checkpoint (download or copy it "
+              "again).")
+
+
 def refuse_non_finite(model, where: str, fix: str) -> None:
     """Raise NumericalError when any weight of `model` is NaN or infinite; `where` names the model, `fix` says what
     to do."""
-    found = non_finite_parameters(model)
+    refuse_found(non_finite_parameters(model), where, fix)
+
+
+def refuse_found(found: list[tuple[str, int]], where: str, fix: str) -> None:
+    """Raise NumericalError naming the (tensor, count of NaN/inf values) in `found`, if any."""
     if found:
         raise NumericalError(f"{where} holds NaN or infinite weights: {describe(found)}. {fix}")
 

@@ -262,7 +262,7 @@ def streamed_checkpoint(config: TransferConfig):
 
 def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     from langswap.models import load_model, load_tokenizer, objective_of, save_tokenizer
-    from langswap.numerics import refuse_non_finite
+    from langswap.numerics import SOURCE_FIX, refuse_non_finite
     from langswap.files import atomic_directory
     from langswap.modelcard import write_model_card
     from langswap.surgery import check_position_offset, read_source_matrices
@@ -276,8 +276,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     checkpoint = streamed_checkpoint(config)
     model = checkpoint.model if checkpoint is not None else load_model(config.source_model)
     if checkpoint is None:
-        refuse_non_finite(model, f"source model '{config.source_model}'", "A transfer would carry them into the new "
-                          "model; give an intact checkpoint (download or copy it again).")
+        refuse_non_finite(model, f"source model '{config.source_model}'", SOURCE_FIX)
     if config.target_tokenizer:
         target_tokenizer = load_tokenizer(config.target_tokenizer, "target tokenizer")
     else:
