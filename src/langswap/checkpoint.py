@@ -84,7 +84,8 @@ def why_not_streamed(folder: Path) -> str | None:
 class Checkpoint:
     """A safetensors checkpoint seen through its headers, with the stored names of its token matrices."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, model_config=None):
+        """`model_config`: the folder's config as `models.load_config` reads it, where the caller has it."""
         self.folder = Path(folder)
         reason = why_not_streamed(self.folder)
         if reason:
@@ -109,7 +110,7 @@ class Checkpoint:
                                               f"and {file}). Download or copy the model again.")
                 start, end = (8 + length + int(offset) for offset in entry["data_offsets"])
                 self.tensors[name] = Stored(file, entry["dtype"], tuple(entry["shape"]), start, end)
-        self.config = load_config(self.folder)
+        self.config = model_config if model_config is not None else load_config(self.folder)
         self.objective = objective_of(self.config)
         self.model = meta_model(self.config, self.objective)
         missing = self._missing()

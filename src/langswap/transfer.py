@@ -134,20 +134,48 @@ class TransferConfig(ModelPairConfig):
     def calibration_text(self) -> str | None:
         return self.calibration.text or self.target_text or getattr(self.resources, "token_text", None)
 
-    def model_runs(self, causal: bool) -> list[str]:
-        """The steps of this transfer that run the model on text (so need the whole model in memory), each with the
-        setting that turns it off."""
-        text = self.calibration_text()
-        strength, _ = self.calibration.plan(bool(text), causal)
+
+
+@dataclass
+class TextSteps:
+    """What a transfer does with target-language text, decided once from its config and whether the model is a
+    causal LM (`plan_text_steps`): whether it calibrates (`strength`, or why not: `skipped`), the lines it reads
+    (`lines`), the held-out lines it judges candidates on (`held_out`), and whether it scores `eval_text`."""
+
+    strength: float
+    skipped: str | None
+    text: str | None
+    lines: list[str]
+    held_out: list[str] | None
+    judges_candidates: bool
+    eval_text: str | None
+    method_name: str
+
+    def model_runs(self) -> list[str]:
+        """The steps that run the model on text (so need the whole model in memory), each with the setting that
+        turns it off."""
         steps = []
-        if strength > 0:
+        if self.strength > 0:
             steps.append("frequency calibration (calibration.strength=0 turns it off)")
         if self.eval_text:
             steps.append("scoring eval_text (leave eval_text unset; `langswap evaluate` scores the output)")
-        if self.held_out_lines and text and causal and self.method.offers_candidates():
-            steps.append(f"choosing among {self.method.method_name}'s candidates on held-out lines "
-                         "(held_out_lines=0 keeps the first)")
+        if self.judges_candidates:
+            steps.append(f"choosing among {self.method_name}'s candidates on held-out lines (held_out_lines=0 "
+                         "keeps the first)")
         return steps
+
+
+def plan_text_steps(config: TransferConfig, causal: bool) -> TextSteps:
+    from langswap.resources.text import read_text_lines
+
+    text = config.calibration_text()
+    strength, skipped = config.calibration.plan(bool(text), causal)
+    lines = read_text_lines(text, "target text", max_lines=config.calibration.lines) \
+        if text and (strength > 0 or (config.held_out_lines and Path(text).is_file())) else []
+    held_out = lines[-config.held_out_lines:] if config.held_out_lines and len(lines) >= 2 * config.held_out_lines \
+        else None
+    judges = bool(held_out) and causal and config.method.offers_candidates()
+    return TextSteps(strength, skipped, text, lines, held_out, judges, config.eval_text, config.method.method_name)
 
 
 def transfer_config(data: dict) -> TransferConfig:
@@ -230,22 +258,20 @@ def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
         return _transfer(config, progress)
 
 
-def streamed_checkpoint(config: TransferConfig):
+def streamed_checkpoint(config: TransferConfig, steps: TextSteps, model_config=None):
     """The source checkpoint to stream (`langswap.checkpoint.Checkpoint`), or None to load the whole model, as
-    `config.stream` says: auto streams a local safetensors folder when nothing runs the model on text; on refuses
-    what cannot be streamed, naming what to change."""
+    `config.stream` says: auto streams a local safetensors folder when no step (`steps`) runs the model on text; on
+    refuses what cannot be streamed, naming what to change."""
     from langswap.checkpoint import Checkpoint, MissingWeightsError, why_not_streamed
-    from langswap.models import load_config, objective_of
 
     if config.stream == "off":
         return None
     folder = Path(config.source_model)
     reason = why_not_streamed(folder)
-    runs = [] if reason and config.stream == "auto" else \
-        config.model_runs(objective_of(load_config(config.source_model)) == "causal")
+    runs = steps.model_runs()
     if not reason and not runs:
         try:
-            return Checkpoint(folder)
+            return Checkpoint(folder, model_config)
         except MissingWeightsError:
             if config.stream == "on":
                 raise
@@ -261,7 +287,7 @@ def streamed_checkpoint(config: TransferConfig):
 
 
 def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
-    from langswap.models import load_model, load_tokenizer, objective_of, save_tokenizer
+    from langswap.models import load_config, load_model, load_tokenizer, objective_of, save_tokenizer
     from langswap.numerics import SOURCE_FIX, refuse_non_finite
     from langswap.files import atomic_directory
     from langswap.modelcard import write_model_card
@@ -273,7 +299,9 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
     source_tokenizer = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
-    checkpoint = streamed_checkpoint(config)
+    model_config = load_config(config.source_model)
+    steps = plan_text_steps(config, objective_of(model_config) == "causal")
+    checkpoint = streamed_checkpoint(config, steps, model_config)
     model = checkpoint.model if checkpoint is not None else load_model(config.source_model)
     if checkpoint is None:
         refuse_non_finite(model, f"source model '{config.source_model}'", SOURCE_FIX)
@@ -296,15 +324,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     if resources:
         seconds["resources"] = time.perf_counter() - clock
 
-    from langswap.calibrate import calibratable
-    from langswap.resources.text import read_text_lines
-
-    text = config.calibration_text()
-    strength, skipped = config.calibration.plan(bool(text), calibratable(model))
-    lines = read_text_lines(text, "target text", max_lines=config.calibration.lines) \
-        if text and (strength > 0 or (config.held_out_lines and Path(text).is_file())) else []
-    held_out = lines[-config.held_out_lines:] if config.held_out_lines and len(lines) >= 2 * config.held_out_lines \
-        else None
+    strength, skipped, text, lines, held_out = steps.strength, steps.skipped, steps.text, steps.lines, steps.held_out
 
     clock = time.perf_counter()
     inputs = TransferInputs(source, target, matrices.embeddings, resources=resources)
@@ -350,6 +370,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     metrics = None
     if config.eval_text:
         from langswap.evaluation.language_modeling import evaluate_model
+        from langswap.resources.text import read_text_lines
 
         eval_lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
         metrics = evaluate_model(model, target_tokenizer, eval_lines, objective_of(model.config),
