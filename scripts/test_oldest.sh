@@ -38,13 +38,13 @@ echo "$stamp" > "$venv/.langswap-stamp"
 import sys
 from importlib.metadata import version
 names = ["torch", "transformers", "accelerate", "tokenizers", "safetensors", "huggingface-hub", "numpy", "fasttext",
-         "pyyaml", "tqdm", "matplotlib", "pytest"]
+         "pyyaml", "tqdm", "matplotlib", "peft", "pytest"]
 print("oldest environment: Python %d.%d.%d; " % sys.version_info[:3] + ", ".join(f"{n} {version(n)}" for n in names))
 EOF
 
 if [[ $# -eq 0 ]]; then
     set -- tests/test_training.py tests/test_numerics.py tests/test_locking.py tests/test_known_answers.py \
         tests/test_methods_contract.py tests/test_bad_input.py tests/test_cli.py tests/test_tokens.py \
-        tests/test_streaming.py
+        tests/test_streaming.py tests/test_adapters.py
 fi
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

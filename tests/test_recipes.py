@@ -24,6 +24,7 @@ models, texts = test_training.models, test_training.texts  # the tiny models and
 ROWS = {
     "wechsel": {}, "fullrand": {}, "full": {}, "embeddings": {},
     "transinner": {"recipe": {"embedding_fraction": 0.25}},
+    "adapters": {"recipe": {"embedding_fraction": 0.25, "rank": 2}},
     "tiktotok": {"recipe": {"embedding_fraction": 0.75, "settle_window": 2, "settle_tolerance": 1.0}},
     # RAMEN's bilingual run: the source model and text are the test's (PATHS below), the sync every 3rd update
     "ramen": {"recipe": {"source_model": "GPT2", "source_text": "TRAIN", "lookahead_k": 3, "warmup_updates": 2}},

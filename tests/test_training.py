@@ -524,8 +524,9 @@ def test_speed_options_reach_the_model_and_the_trainer(models, texts, tmp_path):
 
     from langswap.training.run import _load_for_training, _optimizer_name
 
-    assert _load_for_training(models["llama"], "causal", 0, attention="eager").config._attn_implementation == "eager"
-    assert _load_for_training(models["llama"], "causal", 0, attention="sdpa").config._attn_implementation == "sdpa"
+    for kernel in ("eager", "sdpa"):
+        model, _ = _load_for_training(models["llama"], "causal", 0, attention=kernel)
+        assert model.config._attn_implementation == kernel
     runs = {kernel: _state(train(_config(models["llama"], texts, tmp_path / kernel, steps=3, eval_text=None,
                                          preset="full", attention=kernel)).model) for kernel in ("eager", "sdpa")}
     assert all(torch.allclose(runs["eager"][name], runs["sdpa"][name], atol=1e-5) for name in runs["eager"])

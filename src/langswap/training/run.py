@@ -133,6 +133,26 @@ def _optimizer_name(fused: str, use_cpu: bool) -> str:
     return "adamw_torch_fused" if fused == "on" or (fused == "auto" and not use_cpu) else "adamw_torch"
 
 
+def _autocast_dtype(flags: dict):
+    """The dtype the Trainer autocasts to under `flags` (None in fp32)."""
+    import torch
+
+    return torch.bfloat16 if flags.get("bf16") else torch.float16 if flags.get("fp16") else None
+
+
+def _sharding_engine() -> str | None:
+    """"fsdp" or "deepspeed" when `accelerate launch` runs the model under one (they hold parameters in flat shards
+    and handle precision themselves, so a frozen body is not kept in its own dtype there), else None."""
+    import os
+
+    from accelerate.utils import str_to_bool
+
+    for name in ("fsdp", "deepspeed"):
+        if str_to_bool(os.environ.get(f"ACCELERATE_USE_{name.upper()}", "false")):
+            return name
+    return None
+
+
 def _precision_name(flags: dict) -> str:
     return "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32"
 
@@ -164,20 +184,55 @@ def _checkpointing_arguments() -> dict:
     return {name: True, f"{name}_kwargs": {"use_reentrant": False}}
 
 
-def _load_for_training(folder: str | Path, objective: str, seed: int, tokenizer=None, attention: str = "auto"):
-    """The model in fp32 (master weights; bf16/fp16 are autocast by the Trainer), refused when a weight is NaN or
-    infinite, with every input embedding row trainable and non-zero (`numerics.prepare_embeddings_for_training`);
-    `attention`: the attention implementation (`TrainConfig.attention`)."""
+def _load_for_training(folder: str | Path, objective: str, seed: int, tokenizer=None, attention: str = "auto",
+                       autocast_dtype=None):
+    """The model with float32 master weights (bf16/fp16 are autocast by the Trainer), refused when a weight is NaN
+    or infinite, with every input embedding row trainable and non-zero (`numerics.prepare_embeddings_for_training`);
+    `attention`: the attention implementation (`TrainConfig.attention`). With `autocast_dtype` (a phase that freezes
+    the body, run under bf16 or fp16) the matrices of a body stored in that dtype stay in it, and only the token
+    embeddings and the body's vectors (norms, biases: a layer norm on the CPU takes no weight of another dtype than
+    its input) become float32. Returns (model, whether the body kept its dtype)."""
     import torch
 
     from langswap.models import load_model
     from langswap.numerics import prepare_embeddings_for_training, refuse_non_finite
+    from langswap.training.phases import embedding_parameters
 
-    model = load_model(folder, objective, attention=None if attention == "auto" else attention).to(torch.float32)
+    model = load_model(folder, objective, attention=None if attention == "auto" else attention)
+    embeddings = embedding_parameters(model)
+    body = [parameter for parameter in model.parameters() if not any(parameter is e for e in embeddings)]
+    keep = autocast_dtype is not None and bool(body) and all(parameter.dtype == autocast_dtype for parameter in body)
+    if keep:
+        for parameter in embeddings + [parameter for parameter in body if parameter.dim() < 2]:
+            parameter.data = parameter.data.to(torch.float32)
+    else:
+        model.to(torch.float32)
     refuse_non_finite(model, f"model '{folder}'", "Training cannot start from it: give the checkpoint it was made "
                       "from, or transfer the embeddings again (`langswap transfer`).")
     prepare_embeddings_for_training(model, seed, tokenizer, f"model '{folder}'")
-    return model
+    return model, keep
+
+
+def _saved_state(recipe: Recipe, phase: Phase, stored_dtype):
+    """What the phase's model folders hold: the recipe's `saved_state`, then, for a body kept in its own dtype,
+    every floating tensor in that dtype (tensors that share storage, as tied embeddings do, stay shared)."""
+
+    def saved(state_dict: dict) -> dict:
+        state_dict = recipe.saved_state(phase, state_dict)
+        if stored_dtype is None:
+            return state_dict
+        cast: dict = {}
+        out = {}
+        for key, tensor in state_dict.items():
+            if tensor.is_floating_point() and tensor.dtype != stored_dtype:
+                where = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+                if where not in cast:
+                    cast[where] = tensor.to(stored_dtype)
+                tensor = cast[where]
+            out[key] = tensor
+        return out
+
+    return saved
 
 
 def train(config: TrainConfig, progress: bool = False, callbacks: list | None = None) -> TrainReport:
@@ -236,6 +291,7 @@ def _run_lock(output: Path, state):
 
 def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, use_cpu: bool,
            clock: float) -> TrainReport:
+    import torch
     from transformers import TrainingArguments
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -344,9 +400,16 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         # trains on): that checkpoint is its result.
         stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
         loaded_from = checkpoint if stopped_at else start_model
-        model = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention)
+        autocast_dtype = (_autocast_dtype(precision_flags) if recipe.freezes_body(phase) and not _sharding_engine()
+                          else None)
+        model, kept = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention,
+                                         autocast_dtype)
         recipe.prepare_model(phase, model, loaded_from)
         set_trainable(model, recipe.trainable_parameters(phase, model))
+        if kept:  # what the recipe added (adapters) trains in float32 too
+            for parameter in model.parameters():
+                if parameter.requires_grad and parameter.dtype != torch.float32:
+                    parameter.data = parameter.data.to(torch.float32)
         recipe.on_phase_start(phase, model)
         counts = parameter_counts(model)
         logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
@@ -379,6 +442,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
                                data_collator=collator, processing_class=tokenizer, phase=phase, recipe=recipe,
                                phase_index=index, offset=offset, precision=_precision_name(precision_flags),
+                               saved_state=_saved_state(recipe, phase, autocast_dtype if kept else None),
                                callbacks=phase_callbacks + list(callbacks or []))
         if not progress:
             from transformers.trainer_callback import PrinterCallback

@@ -33,9 +33,11 @@ class PhaseTrainer(Trainer):
     masks drawn per update, and checkpoints written under a temporary name."""
 
     def __init__(self, *args, phase: Phase, recipe, phase_index: int = 0, offset: int = 0, precision: str = "fp32",
-                 **kwargs):
+                 saved_state=None, **kwargs):
         self.phase, self.recipe, self.phase_index, self.offset = phase, recipe, phase_index, offset
         self.precision = precision
+        self.saved_state = saved_state  # state dict -> what a model folder holds (`run._saved_state`)
+        self._model_folder = False  # save_model writes a model folder, not a checkpoint
         self._staging: str | None = None
         self._losses_finite: torch.Tensor | None = None  # all micro-batch losses of this update finite
         self._skipped_in_a_row = 0
@@ -145,6 +147,20 @@ class PhaseTrainer(Trainer):
             # a bound method: LambdaLR saves no state of it in the checkpoint, the phase gives it again on resume
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, self.phase.lr_factor)
         return self.lr_scheduler
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """A model folder (`_internal_call` false: a phase's final/, a snapshot) holds `saved_state` of the model's
+        state; a checkpoint holds the model's own, for resuming."""
+        self._model_folder = not _internal_call
+        try:
+            super().save_model(output_dir, _internal_call)
+        finally:
+            self._model_folder = False
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        if self._model_folder and self.saved_state is not None and self.args.should_save:
+            state_dict = self.saved_state(self.model.state_dict() if state_dict is None else state_dict)
+        super()._save(output_dir, state_dict)
 
     def _get_output_dir(self, trial):
         return self._staging or super()._get_output_dir(trial)

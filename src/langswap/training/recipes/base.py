@@ -11,6 +11,9 @@ A recipe declares:
   phase after one that ended early can take the steps left over;
 - what a phase trains (`trainable_parameters`): "embeddings" and "full" are built in; a recipe names its own sets;
 - each phase's optimizer (`optimizer`): None is the Trainer's AdamW with the config's betas, eps and weight decay;
+- whether a phase leaves the body frozen (`freezes_body`): then, under bf16 or fp16, the frozen weights stay in the
+  model's own precision (no float32 copy) and the model folders the phase writes are in that precision;
+- what a model folder holds (`saved_state`): a recipe that trains weights kept apart (adapters) merges them;
 - its data (`streams`): one stream, `train_text`, by default; several are mixed within every micro-batch by their
   shares, each optionally packed by a tokenizer of its own (`data.Stream`); a model that must know which stream
   each sequence came from (one body, an embedding table per language) sets `model_reads_stream_ids` and gets a
@@ -82,6 +85,15 @@ class Recipe:
             return list(model.parameters())
         raise ConfigError(f"phase {phase.name} of recipe '{self.name}' trains '{phase.trainable}': a phase trains "
                           "'embeddings' or 'full', or a set the recipe's trainable_parameters names.")
+
+    def freezes_body(self, phase: Phase) -> bool:
+        """Whether `phase` trains nothing of the body (position embeddings, norms and layers stay frozen)."""
+        return phase.trainable == "embeddings"
+
+    def saved_state(self, phase: Phase, state_dict: dict) -> dict:
+        """The state dict a model folder written during `phase` holds (a phase's `final/`, a snapshot), given the
+        model's; checkpoints for resuming hold the model's own. Unchanged by default."""
+        return state_dict
 
     def optimizer(self, phase: Phase, parameter_groups: list[dict]):
         """The optimizer of `phase`, or None for the Trainer's AdamW (betas adam_beta1/adam_beta2, eps adam_epsilon,
