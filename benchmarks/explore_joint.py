@@ -5,7 +5,12 @@ with the language's dictionary (as `langswap fasttext --joint`, `resources.joint
 the held-out precision@1 (nearest neighbour and CSLS; over all held-out words and over those whose translations are
 spelled otherwise, `_distinct`), and two diagnostics: the share of held-out queries whose
 nearest target word is the query's own spelling (one string has one vector in a joint model), and precision@1 after
-centring each language's words on their own mean. Models are kept under --workdir, so a rerun only measures.
+centring each language's words on their own mean. With --refine, also the precision after a rotation fitted on the
+dictionary pairs the corpus switched (orthogonal Procrustes from the source words' vectors to their translations'
+in the joint space: the alignment-refinement step of Wang et al., 2020, "Cross-lingual alignment vs joint
+training"), and after three rounds of self-learning on top of it (the pairs of mutual CSLS nearest neighbours among
+the 20,000 most frequent words of each side added to the fit). Models are kept under --workdir, so a rerun only
+measures.
 
     python benchmarks/explore_joint.py --language de --setting passes=1 --setting passes=2 --setting epoch=20
 """
@@ -71,6 +76,34 @@ def measure(source, target, heldout, retrieval_words: int) -> dict:
     return report
 
 
+def refined(source, target, dictionary, heldout, retrieval_words: int) -> dict:
+    """Held-out precision@1 after a Procrustes rotation on the switched pairs, then after self-learning."""
+    from langswap.resources.alignment import procrustes
+    from langswap.resources.joint import heldout_precision
+    from langswap.resources.retrieval import nearest_translations
+
+    held = {s.casefold() for s, _ in heldout}
+    train = [(s, t) for s, t in dictionary.pairs
+             if s.casefold() not in held and source.word_id(s) >= 0 and target.word_id(t) >= 0]
+    keys = ("precision_at_1", "precision_at_1_csls", "precision_at_1_distinct", "precision_at_1_csls_distinct")
+    out = {"refine_pairs": len(train)}
+    rotation = procrustes(source.vectors([s for s, _ in train]), target.vectors([t for _, t in train]))
+    report = heldout_precision(source.with_transform(rotation), target, heldout, retrieval_words)
+    out.update({f"procrustes_{key}": report.get(key) for key in keys})
+    source_words, target_words = source.words[:20000], target.words[:20000]
+    for _ in range(3):
+        queries, candidates = source.with_transform(rotation).vectors(source_words), target.vectors(target_words)
+        forward = nearest_translations(queries, candidates, queries, 1)[1][:, 0].tolist()
+        backward = nearest_translations(candidates, queries, candidates, 1)[1][:, 0].tolist()
+        induced = [(source_words[i], target_words[j]) for i, j in enumerate(forward)
+                   if backward[j] == i and source_words[i].casefold() not in held]
+        pairs = train + induced
+        rotation = procrustes(source.vectors([s for s, _ in pairs]), target.vectors([t for _, t in pairs]))
+    report = heldout_precision(source.with_transform(rotation), target, heldout, retrieval_words)
+    out.update({f"self_learning_{key}": report.get(key) for key in keys}, self_learning_induced=len(induced))
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--language", choices=sorted(DICTIONARIES), required=True)
@@ -78,6 +111,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "langswap" / "explore-joint")
     parser.add_argument("--setting", action="append", default=None, help="key=value[,key=value]: JointConfig "
                         "fields (share, passes) and FastTextConfig fields (dim, epoch, minCount, ...).")
+    parser.add_argument("--refine", action="store_true", help="Also measure a Procrustes rotation fitted in the "
+                        "joint space, and self-learning on top of it.")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from langswap.resources.dictionary import Dictionary
@@ -109,12 +144,15 @@ def main(argv=None) -> int:
         words = {side: [[w, c] for w, c in made["counts"][side].most_common()] for side in ("source", "target")}
         source, target = views(model, words)
         report = measure(source, target, made["heldout"], config.retrieval_words)
+        if args.refine:
+            report.update(refined(source, target, dictionary, made["heldout"], config.retrieval_words))
         report.update({"setting": setting, "joint": asdict(config), "fasttext": asdict(options),
                        "train_seconds": round(seconds, 1), "lines": made["lines"]})
         sidecar.write_text(json.dumps(report, indent=2), encoding="utf-8")
         print(json.dumps({"setting": text, **{k: report.get(k) for k in (
             "precision_at_1", "precision_at_1_csls", "precision_at_1_distinct", "precision_at_1_csls_distinct",
-            "distinct_queries", "precision_at_1_centred", "top1_is_own_spelling", "queries", "train_seconds")}}),
+            "distinct_queries", "precision_at_1_centred", "top1_is_own_spelling", "queries", "train_seconds")},
+            **{k: v for k, v in report.items() if k.startswith(("procrustes_", "self_learning_", "refine_"))}}),
             flush=True)
     return 0
 

@@ -134,6 +134,34 @@ def test_a_frozen_body_stays_in_bf16_under_bf16_and_the_saved_folder_is_bf16(tex
                if name not in ("model.embed_tokens.weight", "lm_head.weight"))
 
 
+def test_under_bf16_the_adapters_phase_keeps_the_body_in_bf16_and_the_folders_say_bf16(texts, tmp_path):
+    """Both phases (embeddings, then adapters) train with the body's matrices in bf16; phase one's final/ and the
+    model/ folder are bf16 and their config.json says so, so from_pretrained (dtype auto) loads them in bf16."""
+    from transformers import TrainerCallback
+
+    from langswap.models import load_model
+
+    model = _bf16_model(tmp_path, "llama")
+    seen: list[tuple] = []
+
+    class Dtypes(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            named = dict(model.named_parameters())
+            body = next(p for n, p in named.items() if n.startswith("model.layers.0.self_attn.q_proj.")
+                        and "lora_" not in n)
+            adapters = {p.dtype for n, p in named.items() if "lora_" in n}
+            seen.append((body.dtype, adapters))
+
+    report = train(_config(model, texts, tmp_path / "run", preset="adapters", precision="bf16", eval_text=None,
+                           steps=4, recipe={"embedding_fraction": 0.5, "rank": 2}), callbacks=[Dtypes()])
+    assert seen == [(torch.bfloat16, set())] * 2 + [(torch.bfloat16, {torch.float32})] * 2
+    for folder in (tmp_path / "run" / "phase-1-embeddings" / "final", report.model):
+        config = json.loads((folder / "config.json").read_text())
+        assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
+        assert all(tensor.dtype == torch.bfloat16 for tensor in _state(folder).values())
+        assert load_model(folder, "causal").model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
+
+
 def test_a_tied_bf16_model_keeps_one_matrix_and_a_full_phase_still_trains_in_float32(texts, tmp_path):
     """GPT-2 ties its output to its input matrix: cast to bf16 on save, both names still hold one matrix. A phase
     that trains the body (transinner's second) has float32 master weights as before."""
@@ -173,8 +201,9 @@ def test_bad_adapter_options_are_refused_before_anything_is_read(recipe, message
     assert not (tmp_path / "run").exists()
 
 
-def test_adapter_modules_that_match_nothing_or_the_output_layer_are_refused(models, texts, tmp_path):
-    for modules, message in (("no_such_layer", "matches no module"), ("lm_head", "adapts the output layer")):
+def test_adapter_modules_that_match_nothing_the_output_layer_or_an_embedding_are_refused(models, texts, tmp_path):
+    for modules, message in (("no_such_layer", "matches no module"), ("lm_head", "adapts the output layer"),
+                             ("embed_tokens,q_proj", "adapts model.embed_tokens, a Embedding")):
         config = _config(models["llama"], texts, tmp_path / modules, preset="adapters", eval_text=None,
                          recipe={"adapter_modules": modules, "embedding_fraction": 0})
         with pytest.raises(ConfigError, match=message):

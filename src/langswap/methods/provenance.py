@@ -47,23 +47,19 @@ def write_provenance(path: Path, mapping: TokenMapping, source: Vocabulary, targ
     names = {int(kind): Kind(int(kind)).name.lower() for kind in np.unique(kinds)}
     base_targets, base_names, base_rows = mapping.base_rows()
     bases = {int(row): f"{name}[{int(base)}]+offset" for row, name, base in zip(base_targets, base_names, base_rows)}
-    shown: dict[int, str] = {}  # each source token written once per file, however many rows name it
-
-    def source_entry(source_id: int) -> str:
-        if source_id not in shown:
-            shown[source_id] = f"{source_id}:{show_token(source, source_id)!r}:"
-        return shown[source_id]
-
+    # every row's sources, heaviest first (ties in stored order), formatted at once
+    rows_of = np.repeat(np.arange(len(mapping)), np.diff(indptr))
+    order = np.lexsort((np.arange(len(weights)), -np.abs(weights), rows_of))
+    shown = {int(source_id): f"{int(source_id)}:{show_token(source, int(source_id))!r}:"
+             for source_id in np.unique(indices)}  # each source token spelled once, however many rows name it
+    entries = [shown[source_id] + f"{weight:.4f}"
+               for source_id, weight in zip(indices[order].tolist(), weights[order].tolist())]
     with open(path, "w", encoding="utf-8") as handle:
         handle.write("id\ttoken\tkind\tsources\n")
         for token_id in range(len(mapping)):
             sources = bases.get(token_id)
             if sources is None:
-                start, stop = int(indptr[token_id]), int(indptr[token_id + 1])
-                row_weights = weights[start:stop]
-                order = np.argsort(-np.abs(row_weights), kind="stable") if stop - start > 1 else range(stop - start)
-                sources = " ".join(f"{source_entry(int(indices[start + j]))}{float(row_weights[j]):.4f}"
-                                   for j in order)
+                sources = " ".join(entries[int(indptr[token_id]):int(indptr[token_id + 1])])
             handle.write(f"{token_id}\t{show_token(target, token_id)!r}\t{names[int(kinds[token_id])]}\t{sources}\n")
 
 

@@ -50,40 +50,50 @@ def inject(model, rank: int, alpha: float, dropout: float, targets: str | list[s
     from peft import LoraConfig, inject_adapter_in_model
     from peft.tuners.lora import LoraLayer
 
-    output = model.get_output_embeddings()
+    output, linear = model.get_output_embeddings(), _linear_classes()
     if targets == "all-linear":
         targets = linear_layers(model)
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, use_rslora=rslora,
                         bias="none")
     try:
-        with torch.random.fork_rng(devices=[]):
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             inject_adapter_in_model(config, model, adapter_name=ADAPTER)
-    except ValueError as error:  # no module matched the targets
-        raise ConfigError(f"recipe.adapter_modules {targets!r} matches no module of the model ({error}); give "
-                          "all-linear or suffixes of its linear layers' names, e.g. q_proj,v_proj.") from None
+    except ValueError as error:  # no module matched the targets, or peft cannot adapt one
+        raise ConfigError(f"recipe.adapter_modules {targets!r} matches no module of the model that peft can adapt "
+                          f"({error}); give all-linear or suffixes of its linear layers' names, e.g. "
+                          "q_proj,v_proj.") from None
     merges = {}
     for name, module in model.named_modules():
-        if isinstance(module, LoraLayer) and ADAPTER in module.lora_A:
-            if output is not None and module.get_base_layer() is output:
+        if isinstance(module, LoraLayer):
+            base = module.get_base_layer()
+            if output is not None and base is output:
                 raise ConfigError(f"recipe.adapter_modules {targets!r} adapts the output layer ({name}), which the "
-                                  "recipe trains whole; name the body's layers only.")
+                                  "recipe trains whole; name the body's linear layers only.")
+            if not isinstance(base, linear):
+                raise ConfigError(f"recipe.adapter_modules {targets!r} adapts {name}, a {type(base).__name__}; "
+                                  "adapters go on the body's linear layers only (the token embeddings train "
+                                  "whole): name those, e.g. q_proj,v_proj, or all-linear.")
             merges[name] = Merge(float(module.scaling[ADAPTER]), bool(getattr(module, "fan_in_fan_out", False)))
     return merges
 
 
-def linear_layers(model) -> list[str]:
-    """The names of every linear layer of `model` (torch's Linear, GPT-2's Conv1D) but its output layer: what
-    `all-linear` adapts (resolved here, as peft before 0.14 adapts BERT's output layer under that name)."""
+def _linear_classes() -> tuple:
     import torch
 
     try:
         from transformers.pytorch_utils import Conv1D
     except ImportError:  # pragma: no cover - every supported transformers has it
-        Conv1D = torch.nn.Linear
-    output = model.get_output_embeddings()
-    return [name for name, module in model.named_modules()
-            if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not output]
+        return (torch.nn.Linear,)
+    return (torch.nn.Linear, Conv1D)
+
+
+def linear_layers(model) -> list[str]:
+    """The names of every linear layer of `model` (torch's Linear, GPT-2's Conv1D) but its output layer: what
+    `all-linear` adapts (resolved here, as peft before 0.14 adapts BERT's output layer under that name)."""
+    output, linear = model.get_output_embeddings(), _linear_classes()
+    return [name for name, module in model.named_modules() if isinstance(module, linear) and module is not output]
 
 
 def adapter_parameters(model) -> list:
@@ -115,8 +125,10 @@ def merge_state_dict(state_dict: dict, merges: dict[str, Merge]) -> dict:
     for key, tensor in state_dict.items():
         if ".lora_" in key:
             continue
-        prefix, _, leaf = key.rpartition(".base_layer.")
-        if leaf and prefix in by_key:
+        prefix, wrapped, leaf = key.rpartition(".base_layer.")
+        if wrapped and prefix not in by_key:
+            raise RuntimeError(f"state dict key {key} is a wrapped layer without adapters to merge")
+        if wrapped:
             key = f"{prefix}.{leaf}"
             if leaf == "weight":
                 merge = by_key[prefix]

@@ -443,6 +443,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                                data_collator=collator, processing_class=tokenizer, phase=phase, recipe=recipe,
                                phase_index=index, offset=offset, precision=_precision_name(precision_flags),
                                saved_state=_saved_state(recipe, phase, autocast_dtype if kept else None),
+                               saved_dtype=autocast_dtype if kept else None,
                                callbacks=phase_callbacks + list(callbacks or []))
         if not progress:
             from transformers.trainer_callback import PrinterCallback

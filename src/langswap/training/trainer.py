@@ -33,10 +33,11 @@ class PhaseTrainer(Trainer):
     masks drawn per update, and checkpoints written under a temporary name."""
 
     def __init__(self, *args, phase: Phase, recipe, phase_index: int = 0, offset: int = 0, precision: str = "fp32",
-                 saved_state=None, **kwargs):
+                 saved_state=None, saved_dtype=None, **kwargs):
         self.phase, self.recipe, self.phase_index, self.offset = phase, recipe, phase_index, offset
         self.precision = precision
         self.saved_state = saved_state  # state dict -> what a model folder holds (`run._saved_state`)
+        self.saved_dtype = saved_dtype  # the dtype `saved_state` casts to, which the folder's config.json names
         self._model_folder = False  # save_model writes a model folder, not a checkpoint
         self._staging: str | None = None
         self._losses_finite: torch.Tensor | None = None  # all micro-batch losses of this update finite
@@ -158,9 +159,14 @@ class PhaseTrainer(Trainer):
             self._model_folder = False
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        if self._model_folder and self.saved_state is not None and self.args.should_save:
+        # DeepSpeed without gathered weights saves an empty state dict and then its own shards: left as it is
+        rewrite = self._model_folder and self.saved_state is not None and self.args.should_save \
+            and (state_dict is None or len(state_dict) > 0)
+        if rewrite:
             state_dict = self.saved_state(self.model.state_dict() if state_dict is None else state_dict)
         super()._save(output_dir, state_dict)
+        if rewrite and self.saved_dtype is not None:
+            name_dtype(Path(output_dir or self.args.output_dir) / "config.json", self.saved_dtype)
 
     def _get_output_dir(self, trial):
         return self._staging or super()._get_output_dir(trial)
@@ -187,6 +193,16 @@ class PhaseTrainer(Trainer):
                 rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
                                    use_mtime=False)
         self.accelerator.wait_for_everyone()
+
+
+def name_dtype(config_file: Path, dtype) -> None:
+    """Write `dtype` as the dtype of the weights into a saved config.json: save_pretrained names that of the model's
+    first parameter, which is a float32 embedding matrix while the body is kept in bf16, and `from_pretrained`
+    (dtype auto) would load the whole folder in float32."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    key = "dtype" if "dtype" in config or "torch_dtype" not in config else "torch_dtype"
+    config[key] = str(dtype).removeprefix("torch.")
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def random_state() -> dict:
