@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from langswap.cli import build_parser, main
@@ -229,6 +230,9 @@ def test_evaluate_prints_bits_per_byte(capsys, gpt2_folder, corpus_dir):
     result = json.loads(out)["language_modeling"]
     assert code == 0 and result["lines"] == 20 and result["bits_per_byte"] == pytest.approx(float(match.group(2)),
                                                                                              abs=1e-4)
+    code, out, _ = run(capsys, "evaluate", gpt2_folder, "--text", corpus_dir / "en.txt", "--lines", 20, "--json",
+                       "--set", "device=cpu")
+    assert code == 0 and json.loads(out)["language_modeling"] == result
 
 
 # -- bad input: exit code 2, one paragraph on stderr ------------------------------------------------------------------
@@ -327,6 +331,11 @@ def test_evaluate_refuses_nothing_to_do_and_a_metric_of_the_other_kind(capsys, g
     assert code == 2 and "masked-lm-loss" in err
     code, _, err = run(capsys, "evaluate", gpt2_folder, "--probe-pos", "a.conllu", "b.conllu", "--set", "probe.layr=1")
     assert code == 2 and "Did you mean 'layer'" in err
+    code, _, err = run(capsys, "evaluate", gpt2_folder, "--text", corpus_dir / "en.txt", "--set", "device=gpu0")
+    assert code == 2 and "device 'gpu0'" in err
+    if not torch.cuda.is_available():
+        code, _, err = run(capsys, "evaluate", gpt2_folder, "--text", corpus_dir / "en.txt", "--set", "device=cuda")
+        assert code == 2 and "no CUDA GPU" in err
 
 
 def test_evaluate_passes_the_masks_seed_and_share_to_masked_lm_loss(capsys, tmp_path, corpus_dir):

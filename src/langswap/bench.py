@@ -326,10 +326,10 @@ def _append_result(path: Path, row: dict) -> None:
 
 def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokenizer_folder=None) -> dict:
     from langswap.evaluation.language_modeling import evaluate_model
-    from langswap.models import load_model, load_tokenizer, objective_of
+    from langswap.models import load_model, load_tokenizer, objective_of, pick_device
 
     tokenizer = load_tokenizer(tokenizer_folder or folder)
-    model = load_model(folder)
+    model = load_model(folder).to(pick_device())  # the GPU where there is one
     try:
         score = evaluate_model(model, tokenizer, lines, objective_of(model.config), progress=progress)
     except NumericalError as error:

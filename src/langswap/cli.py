@@ -390,7 +390,7 @@ def _evaluate_config(args):
 
 def cmd_evaluate(args) -> int:
     from langswap.errors import ConfigError
-    from langswap.models import load_model, load_tokenizer, objective_of
+    from langswap.models import load_model, load_tokenizer, objective_of, pick_device
 
     if not (args.text or args.probe_pos or args.finetune or args.correspondence):
         raise ConfigError("nothing to evaluate: give --text (perplexity / bits per byte), --probe-pos TRAIN TEST, "
@@ -399,7 +399,8 @@ def cmd_evaluate(args) -> int:
     result: dict = {"model": args.model}
     if args.text or args.probe_pos:  # loaded once for both
         tokenizer = load_tokenizer(args.model)
-        model = load_model(args.model, require_head=bool(args.text))  # a probe alone reads hidden states
+        # a probe alone reads hidden states
+        model = load_model(args.model, require_head=bool(args.text)).to(pick_device(config.device))
     if args.text:
         from langswap.evaluation.language_modeling import evaluate_model
         from langswap.resources.text import read_text_lines

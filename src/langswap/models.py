@@ -147,6 +147,22 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
     return model
 
 
+def pick_device(name: str | None = None):
+    """The torch device `name` names (cpu, cuda, cuda:1, ...); by default cuda where there is one, else cpu."""
+    import torch
+
+    if name:
+        try:
+            device = torch.device(name)
+        except RuntimeError as error:
+            raise ConfigError(f"device '{name}' is not a device torch knows ({error}); give cpu, cuda or cuda:N.") \
+                from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"device is '{name}' but torch sees no CUDA GPU here; give cpu, or leave device unset.")
+        return device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 MISSING_HEAD_FIX = ("Give a checkpoint with its language-model head (*ForCausalLM or *ForMaskedLM, e.g. saved from "
                     "AutoModelForCausalLM), not a bare encoder or decoder body.")
 

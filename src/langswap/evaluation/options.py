@@ -22,5 +22,8 @@ class EvaluateConfig:
     mlm_probability: float | None = field(default=None, metadata={
         "help": "masked-lm-loss: share of the tokens masked (default 0.15, as in training)."})
     seed: int | None = field(default=None, metadata={"help": "masked-lm-loss: seed of the masks (default 0)."})
+    device: str | None = field(default=None, metadata={
+        "help": "Where --text and --probe-pos run the model: cpu, cuda, cuda:1, ...; default cuda when there is "
+                "one. The model runs in the dtype it was saved in."})
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)

@@ -245,12 +245,6 @@ def _labelled_pieces(encoded: list[EncodedSentence], label_ids: list[list[int]],
     return pieces, labels, predicted_at
 
 
-def _device(name: str | None) -> torch.device:
-    if name:
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def finetune_token_classification(model_folder: str | Path, train_path: str | Path | list[Sentence],
                                   test_path: str | Path | list[Sentence], task: Literal["pos", "ner"] = "pos",
                                   config: FinetuneConfig | None = None, progress: bool = False,
@@ -306,7 +300,9 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
                                    "Give a folder written by save_pretrained (with config.json).") from error
     causal = objective_of(model_config) != "masked"
     label_token = config.resolved_label_token(causal)
-    device = _device(config.device)
+    from langswap.models import pick_device
+
+    device = pick_device(config.device)
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # seeded head and dropout, without disturbing the caller's state
         torch.manual_seed(config.seed)
