@@ -52,3 +52,39 @@ def test_accelerate_launch_with_one_gpu_process_trains_and_saves(models, texts, 
     done = subprocess.run(launch + command[command.index("train"):], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
+
+
+def test_a_transfer_that_calibrates_runs_its_forward_passes_on_the_gpu(gpt2_folder, corpus_dir,
+                                                                       target_tokenizer_folder, tmp_path):
+    """A loaded transfer with target text and eval_text moves the model to the GPU for calibration and scoring; its
+    figures agree with the CPU's within float tolerance, and the folder it writes loads."""
+    import json
+
+    from langswap.models import load_model
+    from langswap.transfer import transfer, transfer_config
+
+    base = {"source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder), "method": "overlap",
+            "eval_text": str(corpus_dir / "xx.test.txt"),
+            "calibration": {"strength": 1.0, "text": str(corpus_dir / "xx.txt"), "check_lines": 0}}
+    torch.cuda.reset_peak_memory_stats()
+    report = transfer(transfer_config({**base, "output": str(tmp_path / "gpu")}))
+    assert torch.cuda.max_memory_allocated() > 0
+    assert json.loads((tmp_path / "gpu" / "langswap.json").read_text())["calibration"]["strength"] == 1.0
+    load_model(tmp_path / "gpu")
+    import langswap.models
+
+    original = langswap.models.pick_device
+    langswap.models.pick_device = lambda name=None: torch.device("cpu")
+    try:
+        on_cpu = transfer(transfer_config({**base, "output": str(tmp_path / "cpu")}))
+    finally:
+        langswap.models.pick_device = original
+    assert report.metrics["bits_per_byte"] == pytest.approx(on_cpu.metrics["bits_per_byte"], rel=1e-3)
+
+
+def test_the_adapters_recipe_trains_on_the_gpu_with_a_bf16_body(texts, tmp_path):
+    """The CPU tests of tests/test_adapters.py, on the GPU: a bf16 body kept in bf16 under autocast, adapters merged
+    into a bf16 folder that says bf16."""
+    import test_adapters
+
+    test_adapters.test_under_bf16_the_adapters_phase_keeps_the_body_in_bf16_and_the_folders_say_bf16(texts, tmp_path)

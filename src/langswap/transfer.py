@@ -316,6 +316,10 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     matrices = checkpoint.read_matrices(len(source)) if checkpoint is not None \
         else read_source_matrices(model, len(source), stored_dtype=True)
     dtype = checkpoint.dtype if checkpoint is not None else model.get_input_embeddings().weight.dtype
+    if checkpoint is None and steps.model_runs():  # its forward passes run on the GPU where there is one
+        from langswap.models import pick_device
+
+        model.to(pick_device())
     seconds["load"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
