@@ -40,8 +40,7 @@ class AdapterOptions(RecipeOptions):
 
 @register_recipe("adapters", options=AdapterOptions)
 class Adapters(Recipe):
-    """Embeddings alone for embedding_fraction of the steps, then embeddings plus LoRA adapters on the frozen body,
-    merged into the saved weights."""
+    """Embeddings alone, then embeddings plus LoRA adapters on the frozen body, merged into the saved weights."""
 
     def __init__(self, config):
         super().__init__(config)
