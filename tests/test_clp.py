@@ -78,3 +78,15 @@ def test_too_many_weights_are_refused_with_the_fix(cipher_inputs, monkeypatch):
     with pytest.raises(ConfigError, match="set method.neighbors"):
         run_method(make_config("clp"), inputs)
     assert run_method(make_config("clp", neighbors=1), inputs).mapping.counts()["mixed"] > 0
+
+
+def test_a_row_whose_similarities_nearly_cancel_goes_to_the_fallback():
+    """Weights are similarity / sum: where the sum nearly cancels they blow up, and such a row is not used."""
+    import torch
+
+    from langswap.methods.clp import similarity_weights
+
+    similarities = torch.tensor([[0.3, 0.2, 0.1], [0.5, -0.49, 0.01], [0.4, -0.05, 0.3]], dtype=torch.float64)
+    weights, usable = similarity_weights(similarities)
+    assert torch.allclose(weights.sum(dim=1), torch.ones(3, dtype=torch.float64))
+    assert usable.tolist() == [True, False, True]  # row 2: weights 25, -24.5, 0.5

@@ -12,7 +12,9 @@ Decided here: the overlap is matched by canonical form (`langswap.tokens`; the c
 which differ across tokenizer families); `neighbors` > 0 keeps only each token's most similar overlapping tokens
 (the paper's weights over all of them take V_new x V_overlap entries, which a mapping of a 50k vocabulary cannot
 hold; a transfer that would need more than `MAX_ENTRIES` is refused with that advice); a row whose similarities
-sum to no more than `MIN_TOTAL` (the weights would blow up) is left to the fallback, where the code divides anyway;
+sum to no more than `MIN_TOTAL`, or whose weights have a Euclidean norm above `MAX_WEIGHT_NORM` (1, that of
+copying one row: the similarities nearly cancel and the weights blow up), is left to the fallback, where the code
+divides anyway;
 a row whose weights are all non-negative is a `mixed` row, one with a negative weight a `combined` one; the
 similarities the weights are made of are float64 (a sum near zero amplifies float32 rounding); special tokens are
 copied by role and are no overlapping tokens, where the code (and langsfer) count the shared `<|endoftext|>` as one.
@@ -42,6 +44,7 @@ from langswap.progress import bar as progress_bar
 MAX_ENTRIES = 2 ** 27  # mapping entries (12 bytes each: 1.5 GiB) a transfer may need
 GATHER_BYTES = 256 * 2**20  # float64 neighbour rows gathered at a time for the weights
 MIN_TOTAL = 1e-3  # a row's similarities must sum to more than this
+MAX_WEIGHT_NORM = 1.0  # and its weights' Euclidean norm must be at most that of copying one row
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,11 +61,17 @@ class ClpConfig(MethodConfig):
 
 
 def similarity_weights(similarities: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """CLP's weights of each row of similarities (N, k): similarity / row sum, and which rows may use them (sum >
-    MIN_TOTAL)."""
+    """CLP's weights of each row of similarities (N, k): similarity / row sum, and which rows may use them: a sum
+    above MIN_TOTAL, and weights of Euclidean norm at most MAX_WEIGHT_NORM. Where the similarities nearly cancel,
+    dividing by their sum amplifies the sources: mixed from source rows of equal length in unrelated directions, a
+    row is longer than any of them by about the weights' norm. On a weakly trained Swahili helper (top 100), 44 of
+    15,387 rows had a norm above 1, some rows came out 150 times as long as a typical row, and bits per byte rose
+    to 145."""
     totals = similarities.sum(dim=1)
-    usable = totals > MIN_TOTAL
-    return similarities / torch.where(usable, totals, torch.ones_like(totals))[:, None], usable
+    positive = totals > MIN_TOTAL
+    weights = similarities / torch.where(positive, totals, torch.ones_like(totals))[:, None]
+    usable = positive & (torch.linalg.vector_norm(weights, dim=1) <= MAX_WEIGHT_NORM)
+    return weights, usable
 
 
 @register_method("clp", ClpConfig, requires=("helper_model",))
