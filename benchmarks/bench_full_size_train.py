@@ -1,16 +1,17 @@
 """`langswap train` and `langswap evaluate` at full size: a model of Llama-3-8B's shape on one GPU.
 
-Builds under --workdir (kept and reused) a tokenizer of the shape's vocabulary size (128,256 tokens: a word-level
-tokenizer over made-up words, so that it needs no data; the cost of a training step depends on how many tokens
-there are, not on how they were learnt), Zipf-distributed text in those words, and the model with random bf16
-weights (`bench_full_size.build_model`: Llama-3-8B's config, sharded safetensors). Then, each in a process of its
-own so that peaks do not mix, for each preset (default: `adapters` and `embeddings`):
+Builds under --workdir (kept and reused) a tokenizer of the shape's vocabulary size (128,256 tokens: the
+word-level tokenizer of bench_gpu_train.py, so that it needs no data; the cost of a training step depends on how
+many tokens there are, not on how they were learnt), text in those words from its random bigram chain, and the model
+with random bf16 weights (`bench_full_size.build_model`: Llama-3-8B's config, sharded safetensors). Then, each in a
+process of its own so that peaks do not mix, for each preset (default: `adapters` and `embeddings`):
 
     langswap train --preset PRESET --steps 50 (batch 4 x 1024 tokens, precision bf16, gradient checkpointing)
 
-printing tokens per second over the updates after the first 5 (the first ones include the allocator's warm-up),
-peak GPU memory (torch.cuda.max_memory_allocated) and the training loss; and `langswap evaluate` of the trained
-model (its own dtype, batched), its wall time and peak GPU memory. One JSON line per measurement, also written to
+printing tokens per second over the updates after the first 5 (the first ones include the allocator's warm-up; each
+update is timed from its start to its end by bench_train_speed.update_clock), peak GPU memory
+(torch.cuda.max_memory_allocated) and the training loss; and `langswap evaluate` of the trained model (its own
+dtype, batched), its wall time and peak GPU memory. One JSON line per measurement, also written to
 --workdir/results.jsonl.
 
     python benchmarks/bench_full_size_train.py                 # one H100 or H200: the 8B shape, 32 layers
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import subprocess
 import sys
@@ -33,6 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_full_size import SHAPES, build_model  # noqa: E402
+from bench_gpu_train import chain_text, word_tokenizer  # noqa: E402
+from bench_train_speed import update_clock  # noqa: E402
 
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4,
         "num_key_value_heads": 2, "vocab_size": 4096, "max_position_embeddings": 512, "rope_theta": 10000.0,
@@ -53,65 +55,23 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def made_up_words(count: int) -> list[str]:
-    rng = random.Random(0)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    words: set[str] = set()
-    while len(words) < count:
-        words.add("".join(rng.choice(letters) for _ in range(rng.randint(3, 9))))
-    return sorted(words)
-
-
 def build_tokenizer(folder: Path, size: int) -> Path:
-    """A word-level tokenizer of `size` tokens (4 special ones, then made-up words), with a bos/eos token."""
-    if (folder / "tokenizer.json").is_file():
-        return folder
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<unk>", "<pad>"]
-    vocabulary = {token: i for i, token in enumerate(specials + made_up_words(size - len(specials)))}
-    tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=specials[0], eos_token=specials[1],
-                                   unk_token="<unk>", pad_token="<pad>")
-    fast.save_pretrained(folder)
+    """`bench_gpu_train.word_tokenizer` of `size` tokens, saved in `folder` (kept and reused)."""
+    if not (folder / "tokenizer.json").is_file():
+        word_tokenizer(size).save_pretrained(folder)
     return folder
-
-
-def build_text(path: Path, words: list[str], tokens: int) -> Path:
-    """Lines of 20-200 Zipf-distributed words, `tokens` words in all."""
-    if path.is_file():
-        return path
-    rng = random.Random(1)
-    weights = [1.0 / (rank + 1) for rank in range(len(words))]
-    lines, total = [], 0
-    while total < tokens:
-        length = rng.randint(20, 200)
-        lines.append(" ".join(rng.choices(words, weights=weights, k=length)))
-        total += length
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def run_one(args, model: Path, text: Path, preset: str) -> dict:
     """Train and evaluate in this process; one result line."""
     import torch
-    from transformers import TrainerCallback
 
     from langswap.evaluation.language_modeling import evaluate_model
     from langswap.models import load_model, load_tokenizer
     from langswap.training.run import TrainConfig, train
 
     cuda = torch.cuda.is_available()
-    times: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_end(self, *unused, **kwargs):
-            if cuda:
-                torch.cuda.synchronize()
-            times.append(time.perf_counter())
-
+    clock_callback = update_clock()
     output = args.workdir / f"run-{preset}"
     shutil.rmtree(output, ignore_errors=True)
     config = TrainConfig(model=str(model), train_text=str(text), output=str(output), preset=preset,
@@ -121,10 +81,10 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     clock = time.perf_counter()
-    report = train(config, callbacks=[Clock()])
+    report = train(config, callbacks=[clock_callback])
     wall = time.perf_counter() - clock
-    skip = max(0, min(5, len(times) - 2))
-    per_update = (times[-1] - times[skip]) / (len(times) - 1 - skip) if len(times) > skip + 1 else None
+    timed = clock_callback.times[5:] or clock_callback.times  # the first updates include the allocator's warm-up
+    per_update = sum(timed) / len(timed) if timed else None
     tokens = args.batch_size * args.sequence_length
     result = {"preset": preset, "steps": args.steps, "batch": f"{args.batch_size}x{args.sequence_length}",
               "device": torch.cuda.get_device_name() if cuda else "cpu",
@@ -157,10 +117,9 @@ def main(argv=None) -> int:
         SHAPES["tiny"] = TINY
     vocab = SHAPES[shape_name]["vocab_size"]
     tokenizer = build_tokenizer(args.workdir / f"tokenizer-{vocab}", vocab)
-    words = [word for word in json.loads((tokenizer / "tokenizer.json").read_text())["model"]["vocab"]
-             if not word.startswith("<")]
-    text = build_text(args.workdir / f"text-{vocab}.txt", words,
-                      args.steps * args.batch_size * args.sequence_length * 2)
+    text = args.workdir / f"text-{vocab}.txt"
+    if not text.is_file():
+        chain_text(text, vocab, args.steps * args.batch_size * args.sequence_length * 2)
     build = argparse.Namespace(shape=shape_name, layers=args.layers, workdir=args.workdir, dtype="bfloat16")
     model = build_model(build, tokenizer)
     if args.one:

@@ -82,26 +82,23 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def build_world(folder: Path, shape: dict, tokens: int, seed: int = 0) -> tuple[Path, Path]:
-    """A Llama-shaped model folder with random weights and a word-level tokenizer of its vocabulary, and a text of
-    about `tokens` words drawn from a random bigram chain. Returns (model folder, text file)."""
-    import numpy as np
-    import torch
+def word_tokenizer(vocab: int):
+    """A word-level tokenizer of `vocab` tokens: <|endoftext|> (bos and eos), <unk>, then the words w2 ...
+    w{vocab-1}."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    vocab = shape["vocab_size"]
     words = {"<|endoftext|>": 0, "<unk>": 1, **{f"w{i}": i for i in range(2, vocab)}}
     backend = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                        unk_token="<unk>")
-    torch.manual_seed(seed)
-    config = LlamaConfig(**shape, bos_token_id=0, eos_token_id=0)
-    model = LlamaForCausalLM(config)
-    model_folder = folder / "model"
-    model.save_pretrained(model_folder)
-    tokenizer.save_pretrained(model_folder)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                   unk_token="<unk>")
+
+
+def chain_text(path: Path, vocab: int, tokens: int, seed: int = 0) -> Path:
+    """About `tokens` words of `word_tokenizer(vocab)` drawn from a random bigram chain, lines of 100-400 words."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     successors = rng.integers(2, vocab, size=(vocab, 16))
     weights = 1.0 / np.arange(1, 17)
@@ -116,9 +113,24 @@ def build_world(folder: Path, shape: dict, tokens: int, seed: int = 0) -> tuple[
             line.append(f"w{word}")
         lines.append(" ".join(line))
         written += length + 1
-    text = folder / "train.txt"
-    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return model_folder, text
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def build_world(folder: Path, shape: dict, tokens: int, seed: int = 0) -> tuple[Path, Path]:
+    """A Llama-shaped model folder with random weights and a word-level tokenizer of its vocabulary, and a text of
+    about `tokens` words drawn from a random bigram chain. Returns (model folder, text file)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = word_tokenizer(shape["vocab_size"])
+    torch.manual_seed(seed)
+    config = LlamaConfig(**shape, bos_token_id=0, eos_token_id=0)
+    model = LlamaForCausalLM(config)
+    model_folder = folder / "model"
+    model.save_pretrained(model_folder)
+    tokenizer.save_pretrained(model_folder)
+    return model_folder, chain_text(folder / "train.txt", shape["vocab_size"], tokens, seed)
 
 
 def model_flops_per_token(config, sequence_length: int) -> float:
