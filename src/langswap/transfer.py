@@ -135,7 +135,6 @@ class TransferConfig(ModelPairConfig):
         return self.calibration.text or self.target_text or getattr(self.resources, "token_text", None)
 
 
-
 @dataclass
 class TextSteps:
     """What a transfer does with target-language text, decided once from its config and whether the model is a

@@ -32,11 +32,10 @@ class Merge:
 
 
 def require_peft() -> None:
-    import importlib.util
+    from langswap.training.options import _require_module
 
-    if importlib.util.find_spec("peft") is None:
-        raise ConfigError("this recipe trains low-rank adapters, which needs the peft package: `pip install "
-                          "'peft>=0.13'` (or `pip install -e '.[adapters]'`), or choose a recipe without adapters.")
+    _require_module("peft", "this recipe trains low-rank adapters, which needs the peft package: `pip install "
+                    "'peft>=0.13'` (or `pip install -e '.[adapters]'`), or choose a recipe without adapters.")
 
 
 def inject(model, rank: int, alpha: float, dropout: float, targets: str | list[str], rslora: bool = False,
@@ -81,11 +80,8 @@ def inject(model, rank: int, alpha: float, dropout: float, targets: str | list[s
 
 def _linear_classes() -> tuple:
     import torch
+    from transformers.pytorch_utils import Conv1D
 
-    try:
-        from transformers.pytorch_utils import Conv1D
-    except ImportError:  # pragma: no cover - every supported transformers has it
-        return (torch.nn.Linear,)
     return (torch.nn.Linear, Conv1D)
 
 

@@ -404,6 +404,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                           else None)
         model, kept = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention,
                                          autocast_dtype)
+        kept_dtype = autocast_dtype if kept else None  # the dtype the phase's model folders are written in
         recipe.prepare_model(phase, model, loaded_from)
         set_trainable(model, recipe.trainable_parameters(phase, model))
         if kept:  # what the recipe added (adapters) trains in float32 too
@@ -442,8 +443,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
                                data_collator=collator, processing_class=tokenizer, phase=phase, recipe=recipe,
                                phase_index=index, offset=offset, precision=_precision_name(precision_flags),
-                               saved_state=_saved_state(recipe, phase, autocast_dtype if kept else None),
-                               saved_dtype=autocast_dtype if kept else None,
+                               saved_state=_saved_state(recipe, phase, kept_dtype), saved_dtype=kept_dtype,
                                callbacks=phase_callbacks + list(callbacks or []))
         if not progress:
             from transformers.trainer_callback import PrinterCallback
