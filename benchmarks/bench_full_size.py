@@ -43,6 +43,10 @@ SHAPES = {
                   "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
                   "max_position_embeddings": 8192, "rope_theta": 500000.0, "tie_word_embeddings": False,
                   "rms_norm_eps": 1e-5},
+    "llama3.2-1b": {"hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 8192,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                    "max_position_embeddings": 8192, "rope_theta": 500000.0, "tie_word_embeddings": True,
+                    "rms_norm_eps": 1e-5},
 }
 ENGLISH = ["splits/en.train.txt", "corpora/manpages.en.txt", "corpora/bible.en.txt", "corpora/debian-reference.en.txt"]
 SWAHILI = ["splits/sw.train.txt"]

@@ -1,9 +1,9 @@
-"""`langswap train` and `langswap evaluate` at full size: a model of Llama-3-8B's shape on one GPU.
+"""`langswap train` and `langswap evaluate` at full size: Llama-3-8B's shape on one GPU, Llama-3.2-1B's on a CPU.
 
 Builds under --workdir (kept and reused) a tokenizer of the shape's vocabulary size (128,256 tokens: the
 word-level tokenizer of bench_gpu_train.py, so that it needs no data; the cost of a training step depends on how
 many tokens there are, not on how they were learnt), text in those words from its random bigram chain, and the model
-with random bf16 weights (`bench_full_size.build_model`: Llama-3-8B's config, sharded safetensors). Then, each in a
+with random bf16 weights (`bench_full_size.build_model`: the --shape's config, sharded safetensors). Then, each in a
 process of its own so that peaks do not mix, for each preset (default: `adapters` and `embeddings`):
 
     langswap train --preset PRESET --steps 50 (batch 4 x 1024 tokens, precision bf16, gradient checkpointing)
@@ -16,7 +16,12 @@ dtype, batched), its wall time and peak GPU memory. One JSON line per measuremen
 
     python benchmarks/bench_full_size_train.py                 # one H100 or H200: the 8B shape, 32 layers
     python benchmarks/bench_full_size_train.py --layers 8      # the same widths, fewer layers (less time and disk)
-    python benchmarks/bench_full_size_train.py --tiny          # the CPU path: a small model of the same family
+    python benchmarks/bench_full_size_train.py --shape llama3.2-1b --steps 10 --batch-size 1 \
+        --sequence-length 256                                  # Llama-3.2-1B's shape (tied, 128,256 tokens) on a CPU
+    python benchmarks/bench_full_size_train.py --tiny          # the CPU path's check: a small model of the family
+
+On a machine without a GPU the run trains in float32 (`--precision fp32`, the default there) and reports peak
+resident memory (ru_maxrss of the training process) where a GPU run reports peak GPU memory.
 
 Disk: the checkpoint (16 GB) and one trained model folder at a time (deleted after it is evaluated).
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -43,7 +49,10 @@ TINY = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "nu
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--layers", type=int, default=None, help="Fewer layers than Llama-3-8B's 32.")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="llama3-8b")
+    parser.add_argument("--layers", type=int, default=None, help="Fewer layers than the shape's.")
+    parser.add_argument("--precision", choices=("bf16", "fp32"), default=None,
+                        help="Default: bf16 on a GPU, fp32 on a CPU.")
     parser.add_argument("--presets", nargs="+", default=["adapters", "embeddings"])
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=4)
@@ -76,7 +85,7 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
     shutil.rmtree(output, ignore_errors=True)
     config = TrainConfig(model=str(model), train_text=str(text), output=str(output), preset=preset,
                          steps=args.steps, batch_size=args.batch_size, sequence_length=args.sequence_length,
-                         precision="bf16" if cuda else "fp32", logging_steps=5, save_steps=10 ** 6,
+                         precision=args.precision or ("bf16" if cuda else "fp32"), logging_steps=5, save_steps=10 ** 6,
                          gradient_checkpointing=not args.no_gradient_checkpointing, max_lines=20000)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -86,11 +95,13 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
     timed = clock_callback.times[5:] or clock_callback.times  # the first updates include the allocator's warm-up
     per_update = sum(timed) / len(timed) if timed else None
     tokens = args.batch_size * args.sequence_length
-    result = {"preset": preset, "steps": args.steps, "batch": f"{args.batch_size}x{args.sequence_length}",
+    result = {"shape": args.shape if not args.tiny else "tiny", "layers": args.layers, "preset": preset,
+              "precision": config.precision, "steps": args.steps, "batch": f"{args.batch_size}x{args.sequence_length}",
               "device": torch.cuda.get_device_name() if cuda else "cpu",
               "tokens_per_second": round(tokens / per_update, 1) if per_update else None,
               "train_wall_seconds": round(wall, 1),
               "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+              "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
               "phases": [(p["name"], p["trainable_parameters"], p["train_loss"]) for p in report.phases]}
     if cuda:
         torch.cuda.empty_cache()
@@ -104,6 +115,7 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
     result.update({"evaluate_seconds": round(time.perf_counter() - clock, 1),
                    "evaluate_dtype": str(next(trained.parameters()).dtype).removeprefix("torch."),
                    "evaluate_peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+                   "peak_rss_gib_with_evaluate": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
                    "bits_per_byte": metrics.get("bits_per_byte")})
     shutil.rmtree(output, ignore_errors=True)
     return result
@@ -112,7 +124,7 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    shape_name = "tiny" if args.tiny else "llama3-8b"
+    shape_name = "tiny" if args.tiny else args.shape
     if args.tiny:
         SHAPES["tiny"] = TINY
     vocab = SHAPES[shape_name]["vocab_size"]
@@ -126,9 +138,11 @@ def main(argv=None) -> int:
         print(json.dumps(run_one(args, model, text, args.one)), flush=True)
         return 0
     for preset in args.presets:
-        command = [sys.executable, __file__, "--one", preset, "--steps", str(args.steps), "--batch-size",
+        command = [sys.executable, __file__, "--one", preset, "--shape", args.shape, "--steps", str(args.steps),
+                   "--batch-size",
                    str(args.batch_size), "--sequence-length", str(args.sequence_length), "--workdir",
                    str(args.workdir)] + (["--layers", str(args.layers)] if args.layers else []) \
+            + (["--precision", args.precision] if args.precision else []) \
             + (["--tiny"] if args.tiny else []) + (["--no-gradient-checkpointing"]
                                                    if args.no_gradient_checkpointing else [])
         done = subprocess.run(command, capture_output=True, text=True)
