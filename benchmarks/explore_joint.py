@@ -10,7 +10,7 @@ dictionary pairs the corpus switched (orthogonal Procrustes from the source word
 in the joint space: the alignment-refinement step of Wang et al., 2020, "Cross-lingual alignment vs joint
 training"), and after three rounds of self-learning on top of it (the pairs of mutual CSLS nearest neighbours among
 the 20,000 most frequent words of each side added to the fit). Models are kept under --workdir, so a rerun only
-measures.
+measures; beside each, the words file that `resources.joint_vectors` reads.
 
     python benchmarks/explore_joint.py --language de --setting passes=1 --setting passes=2 --setting epoch=20
 """
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from langswap.resources.dictionary import Dictionary
     from langswap.resources.fasttext_train import train_fasttext
-    from langswap.resources.joint import JOINT_FASTTEXT, JointConfig, views, write_code_switched_corpus
+    from langswap.resources.joint import JOINT_FASTTEXT, JointConfig, views, words_path, write_code_switched_corpus
 
     if not (args.data / "splits").is_dir():
         print(f"no shared data at {args.data}; nothing measured")
@@ -149,6 +149,10 @@ def main(argv=None) -> int:
         report.update({"setting": setting, "joint": asdict(config), "fasttext": asdict(options),
                        "train_seconds": round(seconds, 1), "lines": made["lines"]})
         sidecar.write_text(json.dumps(report, indent=2), encoding="utf-8")
+        # the words file `langswap fasttext --joint` writes, so that a transfer reads the model as
+        # resources.joint_vectors
+        words_path(model).write_text(json.dumps({"report": {**report, "config": report["joint"]}, "words": words},
+                                                ensure_ascii=False), encoding="utf-8")
         print(json.dumps({"setting": text, **{k: report.get(k) for k in (
             "precision_at_1", "precision_at_1_csls", "precision_at_1_distinct", "precision_at_1_csls_distinct",
             "distinct_queries", "precision_at_1_centred", "top1_is_own_spelling", "queries", "train_seconds")},
