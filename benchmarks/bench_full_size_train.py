@@ -71,6 +71,15 @@ def build_tokenizer(folder: Path, size: int) -> Path:
     return folder
 
 
+def peak_rss_gib() -> float:
+    """This process's resident-memory high-water mark (ru_maxrss, KiB on Linux), in GiB."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+
+
+def shape_name(args) -> str:
+    return "tiny" if args.tiny else args.shape
+
+
 def run_one(args, model: Path, text: Path, preset: str) -> dict:
     """Train and evaluate in this process; one result line."""
     import torch
@@ -95,13 +104,13 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
     timed = clock_callback.times[5:] or clock_callback.times  # the first updates include the allocator's warm-up
     per_update = sum(timed) / len(timed) if timed else None
     tokens = args.batch_size * args.sequence_length
-    result = {"shape": args.shape if not args.tiny else "tiny", "layers": args.layers, "preset": preset,
+    result = {"shape": shape_name(args), "layers": args.layers, "preset": preset,
               "precision": config.precision, "steps": args.steps, "batch": f"{args.batch_size}x{args.sequence_length}",
               "device": torch.cuda.get_device_name() if cuda else "cpu",
               "tokens_per_second": round(tokens / per_update, 1) if per_update else None,
               "train_wall_seconds": round(wall, 1),
               "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
-              "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+              "peak_rss_gib": peak_rss_gib(),
               "phases": [(p["name"], p["trainable_parameters"], p["train_loss"]) for p in report.phases]}
     if cuda:
         torch.cuda.empty_cache()
@@ -115,7 +124,7 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
     result.update({"evaluate_seconds": round(time.perf_counter() - clock, 1),
                    "evaluate_dtype": str(next(trained.parameters()).dtype).removeprefix("torch."),
                    "evaluate_peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
-                   "peak_rss_gib_with_evaluate": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+                   "peak_rss_gib_with_evaluate": peak_rss_gib(),
                    "bits_per_byte": metrics.get("bits_per_byte")})
     shutil.rmtree(output, ignore_errors=True)
     return result
@@ -124,24 +133,22 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    shape_name = "tiny" if args.tiny else args.shape
     if args.tiny:
         SHAPES["tiny"] = TINY
-    vocab = SHAPES[shape_name]["vocab_size"]
+    vocab = SHAPES[shape_name(args)]["vocab_size"]
     tokenizer = build_tokenizer(args.workdir / f"tokenizer-{vocab}", vocab)
     text = args.workdir / f"text-{vocab}.txt"
     if not text.is_file():
         chain_text(text, vocab, args.steps * args.batch_size * args.sequence_length * 2)
-    build = argparse.Namespace(shape=shape_name, layers=args.layers, workdir=args.workdir, dtype="bfloat16")
+    build = argparse.Namespace(shape=shape_name(args), layers=args.layers, workdir=args.workdir, dtype="bfloat16")
     model = build_model(build, tokenizer)
     if args.one:
         print(json.dumps(run_one(args, model, text, args.one)), flush=True)
         return 0
     for preset in args.presets:
         command = [sys.executable, __file__, "--one", preset, "--shape", args.shape, "--steps", str(args.steps),
-                   "--batch-size",
-                   str(args.batch_size), "--sequence-length", str(args.sequence_length), "--workdir",
-                   str(args.workdir)] + (["--layers", str(args.layers)] if args.layers else []) \
+                   "--batch-size", str(args.batch_size), "--sequence-length", str(args.sequence_length),
+                   "--workdir", str(args.workdir)] + (["--layers", str(args.layers)] if args.layers else []) \
             + (["--precision", args.precision] if args.precision else []) \
             + (["--tiny"] if args.tiny else []) + (["--no-gradient-checkpointing"]
                                                    if args.no_gradient_checkpointing else [])

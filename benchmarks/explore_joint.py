@@ -117,7 +117,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from langswap.resources.dictionary import Dictionary
     from langswap.resources.fasttext_train import train_fasttext
-    from langswap.resources.joint import JOINT_FASTTEXT, JointConfig, views, words_path, write_code_switched_corpus
+    from langswap.resources.joint import (JOINT_FASTTEXT, JointConfig, views, word_lists, write_code_switched_corpus,
+                                         write_words_file)
 
     if not (args.data / "splits").is_dir():
         print(f"no shared data at {args.data}; nothing measured")
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
             if not model.is_file():
                 train_fasttext(corpus, model, options, progress=False, split_words=False)
             seconds = time.perf_counter() - clock
-        words = {side: [[w, c] for w, c in made["counts"][side].most_common()] for side in ("source", "target")}
+        words = word_lists(made)
         source, target = views(model, words)
         report = measure(source, target, made["heldout"], config.retrieval_words)
         if args.refine:
@@ -149,10 +150,7 @@ def main(argv=None) -> int:
         report.update({"setting": setting, "joint": asdict(config), "fasttext": asdict(options),
                        "train_seconds": round(seconds, 1), "lines": made["lines"]})
         sidecar.write_text(json.dumps(report, indent=2), encoding="utf-8")
-        # the words file `langswap fasttext --joint` writes, so that a transfer reads the model as
-        # resources.joint_vectors
-        words_path(model).write_text(json.dumps({"report": {**report, "config": report["joint"]}, "words": words},
-                                                ensure_ascii=False), encoding="utf-8")
+        write_words_file(model, {**report, "config": report["joint"]}, words)  # a transfer reads the model
         print(json.dumps({"setting": text, **{k: report.get(k) for k in (
             "precision_at_1", "precision_at_1_csls", "precision_at_1_distinct", "precision_at_1_csls_distinct",
             "distinct_queries", "precision_at_1_centred", "top1_is_own_spelling", "queries", "train_seconds")},

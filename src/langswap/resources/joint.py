@@ -160,7 +160,6 @@ def train_joint_vectors(source_text: str | Path, target_text: str | Path, dictio
                         overwrite: bool = True) -> dict:
     """Train the joint model into `output` (.bin) and write `<output>.words.json` beside it; returns the report
     (switches, lines, held-out precision@1)."""
-    from langswap.files import atomic_write_text
     from langswap.resources.fasttext_train import train_fasttext
 
     config = config or JointConfig()
@@ -173,16 +172,30 @@ def train_joint_vectors(source_text: str | Path, target_text: str | Path, dictio
                     "held-out pairs", f"{made['lines']:,}", f"{made['switched']['source']:,}",
                     f"{made['switched']['target']:,}", config.share, f"{len(made['heldout']):,}")
         train_fasttext(corpus, output, options, progress=progress, overwrite=overwrite, split_words=False)
-    words = {side: [[word, count] for word, count in made["counts"][side].most_common()]
-             for side in ("source", "target")}
+    words = word_lists(made)
     report = {"joint_vectors": output.name, "dictionary": str(dictionary_path), "lines": made["lines"],
               "switched": made["switched"], "covered_source_words": made["covered_source_words"],
               "heldout_words": made["heldout_words"], "config": asdict(config), "fasttext": asdict(options),
               "source_words": len(words["source"]), "target_words": len(words["target"])}
     source, target = views(output, words)
     report.update(heldout_precision(source, target, made["heldout"], config.retrieval_words))
-    atomic_write_text(words_path(output), json.dumps({"report": report, "words": words}, ensure_ascii=False))
+    write_words_file(output, report, words)
     return report
+
+
+def word_lists(made: dict) -> dict:
+    """Each language's words with their counts in its own text, most frequent first, from what
+    `write_code_switched_corpus` returned: the `words` of the words file."""
+    return {side: [[word, count] for word, count in made["counts"][side].most_common()]
+            for side in ("source", "target")}
+
+
+def write_words_file(model: str | Path, report: dict, words: dict) -> None:
+    """`<model>.words.json`, which `load_joint_vectors` reads: the report (its `config` the JointConfig) and the
+    word lists (`word_lists`)."""
+    from langswap.files import atomic_write_text
+
+    atomic_write_text(words_path(model), json.dumps({"report": report, "words": words}, ensure_ascii=False))
 
 
 def words_path(model: str | Path) -> Path:
