@@ -19,7 +19,8 @@ Peak extra memory of langswap's step is measured in a fresh subprocess (RSS high
 new tokens), the step each other method adds: focus's blocked sparsemax over every anchor, clp's top-100 cosine and
 weights, combined's helper evidence (top-10 softmax, and the helper's agreement with the source model measured on
 2,000 shared tokens), and omp's pursuit (k = 64, in the model dimension as the helper's rows are) on the first --omp-rows rows,
-extrapolated to all of them and marked so.
+extrapolated to all of them and marked so. `--device cuda` runs them, and the matmul, on a GPU (the transfer's
+`method_device`).
 """
 
 from __future__ import annotations
@@ -59,14 +60,17 @@ def langswap_step(target_vectors, source_vectors, source_matrix):
     return rows, sources, mixed
 
 
-def bare_matmul(target_vectors, source_vectors):
-    """(V_t, D) @ (D, V_s) in the row blocks langswap's top-k uses, each into one reused buffer."""
-    queries, keys_t = torch.from_numpy(target_vectors), torch.from_numpy(source_vectors).T.contiguous()
+def bare_matmul(target_vectors, source_vectors, device="cpu"):
+    """(V_t, D) @ (D, V_s) in the row blocks langswap's top-k uses, each into one reused buffer (on `device`, where
+    the query blocks are copied to as the top-k copies them)."""
+    queries, keys_t = torch.from_numpy(target_vectors), torch.from_numpy(source_vectors).T.contiguous().to(device)
     step = min(block_rows_for(keys_t.shape[1]), queries.shape[0])
-    buffer = torch.empty((step, keys_t.shape[1]), dtype=torch.float32)
+    buffer = torch.empty((step, keys_t.shape[1]), dtype=torch.float32, device=device)
     for start in range(0, queries.shape[0], step):
         stop = min(start + step, queries.shape[0])
-        torch.mm(queries[start:stop], keys_t, out=buffer[:stop - start])
+        torch.mm(queries[start:stop].to(device), keys_t, out=buffer[:stop - start])
+    if buffer.is_cuda:
+        torch.cuda.synchronize()
     return step
 
 
@@ -165,21 +169,26 @@ def method_steps(args) -> None:
     from langswap.kernels import topk_cosine
 
     target_vectors, source_vectors, source_matrix = make_inputs(args.vocab, args.dim, args.model_dim)
+    device = args.device
+    where = torch.cuda.get_device_name(device) if device.startswith("cuda") else f"{torch.get_num_threads()} threads"
     print(f"vocab {args.vocab} x {args.vocab}, dim {args.dim}, model dim {args.model_dim}; torch "
-          f"{torch.__version__}, {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f} at start")
-    t_matmul = best_of(args.repeats, bare_matmul, target_vectors, source_vectors)[0]
+          f"{torch.__version__}, {where}; load average {os.getloadavg()[0]:.2f} at start")
+    if device.startswith("cuda"):
+        bare_matmul(target_vectors[:2048], source_vectors, device)  # warm-up: kernels and allocator
+    t_matmul = best_of(args.repeats, bare_matmul, target_vectors, source_vectors, device)[0]
     print(f"bare matmul                          best {t_matmul:.2f} s")
-    t_focus = best_of(args.repeats, sparse_anchor_weights, target_vectors, source_vectors, 64)[0]
+    t_focus = best_of(args.repeats, sparse_anchor_weights, target_vectors, source_vectors, 64, None, device)[0]
     print(f"focus  sparsemax over every anchor   best {t_focus:.2f} s   {t_focus / t_matmul:.2f}x the matmul")
 
     def clp_step():
-        similarities, _ = topk_cosine(target_vectors, source_vectors, 100)
+        similarities, _ = topk_cosine(target_vectors, source_vectors, 100, device=device)
         return similarity_weights(similarities)
 
     t_clp = best_of(args.repeats, clp_step)[0]
     print(f"clp    top-100 cosine and weights    best {t_clp:.2f} s   {t_clp / t_matmul:.2f}x the matmul")
     rows = min(args.omp_rows, args.vocab)
-    atoms = torch.from_numpy(source_matrix)
+    atoms = torch.from_numpy(source_matrix).to(device)
+
     def omp_step():  # in the blocks methods.omp uses
         from langswap.methods.omp import BLOCK_VALUES
 
@@ -190,10 +199,11 @@ def method_steps(args) -> None:
     from langswap.methods.combined import helper_agreement
 
     def combined_helper_step():  # combined's helper evidence: the top-10 softmax and the agreement measurement
-        similarities, _ = topk_cosine(target_vectors, source_vectors, NEIGHBORS)
+        similarities, _ = topk_cosine(target_vectors, source_vectors, NEIGHBORS, device=device)
         torch.softmax(similarities.to(torch.float64) / TEMPERATURE, dim=1)
         every = np.arange(args.vocab)
         helper_agreement(torch.from_numpy(source_vectors), every, every, torch.from_numpy(source_matrix), NEIGHBORS)
+        # (the agreement's 2,000 queries run on the CPU in a transfer too)
 
     t_combined = best_of(args.repeats, combined_helper_step)[0]
     print(f"combined helper top-10 and agreement best {t_combined:.2f} s   {t_combined / t_matmul:.2f}x the matmul "
@@ -214,6 +224,7 @@ def main() -> None:
     parser.add_argument("--skip-package", action="store_true", help="leave out the wechsel package")
     parser.add_argument("--methods-only", action="store_true", help="time each method's step beside the matmul")
     parser.add_argument("--omp-rows", type=int, default=2000, help="rows omp is timed on (then extrapolated)")
+    parser.add_argument("--device", default="cpu", help="with --methods-only: where the steps run (cpu, cuda)")
     parser.add_argument("--_memory-child", dest="memory_child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:

@@ -496,3 +496,16 @@ def test_a_tokenizer_whose_ids_have_gaps(english):
     with pytest.raises(VocabularyError) as error:
         Vocabulary(holed)
     assert_message(error, f"{len(holed):,} tokens", "gaps", "0 .. N-1")
+
+
+@pytest.mark.parametrize("device, words", [
+    ("gpu", ("method_device 'gpu' is not a device", "cpu, cuda or cuda:N")),
+    pytest.param("cuda", ("method_device is 'cuda'", "no CUDA GPU", "give cpu"),
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
+])
+def test_a_method_device_that_is_not_here_is_refused(gpt2_folder, target_tokenizer_folder, tmp_path, device, words):
+    output = tmp_path / "out"
+    with pytest.raises(ConfigError) as error:
+        transfer(config(gpt2_folder, target_tokenizer_folder, output, method_device=device))
+    assert_message(error, *words)
+    assert_nothing_written(output)

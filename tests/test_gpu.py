@@ -74,7 +74,7 @@ def test_a_transfer_that_calibrates_runs_its_forward_passes_on_the_gpu(gpt2_fold
     import langswap.models
 
     original = langswap.models.pick_device
-    langswap.models.pick_device = lambda name=None: torch.device("cpu")
+    langswap.models.pick_device = lambda name=None, key="device": torch.device("cpu")
     try:
         on_cpu = transfer(transfer_config({**base, "output": str(tmp_path / "cpu")}))
     finally:
@@ -88,3 +88,51 @@ def test_the_adapters_recipe_trains_on_the_gpu_with_a_bf16_body(texts, tmp_path)
     import test_adapters
 
     test_adapters.test_under_bf16_the_adapters_phase_keeps_the_body_in_bf16_and_the_folders_say_bf16(texts, tmp_path)
+
+
+def test_the_cosine_top_k_on_the_gpu_finds_what_the_cpu_finds():
+    from langswap.kernels import topk_cosine
+
+    generator = torch.Generator().manual_seed(0)
+    queries, keys = torch.randn(3000, 64, generator=generator), torch.randn(20000, 64, generator=generator)
+    keys[5] = 0.0  # a zero row is similar to nothing
+    on_cpu = topk_cosine(queries, keys, 10, block_bytes=2**20)
+    on_gpu = topk_cosine(queries, keys, 10, block_bytes=2**20, device="cuda")
+    assert on_gpu[0].device.type == "cpu" and on_gpu[1].device.type == "cpu"
+    assert torch.allclose(on_gpu[0], on_cpu[0], atol=1e-5)
+    assert (on_gpu[1] == on_cpu[1]).float().mean() > 0.999  # float32 sums in another order may swap a near-tie
+
+
+def test_the_pursuit_on_the_gpu_gives_the_cpu_codes():
+    from langswap.methods.omp import orthogonal_matching_pursuit
+
+    generator = torch.Generator().manual_seed(0)
+    atoms, targets = torch.randn(4000, 128, generator=generator), torch.randn(50, 128, generator=generator)
+    indices, coefficients = orthogonal_matching_pursuit(targets, atoms, 16)
+    gpu_indices, gpu_coefficients = orthogonal_matching_pursuit(targets, atoms.cuda(), 16)
+    assert gpu_indices.device.type == "cpu" and gpu_coefficients.device.type == "cpu"
+    assert torch.equal(gpu_indices, indices)
+    assert torch.allclose(gpu_coefficients, coefficients, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["omp", "clp"])
+def test_a_transfer_with_method_device_cuda_writes_the_rows_the_cpu_writes(method, tmp_path):
+    """The helper methods (the heaviest at 128k tokens) with `method_device: cuda`, on the cipher pair of
+    tests/test_omp.py: the written model equals the CPU transfer's."""
+    from conftest import byte_level_tokenizer, save_model, tiny_model
+    from langswap.models import load_model
+    from langswap.transfer import transfer, transfer_config
+    from test_focus import walk_lines
+
+    source_tokenizer = byte_level_tokenizer(walk_lines(3000, seed=2, cipher_share=0.0), vocab_size=600)
+    target_tokenizer = byte_level_tokenizer(walk_lines(3000, seed=1, cipher_share=0.5), vocab_size=900)
+    source_folder = save_model(tiny_model("llama", len(source_tokenizer)), source_tokenizer, tmp_path / "source")
+    helper_folder = save_model(tiny_model("gpt2", len(target_tokenizer), seed=3), target_tokenizer, tmp_path / "helper")
+    target_tokenizer.save_pretrained(tmp_path / "target")
+    rows = {}
+    for device in ("cpu", "cuda"):
+        transfer(transfer_config({"source_model": str(source_folder), "target_tokenizer": str(tmp_path / "target"),
+                                  "output": str(tmp_path / device), "method": {"name": method},
+                                  "method_device": device, "resources": {"helper_model": str(helper_folder)}}))
+        rows[device] = load_model(tmp_path / device).get_input_embeddings().weight.detach().float()
+    assert torch.allclose(rows["cuda"], rows["cpu"], atol=1e-4)

@@ -33,7 +33,7 @@ TIE_GAP = 1e-5  # float32 cosines closer than this may be in the wrong order
 
 
 def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES, progress=None,
-                exclude_self: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                exclude_self: bool = False, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Cosine top-k of each query row among the key rows.
 
     queries: (N, D), keys: (M, D), numpy or torch. Returns (similarities (N, k) float32, indices (N, k) int64),
@@ -48,6 +48,9 @@ def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES
     keeps k + RESCORE candidates in float32; where the k-th and the (k+1)-th are within TIE_GAP, their cosines are
     recomputed in float64, which picks the final k, so near-ties fall as in a float64 computation (the `wechsel`
     package's). Elsewhere the values are float32 cosines.
+
+    `device` (a torch device, default the CPU): where the keys and each block of similarities live and the search
+    runs; the results are returned on the CPU, and the float64 near-tie re-scoring runs there.
     """
     original_queries, original_keys = _as_tensor(queries, None), _as_tensor(keys, None)
     queries, keys = unit_rows(original_queries.to(torch.float32)), unit_rows(original_keys.to(torch.float32))
@@ -65,17 +68,18 @@ def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES
     chunks = -(-n_keys // CHUNK)
     two_stage = chunks >= 4 * k
     width = chunks * CHUNK if two_stage else n_keys
-    keys_t = torch.zeros((dim, width), dtype=torch.float32)  # padded to whole chunks with zero columns
-    keys_t[:, :n_keys] = keys.T
+    device = torch.device("cpu") if device is None else torch.device(device)
+    keys_t = torch.zeros((dim, width), dtype=torch.float32, device=device)  # padded to whole chunks with zeros
+    keys_t[:, :n_keys] = keys.T.to(device)
     step = min(block_rows_for(width, block_bytes), n_queries)
-    buffer = torch.empty((step, width), dtype=torch.float32)
-    row_ids = torch.arange(step)[:, None]
+    buffer = torch.empty((step, width), dtype=torch.float32, device=device)
+    row_ids = torch.arange(step, device=device)[:, None]
     for start in range(0, n_queries, step):
         stop = min(start + step, n_queries)
         block = buffer[:stop - start]
-        torch.mm(queries[start:stop], keys_t, out=block)
+        torch.mm(queries[start:stop].to(device), keys_t, out=block)
         if exclude_self:
-            rows = torch.arange(start, stop)
+            rows = torch.arange(start, stop, device=device)
             block[rows - start, rows] = -float("inf")
         if two_stage:
             block[:, n_keys:] = -float("inf")
@@ -88,6 +92,7 @@ def topk_cosine(queries, keys, k: int, *, block_bytes: int = DEFAULT_BLOCK_BYTES
         else:
             top = torch.topk(block, k, dim=1, largest=True, sorted=True)
             wide, wide_values = top.indices, top.values
+        wide, wide_values = wide.cpu(), wide_values.cpu()
         values[start:stop] = wide_values[:, :final_k]
         indices[start:stop] = wide[:, :final_k]
         if k > final_k:

@@ -147,18 +147,22 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
     return model
 
 
-def pick_device(name: str | None = None):
-    """The torch device `name` names (cpu, cuda, cuda:1, ...); by default cuda where there is one, else cpu."""
+def pick_device(name: str | None = None, key: str = "device"):
+    """The torch device `name` names (cpu, cuda, cuda:1, ...); by default cuda where there is one, else cpu. `key`:
+    the setting that named it, for the error."""
     import torch
 
     if name:
         try:
             device = torch.device(name)
         except RuntimeError as error:
-            raise ConfigError(f"device '{name}' is not a device torch knows ({error}); give cpu, cuda or cuda:N.") \
+            raise ConfigError(f"{key} '{name}' is not a device torch knows ({error}); give cpu, cuda or cuda:N.") \
                 from None
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ConfigError(f"device is '{name}' but torch sees no CUDA GPU here; give cpu, or leave device unset.")
+            raise ConfigError(f"{key} is '{name}' but torch sees no CUDA GPU here; give cpu, or leave {key} unset.")
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"{key} is '{name}' but torch sees {torch.cuda.device_count()} GPU(s) here; give "
+                              f"cuda:0 to cuda:{torch.cuda.device_count() - 1}.")
         return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -96,6 +96,10 @@ class TransferConfig(ModelPairConfig):
                 "transfer runs the model on no text (no calibration, no eval_text, no choice among a method's "
                 "candidates) and the source is a local safetensors folder; on: always (an error says what needs "
                 "the whole model); off: load the whole model.", "choices": ("auto", "on", "off")})
+    method_device: str = field(default="cpu", metadata={
+        "help": "Where the method's similarity searches (wechsel, focus, clp, combined, tiktotok, ramen) and omp's "
+                "pursuit run: cpu, cuda, cuda:1, ..., or auto (cuda where there is one). At 128k tokens omp on a "
+                "CPU takes hours. The model's passes over text run on a GPU wherever there is one."})
 
     def __post_init__(self):
         if self.method is None:
@@ -129,7 +133,14 @@ class TransferConfig(ModelPairConfig):
                                        "transfer without calibration).")
         if self.held_out_lines < 0:
             raise ConfigError(f"held_out_lines is {self.held_out_lines}; give 0 or more lines.")
+        self.compute_device()
         refuse_existing(self.output, self.overwrite)
+
+    def compute_device(self):
+        """The torch device of `method_device` (a ConfigError naming the fix where there is no such device)."""
+        from langswap.models import pick_device
+
+        return pick_device(None if self.method_device == "auto" else self.method_device, key="method_device")
 
     def calibration_text(self) -> str | None:
         return self.calibration.text or self.target_text or getattr(self.resources, "token_text", None)
@@ -330,7 +341,12 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     strength, skipped, text, lines, held_out = steps.strength, steps.skipped, steps.text, steps.lines, steps.held_out
 
     clock = time.perf_counter()
-    inputs = TransferInputs(source, target, matrices.embeddings, resources=resources)
+    import torch
+
+    device = config.compute_device()
+    if device.type == "cpu" and torch.cuda.is_available():
+        logger.info("the method runs on the CPU; --set method_device=cuda runs its searches on the GPU")
+    inputs = TransferInputs(source, target, matrices.embeddings, resources=resources, device=device)
     # the judged lines are the calibration's check lines, kept out of its counts; the counts are made once
     calibration_config = config.calibration
     if held_out and calibration_config.check_lines:

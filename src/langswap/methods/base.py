@@ -79,6 +79,7 @@ class TransferInputs:
     source_vectors: object | None = None  # shorthand: WordVectors in the shared space, the `vectors` resource
     target_vectors: object | None = None
     resources: dict[str, object] = field(default_factory=dict)
+    device: object | None = None  # torch device of the similarity searches and the pursuit; None: the CPU
 
     def __post_init__(self):
         rows, _ = self.source_embeddings.shape

@@ -101,7 +101,8 @@ def clp(inputs: TransferInputs, config: ClpConfig, progress: bool = False) -> To
         similarities = unit_queries @ unit_keys.T  # (new, overlap): bounded by MAX_ENTRIES above
         indices = torch.arange(len(overlap)).expand(len(new), -1)
     else:
-        _, indices = topk_cosine(queries, keys, width, progress=bar.update if bar is not None else None)
+        _, indices = topk_cosine(queries, keys, width, progress=bar.update if bar is not None else None,
+                                 device=inputs.device)
         similarities = torch.empty(indices.shape, dtype=torch.float64)
         step = max(1, GATHER_BYTES // (8 * width * unit_keys.shape[1]))  # the gathered neighbours stay under it
         for start in range(0, len(new), step):

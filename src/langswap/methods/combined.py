@@ -216,7 +216,8 @@ def neighbour_evidence(inputs: TransferInputs, rows: np.ndarray, config: Combine
               "source_groups": np.array([t.word_start for t in inputs.source.tokens], dtype=np.int64)}
     bar = progress_bar(progress, int((np.abs(target_vectors).sum(axis=1) > 0).sum()), "combined neighbours", "token")
     placed, sources, weights = nearest_sources(target_vectors, source_vectors, config.neighbors, config.temperature,
-                                               progress=bar.update if bar is not None else None, **groups)
+                                               progress=bar.update if bar is not None else None, **groups,
+                                               device=inputs.device)
     if bar is not None:
         bar.close()
     sources, weights = sources.numpy(), weights.numpy()
@@ -264,7 +265,7 @@ def helper_evidence(inputs: TransferInputs, mapping: TokenMapping, rows: np.ndar
     k = min(config.neighbors, len(overlap))
     bar = progress_bar(progress, len(rows), "combined helper", "token")
     similarities, found = topk_cosine(helper[torch.from_numpy(rows)], helper[torch.from_numpy(overlap)], k,
-                                      progress=bar.update if bar is not None else None)
+                                      progress=bar.update if bar is not None else None, device=inputs.device)
     if bar is not None:
         bar.close()
     weights = torch.softmax(similarities.to(torch.float64) / config.temperature, dim=1).numpy()

@@ -64,7 +64,7 @@ def sparsemax_rows(similarities: torch.Tensor) -> torch.Tensor:
 
 
 def sparse_anchor_weights(queries: np.ndarray, anchors: np.ndarray, first_candidates: int,
-                          progress=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                          progress=None, device=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each query row (N, D), sparsemax over its cosines to all anchor rows (M, D), kept as its support.
 
     Returns the supports compressed by row: (lengths (N,), anchor indices and weights (sum of lengths,) each), each
@@ -75,14 +75,14 @@ def sparse_anchor_weights(queries: np.ndarray, anchors: np.ndarray, first_candid
     own entries, not a wider table for every row."""
     n_queries = len(queries)
     k = min(first_candidates, len(anchors))
-    similarities, indices = topk_cosine(queries, anchors, k, progress=progress)
+    similarities, indices = topk_cosine(queries, anchors, k, progress=progress, device=device)
     weights = sparsemax_rows(similarities)
     rows = {}  # query -> (indices, weights) of the rows widened beyond k
     full = (weights[:, -1] > 0).nonzero().flatten() if k < len(anchors) else torch.zeros(0, dtype=torch.int64)
     wide = k
     while len(full):
         wide = min(4 * wide, len(anchors))
-        wide_similarities, wide_indices = topk_cosine(queries[full.numpy()], anchors, wide)
+        wide_similarities, wide_indices = topk_cosine(queries[full.numpy()], anchors, wide, device=device)
         wide_weights = sparsemax_rows(wide_similarities)
         for position, query in enumerate(full.tolist()):
             rows[query] = (wide_indices[position], wide_weights[position])
@@ -127,7 +127,8 @@ def focus(inputs: TransferInputs, config: FocusConfig, progress: bool = False) -
     anchor_sources = copied_sources(mapping, anchors)
     bar = progress_bar(progress, len(new), "focus anchors", "token")
     lengths, indices, weights = sparse_anchor_weights(new_vectors, anchor_vectors, config.first_candidates,
-                                                      progress=bar.update if bar is not None else None)
+                                                      progress=bar.update if bar is not None else None,
+                                                      device=inputs.device)
     if bar is not None:
         bar.close()
     mapping.set_ragged_rows(new, Kind.MIXED, lengths, anchor_sources[indices], weights)

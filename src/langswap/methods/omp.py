@@ -25,6 +25,10 @@ and 128 MiB of float32) and the chosen atoms in float64; and the N new tokens' c
 about four times over while the mapping's rows are made (125 MiB per copy at N = 128,256, k = 64). M + N <= V_t, so
 the peak at 128k stays under 3 GiB. A helper with an untied head runs the pursuit again, after the
 first, for the head's mapping.
+
+Time: each step scores every block's residuals against all M atoms, 2 k D_h M N floating-point operations in all:
+at M = N = 64k and D_h = 4,096 about 2 x 10^15, half a day of one CPU core and a minute or two of a GPU. The pursuit
+runs on the transfer's `method_device` (tokensurgeon's `--cuda`); the codes come back to the CPU.
 """
 
 from __future__ import annotations
@@ -63,19 +67,22 @@ def orthogonal_matching_pursuit(targets: torch.Tensor, atoms: torch.Tensor, k: i
     """Sparse codes of each target row (B, D) over the atom rows (N, D): (atom indices (B, k'), coefficients
     (B, k')), k' = min(k, N, D), float64 inside. Coefficients of steps taken after a row's relative residual fell below
     `tolerance` are 0 (their indices are arbitrary); the others are the least-squares fit on the atoms chosen.
-    `candidates`: the atoms transposed in float32 (D, N), made once by a caller that codes several blocks."""
+    `candidates`: the atoms transposed in float32 (D, N), made once by a caller that codes several blocks.
+    Runs on the device of `atoms` (and `candidates`); the codes are returned on the CPU."""
     rows, dim = targets.shape
     k = min(k, atoms.shape[0], dim)  # dim atoms already fit any target exactly
-    y = targets.to(torch.float64)
+    device = atoms.device
+    y = targets.to(device=device, dtype=torch.float64)
     if candidates is None:
         candidates = atoms.to(torch.float32).T.contiguous()  # (D, N)
-    basis = torch.zeros((rows, k, dim), dtype=torch.float64)  # orthonormal rows spanning the chosen atoms
-    upper = torch.zeros((rows, k, k), dtype=torch.float64)  # chosen atoms = upper^T @ basis
-    chosen = torch.zeros((rows, k), dtype=torch.int64)
-    active = torch.ones((rows, k), dtype=torch.bool)
+    # orthonormal rows spanning the chosen atoms, and chosen atoms = upper^T @ basis
+    basis = torch.zeros((rows, k, dim), dtype=torch.float64, device=device)
+    upper = torch.zeros((rows, k, k), dtype=torch.float64, device=device)
+    chosen = torch.zeros((rows, k), dtype=torch.int64, device=device)
+    active = torch.ones((rows, k), dtype=torch.bool, device=device)
     residual = y.clone()
     scale = y.norm(dim=1).clamp_min(1e-300)
-    done = torch.zeros(rows, dtype=torch.bool)
+    done = torch.zeros(rows, dtype=torch.bool, device=device)
     for step in range(k):
         done |= residual.norm(dim=1) <= tolerance * scale  # once fitted, a row takes no more atoms
         active[:, step] = ~done
@@ -98,10 +105,10 @@ def orthogonal_matching_pursuit(targets: torch.Tensor, atoms: torch.Tensor, k: i
     fitted = torch.bmm(basis, y[:, :, None])[:, :, 0]
     # a dropped step's atom is fitted with coefficient 0: solve on the kept ones only (identity elsewhere)
     keep = active[:, :, None] & active[:, None, :]
-    system = torch.where(keep, upper, torch.diag_embed(torch.ones(rows, k, dtype=torch.float64)))
+    system = torch.where(keep, upper, torch.diag_embed(torch.ones(rows, k, dtype=torch.float64, device=device)))
     right = torch.where(active, fitted, torch.zeros_like(fitted))
     coefficients = torch.linalg.solve_triangular(system, right[:, :, None], upper=True)[:, :, 0]
-    return chosen, torch.where(active, coefficients, torch.zeros_like(coefficients))
+    return chosen.cpu(), torch.where(active, coefficients, torch.zeros_like(coefficients)).cpu()
 
 
 @register_method("omp", OmpConfig, requires=("helper_model",))
@@ -124,7 +131,7 @@ def sparse_codes(inputs: TransferInputs, config: OmpConfig, helper: torch.Tensor
     if len(shared) == 0 or len(new) == 0:
         return mapping
     shared_sources = copied_sources(mapping, shared)
-    atoms = helper[torch.from_numpy(shared)]
+    atoms = helper[torch.from_numpy(shared)].to(inputs.device or "cpu")
     candidates = atoms.to(torch.float32).T.contiguous()  # once for every block
     # a block's inner products (rows x shared) and its basis (rows x dim x k) each stay under BLOCK_VALUES values
     block = max(1, min(BLOCK_VALUES // len(shared), BLOCK_VALUES // (helper.shape[1] * min(config.k, len(shared)))))

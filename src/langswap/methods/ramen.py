@@ -114,7 +114,8 @@ def vector_probabilities(inputs: TransferInputs, config: RamenConfig, progress: 
     bar = progress_bar(progress, len(rows), "ramen sparsemax", "token")
     lengths, indices, weights = sparse_anchor_weights(target_vectors[rows], source_vectors[anchors],
                                                       config.first_candidates,
-                                                      progress=bar.update if bar is not None else None)
+                                                      progress=bar.update if bar is not None else None,
+                                                      device=inputs.device)
     if bar is not None:
         bar.close()
     return rows, lengths, anchors[indices], weights

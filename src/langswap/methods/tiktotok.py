@@ -182,7 +182,7 @@ def tiktotok(inputs: TransferInputs, config: TikToTokConfig, progress: bool = Fa
         return mapping
     bar = progress_bar(progress, int(with_vector.sum()), "tiktotok neighbours", "token")
     _, indices = topk_cosine(target_vectors[with_vector], source_vectors[usable], config.candidates,
-                             progress=bar.update if bar is not None else None)
+                             progress=bar.update if bar is not None else None, device=inputs.device)
     if bar is not None:
         bar.close()
     chosen = usable[indices.numpy()]

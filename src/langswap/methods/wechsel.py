@@ -113,13 +113,14 @@ def token_vectors(vocabulary: Vocabulary, vectors, config: WechselConfig) -> np.
 
 
 def nearest_sources(target_vectors: np.ndarray, source_vectors: np.ndarray, neighbors: int, temperature: float,
-                    progress=None, target_groups: np.ndarray | None = None,
-                    source_groups: np.ndarray | None = None) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+                    progress=None, target_groups: np.ndarray | None = None, source_groups: np.ndarray | None = None,
+                    device=None) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
     """The similarity-and-mixing step: for every target row with a vector, its top source rows and weights.
 
     target_vectors: (V_t, D), source_vectors: (V_s, D). Returns (target rows placed, source ids (n, k), weights
     (n, k)). Source rows that are zero never count as neighbours. With group labels (V_t,) and (V_s,), a target
-    row only looks among source rows of its own group (all source rows where its group has none)."""
+    row only looks among source rows of its own group (all source rows where its group has none). `device`: where
+    the search runs (`kernels.topk_cosine`)."""
     has_source = np.abs(source_vectors).sum(axis=1) > 0
     has_target = np.abs(target_vectors).sum(axis=1) > 0
     if target_groups is None or source_groups is None:
@@ -133,7 +134,7 @@ def nearest_sources(target_vectors: np.ndarray, source_vectors: np.ndarray, neig
         if len(source_rows) == 0:
             continue
         similarities, indices = topk_cosine(target_vectors[target_rows], source_vectors[source_rows], neighbors,
-                                            progress=progress)
+                                            progress=progress, device=device)
         placed.append(target_rows)
         all_sources.append(torch.from_numpy(source_rows)[indices])
         all_weights.append(softmax_weights(similarities, temperature))
@@ -161,7 +162,8 @@ def wechsel(inputs: TransferInputs, config: WechselConfig, progress: bool = Fals
         groups = {"target_groups": np.array([t.word_start for t in inputs.target.tokens], dtype=np.int64),
                   "source_groups": np.array([t.word_start for t in inputs.source.tokens], dtype=np.int64)}
     rows, sources, weights = nearest_sources(target_vectors, source_vectors, config.neighbors, config.temperature,
-                                             progress=bar.update if bar is not None else None, **groups)
+                                             progress=bar.update if bar is not None else None, **groups,
+                                             device=inputs.device)
     if bar is not None:
         bar.close()
     if len(rows):
