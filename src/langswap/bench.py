@@ -76,9 +76,15 @@ class BenchConfig(ModelPairConfig):
     reference: bool = field(default=True, metadata={
         "help": "Also measure the untouched source model with its own tokenizer on the same text (and probe): a "
                 "reference row in the table and a dashed line in the plots."})
+    method_device: str = field(default="cpu", metadata={
+        "help": "Where each transfer's method searches (the transfer's method_device: cpu, cuda, cuda:N or auto); "
+                "not part of what a measurement is keyed by."})
 
     def validate(self) -> None:
+        from langswap.models import method_device
+
         self.validate_pair()
+        method_device(self.method_device)
         for name in ("eval_text", "output"):
             if not getattr(self, name):
                 raise ConfigError(f"{name} is not set (`{name}:` in the bench YAML).")
@@ -428,7 +434,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
                 "source_model": config.source_model, "source_tokenizer": config.source_tokenizer,
                 "language": config.language,
                 "output": str(run / "transfer"), "overwrite": True, "method": variant.method,
-                "calibration": calibration, **shared})
+                "calibration": calibration, "method_device": config.method_device, **shared})
             transfer(transfer_config, progress=progress)
         folders = {0: run / "transfer"}
         if any(step > 0 and keys[step] not in results for step in steps):

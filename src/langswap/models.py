@@ -167,6 +167,11 @@ def pick_device(name: str | None = None, key: str = "device"):
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def method_device(value: str):
+    """The torch device of a `method_device` setting: cpu, cuda, cuda:N, or auto (cuda where there is one)."""
+    return pick_device(None if value == "auto" else value, key="method_device")
+
+
 MISSING_HEAD_FIX = ("Give a checkpoint with its language-model head (*ForCausalLM or *ForMaskedLM, e.g. saved from "
                     "AutoModelForCausalLM), not a bare encoder or decoder body.")
 

@@ -138,9 +138,9 @@ class TransferConfig(ModelPairConfig):
 
     def compute_device(self):
         """The torch device of `method_device` (a ConfigError naming the fix where there is no such device)."""
-        from langswap.models import pick_device
+        from langswap.models import method_device
 
-        return pick_device(None if self.method_device == "auto" else self.method_device, key="method_device")
+        return method_device(self.method_device)
 
     def calibration_text(self) -> str | None:
         return self.calibration.text or self.target_text or getattr(self.resources, "token_text", None)
