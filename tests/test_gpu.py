@@ -115,10 +115,11 @@ def test_the_pursuit_on_the_gpu_gives_the_cpu_codes():
     assert torch.allclose(gpu_coefficients, coefficients, atol=1e-9)
 
 
-@pytest.mark.parametrize("method", ["omp", "clp"])
+@pytest.mark.parametrize("method", [{"name": "omp"}, {"name": "clp", "neighbors": 10}], ids=["omp", "clp"])
 def test_a_transfer_with_method_device_cuda_writes_the_rows_the_cpu_writes(method, tmp_path):
     """The helper methods (the heaviest at 128k tokens) with `method_device: cuda`, on the cipher pair of
-    tests/test_omp.py: the written model equals the CPU transfer's."""
+    tests/test_omp.py: the written model equals the CPU transfer's. clp with `neighbors` set, as only then does it
+    search (neighbors 0 weighs every shared token, on the CPU)."""
     from conftest import byte_level_tokenizer, save_model, tiny_model
     from langswap.models import load_model
     from langswap.transfer import transfer, transfer_config
@@ -132,7 +133,7 @@ def test_a_transfer_with_method_device_cuda_writes_the_rows_the_cpu_writes(metho
     rows = {}
     for device in ("cpu", "cuda"):
         transfer(transfer_config({"source_model": str(source_folder), "target_tokenizer": str(tmp_path / "target"),
-                                  "output": str(tmp_path / device), "method": {"name": method},
+                                  "output": str(tmp_path / device), "method": dict(method),
                                   "method_device": device, "resources": {"helper_model": str(helper_folder)}}))
         rows[device] = load_model(tmp_path / device).get_input_embeddings().weight.detach().float()
     assert torch.allclose(rows["cuda"], rows["cpu"], atol=1e-4)
