@@ -509,3 +509,52 @@ def test_a_method_device_that_is_not_here_is_refused(gpt2_folder, target_tokeniz
         transfer(config(gpt2_folder, target_tokenizer_folder, output, method_device=device))
     assert_message(error, *words)
     assert_nothing_written(output)
+
+
+def _custom_code_model(gpt2_folder: Path, folder: Path, model_type: str = "langswap_custom") -> Path:
+    """gpt2_folder copied with a config.json whose auto_map names code in the folder; that code, if ever imported,
+    writes a marker file."""
+    import shutil
+
+    shutil.copytree(gpt2_folder, folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.update(model_type=model_type, architectures=["CustomForCausalLM"],
+                  auto_map={"AutoConfig": "configuration_custom.CustomConfig",
+                            "AutoModelForCausalLM": "modeling_custom.CustomForCausalLM"})
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    for module in ("configuration_custom.py", "modeling_custom.py"):
+        (folder / module).write_text(f"open({str(folder / 'EXECUTED')!r}, 'w').write('{module}')\n", encoding="utf-8")
+    return folder
+
+
+def test_a_model_that_needs_code_of_its_own_is_refused_and_its_code_never_runs(gpt2_folder, target_tokenizer_folder,
+                                                                               tmp_path):
+    from langswap.models import load_model
+
+    source = _custom_code_model(gpt2_folder, tmp_path / "custom")
+    output = tmp_path / "out"
+    with pytest.raises(ConfigError) as error:
+        transfer(config(source, target_tokenizer_folder, output))
+    assert_message(error, str(source), "trust_remote_code", "never runs code", "architecture transformers ships")
+    assert_nothing_written(output)
+    with pytest.raises(ConfigError) as error:
+        load_model(source)  # evaluate, train and the probes load through it
+    assert_message(error, "trust_remote_code")
+    assert not (source / "EXECUTED").exists()
+
+
+def test_a_hub_model_that_needs_code_of_its_own_is_refused_with_the_reason(monkeypatch):
+    """Where no folder can be read first, transformers' own refusal (trust_remote_code=False) is turned into ours."""
+    import transformers
+
+    from langswap.models import load_config
+
+    def refuse(name, **options):
+        assert options.get("trust_remote_code") is False  # never None: transformers would ask on a terminal
+        raise ValueError(f"The repository {name} contains custom code which must be executed to correctly load the "
+                         "model. Please pass the argument `trust_remote_code=True` to allow custom code to be run.")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", refuse)
+    with pytest.raises(ConfigError) as error:
+        load_config("someone/custom-model")
+    assert_message(error, "someone/custom-model", "trust_remote_code", "never runs code")

@@ -96,15 +96,44 @@ def lm_load_arguments(dtype, complete: bool = True) -> dict:
     return {**dtype_argument(dtype), **({"low_cpu_mem_usage": True} if old else {})}
 
 
+def remote_code_refusal(name: str, what: str = "model") -> ConfigError:
+    """The error for a model or tokenizer that only loads by running code of its own (`trust_remote_code`)."""
+    return ConfigError(
+        f"the {what} '{name}' only loads by running Python code that comes with it (config.json's auto_map; "
+        "transformers' trust_remote_code), and langswap never runs code from a model folder or the hub. Give a "
+        "model of an architecture transformers ships (GPT-2, Llama, Mistral, Qwen2, Gemma, BERT, RoBERTa, ...), or "
+        "convert this one into such an architecture first.")
+
+
+def _needs_remote_code(folder: Path) -> bool:
+    """Whether a local folder's config.json names code of its own for a model type transformers does not know."""
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # transformers reports a missing or damaged config.json
+    if not isinstance(config, dict) or not config.get("auto_map"):
+        return False
+    from transformers import CONFIG_MAPPING
+
+    return config.get("model_type") not in CONFIG_MAPPING
+
+
 def load_config(name_or_path: str | Path):
-    """A model's config (config.json) from a folder or hub name."""
+    """A model's config (config.json) from a folder or hub name. A model that needs code of its own
+    (`trust_remote_code`) is refused with the reason, its code never imported; transformers is told not to run it,
+    so it never asks on a terminal either."""
     quiet_transformers()
     from transformers import AutoConfig
 
     name = str(name_or_path)
+    if Path(name).is_dir() and _needs_remote_code(Path(name)):
+        raise remote_code_refusal(name)
     try:
-        return AutoConfig.from_pretrained(name)
+        return AutoConfig.from_pretrained(name, trust_remote_code=False)
     except (OSError, ValueError) as error:
+        if "trust_remote_code" in str(error) or "custom code" in str(error):
+            raise remote_code_refusal(name) from error
         raise MissingResourceError(
             f"cannot load a model config from '{name}': {str(error).splitlines()[0]} Give a folder written by "
             "save_pretrained (with config.json), or a hub name while online.") from error
@@ -127,7 +156,7 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
     if Path(name).is_dir():  # a truncated file otherwise fails in safetensors with no file name ("incomplete metadata")
         check_safetensors(Path(name))
     try:
-        model, info = loader.from_pretrained(name, output_loading_info=True,
+        model, info = loader.from_pretrained(name, output_loading_info=True, trust_remote_code=False,
                                              **lm_load_arguments("auto", complete=require_head),
                                              **({"attn_implementation": attention} if attention else {}))
     except ValueError as error:  # an architecture without a causal/masked LM class (T5, vision models, ...)
@@ -196,8 +225,10 @@ def load_tokenizer(name_or_path: str | Path, what: str = "tokenizer"):
             f"cannot load the {what} from '{name}': the folder has no tokenizer files ({', '.join(TOKENIZER_FILES)}). "
             "Save the tokenizer into it (tokenizer.save_pretrained(folder)) or give the folder that has it.")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, use_fast=True)
+        tokenizer = AutoTokenizer.from_pretrained(name, use_fast=True, trust_remote_code=False)
     except Exception as error:  # the tokenizers library raises plain Exception for a tokenizer.json it cannot read
+        if "trust_remote_code" in str(error) or "custom code" in str(error):
+            raise remote_code_refusal(name, what) from error
         damage = damaged_tokenizer_file(name) if Path(name).is_dir() else None
         if damage:
             raise ResourceFormatError(f"cannot load the {what} from '{name}': {damage}") from error

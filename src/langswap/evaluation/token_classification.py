@@ -261,7 +261,7 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
     a transfer, or a bilingual run's `model/`), the model is fine-tuned on the training split (source language)
     with its input embeddings frozen, then reads the test split (target language) through `zero_shot`'s input
     embeddings and tokenizer: the head and the body never see a target-language label."""
-    from langswap.models import dtype_argument, quiet_transformers, load_tokenizer, objective_of
+    from langswap.models import dtype_argument, load_config, load_tokenizer, objective_of, quiet_transformers
 
     config = config or FinetuneConfig()
     if task not in ("pos", "ner"):
@@ -288,16 +288,10 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
     label_ids = {label: index for index, label in enumerate(labels)}
 
     quiet_transformers()
-    from transformers import AutoConfig, AutoModelForTokenClassification
+    from transformers import AutoModelForTokenClassification
 
     tokenizer = load_tokenizer(tokenizer if tokenizer is not None else model_folder)
-    try:
-        model_config = AutoConfig.from_pretrained(str(model_folder))
-    except (OSError, ValueError) as error:
-        from langswap.errors import MissingResourceError
-
-        raise MissingResourceError(f"cannot load a model config from '{model_folder}': {str(error).splitlines()[0]} "
-                                   "Give a folder written by save_pretrained (with config.json).") from error
+    model_config = load_config(model_folder)  # refuses a model that needs code of its own
     causal = objective_of(model_config) != "masked"
     label_token = config.resolved_label_token(causal)
     from langswap.models import pick_device
@@ -310,7 +304,7 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
             with transformers_bars(progress):
                 model = AutoModelForTokenClassification.from_pretrained(
                     str(model_folder), num_labels=len(labels), id2label=dict(enumerate(labels)),
-                    label2id=label_ids, **dtype_argument(torch.float32))
+                    label2id=label_ids, trust_remote_code=False, **dtype_argument(torch.float32))
         except ValueError as error:
             raise ConfigError(f"the model in '{model_folder}' ({model_config.model_type}) has no token-classification "
                               f"head in transformers: {str(error).splitlines()[0]}") from error
