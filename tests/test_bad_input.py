@@ -558,3 +558,39 @@ def test_a_hub_model_that_needs_code_of_its_own_is_refused_with_the_reason(monke
     with pytest.raises(ConfigError) as error:
         load_config("someone/custom-model")
     assert_message(error, "someone/custom-model", "trust_remote_code", "never runs code")
+
+
+@pytest.mark.parametrize("stream", ["on", "off"])
+def test_weights_whose_shapes_disagree_with_config_json_are_named(english, target_tokenizer_folder, tmp_path, stream):
+    tokenizer = byte_level_tokenizer(english)
+    source = save_model(tiny_model("llama", len(tokenizer)), tokenizer, tmp_path / "source")
+    settings = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    settings["intermediate_size"] *= 2  # the config of another model beside these weights
+    (source / "config.json").write_text(json.dumps(settings), encoding="utf-8")
+    output = tmp_path / "out"
+    with pytest.raises(ResourceFormatError) as error:
+        transfer(config(source, target_tokenizer_folder, output, stream=stream))
+    assert_message(error, "model.safetensors", "mlp.gate_proj.weight", f"[{settings['intermediate_size'] // 2}, ",
+                   f"config.json makes it [{settings['intermediate_size']}, ", "config.json that was saved with")
+    assert_nothing_written(output)
+
+
+@pytest.mark.parametrize("stream", ["on", "off"])
+def test_an_output_disk_without_room_is_refused_before_writing_saying_how_much_is_needed(
+        gpt2_folder, target_tokenizer_folder, tmp_path, monkeypatch, stream):
+    import shutil
+
+    from langswap.errors import OutputSpaceError
+
+    free = 1000
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12 - free, free))
+    output = tmp_path / "deeper" / "out"
+    with pytest.raises(OutputSpaceError) as error:
+        transfer(config(gpt2_folder, target_tokenizer_folder, output, stream=stream))
+    assert_message(error, str(output), "needs about", "GiB", "0.00 GiB free", "on a disk with room")
+    assert_nothing_written(output)
+    monkeypatch.undo()
+    written = transfer(config(gpt2_folder, target_tokenizer_folder, output, stream=stream)).output
+    size = sum(path.stat().st_size for path in Path(written).rglob("*") if path.is_file())
+    needed = float(str(error.value).split("needs about ")[1].split(" GiB")[0]) * 2**30
+    assert size <= needed  # the estimate covers what is then written

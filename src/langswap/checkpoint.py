@@ -117,7 +117,24 @@ class Checkpoint:
         if missing:
             raise MissingWeightsError(missing_weights(str(self.folder), self.config, missing, self.objective) + " "
                                       + MISSING_HEAD_FIX)
+        self._check_shapes()
         self.names, self.tied = self._token_tensor_names()
+
+    def stored_bytes(self) -> int:
+        """Bytes of every stored tensor (what the checkpoint's files hold beside their headers)."""
+        return sum(stored.end - stored.start for stored in self.tensors.values())
+
+    def _check_shapes(self) -> None:
+        """Refuse a stored tensor whose shape is not the one config.json gives its parameter."""
+        expected = {name: tuple(tensor.shape) for name, tensor in self.model.state_dict().items()}
+        for name, shape in expected.items():
+            for spelling in self._spellings(name):
+                stored = self.tensors.get(spelling)
+                if stored is not None and stored.shape != shape:
+                    raise ResourceFormatError(
+                        f"'{self.folder / stored.file}' stores '{spelling}' with shape {list(stored.shape)}, but "
+                        f"config.json makes it {list(shape)}. The config and the weights are of different models: "
+                        "put the config.json that was saved with these weights beside them.")
 
     def _spellings(self, name: str) -> list[str]:
         """The names a parameter may be stored under: its own, and without or with the model's base prefix."""

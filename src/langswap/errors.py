@@ -42,5 +42,9 @@ class TrainingDivergedError(NumericalError):
         self.details = details
 
 
+class OutputSpaceError(LangswapError):
+    """The disk that would hold an output has too little free space for it."""
+
+
 class OutputLockedError(LangswapError):
     """Another process is writing the same output folder (or file) now."""

@@ -166,6 +166,16 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
         raise ConfigError(f"cannot load '{name}' as a {objective} language model: {str(error).splitlines()[0]} "
                           "langswap handles *ForCausalLM (GPT-2, Llama, ...) and *ForMaskedLM (BERT, RoBERTa) "
                           "models.") from error
+    except RuntimeError as error:  # transformers' "size mismatch": the report naming the tensor went to its log
+        if "mismatch" not in str(error):
+            raise
+        if Path(name).is_dir() and (Path(name) / "config.json").is_file():
+            from langswap.checkpoint import Checkpoint
+
+            Checkpoint(name, config)  # its shape check names the tensor, its stored shape and config.json's
+        raise ResourceFormatError(f"the weights of '{name}' do not have the shapes its config.json gives them "
+                                  f"({str(error).splitlines()[0]}). Put the config.json that was saved with these "
+                                  "weights beside them.") from error
     missing = sorted(info.get("missing_keys") or [])
     if missing:
         message = missing_weights(name, config, missing, objective)

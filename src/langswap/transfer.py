@@ -20,7 +20,7 @@ import numpy as np
 
 from langswap import __version__
 from langswap.config import from_dict, to_dict
-from langswap.errors import ConfigError, MissingResourceError
+from langswap.errors import ConfigError, MissingResourceError, OutputSpaceError
 from langswap.files import refuse_existing
 from langswap.methods.base import (DEFAULT_METHOD, MethodConfig, TransferInputs, check_resources, get_method,
                                    load_resources, run_method)
@@ -204,6 +204,39 @@ class TransferReport:
     choice: dict | None = None  # where the method offered candidates: which was kept, and why
 
 
+def output_size(source_bytes: int, matrices, target_rows: int, dtype) -> dict[str, int]:
+    """About how many bytes a transfer's output folder takes: the source's weights less its token matrices, plus
+    the new token matrices in `dtype` ({"body", "tokens", "total"}, the total with 16 MiB for configs and the
+    tokenizer)."""
+    import torch
+
+    rows, dim = matrices.embeddings.shape
+    matrices_count = 1 if matrices.tied or matrices.output_embeddings is None else 2
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    old = (rows + matrices.padded_rows) * dim * itemsize * matrices_count
+    body = max(0, source_bytes - old)
+    tokens = target_rows * dim * itemsize * matrices_count + (4 * target_rows if matrices.output_bias is not None
+                                                               else 0)
+    return {"body": body, "tokens": tokens, "total": body + tokens + 16 * 2**20}
+
+
+def check_output_space(output: Path, size: dict[str, int]) -> None:
+    """Refuse, before anything is written, an output whose disk has less free space than `size["total"]`."""
+    import shutil
+
+    place = output.absolute()
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    free = shutil.disk_usage(place).free
+    if free < size["total"]:
+        gb = 2**30
+        raise OutputSpaceError(
+            f"the output '{output}' needs about {size['total'] / gb:.2f} GiB (the model's body, "
+            f"{size['body'] / gb:.2f} GiB, and the new token matrices, {size['tokens'] / gb:.2f} GiB), but the disk "
+            f"holding '{place}' has {free / gb:.2f} GiB free. Free {(size['total'] - free) / gb:.2f} GiB there, or "
+            "give an --output on a disk with room.")
+
+
 def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,
                  progress: bool = False, held_out: list[str] | None = None, finish=None, dtype=None):
     """Run the method and install its matrices into `model` (or a deep copy of it): (model, MethodResult). Where the
@@ -342,6 +375,10 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
 
     clock = time.perf_counter()
     import torch
+
+    source_bytes = checkpoint.stored_bytes() if checkpoint is not None \
+        else sum(p.numel() * p.element_size() for p in model.parameters())
+    check_output_space(Path(config.output), output_size(source_bytes, matrices, len(target), dtype))
 
     device = config.compute_device()
     if device.type == "cpu" and torch.cuda.is_available():
