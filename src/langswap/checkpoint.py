@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 
 from langswap.errors import ResourceFormatError
-from langswap.models import (MISSING_HEAD_FIX, check_safetensors, load_config, missing_weights, objective_of,
-                             transformers_version)
+from langswap.models import (MISSING_HEAD_FIX, check_safetensors, check_stored_shapes, load_config, meta_model,
+                             missing_weights, objective_of, stored_spellings, transformers_version)
 from langswap.numerics import SOURCE_FIX, all_finite, refuse_found
 from langswap.progress import bar
 from langswap.surgery import SourceMatrices, set_vocab_size, source_matrices, update_special_token_ids
@@ -117,31 +117,16 @@ class Checkpoint:
         if missing:
             raise MissingWeightsError(missing_weights(str(self.folder), self.config, missing, self.objective) + " "
                                       + MISSING_HEAD_FIX)
-        self._check_shapes()
+        check_stored_shapes(self.folder, {name: (stored.file, stored.shape) for name, stored in self.tensors.items()},
+                            self.model)
         self.names, self.tied = self._token_tensor_names()
 
     def stored_bytes(self) -> int:
         """Bytes of every stored tensor (what the checkpoint's files hold beside their headers)."""
         return sum(stored.end - stored.start for stored in self.tensors.values())
 
-    def _check_shapes(self) -> None:
-        """Refuse a stored tensor whose shape is not the one config.json gives its parameter."""
-        expected = {name: tuple(tensor.shape) for name, tensor in self.model.state_dict().items()}
-        for name, shape in expected.items():
-            for spelling in self._spellings(name):
-                stored = self.tensors.get(spelling)
-                if stored is not None and stored.shape != shape:
-                    raise ResourceFormatError(
-                        f"'{self.folder / stored.file}' stores '{spelling}' with shape {list(stored.shape)}, but "
-                        f"config.json makes it {list(shape)}. The config and the weights are of different models: "
-                        "put the config.json that was saved with these weights beside them.")
-
     def _spellings(self, name: str) -> list[str]:
-        """The names a parameter may be stored under: its own, and without or with the model's base prefix."""
-        prefix = getattr(self.model, "base_model_prefix", "")
-        if not prefix:
-            return [name]
-        return [name, name.removeprefix(f"{prefix}."), f"{prefix}.{name}"]
+        return stored_spellings(name, getattr(self.model, "base_model_prefix", ""))
 
     def _missing(self) -> list[str]:
         """The model's parameters stored under none of their names (a tied parameter needs one of its names)."""
@@ -335,10 +320,3 @@ def generation_config(folder: Path, model):
     return GenerationConfig.from_model_config(model.config)
 
 
-def meta_model(config, objective: str):
-    """The causal- or masked-LM model class of `config`, built on the meta device (no weights are allocated)."""
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
-
-    loader = AutoModelForMaskedLM if objective == "masked" else AutoModelForCausalLM
-    with torch.device("meta"):
-        return loader.from_config(config)

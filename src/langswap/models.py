@@ -139,6 +139,37 @@ def load_config(name_or_path: str | Path):
             "save_pretrained (with config.json), or a hub name while online.") from error
 
 
+def meta_model(config, objective: str):
+    """The causal- or masked-LM model class of `config`, built on the meta device (no weights are allocated)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+    loader = AutoModelForMaskedLM if objective == "masked" else AutoModelForCausalLM
+    with torch.device("meta"):
+        return loader.from_config(config)
+
+
+def stored_spellings(name: str, prefix: str) -> list[str]:
+    """The names a parameter may be stored under: its own, and without or with the model's base prefix."""
+    if not prefix:
+        return [name]
+    return [name, name.removeprefix(f"{prefix}."), f"{prefix}.{name}"]
+
+
+def check_stored_shapes(folder: Path, shapes: dict[str, tuple[str, tuple[int, ...]]], model) -> None:
+    """Refuse a stored tensor (`shapes`: stored name -> (file, shape)) whose shape is not the one `model`, built from
+    config.json, gives its parameter."""
+    prefix = getattr(model, "base_model_prefix", "")
+    for name, tensor in model.state_dict().items():
+        for spelling in stored_spellings(name, prefix):
+            file, shape = shapes.get(spelling, (None, None))
+            if shape is not None and tuple(shape) != tuple(tensor.shape):
+                raise ResourceFormatError(
+                    f"'{folder / file}' stores '{spelling}' with shape {list(shape)}, but config.json makes it "
+                    f"{list(tensor.shape)}. The config and the weights are of different models: put the config.json "
+                    "that was saved with these weights beside them.")
+
+
 def load_model(name_or_path: str | Path, objective: str | None = None, require_head: bool = True,
                attention: str | None = None):
     """Load a causal- or masked-LM model in the dtype it was saved in.
@@ -169,10 +200,11 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
     except RuntimeError as error:  # transformers' "size mismatch": the report naming the tensor went to its log
         if "mismatch" not in str(error):
             raise
-        if Path(name).is_dir() and (Path(name) / "config.json").is_file():
-            from langswap.checkpoint import Checkpoint
-
-            Checkpoint(name, config)  # its shape check names the tensor, its stored shape and config.json's
+        if Path(name).is_dir():
+            headers = check_safetensors(Path(name))
+            shapes = {tensor: (file, tuple(entry["shape"])) for file, (_, header) in headers.items()
+                      for tensor, entry in header.items() if tensor != "__metadata__"}
+            check_stored_shapes(Path(name), shapes, meta_model(config, objective))  # names the tensor
         raise ResourceFormatError(f"the weights of '{name}' do not have the shapes its config.json gives them "
                                   f"({str(error).splitlines()[0]}). Put the config.json that was saved with these "
                                   "weights beside them.") from error
