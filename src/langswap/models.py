@@ -170,6 +170,18 @@ def check_stored_shapes(folder: Path, shapes: dict[str, tuple[str, tuple[int, ..
                     "that was saved with these weights beside them.")
 
 
+def _refuse_shape_disagreement(name: str, config, objective: str) -> None:
+    """Where a local safetensors folder stores a tensor of another shape than its config.json gives, the
+    `check_stored_shapes` error naming it (called when transformers has failed to load the folder)."""
+    if not Path(name).is_dir():
+        return
+    headers = check_safetensors(Path(name))
+    shapes = {tensor: (file, tuple(entry["shape"])) for file, (_, header) in headers.items()
+              for tensor, entry in header.items() if tensor != "__metadata__"}
+    if shapes:
+        check_stored_shapes(Path(name), shapes, meta_model(config, objective))
+
+
 def load_model(name_or_path: str | Path, objective: str | None = None, require_head: bool = True,
                attention: str | None = None):
     """Load a causal- or masked-LM model in the dtype it was saved in.
@@ -191,6 +203,7 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
                                              **lm_load_arguments("auto", complete=require_head),
                                              **({"attn_implementation": attention} if attention else {}))
     except ValueError as error:  # an architecture without a causal/masked LM class (T5, vision models, ...)
+        _refuse_shape_disagreement(name, config, objective)  # transformers < 4.51 reports a shape this way too
         if attention and "attn" in str(error).lower():
             raise ConfigError(f"'{name}' cannot use attention '{attention}': {str(error).splitlines()[0]} Use "
                               "attention: auto or sdpa.") from error
@@ -200,11 +213,7 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
     except RuntimeError as error:  # transformers' "size mismatch": the report naming the tensor went to its log
         if "mismatch" not in str(error):
             raise
-        if Path(name).is_dir():
-            headers = check_safetensors(Path(name))
-            shapes = {tensor: (file, tuple(entry["shape"])) for file, (_, header) in headers.items()
-                      for tensor, entry in header.items() if tensor != "__metadata__"}
-            check_stored_shapes(Path(name), shapes, meta_model(config, objective))  # names the tensor
+        _refuse_shape_disagreement(name, config, objective)
         raise ResourceFormatError(f"the weights of '{name}' do not have the shapes its config.json gives them "
                                   f"({str(error).splitlines()[0]}). Put the config.json that was saved with these "
                                   "weights beside them.") from error
