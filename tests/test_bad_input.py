@@ -594,3 +594,17 @@ def test_an_output_disk_without_room_is_refused_before_writing_saying_how_much_i
     size = sum(path.stat().st_size for path in Path(written).rglob("*") if path.is_file())
     needed = float(str(error.value).split("needs about ")[1].split(" GiB")[0]) * 2**30
     assert size <= needed  # the estimate covers what is then written
+
+
+def test_an_architecture_without_a_language_model_class_is_named_as_such(tmp_path):
+    """T5 has no causal- or masked-LM class: the refusal says what langswap handles (and the shape check, which runs
+    where transformers reports a tensor of another shape, stays out of its way)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from langswap.models import load_model
+
+    T5ForConditionalGeneration(T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=1,
+                                        num_heads=2)).save_pretrained(tmp_path / "t5")
+    with pytest.raises(ConfigError) as error:
+        load_model(tmp_path / "t5")
+    assert_message(error, "as a causal language model", "*ForCausalLM")

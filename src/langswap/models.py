@@ -105,6 +105,11 @@ def remote_code_refusal(name: str, what: str = "model") -> ConfigError:
         "convert this one into such an architecture first.")
 
 
+def asks_for_remote_code(error: Exception) -> bool:
+    """Whether transformers refused to load something because it would have to run code that comes with it."""
+    return "trust_remote_code" in str(error) or "custom code" in str(error)
+
+
 def _needs_remote_code(folder: Path) -> bool:
     """Whether a local folder's config.json names code of its own for a model type transformers does not know."""
     path = folder / "config.json"
@@ -132,7 +137,7 @@ def load_config(name_or_path: str | Path):
     try:
         return AutoConfig.from_pretrained(name, trust_remote_code=False)
     except (OSError, ValueError) as error:
-        if "trust_remote_code" in str(error) or "custom code" in str(error):
+        if asks_for_remote_code(error):
             raise remote_code_refusal(name) from error
         raise MissingResourceError(
             f"cannot load a model config from '{name}': {str(error).splitlines()[0]} Give a folder written by "
@@ -203,7 +208,8 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
                                              **lm_load_arguments("auto", complete=require_head),
                                              **({"attn_implementation": attention} if attention else {}))
     except ValueError as error:  # an architecture without a causal/masked LM class (T5, vision models, ...)
-        _refuse_shape_disagreement(name, config, objective)  # transformers < 4.51 reports a shape this way too
+        if "shape" in str(error):  # transformers < 4.51 reports a tensor of another shape this way
+            _refuse_shape_disagreement(name, config, objective)
         if attention and "attn" in str(error).lower():
             raise ConfigError(f"'{name}' cannot use attention '{attention}': {str(error).splitlines()[0]} Use "
                               "attention: auto or sdpa.") from error
@@ -278,7 +284,7 @@ def load_tokenizer(name_or_path: str | Path, what: str = "tokenizer"):
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, use_fast=True, trust_remote_code=False)
     except Exception as error:  # the tokenizers library raises plain Exception for a tokenizer.json it cannot read
-        if "trust_remote_code" in str(error) or "custom code" in str(error):
+        if asks_for_remote_code(error):
             raise remote_code_refusal(name, what) from error
         damage = damaged_tokenizer_file(name) if Path(name).is_dir() else None
         if damage:

@@ -221,7 +221,8 @@ def output_size(source_bytes: int, matrices, target_rows: int, dtype) -> dict[st
 
 
 def check_output_space(output: Path, size: dict[str, int]) -> None:
-    """Refuse, before anything is written, an output whose disk has less free space than `size["total"]`."""
+    """Refuse, before the resources load and the method runs, an output whose disk has less free space than
+    `size["total"]`."""
     import shutil
 
     place = output.absolute()
@@ -359,6 +360,9 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     matrices = checkpoint.read_matrices(len(source)) if checkpoint is not None \
         else read_source_matrices(model, len(source), stored_dtype=True)
     dtype = checkpoint.dtype if checkpoint is not None else model.get_input_embeddings().weight.dtype
+    source_bytes = checkpoint.stored_bytes() if checkpoint is not None \
+        else sum(p.numel() * p.element_size() for p in model.parameters())
+    check_output_space(Path(config.output), output_size(source_bytes, matrices, len(target), dtype))
     if checkpoint is None and steps.model_runs():  # its forward passes run on the GPU where there is one
         from langswap.models import pick_device
 
@@ -375,10 +379,6 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
 
     clock = time.perf_counter()
     import torch
-
-    source_bytes = checkpoint.stored_bytes() if checkpoint is not None \
-        else sum(p.numel() * p.element_size() for p in model.parameters())
-    check_output_space(Path(config.output), output_size(source_bytes, matrices, len(target), dtype))
 
     device = config.compute_device()
     if device.type == "cpu" and torch.cuda.is_available():
