@@ -134,3 +134,100 @@ def test_a_calibration_that_predicts_worse_on_held_out_lines_is_put_back(gpt2_fo
     plain, checked = load_file(tmp_path / "plain" / "model.safetensors"), load_file(tmp_path / "checked" /
                                                                                       "model.safetensors")
     assert all(torch.equal(plain[name], checked[name]) for name in plain)
+
+
+def test_a_tied_head_untied_for_calibration_keeps_every_input_row(text):
+    """tied_head: untie gives the head its own matrix first: the input rows stay bit for bit, the mean logits land
+    on the line in one round, and the record says no input row moved."""
+    lines, tokenizer = text
+    model = tiny_model("gpt2", len(tokenizer))
+    before_input = model.get_input_embeddings().weight.detach().clone()
+    moved = np.ones(len(tokenizer), dtype=bool)
+    logf = log_frequencies(tokenizer, lines, len(tokenizer))
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, tied_head="untie"), moved)
+    assert torch.equal(model.get_input_embeddings().weight, before_input)
+    assert not model.config.tie_word_embeddings
+    assert model.get_output_embeddings().weight.data_ptr() != model.get_input_embeddings().weight.data_ptr()
+    offsets = _mean_logits(model, tokenizer, lines) - logf
+    assert np.abs(offsets - offsets.mean()).max() < 0.03
+    assert report["input_rows"] == {"moved": 0}
+
+
+def test_a_tied_head_moved_records_how_far_its_input_rows_went(text):
+    lines, tokenizer = text
+    model = tiny_model("gpt2", len(tokenizer))
+    before_input = model.get_input_embeddings().weight.detach().clone()
+    moved = np.ones(len(tokenizer), dtype=bool)
+    moved[:3] = False
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, tied_head="move"), moved)
+    after = model.get_input_embeddings().weight.detach()
+    relative = ((after - before_input).norm(dim=1) / before_input.norm(dim=1))[3:]
+    assert torch.equal(after[:3], before_input[:3])
+    assert report["input_rows"]["moved"] == int((relative > 0).sum()) > 0
+    assert report["input_rows"]["relative_shift"]["max"] == pytest.approx(float(relative.max()), abs=1e-4)
+    assert report["input_rows"]["relative_shift"]["median"] == pytest.approx(float(relative.median()), abs=2e-2)
+
+
+def test_a_tied_head_skipped_is_left_alone(text):
+    lines, tokenizer = text
+    model = tiny_model("gpt2", len(tokenizer))
+    before = model.get_input_embeddings().weight.detach().clone()
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, tied_head="skip"),
+                       np.ones(len(tokenizer), dtype=bool))
+    assert torch.equal(model.get_input_embeddings().weight, before) and report["rows"] == 0
+    assert "tied" in report["skipped"]
+    with pytest.raises(ConfigError, match="calibration.tied_head"):
+        CalibrationConfig(tied_head="keep")
+
+
+def _made_up_words(count: int, seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+    return ["".join(rng.choices(syllables, k=rng.randint(2, 4))) for _ in range(count)]
+
+
+def _lines_of(words: list[str], count: int, seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    weights = [1.0 / (rank + 1) for rank in range(len(words))]
+    return [" ".join(rng.choices(words, weights=weights, k=rng.randint(6, 14))) for _ in range(count)]
+
+
+def test_smoothing_is_chosen_on_check_lines_read_by_a_tokenizer_that_never_saw_them(text):
+    """choose_smoothing trains a tokenizer like the target's on the counted lines alone and picks the pseudo-count
+    under which their counts best predict the check lines. Check lines that repeat the counted text need the least
+    smoothing of the grid; check lines of words the counted text never had split into pieces it rarely showed, and
+    need more. The report lists every pseudo-count tried."""
+    from langswap.calibrate import SMOOTHING_GRID, choose_smoothing, smoothed_log_frequencies, token_counts
+
+    counted = _lines_of(_made_up_words(800, seed=0), 400, seed=1)
+    new_words = _lines_of(_made_up_words(800, seed=2), 100, seed=3)
+    tokenizer = byte_level_tokenizer(counted + new_words, vocab_size=1500)
+    repeated = choose_smoothing(tokenizer, counted, counted[:100])
+    new = choose_smoothing(tokenizer, counted, new_words)
+    assert repeated["smoothing"] == SMOOTHING_GRID[0]
+    assert new["smoothing"] > SMOOTHING_GRID[2]
+    assert set(new["cross_entropy"]) == {str(k) for k in SMOOTHING_GRID}
+    # the cross-entropies are those of add-k frequencies of the counted lines, read by a tokenizer of that size
+    assert min(new["cross_entropy"].values()) == new["cross_entropy"][str(new["smoothing"])]
+    counts = token_counts(tokenizer, counted, len(tokenizer))
+    assert np.isclose(np.exp(smoothed_log_frequencies(counts, 0.5)).sum(), 1.0)
+    # a tokenizer that cannot be retrained (a slow one) falls back to add-half and says why
+    _, english = text
+    fallback = choose_smoothing(_Slow(english), counted, new_words)
+    assert fallback["smoothing"] == 0.5 and "no tokenizer" in fallback["fallback"]
+
+
+class _Slow:
+    """A tokenizer without a Rust trainer."""
+
+    is_fast = False
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __len__(self):
+        return len(self.tokenizer)

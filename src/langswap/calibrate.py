@@ -47,6 +47,10 @@ class CalibrationConfig:
         "help": "Which rows move: all (every non-special row) or new (rows the method did not copy).",
         "choices": ("all", "new")})
     slope: float = field(default=1.0, metadata={"help": "Mean logit per unit of log-frequency on the line."})
+    smoothing: float | None = field(default=None, metadata={
+        "help": "Pseudo-count added to every token's count before its frequency is taken (add-k smoothing); "
+                "unset: the one that best predicts the check lines when a tokenizer like the target's is trained "
+                "on the counted lines alone (`choose_smoothing`), or 0.5 without check lines."})
     rounds: int = field(default=1, metadata={"help": "Measure and move this many times."})
     text: str | None = field(default=None, metadata={
         "help": "Target-language text the frequencies and hidden states are taken from; default: the transfer's "
@@ -54,6 +58,10 @@ class CalibrationConfig:
     lines: int = field(default=20000, metadata={"help": "Lines of text counted for the frequencies."})
     hidden_lines: int = field(default=200, metadata={"help": "Lines whose hidden states are averaged."})
     max_length: int = field(default=128, metadata={"help": "Tokens of each line read for the hidden states."})
+    tied_head: str = field(default="move", metadata={
+        "help": "A tied head: move (the input rows move with the output rows), untie (the head gets its own copy "
+                "of the matrix first, so only it moves) or skip (no calibration).",
+        "choices": ("move", "untie", "skip")})
     check_lines: int = field(default=100, metadata={
         "help": "Lines of the text, kept out of the counts, on which the calibrated model must predict better than "
                 "before; otherwise the rows are put back (0: no check)."})
@@ -61,8 +69,12 @@ class CalibrationConfig:
     def __post_init__(self):
         if self.strength is not None and not 0 <= self.strength <= 1:
             raise ConfigError(f"calibration.strength is {self.strength}; give a share in [0, 1] (0: off).")
+        if self.tied_head not in ("move", "untie", "skip"):
+            raise ConfigError(f"calibration.tied_head is {self.tied_head!r}; choose move, untie or skip.")
         if self.rows not in ("all", "new"):
             raise ConfigError(f"calibration.rows is {self.rows!r}; choose all or new.")
+        if self.smoothing is not None and not self.smoothing > 0:
+            raise ConfigError(f"calibration.smoothing is {self.smoothing}; give a pseudo-count above 0 (0.5: add-half).")
         if self.rounds < 1 or self.lines < 1 or self.hidden_lines < 1 or self.max_length < 2 or self.check_lines < 0:
             raise ConfigError("calibration.rounds, lines and hidden_lines must be at least 1, max_length at least 2, "
                               "check_lines at least 0.")
@@ -91,14 +103,95 @@ def calibratable(model) -> bool:
     return objective_of(model.config) == "causal" and not type(model).__name__.endswith("ForMaskedLM")
 
 
-def log_frequencies(tokenizer, lines: list[str], size: int) -> np.ndarray:
-    """(size,) log of each token id's add-half smoothed relative frequency in `lines`."""
+def untie_head(model) -> None:
+    """Give a tied model's output layer its own copy of the embedding matrix (config.tie_word_embeddings false), so
+    moving output rows leaves the input rows where they are."""
+    from langswap.models import is_tied
+
+    if not is_tied(model):
+        return
+    output = model.get_output_embeddings()
+    output.weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
+    model.config.tie_word_embeddings = False
+    text_config = getattr(model.config, "get_text_config", lambda: None)()
+    if text_config is not None and text_config is not model.config:
+        text_config.tie_word_embeddings = False
+
+
+def tie_head(model) -> None:
+    """Undo `untie_head`: the output layer shares the embedding matrix again."""
+    model.config.tie_word_embeddings = True
+    text_config = getattr(model.config, "get_text_config", lambda: None)()
+    if text_config is not None and text_config is not model.config:
+        text_config.tie_word_embeddings = True
+    model.get_output_embeddings().weight = model.get_input_embeddings().weight
+
+
+def token_counts(tokenizer, lines: list[str], size: int) -> np.ndarray:
+    """(size,) float64 count of each token id in `lines` (no special tokens added)."""
     counts = np.zeros(size, dtype=np.float64)
     for start in range(0, len(lines), 1000):
         ids = [i for row in tokenizer(lines[start:start + 1000], add_special_tokens=False)["input_ids"] for i in row]
         if ids:
             counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=size)[:size]
-    return np.log((counts + 0.5) / (counts.sum() + 0.5 * size))
+    return counts
+
+
+def smoothed_log_frequencies(counts: np.ndarray, smoothing: float) -> np.ndarray:
+    """log of add-`smoothing` relative frequencies of `counts`."""
+    return np.log((counts + smoothing) / (counts.sum() + smoothing * len(counts)))
+
+
+def log_frequencies(tokenizer, lines: list[str], size: int, smoothing: float = 0.5) -> np.ndarray:
+    """(size,) log of each token id's add-`smoothing` smoothed relative frequency in `lines`."""
+    return smoothed_log_frequencies(token_counts(tokenizer, lines, size), smoothing)
+
+
+SMOOTHING_GRID = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+FALLBACK_SMOOTHING = 0.5
+
+
+def choose_smoothing(tokenizer, counted: list[str], held: list[str]) -> dict:
+    """The add-k pseudo-count of SMOOTHING_GRID under which the token counts of `counted` best predict the tokens of
+    `held` (lowest cross-entropy), both read by a tokenizer like `tokenizer` (its family and size) trained on
+    `counted` alone. Returns {"smoothing": k, "cross_entropy": {k: nats per token}} or, where no tokenizer can be
+    trained (a slow tokenizer) or `held` has no tokens, {"smoothing": 0.5, "fallback": why}.
+
+    Why a tokenizer of its own: calibration text is usually the text the target tokenizer was trained on, and a
+    tokenizer reading its own training text has a token for most of its words, while words it never saw split into
+    pieces that such counts hardly contain (intermediate merges of BPE). Counted by the target tokenizer, held-out
+    lines of that text are not new to it and favour too little smoothing; read by a tokenizer that never saw them,
+    they are new text, as the text a transferred model meets is new to its tokenizer."""
+    from langswap.errors import LangswapError
+    from langswap.resources.tokenizer import train_tokenizer_on_lines
+
+    try:
+        proxy = train_tokenizer_on_lines(tokenizer, counted, len(tokenizer))
+    except (LangswapError, ValueError, TypeError) as error:  # a tokenizer the Rust trainer cannot retrain
+        return {"smoothing": FALLBACK_SMOOTHING, "fallback": f"no tokenizer could be trained on the text ({error})"}
+    size = len(proxy)
+    counts, held_counts = token_counts(proxy, counted, size), token_counts(proxy, held, size)
+    if not held_counts.sum():
+        return {"smoothing": FALLBACK_SMOOTHING, "fallback": "the check lines have no tokens"}
+    entropy = {k: float(-(held_counts * smoothed_log_frequencies(counts, k)).sum() / held_counts.sum())
+               for k in SMOOTHING_GRID}
+    best = min(entropy, key=entropy.get)
+    return {"smoothing": best, "cross_entropy": {str(k): round(value, 4) for k, value in entropy.items()}}
+
+
+def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationConfig) -> tuple[np.ndarray, dict]:
+    """((size,) log-frequencies calibration moves rows towards, how their smoothing was set): counted on the lines
+    `split_check_lines` keeps for counting (up to `config.lines`), smoothed by `config.smoothing` or, unset, by
+    `choose_smoothing` on the check lines."""
+    counted, held = split_check_lines(lines, config)
+    counted = counted[:config.lines]
+    if config.smoothing is not None:
+        smoothing = {"smoothing": config.smoothing, "set": "calibration.smoothing"}
+    elif held:
+        smoothing = choose_smoothing(tokenizer, counted, held)
+    else:
+        smoothing = {"smoothing": FALLBACK_SMOOTHING, "fallback": "no check lines (check_lines: 0, or too little text)"}
+    return log_frequencies(tokenizer, counted, size, smoothing["smoothing"]), smoothing
 
 
 @torch.no_grad()
@@ -152,26 +245,52 @@ def split_check_lines(lines: list[str], config: CalibrationConfig) -> tuple[list
     return lines, []
 
 
+def input_row_moves(before: torch.Tensor, after: torch.Tensor, moved: np.ndarray) -> dict:
+    """What a calibration did to a tied model's input rows (`before`, `after`: (V, d)): how many moved, and the
+    size of each move relative to the row's own norm (median, 90th percentile, largest)."""
+    rows = torch.from_numpy(np.flatnonzero(moved))
+    start = before[rows].to(torch.float32)
+    shift = (after.detach()[rows].to(torch.float32) - start).norm(dim=1)
+    relative = (shift / start.norm(dim=1).clamp_min(1e-12)).cpu().numpy()
+    if not len(relative):
+        return {"moved": 0}
+    return {"moved": int((shift > 0).sum()), "relative_shift": {
+        "median": round(float(np.median(relative)), 4), "p90": round(float(np.quantile(relative, 0.9)), 4),
+        "max": round(float(relative.max()), 4)}}
+
+
 def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray,
-              log_freqs: np.ndarray | None = None) -> dict:
+              line: tuple[np.ndarray, dict] | None = None) -> dict:
     """Move the output rows `moved` (a boolean mask over the vocabulary) of `model` as the module docstring says;
     returns a report (rows moved, mean |move| of the mean logits before and after, per round; with the check, the
-    held-out loss of the model as left, unrounded, under "held_out_loss"). `log_freqs`: the counted lines'
-    `log_frequencies`, where the caller has them already."""
+    held-out loss of the model as left, unrounded, under "held_out_loss"). `line`: `frequency_line`'s result for
+    these lines and config, where the caller has it already."""
     assert config.strength is not None, "calibrate() takes a resolved strength (CalibrationConfig.plan)"
     if not calibratable(model):
         raise ConfigError("frequency calibration is for causal LMs (a masked LM's mean logit over unmasked "
                           "positions is not its prior); set calibration.strength: 0 for this model.")
+    from langswap.models import is_tied
+
+    tied = is_tied(model)
+    if tied and config.tied_head == "skip":
+        return {"rows": 0, "skipped": "the head is tied (calibration.tied_head: skip)"}
+    untied = tied and config.tied_head == "untie"
+    if untied:
+        untie_head(model)
     head = model.get_output_embeddings()
     weight = head.weight
     bias = getattr(head, "bias", None)
     size = weight.shape[0]
     moved = np.asarray(moved, dtype=bool)[:size]
+    if line is None:
+        line = frequency_line(tokenizer, lines, size, config)
+    logf, smoothing = line
+    assert len(logf) == size, (len(logf), size)
     lines, held = split_check_lines(lines, config)
     before = mean_token_loss(model, tokenizer, held, config.max_length) if held else None
-    saved = (weight.detach().clone(), None if bias is None else bias.detach().clone()) if held else None
-    assert log_freqs is None or len(log_freqs) == size, (len(log_freqs), size)
-    logf = log_frequencies(tokenizer, lines[:config.lines], size) if log_freqs is None else log_freqs
+    moves_inputs = bias is None and is_tied(model)
+    saved = (weight.detach().clone(), None if bias is None else bias.detach().clone()) \
+        if held or moves_inputs else None
     rounds = []
     for _ in range(config.rounds):
         hidden = mean_head_input(model, tokenizer, lines[:config.hidden_lines], config.max_length)
@@ -190,7 +309,8 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
         rounds.append({"mean_abs_distance": round(float(np.abs(distance[moved]).mean()), 4)})
     report = {"rows": int(moved.sum()), "strength": config.strength, "slope": config.slope,
               "through": "output bias" if bias is not None else "head rows along the mean hidden state",
-              "rounds": rounds}
+              "rounds": rounds, "smoothing": smoothing,
+              "input_rows": input_row_moves(saved[0], weight, moved) if moves_inputs else {"moved": 0}}
     if held:
         after = mean_token_loss(model, tokenizer, held, config.max_length)
         report["check"] = {"lines": len(held), "loss_before": round(before, 4), "loss_after": round(after, 4)}
@@ -200,6 +320,8 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
                 weight.copy_(saved[0])
                 if bias is not None:
                     bias.copy_(saved[1])
+            if untied:
+                tie_head(model)
             logger.warning("frequency calibration put back: on %d held-out lines of the text the mean token loss "
                            "went from %.4f to %.4f", len(held), before, after)
             return {**report, "rows": 0, "held_out_loss": before,

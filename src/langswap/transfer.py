@@ -249,12 +249,17 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     `dtype`: that of the new matrices (`run_method`; default: the source matrices' own)."""
     import copy as copying
 
+    from langswap.models import is_tied
     from langswap.surgery import install_embeddings, update_special_token_ids
 
     if copy:
         model = copying.deepcopy(model)
 
     def install(result):
+        if matrices.tied and not is_tied(model):  # a candidate's calibration untied it (calibration.tied_head)
+            from langswap.calibrate import tie_head
+
+            tie_head(model)
         install_embeddings(model, result.embeddings, result.output_embeddings, result.output_bias)
         update_special_token_ids(model, inputs.target.tokenizer)
 
@@ -280,7 +285,7 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
 
 
 def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
-                   log_freqs: np.ndarray | None = None) -> dict:
+                   line: tuple[np.ndarray, dict] | None = None) -> dict:
     """Frequency calibration (`langswap.calibrate`) of a transferred model's output rows at `strength`: every
     non-special row, or with `rows: new` those the method did not copy. Returns calibrate's report."""
     from langswap.calibrate import calibrate
@@ -288,7 +293,7 @@ def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strengt
 
     kinds = mapping.kinds
     moved = kinds != Kind.SPECIAL if config.rows == "all" else ~np.isin(kinds, [Kind.SPECIAL, Kind.COPIED])
-    return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, log_freqs)
+    return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line)
 
 
 def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
@@ -388,16 +393,15 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     calibration_config = config.calibration
     if held_out and calibration_config.check_lines:
         calibration_config = dataclasses.replace(calibration_config, check_lines=len(held_out))
-    log_freqs = None
+    line = None  # the frequencies and their smoothing, made once for every candidate
     if strength > 0:
-        from langswap.calibrate import log_frequencies, split_check_lines
+        from langswap.calibrate import frequency_line
 
-        counted, _ = split_check_lines(lines, calibration_config)
-        log_freqs = log_frequencies(target_tokenizer, counted[:calibration_config.lines], len(target))
+        line = frequency_line(target_tokenizer, lines, len(target), calibration_config)
 
     def finish(candidate_model, candidate) -> float | None:  # each candidate judged as it would be saved: calibrated
         report = calibrate_rows(candidate_model, target_tokenizer, candidate.mapping, calibration_config, strength,
-                                lines, log_freqs)
+                                lines, line)
         return report.get("held_out_loss")
 
     if checkpoint is not None:  # nothing runs the model (streamed_checkpoint): the method's matrices are written
@@ -412,7 +416,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     if strength > 0:
         clock = time.perf_counter()
         calibration = calibrate_rows(model, target_tokenizer, result.mapping, calibration_config, strength, lines,
-                                     log_freqs)
+                                     line)
         calibration.pop("held_out_loss", None)
         calibration["text"] = str(text)
         seconds["calibrate"] = time.perf_counter() - clock

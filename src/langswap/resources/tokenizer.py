@@ -30,9 +30,21 @@ def train_tokenizer(source_tokenizer, text_path: str | Path, vocab_size: int | N
     """A tokenizer like `source_tokenizer`, trained on the lines of `text_path` (UTF-8, optionally .gz)."""
     from langswap.errors import VocabularyError
 
-    if not getattr(source_tokenizer, "is_fast", False):
+    if not getattr(source_tokenizer, "is_fast", False):  # before the text is read
         raise VocabularyError("training a tokenizer needs a fast source tokenizer (tokenizer.json).")
     lines = read_text_lines(text_path, what="tokenizer training text", max_lines=max_lines)
+    tokenizer = train_tokenizer_on_lines(source_tokenizer, lines, vocab_size, progress)
+    logger.info("trained a %d-token tokenizer on %d lines of %s", len(tokenizer), len(lines), text_path)
+    return tokenizer
+
+
+def train_tokenizer_on_lines(source_tokenizer, lines: list[str], vocab_size: int | None = None,
+                             progress: bool = False):
+    """`train_tokenizer` on lines in memory."""
+    from langswap.errors import VocabularyError
+
+    if not getattr(source_tokenizer, "is_fast", False):
+        raise VocabularyError("training a tokenizer needs a fast source tokenizer (tokenizer.json).")
     vocab_size = vocab_size or len(source_tokenizer)
 
     def batches(size: int = 1000):
@@ -47,7 +59,6 @@ def train_tokenizer(source_tokenizer, text_path: str | Path, vocab_size: int | N
                                                          length=len(lines), show_progress=progress)
     if byte_tokens:
         tokenizer = _add_byte_tokens(tokenizer, byte_tokens)
-    logger.info("trained a %d-token tokenizer on %d lines of %s", len(tokenizer), len(lines), text_path)
     return tokenizer
 
 

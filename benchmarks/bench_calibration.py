@@ -1,0 +1,138 @@
+"""Does frequency calibration help or harm after training? SmolLM2-135M -> German or Swahili, on a small slice of the
+training text (as a language with little text) or on the whole split, each method with and without calibration.
+
+A `langswap bench` run: a tokenizer of `--vocab` tokens trained on the training text, the language's dictionary as
+the only resource (what `langswap transfer --set resources.dictionary=...` gets), every entry measured at the given
+steps of embedding-only training (batch 2 x 128, as bench_peers.py). The training text is the first `--slice-bytes`
+bytes of the split (0: the whole split) less its last `--dev-lines` lines, which are held out as development lines:
+`--eval dev` (the default) scores those, and it is on them that anything is chosen; `--eval test` scores the first
+300 lines of the test split with the same trained snapshots, for reporting.
+
+Entries: the method's label, then `cal` (calibrated as `langswap transfer` does by default) or `raw` (strength 0),
+then calibration options and method options (`method.` before the name), e.g. `combined cal strength=0.5` or
+`combined cal method.mode=mix`; `--entries` picks a subset.
+
+    python benchmarks/bench_calibration.py --language sw --slice-bytes 200000 --steps 0 200
+    python benchmarks/bench_calibration.py --language sw --slice-bytes 200000 --steps 0 200 --eval test
+    python benchmarks/bench_calibration.py --language de --slice-bytes 0 --vocab 49152 --steps 0 200
+
+The bench folder (default ~/.cache/langswap/bench-calibration-LANG-SLICE-VOCAB) is resumable; table, results and plot
+are copied to benchmarks/results/calibration-LANG-SLICE-VOCAB-EVAL/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_german_training import DEFAULT_DATA, REPO, run_and_record, shared_data_ready  # noqa: E402
+from bench_tiktotok import DICTIONARIES  # noqa: E402
+
+# label -> (method entry, calibration section)
+ENTRIES = {
+    "overlap raw": ({"name": "overlap"}, {"strength": 0}),
+    "overlap cal": ({"name": "overlap"}, {}),
+    "combined raw": ({"name": "combined"}, {"strength": 0}),
+    "combined cal": ({"name": "combined"}, {}),
+    "fvt length raw": ({"name": "fvt", "weighting": "length"}, {"strength": 0}),
+    "fvt length cal": ({"name": "fvt", "weighting": "length"}, {}),
+    "tiktotok dictionary raw": ({"name": "tiktotok", "variant": "dictionary"}, {"strength": 0}),
+    "tiktotok dictionary cal": ({"name": "tiktotok", "variant": "dictionary"}, {}),
+}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--language", choices=sorted(DICTIONARIES), required=True)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--slice-bytes", type=int, default=200_000, help="Bytes of the training split (0: all).")
+    parser.add_argument("--vocab", type=int, default=10_000, help="Target tokenizer size.")
+    parser.add_argument("--dev-lines", type=int, default=300, help="Lines held out of the training text.")
+    parser.add_argument("--eval", choices=("dev", "test"), default="dev")
+    parser.add_argument("--steps", type=int, nargs="+", default=[0, 200])
+    parser.add_argument("--entries", nargs="+", default=["overlap raw", "overlap cal", "combined raw",
+                                                          "combined cal"],
+                        help="Entries to run: a label of ENTRIES, or one followed by calibration options "
+                             "(`combined cal strength=0.5`).")
+    parser.add_argument("--workdir", type=Path, default=None)
+    return parser.parse_args(argv)
+
+
+def entry(text: str) -> dict:
+    """A bench method entry from `LABEL [key=value ...]` (the label one of ENTRIES; `method.key=value` sets a method
+    option, `key=value` a calibration option)."""
+    import yaml
+
+    for label, (method, calibration) in ENTRIES.items():
+        if text == label or text.startswith(label + " "):
+            options = dict(part.split("=", 1) for part in text[len(label):].split())
+            options = {key: yaml.safe_load(value) for key, value in options.items()}
+            method_options = {key[len("method."):]: value for key, value in options.items()
+                              if key.startswith("method.")}
+            options = {key: value for key, value in options.items() if not key.startswith("method.")}
+            return {**method, **method_options, "label": text, "calibration": {**calibration, **options}}
+    raise SystemExit(f"unknown entry {text!r}; start it with one of: {', '.join(ENTRIES)}")
+
+
+def split_text(source: Path, workdir: Path, slice_bytes: int, dev_lines: int) -> tuple[Path, Path]:
+    """(training text, development text) in `workdir`: the first `slice_bytes` bytes of `source` (whole lines; 0:
+    all of it), its last `dev_lines` lines held out."""
+    lines = source.read_text(encoding="utf-8").splitlines()
+    if slice_bytes:
+        kept, size = [], 0
+        for line in lines:
+            size += len(line.encode("utf-8")) + 1
+            if size > slice_bytes:
+                break
+            kept.append(line)
+        lines = kept
+    if len(lines) < 2 * dev_lines:
+        raise SystemExit(f"{len(lines)} lines are too few to hold out {dev_lines}")
+    train, dev = workdir / "train.txt", workdir / "dev.txt"
+    for path, part in ((train, lines[:-dev_lines]), (dev, lines[-dev_lines:])):
+        if not path.exists():
+            path.write_text("\n".join(part) + "\n", encoding="utf-8")
+    return train, dev
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    language = args.language
+    splits = args.data / "splits"
+    dictionary = args.data / "dicts" / DICTIONARIES[language]
+    needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", dictionary]
+    if not shared_data_ready("bench_calibration", args.data, needed):
+        return 0
+    name = f"{language}-{args.slice_bytes // 1000 if args.slice_bytes else 'full'}k-{args.vocab}"
+    name = name.replace("fullk", "full")
+    workdir = args.workdir or Path(f"~/.cache/langswap/bench-calibration-{name}").expanduser()
+    workdir.mkdir(parents=True, exist_ok=True)
+    train, dev = split_text(splits / f"{language}.train.txt", workdir, args.slice_bytes, args.dev_lines)
+
+    from langswap.demo.smollm2 import smollm2_135m
+    from langswap.files import atomic_directory
+    from langswap.models import load_tokenizer
+    from langswap.resources.tokenizer import train_tokenizer
+
+    model = smollm2_135m()
+    tokenizer = workdir / f"tokenizer-{args.vocab}"
+    if not (tokenizer / "tokenizer.json").exists():
+        with atomic_directory(tokenizer, overwrite=True) as folder:
+            train_tokenizer(load_tokenizer(model), train, args.vocab).save_pretrained(folder)
+    bench = {
+        "source_model": str(model), "target_tokenizer": str(tokenizer), "language": language,
+        "train_text": str(train), "eval_text": str(dev if args.eval == "dev" else splits / f"{language}.test.txt"),
+        "eval_lines": 300, "output": str(workdir / "bench"), "steps": args.steps,
+        "methods": [entry(text) for text in args.entries],
+        "resources": {"dictionary": str(dictionary)},
+        "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
+                  "logging_steps": 10, "max_lines": 20000},
+    }
+    run_and_record(bench, REPO / "benchmarks" / "results" / f"calibration-{name}-{args.eval}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
