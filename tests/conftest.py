@@ -52,6 +52,18 @@ def cipher_word(text: str) -> str:
 cipher_line = cipher_word
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_of_the_session(tmp_path_factory):
+    """What the tests build into the langswap cache (token stores of every training run) goes to a folder of the
+    session, not the user's cache; a cache the user named with $LANGSWAP_CACHE is kept."""
+    if os.environ.get("LANGSWAP_CACHE"):
+        yield
+        return
+    os.environ["LANGSWAP_CACHE"] = str(tmp_path_factory.mktemp("langswap-cache"))
+    yield
+    os.environ.pop("LANGSWAP_CACHE", None)
+
+
 @pytest.fixture(scope="session")
 def corpus_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("corpus")

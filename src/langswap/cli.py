@@ -91,6 +91,7 @@ def config_flags(args, data: dict, names: list[str]) -> dict:
 TRANSFER_FLAGS = ["source_model", "target_tokenizer", "target_text", "output", "eval_text", "overwrite"]
 ENRICH_FLAGS = ["l1", "l2", "dictionary", "output", "method", "target_text", "overwrite"]
 TRAIN_FLAGS = ["model", "train_text", "eval_text", "output", "preset", "steps", "objective", "overwrite"]
+PREPARE_FLAGS = ["model", "train_text", "preset", "objective", "text_field", "max_lines", "data_dir"]
 
 
 def _set_help(config_cls) -> str:
@@ -485,6 +486,31 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_prepare(args) -> int:
+    from langswap.training.run import TrainConfig, prepare
+    from langswap.training.store import format_size, list_stores, remove_stores, store_root
+
+    data = config_flags(args, load_yaml(args.config) if args.config else {}, PREPARE_FLAGS)
+    config = from_dict(TrainConfig, apply_overrides(data, _overrides(args)))
+    if not (args.list or args.remove):
+        for store in prepare(config, progress=not args.quiet):
+            print(f"{store.folder}: {store.summary()}")
+        return 0
+    for folder in remove_stores(args.remove, config.data_dir) if args.remove else []:
+        print(f"removed {folder}")
+    if args.list:
+        rows = list_stores(config.data_dir)
+        total = f"{len(rows)}, {format_size(sum(row['bytes'] for row in rows))}" if rows else "none"
+        print(f"token stores in {store_root(config.data_dir)}: {total}")
+        for row in rows:
+            counts = (f"{row['tokens']:,} tokens, {row['documents']:,} documents, {row['objective']}, tokenizer "
+                      f"{row['tokenizer']}, " if "tokens" in row else "")
+            files = ", ".join(row.get("files", []))
+            print(f"  {row['name']}  {format_size(row['bytes'])}  {row['status']}" + (f"\n    {counts}{files}"
+                                                                                      if counts or files else ""))
+    return 0
+
+
 def cmd_bench(args) -> int:
     from langswap.bench import BenchConfig, run_bench
 
@@ -563,6 +589,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(sub, TrainConfig, TRAIN_FLAGS)
     _add_set(sub)
     sub.set_defaults(run=cmd_train)
+
+    sub = commands.add_parser("prepare", help="Tokenise a run's training text once into token stores (`train` "
+                              "builds them when missing); --list or --remove stores.", formatter_class=raw,
+                              epilog=_set_help(TrainConfig))
+    sub.add_argument("config", nargs="?", help="The train YAML config of the run (or the flags below).")
+    add_flags(sub, TrainConfig, PREPARE_FLAGS)
+    sub.add_argument("--list", action="store_true", help="List the token stores in the data folder: size, state "
+                     "(ready, stale, damaged, unfinished), counts and files.")
+    sub.add_argument("--remove", nargs="+", metavar="NAME", help="Remove these stores (names as --list shows them; "
+                     "`all`: every store and unfinished build in the data folder).")
+    _add_set(sub)
+    sub.set_defaults(run=cmd_prepare)
 
     sub = commands.add_parser("enrich", help="TEMA: improve a poorly trained target-language model (L2) with the "
                               "embeddings of a richly trained one (L1) of the same width, through a dictionary.",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 
-def bar(progress: bool, total: int, desc: str, unit: str = "seq"):
-    """A tqdm bar of `total` `unit`s, or None when `progress` is off (callers update it only when it is there)."""
+def bar(progress: bool, total: int | None, desc: str, unit: str = "seq", scale: bool = False):
+    """A tqdm bar of `total` `unit`s, or None when `progress` is off (callers update it only when it is there).
+    `scale`: counts shown with k/M/G prefixes (for bytes)."""
     if not progress:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit)
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=scale)

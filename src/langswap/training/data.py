@@ -9,8 +9,9 @@ Hugging Face `run_clm` / `run_mlm` examples do, so no position is padding:
 - masked LM: each block is `[cls] sequence_length-2 tokens [sep]`, documents separated by `[sep]`; 15% of the
   non-special positions are selected for prediction, 80/10/10 masked/random/kept (`masking.mask_tokens`).
 
-The tail that does not fill a block is dropped. Not handled: streaming corpora larger than memory (tokenise a
-shard, or use `max_lines`).
+The tail that does not fill a block is dropped. `pack` holds the whole stream in memory; training reads the same
+blocks from a token store instead (`store.py`: the stream tokenised once into a memory-mapped file), and `pack`
+serves the evaluation text, of which only `eval_sequences` blocks are read.
 
 A recipe names the texts it trains on as streams (`Stream`; by default one, `train_text`). Each phase reads the
 next slice of the run's one shuffled order of a stream (`StreamSlice`). Several streams are mixed within every
@@ -29,11 +30,12 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
 from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError
-from langswap.resources.text import read_lines, read_text_lines
+from langswap.resources.text import read_line_spans
 
 logger = logging.getLogger(__name__)
 
@@ -41,29 +43,52 @@ logger = logging.getLogger(__name__)
 def read_documents(path: str | Path, what: str = "training text", text_field: str = "text",
                    max_lines: int | None = None) -> list[str]:
     """Documents of a .txt/.gz file (one per non-empty line) or a .jsonl file (`text_field` of each object)."""
+    return [document.text for document in iter_documents(path, what, text_field, max_lines)]
+
+
+@dataclass(frozen=True)
+class Document:
+    text: str
+    start: int  # byte offset of the document's line in its file (in the decompressed bytes of a .gz)
+    end: int  # byte offset where the line ends, without its newline; a .jsonl line is the whole JSON object
+
+
+def is_jsonl(path: str | Path) -> bool:
+    return Path(path).name.endswith((".jsonl", ".jsonl.gz"))
+
+
+def iter_documents(path: str | Path, what: str = "training text", text_field: str = "text",
+                   max_lines: int | None = None) -> Iterator[Document]:
+    """The documents of `read_documents`, one at a time, each with the byte range of its line; an empty corpus is
+    an error once the file has been read."""
     path = Path(path)
-    if not path.name.endswith((".jsonl", ".jsonl.gz")):
-        return read_text_lines(path, what, max_lines=max_lines)
-    documents = []
-    for number, line in enumerate(read_lines(path, what), start=1):
+    jsonl = is_jsonl(path)
+    count = 0
+    for number, (start, end, line) in enumerate(read_line_spans(path, what), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ResourceFormatError(f"{what} '{path}' line {number} is not JSON ({error.msg}); a .jsonl file holds "
-                                      f"one object per line, like {{\"{text_field}\": \"...\"}}.") from error
-        if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
-            keys = ", ".join(record) if isinstance(record, dict) else type(record).__name__
-            raise ResourceFormatError(f"{what} '{path}' line {number} has no string field '{text_field}' (it has: "
-                                      f"{keys}); set text_field to the key that holds the text.")
-        if record[text_field].strip():
-            documents.append(record[text_field])
-            if max_lines is not None and len(documents) >= max_lines:
-                break
-    if not documents:
+        if jsonl:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ResourceFormatError(f"{what} '{path}' line {number} is not JSON ({error.msg}); a .jsonl file "
+                                          f"holds one object per line, like {{\"{text_field}\": \"...\"}}.") from error
+            if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+                keys = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+                raise ResourceFormatError(f"{what} '{path}' line {number} has no string field '{text_field}' (it "
+                                          f"has: {keys}); set text_field to the key that holds the text.")
+            line = record[text_field]
+            if not line.strip():
+                continue
+        yield Document(line, start, end)
+        count += 1
+        if max_lines is not None and count >= max_lines:
+            return
+    if count == 0 and jsonl:
         raise ResourceFormatError(f"{what} '{path}' has no text under '{text_field}'.")
-    return documents
+    if count == 0:
+        raise ResourceFormatError(f"{what} '{path}' has no text (no non-empty line). Give a UTF-8 file with one "
+                                  "document or paragraph per line.")
 
 
 @dataclass
@@ -80,21 +105,7 @@ class PackedText:
 def pack(tokenizer, documents: list[str], sequence_length: int, objective: str, what: str = "training text",
          max_blocks: int | None = None) -> PackedText:
     """Tokenise `documents` and cut the stream into blocks; fewer tokens than one block is an error."""
-    if sequence_length < 4:
-        raise ConfigError(f"sequence_length is {sequence_length}; use at least 4 (typically 512 or 1024).")
-    if objective == "masked":
-        cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
-        sep_id = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
-        if cls_id is None or sep_id is None or tokenizer.mask_token_id is None:
-            raise ConfigError("the masked-LM objective needs a tokenizer with cls (or bos), sep (or eos) and mask "
-                              "tokens; this one lacks some. Is the model a causal LM? Use objective: causal.")
-        body = sequence_length - 2
-        before, after = [], [sep_id]
-    else:
-        eos_id, bos_id = tokenizer.eos_token_id, tokenizer.bos_token_id
-        before = [bos_id] if bos_id is not None and bos_id != eos_id else []
-        after = [eos_id] if eos_id is not None else []
-        body = sequence_length
+    before, after, frame, body = stream_frame(tokenizer, objective, sequence_length)
     stream: list[int] = []
     n_bytes = 0  # of the documents tokenised: with max_blocks the rest of the file is never read into the stream
     for start in range(0, len(documents), 1000):
@@ -109,15 +120,38 @@ def pack(tokenizer, documents: list[str], sequence_length: int, objective: str, 
             break
     count = len(stream) // body
     if count == 0:
-        raise ResourceFormatError(
-            f"{what} has {len(stream):,} tokens, fewer than one sequence of {sequence_length}; give more text or a "
-            "smaller sequence_length.")
+        raise too_short(what, len(stream), sequence_length)
     if max_blocks is not None:
         count = min(count, max_blocks)
     blocks = torch.tensor(stream[:count * body], dtype=torch.long).view(count, body)
-    if objective == "masked":
-        blocks = torch.cat([torch.full((count, 1), cls_id), blocks, torch.full((count, 1), sep_id)], dim=1)
+    if frame is not None:
+        blocks = torch.cat([torch.full((count, 1), frame[0]), blocks, torch.full((count, 1), frame[1])], dim=1)
     return PackedText(blocks, len(stream), n_bytes)
+
+
+def stream_frame(tokenizer, objective: str, sequence_length: int):
+    """How documents are joined into one token stream and the stream cut into blocks, for `tokenizer` and the
+    objective: (tokens before each document, tokens after it, the (first, last) token around every block or None,
+    stream tokens per block). Causal: [bos] ids [eos], blocks of `sequence_length`; masked: ids [sep], blocks of
+    `sequence_length - 2` framed by [cls] .. [sep]."""
+    if sequence_length < 4:
+        raise ConfigError(f"sequence_length is {sequence_length}; use at least 4 (typically 512 or 1024).")
+    if objective == "masked":
+        cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+        sep_id = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+        if cls_id is None or sep_id is None or tokenizer.mask_token_id is None:
+            raise ConfigError("the masked-LM objective needs a tokenizer with cls (or bos), sep (or eos) and mask "
+                              "tokens; this one lacks some. Is the model a causal LM? Use objective: causal.")
+        return [], [sep_id], (cls_id, sep_id), sequence_length - 2
+    eos_id, bos_id = tokenizer.eos_token_id, tokenizer.bos_token_id
+    before = [bos_id] if bos_id is not None and bos_id != eos_id else []
+    after = [eos_id] if eos_id is not None else []
+    return before, after, None, sequence_length
+
+
+def too_short(what: str, tokens: int, sequence_length: int) -> ResourceFormatError:
+    return ResourceFormatError(f"{what} has {tokens:,} tokens, fewer than one sequence of {sequence_length}; give "
+                               "more text or a smaller sequence_length.")
 
 
 class BlockDataset(torch.utils.data.Dataset):

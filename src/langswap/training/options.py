@@ -13,7 +13,8 @@ from langswap.training.recipes.base import RecipeOptions, describe_recipes, make
 ATTENTION_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flex_attention")
 
 # Fields that may change when a run is resumed: they do not change the weights a run ends with.
-RESUMABLE_CHANGES = {"overwrite", "save_steps", "save_total_limit", "snapshot_steps", "eval_steps", "num_workers"}
+RESUMABLE_CHANGES = {"overwrite", "save_steps", "save_total_limit", "snapshot_steps", "eval_steps", "num_workers",
+                     "data_dir"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +67,10 @@ class TrainConfig:
     text_field: str = field(default="text", metadata={"help": "Key of the text in .jsonl files."})
     max_lines: int | None = field(default=None, metadata={"help": "Read at most this many training documents."})
     num_workers: int = field(default=0, metadata={"help": "Data-loader worker processes."})
+    data_dir: str | None = field(default=None, metadata={
+        "help": "Folder of token stores (the training text tokenised once, reused by reruns, resumes and every "
+                "process; `langswap prepare --list` shows them); default: token-stores/ in the langswap cache "
+                "($LANGSWAP_CACHE, else $XDG_CACHE_HOME/langswap, else ~/.cache/langswap)."})
     # speed: what torch, transformers and accelerate provide (docs/design.md, "Training speed")
     attention: str = field(default="auto", metadata={
         "help": "Attention kernels: auto (transformers' default for the model, SDPA where it has it), sdpa, eager, "
@@ -90,8 +95,9 @@ class TrainConfig:
         # the recipe: mapping becomes the named recipe's options (an unknown preset or option is an error here)
         object.__setattr__(self, "recipe", recipe_options(self.preset, self.recipe))
 
-    def validate(self) -> None:
-        for name in ("model", "train_text", "output"):
+    def validate(self, training: bool = True) -> None:
+        """Every option checked; `training=False` checks what preparing the run's token stores needs (no output)."""
+        for name in ("model", "train_text", "output")[:3 if training else 2]:
             if not getattr(self, name):
                 raise ConfigError(f"{name} is not set (--{name.replace('_', '-')} or `{name}:` in the config).")
         if not Path(self.model).is_dir():

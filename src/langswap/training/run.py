@@ -22,7 +22,10 @@ Output folder:
     curve.json, curve.png
     model/                   the trained model + tokenizer; from_pretrained(output/model) loads it
 
-Not handled: streaming datasets, FSDP/DeepSpeed-specific checkpoint formats (the Trainer's own handling applies).
+Training text is read from token stores (`store.py`): tokenised once, memory-mapped, shared by reruns, resumes and
+every process; `prepare` builds them ahead of a run.
+
+Not handled: FSDP/DeepSpeed-specific checkpoint formats (the Trainer's own handling applies).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
 from langswap.training.phases import Phase, parameter_counts, set_trainable
 from langswap.training.recipes.base import Recipe, make_recipe
 
-__all__ = ["TrainConfig", "TrainReport", "comparable_config", "train"]
+__all__ = ["TrainConfig", "TrainReport", "comparable_config", "prepare", "train"]
 
 logger = logging.getLogger(__name__)
 
@@ -297,8 +300,8 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
 
     from langswap.models import load_config, load_tokenizer
     from langswap.training.curve import CurveWriter
-    from langswap.training.data import (BlockDataset, LMCollator, masked_eval_set, pack, phase_dataset,
-                                        read_documents)
+    from langswap.training.data import BlockDataset, LMCollator, masked_eval_set, pack, phase_dataset, read_documents
+    from langswap.training.store import StoreBlocks
     from langswap.training.trainer import Curve, PhaseTrainer, RecipeHooks, Snapshots, save_model_atomically
 
     output = Path(config.output)
@@ -329,17 +332,19 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                           + ("which this tokenizer lacks" if tokenizer.eos_token_id is None
                              else f"and recipe '{recipe.name}' packs a stream with another tokenizer")
                           + "; leave document_mask off.")
-    train_sets, stream_tokens, stream_tokenizers = {}, {}, []
+    train_sets, stream_tokens, stream_tokenizers, stores = {}, {}, [], {}
     for stream in streams:
-        stream_tokenizer = (load_tokenizer(stream.tokenizer, f"tokenizer of stream {stream.name}") if stream.tokenizer
-                            else tokenizer)
+        stream_tokenizer = _stream_tokenizer(stream, tokenizer)
         stream_tokenizers.append(stream_tokenizer if stream.tokenizer else None)
-        documents = read_documents(stream.path, "training text", config.text_field, config.max_lines)
-        packed = pack(stream_tokenizer, documents, sequence_length, objective, f"training text '{stream.path}'")
-        train_sets[stream.name], stream_tokens[stream.name] = BlockDataset(packed.blocks), packed.tokens
+        # the stream's blocks come from its token store, built once (by one process of a multi-process run)
+        store = _built_once(state, lambda: _stream_store(config, stream, stream_tokenizer, objective, progress))
+        train_sets[stream.name] = StoreBlocks(store, stream_tokenizer, sequence_length, objective,
+                                              f"training text '{stream.path}'")
+        stream_tokens[stream.name], stores[stream.name] = store.num_tokens, str(store.folder)
         if len(streams) > 1:
-            logger.info("stream %s: %s documents, %s tokens, %s sequences of %d", stream.name, f"{len(documents):,}",
-                        f"{packed.tokens:,}", f"{len(packed.blocks):,}", sequence_length)
+            logger.info("stream %s: %s documents, %s tokens, %s sequences of %d", stream.name,
+                        f"{store.num_documents:,}", f"{store.num_tokens:,}", f"{len(train_sets[stream.name]):,}",
+                        sequence_length)
     collator = LMCollator(tokenizer, objective, config.mlm_probability, stream_tokenizers, config.document_mask)
     training_sequences = sum(len(dataset) for dataset in train_sets.values())
     training_tokens = sum(stream_tokens.values())
@@ -352,7 +357,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         eval_set = (masked_eval_set(collator, eval_packed.blocks, config.seed) if objective == "masked"
                     else BlockDataset(eval_packed.blocks))
     if len(streams) == 1:
-        logger.info("training text: %s documents, %s tokens, %s sequences of %d", f"{len(documents):,}",
+        logger.info("training text: %s documents, %s tokens, %s sequences of %d", f"{store.num_documents:,}",
                     f"{training_tokens:,}", f"{training_sequences:,}", sequence_length)
 
     precision_flags = _precision_flags(config.precision)
@@ -360,7 +365,8 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     record = {"langswap_version": __version__, "config": to_dict(config),
               "comparable_config": comparable_config(config),
               "objective": objective, "sequence_length": sequence_length, "training_sequences": training_sequences,
-              "training_tokens": training_tokens, "processes": state.num_processes, "status": "running",
+              "training_tokens": training_tokens, "token_stores": stores, "processes": state.num_processes,
+              "status": "running",
               "phases": [dataclasses.asdict(phase) for phase in planned]}
     if state.is_main_process:
         if config.overwrite and output.exists():
@@ -506,6 +512,59 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     state.wait_for_everyone()
     return TrainReport(output, output / "model", objective, summaries, final_curve, resumed,
                        time.perf_counter() - clock)
+
+
+def prepare(config: TrainConfig, progress: bool = False) -> list:
+    """The token stores `train` reads for `config`, one per stream of its recipe (`TokenStore`s, in the streams'
+    order): found where built before from the same files, tokenizer and options, else built (`training.store`)."""
+    from langswap.models import load_config, load_tokenizer
+
+    config.validate(training=False)
+    tokenizer = load_tokenizer(config.model, f"tokenizer of model folder '{config.model}' (a model folder must hold "
+                               "its tokenizer files)")
+    objective = _resolve_objective(config, load_config(config.model))
+    return [_stream_store(config, stream, _stream_tokenizer(stream, tokenizer), objective, progress)
+            for stream in make_recipe(config).streams()]
+
+
+def _stream_tokenizer(stream, tokenizer):
+    """The tokenizer that packs `stream`: its own where the recipe gives it one, else the model's."""
+    from langswap.models import load_tokenizer
+
+    return load_tokenizer(stream.tokenizer, f"tokenizer of stream {stream.name}") if stream.tokenizer else tokenizer
+
+
+def _stream_store(config: TrainConfig, stream, tokenizer, objective: str, progress: bool):
+    from langswap.training.store import token_store
+
+    return token_store([stream.path], tokenizer, objective, config.text_field, config.max_lines, config.data_dir,
+                       progress, "training text")
+
+
+def _built_once(state, build):
+    """`build()` in the local main process of each machine first, then in the other processes, which find its
+    result (a token store) there and open it. An error of the builder reaches every process: they would otherwise
+    wait for it at the next collective forever."""
+    if state.num_processes == 1:
+        return build()
+    from accelerate.utils import gather_object
+
+    from langswap.errors import LangswapError
+
+    result, error, original = None, None, None
+    if state.is_local_main_process:
+        try:
+            result = build()
+        except LangswapError as raised:
+            error = original = raised
+        except Exception as raised:  # a bug: the others stop with a pointer to the main process's traceback
+            original, error = raised, RuntimeError(f"the local main process failed: {raised!r}")
+    errors = [item for item in gather_object([error]) if item is not None]
+    if original is not None:
+        raise original
+    if errors:
+        raise errors[0]
+    return result if result is not None else build()
 
 
 def _record_failure(output: Path, error: TrainingDivergedError, state) -> None:

@@ -1,0 +1,496 @@
+"""Token stores: training text tokenised once into flat, memory-mapped token files that training reads a block at a
+time, so memory does not grow with the corpus and reruns, resumes and every process of a run reuse one store.
+
+A store is a folder `<data_dir>/<first file's stem>-<16 hex digits>/` (default `data_dir`: `cache_dir()/token-stores`):
+
+    tokens.bin     the token stream that `data.pack` builds, as one flat array: every document framed as the objective
+                   frames it ([bos] ids [eos] for a causal LM, ids [sep] for a masked LM), documents one after
+                   another; uint16 where every id of the vocabulary fits (up to 65,536 ids), else uint32
+    documents.bin  int64 rows (token_start, source, byte_start, byte_end), one per document: where its tokens start
+                   in tokens.bin, which of the store's source files it is from, and the byte range of its line there
+                   (in the decompressed bytes of a .gz; the whole JSON object of a .jsonl line), so the same text can
+                   be read again (`TokenStore.document_text`) without reading the corpus
+    store.json     what it was made from and its counts: written last
+
+Blocks are fixed slices of the stream (block i is tokens i*L .. (i+1)*L - 1, framed by [cls] .. [sep] for a masked
+LM), the blocks `pack` cuts from the same text; `StoreBlocks` reads them from the memory map, so the only memory a
+training run spends on its data is the epoch's shuffled order (8 bytes a block).
+
+What a store is keyed by: its folder name is a digest of the files' absolute paths, the tokenizer (a digest of its
+full description, `tokenizer_digest`, and the ids that frame documents) and the options that change the stream
+(objective, text_field for .jsonl, max_lines); the sequence length is not part of it, so one store serves every
+sequence length. The files' identity is checked against store.json as (size, modification time in ns), not a hash of
+their contents: hashing reads the whole corpus, which at gigabytes takes as long as a slow start, and an edit that
+keeps both the size and the nanosecond modification time is not a case worth that cost. A store whose files changed
+is stale and is built again, with a warning that says which file changed.
+
+A store is written into a temporary folder beside its final place and renamed there once complete
+(`files.atomic_directory`), under the store's lock (`locking.OutputLock`), so a killed preparation never leaves a
+store that a later run reads; its leftover temporary folder is removed by the next build of the same store and is
+shown by `langswap prepare --list`. A store whose files do not match its record (cut, or a file missing) is refused
+with the command that builds it again. Not checked: bit flips inside the token file (a checksum would read the whole
+store at every start).
+
+Tokenising: documents go to the tokenizer in batches (`tokenizer(batch)`, the call `pack` makes, so the ids are the
+same); a fast tokenizer spreads each batch over the machine's cores itself. Reading lines and writing ids take a
+small share of the tokenizer's time (about 5%), so one process feeds it. Not handled here: sources other than
+.txt/.gz/.jsonl files (parquet, globs, Hugging Face datasets), whose documents would be located by another kind of
+range than bytes of a line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from langswap.errors import OutputLockedError, ResourceFormatError, VocabularyError
+from langswap.training.data import is_jsonl, iter_documents, stream_frame, too_short
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1  # of the files in a store folder; part of its name, so another format is another store
+STORES = "token-stores"  # folder under the langswap cache
+RECORD = "store.json"
+TOKENS = "tokens.bin"
+DOCUMENTS = "documents.bin"
+DOCUMENT_COLUMNS = ("token_start", "source", "byte_start", "byte_end")
+BATCH_DOCUMENTS = 4096  # documents per tokenizer call, at most
+BATCH_BYTES = 1 << 22  # text per tokenizer call, at most: enough for every core, little memory
+
+
+def store_root(data_dir: str | Path | None = None) -> Path:
+    """The folder that holds token stores: `data_dir`, else `cache_dir()/token-stores`."""
+    from langswap.files import cache_dir
+
+    return Path(data_dir).expanduser() if data_dir else cache_dir() / STORES
+
+
+def token_dtype(vocabulary: int) -> np.dtype:
+    """The narrowest unsigned integer that holds every id below `vocabulary`."""
+    if vocabulary <= 1 << 16:
+        return np.dtype(np.uint16)
+    if vocabulary <= 1 << 32:
+        return np.dtype(np.uint32)
+    raise VocabularyError(f"the tokenizer has {vocabulary:,} ids; a token store holds ids below 2**32.")
+
+
+def vocabulary_size(tokenizer) -> int:
+    """Ids the tokenizer can produce: its vocabulary and added tokens (`len`), or its largest special id + 1."""
+    special = [i for i in (getattr(tokenizer, "all_special_ids", None) or []) if i is not None]
+    return max([len(tokenizer)] + [i + 1 for i in special])
+
+
+def _identity(path: Path) -> dict:
+    stat = path.stat()
+    return {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def describe(paths: list[str | Path], tokenizer, objective: str, text_field: str = "text",
+             max_lines: int | None = None) -> dict:
+    """What a store's stream depends on, apart from the files' contents: its folder name is a digest of this."""
+    from langswap.resources.token_vectors import tokenizer_digest
+
+    paths = [Path(path).resolve() for path in paths]
+    before, after, _frame, _body = stream_frame(tokenizer, objective, 4)
+    return {"format": FORMAT, "files": [str(path) for path in paths],
+            "tokenizer": {"digest": tokenizer_digest(tokenizer), "vocabulary": vocabulary_size(tokenizer),
+                          "name": str(getattr(tokenizer, "name_or_path", "") or "")},
+            "options": {"objective": objective, "before": before, "after": after, "max_lines": max_lines,
+                        "text_field": text_field if any(is_jsonl(path) for path in paths) else None}}
+
+
+def store_name(description: dict) -> str:
+    """`<first file's stem>-<16 hex digits>`: readable in a listing, unique per description."""
+    keyed = {**description, "tokenizer": {k: v for k, v in description["tokenizer"].items() if k != "name"}}
+    digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+    stem = Path(description["files"][0]).name.split(".")[0] or "text"
+    return f"{stem}-{digest}"
+
+
+class TokenStore:
+    """A finished store, opened read-only: `tokens` (the stream) and `documents` (its index) are memory maps."""
+
+    def __init__(self, folder: Path, record: dict):
+        self.folder, self.record = Path(folder), record
+        self._tokens = self._documents = None
+
+    @classmethod
+    def open(cls, folder: str | Path) -> "TokenStore":
+        """The store in `folder`, checked against its record; a store that does not match it is refused."""
+        folder = Path(folder)
+        record = read_record(folder)
+        if record is None:
+            raise _damaged(folder, f"it has no readable {RECORD}")
+        dtype = np.dtype(record["dtype"])
+        for name, expected in ((TOKENS, record["tokens"] * dtype.itemsize),
+                               (DOCUMENTS, record["documents"] * len(DOCUMENT_COLUMNS) * 8)):
+            path = folder / name
+            size = path.stat().st_size if path.is_file() else None
+            if size != expected:
+                found = "is missing" if size is None else f"holds {size:,} bytes"
+                raise _damaged(folder, f"{name} {found} where {RECORD} says {expected:,}")
+        store = cls(folder, record)
+        if store.documents.shape[0] and (store.documents[0, 0] != 0 or store.documents[-1, 0] > store.num_tokens):
+            raise _damaged(folder, f"{DOCUMENTS} does not index {TOKENS}")
+        return store
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.record["tokens"])
+
+    @property
+    def num_documents(self) -> int:
+        return int(self.record["documents"])
+
+    @property
+    def bytes(self) -> int:
+        """UTF-8 bytes of the documents' text."""
+        return int(self.record["bytes"])
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """(num_tokens,) the token stream, memory-mapped."""
+        if self._tokens is None:
+            dtype = np.dtype(self.record["dtype"])
+            self._tokens = (np.memmap(self.folder / TOKENS, dtype=dtype, mode="r") if self.num_tokens
+                            else np.empty(0, dtype))
+        return self._tokens
+
+    @property
+    def documents(self) -> np.ndarray:
+        """(num_documents, 4) int64 rows of DOCUMENT_COLUMNS, memory-mapped."""
+        if self._documents is None:
+            self._documents = np.memmap(self.folder / DOCUMENTS, dtype=np.int64, mode="r",
+                                        shape=(self.num_documents, len(DOCUMENT_COLUMNS)))
+        return self._documents
+
+    def document_tokens(self, index: int) -> np.ndarray:
+        """The tokens of document `index` in the stream, with those that frame it."""
+        start = int(self.documents[index, 0])
+        end = int(self.documents[index + 1, 0]) if index + 1 < self.num_documents else self.num_tokens
+        return self.tokens[start:end]
+
+    def source(self, index: int) -> tuple[Path, int, int]:
+        """(file, byte_start, byte_end) of document `index`'s line."""
+        _start, source, byte_start, byte_end = (int(value) for value in self.documents[index])
+        return Path(self.record["sources"][source]["path"]), byte_start, byte_end
+
+    def document_text(self, index: int) -> str:
+        """The text of document `index`, read back from its file by its byte range (a .gz is decompressed up to
+        it, so reading many documents of a .gz this way is slow)."""
+        import gzip
+
+        path, start, end = self.source(index)
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as handle:
+            handle.seek(start)
+            text = handle.read(end - start).decode("utf-8")
+        if is_jsonl(path):
+            return json.loads(text)[self.record["text_field"]]
+        return text
+
+    def disk_bytes(self) -> int:
+        return sum(path.stat().st_size for path in self.folder.iterdir() if path.is_file())
+
+    def summary(self) -> str:
+        return (f"{self.num_documents:,} documents, {self.num_tokens:,} tokens "
+                f"({np.dtype(self.record['dtype']).name}), {format_size(self.disk_bytes())}")
+
+    def __getstate__(self):  # a data-loader worker maps the files again rather than receive a copy of them
+        return {**self.__dict__, "_tokens": None, "_documents": None}
+
+
+def read_record(folder: Path) -> dict | None:
+    """store.json of `folder`, or None where it is missing or unreadable."""
+    try:
+        record = json.loads((Path(folder) / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    keys = {"format", "dtype", "tokens", "documents", "bytes", "sources", "description"}
+    return record if isinstance(record, dict) and keys <= set(record) else None
+
+
+def _damaged(folder: Path, why: str) -> ResourceFormatError:
+    where = "" if folder.parent == store_root() else f" --data-dir {folder.parent}"
+    error = ResourceFormatError(
+        f"token store '{folder}' is damaged ({why}): it was cut or changed after it was written. Remove it with "
+        f"`langswap prepare --remove {folder.name}{where}` and run this command again, which builds it anew.")
+    error.why = why
+    return error
+
+
+def format_size(count: float) -> str:
+    """Bytes as people read them: 950 B, 15.1 kB, 2.3 GB."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if count < 1000 or unit == "GB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1000
+    return ""
+
+
+def stale_reason(record: dict) -> str | None:
+    """Why the store that `record` describes no longer holds the text of its files (one changed or is gone), or None
+    where it does. (The format, tokenizer and options are in the store's name: another of them is another store.)"""
+    for source in record["sources"]:
+        path = Path(source["path"])
+        if not path.is_file():
+            return f"'{path}' is gone"
+        now = _identity(path)
+        if (now["size"], now["mtime_ns"]) != (source["size"], source["mtime_ns"]):
+            return (f"'{path}' changed since it was built (size {source['size']:,} -> {now['size']:,} bytes, "
+                    f"modified {_when(source['mtime_ns'])} -> {_when(now['mtime_ns'])})")
+    return None
+
+
+def _when(mtime_ns: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime_ns / 1e9))
+
+
+def token_store(paths: list[str | Path], tokenizer, objective: str, text_field: str = "text",
+                max_lines: int | None = None, data_dir: str | Path | None = None, progress: bool = False,
+                what: str = "training text") -> TokenStore:
+    """The store of `paths` under `tokenizer` and these options: opened where it was built before from the same
+    files, else built (stale ones again, with a warning). Concurrent callers wait for the one that builds it."""
+    from langswap.locking import OutputLock
+
+    description = describe(paths, tokenizer, objective, text_field, max_lines)
+    folder = store_root(data_dir) / store_name(description)
+    store = _fresh(folder)
+    if store is not None:
+        logger.info("token store %s (built %s): %s", folder, store.record.get("built"), store.summary())
+        return store
+    lock, waited = OutputLock(folder, "token store"), False
+    while True:
+        try:
+            lock.acquire()
+            break
+        except OutputLockedError:
+            if not waited:
+                logger.info("token store %s is being built by another process; waiting for it", folder)
+                waited = True
+            time.sleep(1)
+    try:
+        store = _fresh(folder) if waited else None  # built by the process waited for
+        if store is None:
+            for leftover in folder.parent.glob(f".{folder.name}.partial-*"):  # of a killed build: the lock is ours
+                shutil.rmtree(leftover, ignore_errors=True)
+            store = build_store(folder, description, tokenizer, progress, what)
+    finally:
+        lock.release()
+    return store
+
+
+def _fresh(folder: Path) -> TokenStore | None:
+    """The store in `folder` where it is there and up to date; None where it is missing or stale (said so)."""
+    if not folder.exists():
+        return None
+    record = read_record(folder)
+    if record is not None:
+        reason = stale_reason(record)
+        if reason:
+            logger.warning("token store %s is stale: %s; building it again", folder, reason)
+            return None
+    return TokenStore.open(folder)
+
+
+def build_store(folder: Path, description: dict, tokenizer, progress: bool = False,
+                what: str = "training text") -> TokenStore:
+    """Tokenise the described files into the store `folder` (replacing a stale one once the new one is complete)."""
+    from langswap.files import atomic_directory
+    from langswap.progress import bar
+
+    clock = time.perf_counter()
+    options = description["options"]
+    before, after = options["before"], options["after"]
+    vocabulary = description["tokenizer"]["vocabulary"]
+    dtype = token_dtype(vocabulary)
+    paths = [Path(path) for path in description["files"]]
+    sources = [_identity(path) for path in paths]  # before reading: a file changed while read is stale next time
+    plain = all(path.suffix != ".gz" for path in paths)
+    meter = bar(progress, sum(source["size"] for source in sources) if plain else None,
+                f"tokenising {paths[0].name}" + (f" and {len(paths) - 1} more" if len(paths) > 1 else ""),
+                unit="B", scale=True)
+    counts = {"tokens": 0, "documents": 0, "bytes": 0}
+    max_lines = options["max_lines"]
+    with atomic_directory(folder, overwrite=True) as temporary:
+        with open(temporary / TOKENS, "wb") as tokens_out, open(temporary / DOCUMENTS, "wb") as documents_out:
+
+            def flush(batch: list, source: int, batch_bytes: int) -> None:
+                encoded = tokenizer([document.text for document in batch], add_special_tokens=False)["input_ids"]
+                lengths = np.fromiter((len(before) + len(ids) + len(after) for ids in encoded), np.int64,
+                                      len(encoded))
+                total = int(lengths.sum())
+                stream = np.fromiter(chain.from_iterable(chain(before, ids, after) for ids in encoded), np.int64,
+                                     total)
+                if total and (stream.max() >= vocabulary or stream.min() < 0):
+                    bad = int(stream.max() if stream.max() >= vocabulary else stream.min())
+                    raise VocabularyError(f"the tokenizer gave id {bad} for {what}, outside its vocabulary of "
+                                          f"{vocabulary:,} ids; a tokenizer whose ids exceed len(tokenizer) "
+                                          "cannot be stored. Check its added tokens.")
+                stream.astype(dtype).tofile(tokens_out)
+                starts = counts["tokens"] + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+                rows = np.stack([starts, np.full(len(batch), source),
+                                 np.fromiter((document.start for document in batch), np.int64, len(batch)),
+                                 np.fromiter((document.end for document in batch), np.int64, len(batch))], axis=1)
+                rows.astype(np.int64).tofile(documents_out)
+                counts["tokens"] += total
+                counts["documents"] += len(batch)
+                if meter is not None:
+                    meter.update(offset + batch[-1].end - meter.n if plain else batch_bytes)
+                    meter.set_postfix_str(f"{counts['tokens']:,} tokens", refresh=False)
+
+            offset = 0  # bytes of the files before this one, for the bar
+            for source, path in enumerate(paths):
+                left = None if max_lines is None else max_lines - counts["documents"]
+                if left == 0:
+                    break
+                batch, batch_bytes = [], 0
+                for document in iter_documents(path, what, options["text_field"] or "text", left):
+                    size = len(document.text.encode("utf-8"))
+                    counts["bytes"] += size
+                    batch.append(document)
+                    batch_bytes += size
+                    if len(batch) >= BATCH_DOCUMENTS or batch_bytes >= BATCH_BYTES:
+                        flush(batch, source, batch_bytes)
+                        batch, batch_bytes = [], 0
+                if batch:
+                    flush(batch, source, batch_bytes)
+                offset += sources[source]["size"]
+                if meter is not None and plain:
+                    meter.update(offset - meter.n)  # the newlines and empty lines after the last document
+        record = {"format": FORMAT, "dtype": dtype.name, **counts, "sources": sources,
+                  "text_field": options["text_field"], "description": description,
+                  "document_columns": list(DOCUMENT_COLUMNS), "built": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                  "build_seconds": round(time.perf_counter() - clock, 2), "langswap_version": _version()}
+        (temporary / RECORD).write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
+    if meter is not None:
+        meter.close()
+    store = TokenStore.open(folder)
+    seconds = time.perf_counter() - clock
+    logger.info("built token store %s: %s in %.1f s (%s tokens/s)", folder, store.summary(), seconds,
+                f"{store.num_tokens / max(seconds, 1e-9):,.0f}")
+    return store
+
+
+def _version() -> str:
+    from langswap import __version__
+
+    return __version__
+
+
+class StoreBlocks(torch.utils.data.Dataset):
+    """The blocks `pack` cuts from a store's stream, as `{"input_ids": (sequence_length,) int64}` items read from
+    the memory map: block i is stream tokens i*body .. (i+1)*body - 1, framed by [cls] .. [sep] for a masked LM."""
+
+    def __init__(self, store: TokenStore, tokenizer, sequence_length: int, objective: str,
+                 what: str = "training text"):
+        _before, _after, self.frame, self.body = stream_frame(tokenizer, objective, sequence_length)
+        if store.record["description"]["options"]["objective"] != objective:
+            raise ValueError(f"store {store.folder} is of the {store.record['description']['options']['objective']} "
+                             f"objective, not {objective}")
+        self.store, self.count = store, store.num_tokens // self.body
+        if self.count == 0:
+            raise too_short(what, store.num_tokens, sequence_length)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict:
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        start = index * self.body
+        ids = torch.from_numpy(self.store.tokens[start:start + self.body].astype(np.int64))
+        if self.frame is not None:
+            ids = torch.cat([torch.tensor([self.frame[0]]), ids, torch.tensor([self.frame[1]])])
+        return {"input_ids": ids}
+
+
+# -- listing and removing -------------------------------------------------------------------------------------------
+
+
+def list_stores(data_dir: str | Path | None = None) -> list[dict]:
+    """Every store under the data folder, and every folder a killed build left: name, folder, bytes on disk, status
+    (ready, stale with why, damaged with why, or unfinished) and, where readable, its counts and files."""
+    root = store_root(data_dir)
+    rows = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        if not folder.is_dir():
+            continue
+        size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+        if folder.name.startswith("."):
+            if ".partial-" in folder.name:
+                building = _being_built(root / folder.name[1:].split(".partial-")[0])
+                rows.append({"name": folder.name, "folder": folder, "bytes": size, "building": building,
+                             "status": "being built now" if building else
+                             "unfinished (a build that was killed; remove it)"})
+            continue
+        row = {"name": folder.name, "folder": folder, "bytes": size}
+        record = read_record(folder)
+        try:
+            store = TokenStore.open(folder)
+            reason = stale_reason(store.record)
+            row.update(status=f"stale: {reason}" if reason else "ready", tokens=store.num_tokens,
+                       documents=store.num_documents, files=[s["path"] for s in store.record["sources"]],
+                       tokenizer=store.record["description"]["tokenizer"].get("name") or
+                       store.record["description"]["tokenizer"]["digest"],
+                       objective=store.record["description"]["options"]["objective"])
+        except ResourceFormatError as error:
+            row["status"] = f"damaged: {getattr(error, 'why', error)}"
+            if record:
+                row["files"] = [s["path"] for s in record.get("sources", [])]
+        rows.append(row)
+    return rows
+
+
+def _being_built(folder: Path) -> bool:
+    """Whether a process holds the lock of the store `folder` now (is building it); the lock is only probed."""
+    import os
+
+    from langswap.locking import lock_path
+
+    try:
+        import fcntl
+
+        descriptor = os.open(lock_path(folder), os.O_RDONLY)
+    except (ImportError, FileNotFoundError):
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(descriptor)  # which releases a lock taken here
+    return False
+
+
+def remove_stores(names: list[str], data_dir: str | Path | None = None) -> list[Path]:
+    """Remove the named stores (folder names as `list_stores` gives them; `all`: every store and unfinished build)
+    under the data folder; returns the folders removed. A name that is no store there is an error naming them."""
+    from langswap.errors import MissingResourceError
+
+    root = store_root(data_dir)
+    present = {row["name"]: row["folder"] for row in list_stores(data_dir)}
+    if "all" in names:
+        chosen = [row["folder"] for row in list_stores(data_dir) if not row.get("building")]
+    else:
+        unknown = [name for name in names if name not in present]
+        if unknown:
+            listed = ", ".join(sorted(present)) or "none"
+            raise MissingResourceError(f"no token store {', '.join(unknown)} in {root} (there: {listed}); "
+                                       "`langswap prepare --list` shows them.")
+        chosen = [present[name] for name in names]
+    for folder in chosen:
+        shutil.rmtree(folder)
+    return chosen
+

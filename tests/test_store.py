@@ -1,0 +1,250 @@
+"""Token stores: the same blocks as `pack`, the width from the vocabulary, every document's byte range, stale and
+damaged stores, killed builds, `langswap prepare`, and a training run that reads its store without building it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import byte_level_tokenizer, english_lines, sentencepiece_tokenizer, wordpiece_tokenizer
+from langswap.errors import ResourceFormatError
+from langswap.training.data import pack, read_documents
+from langswap.training.store import StoreBlocks, TokenStore, list_stores, remove_stores, token_store
+
+TOKENIZERS = {"byte_level": byte_level_tokenizer, "sentencepiece": sentencepiece_tokenizer,
+              "wordpiece": wordpiece_tokenizer}
+
+
+@pytest.fixture(scope="module")
+def tokenizers() -> dict:
+    lines = english_lines(300, seed=5)
+    return {name: build(lines) for name, build in TOKENIZERS.items()}
+
+
+def _write_texts(folder: Path, documents: list[str]) -> dict[str, Path]:
+    """The documents as .txt with what read_documents skips or strips (a byte-order mark, CRLF, empty lines, a
+    last line without newline), as .txt.gz and as .jsonl with a field beside the text."""
+    lines = []
+    for index, document in enumerate(documents):
+        lines.append(document)
+        if index % 7 == 0:
+            lines.append("   ")
+    raw = ("\ufeff" + "\r\n".join(lines)).encode("utf-8")
+    paths = {"txt": folder / "text.txt", "gz": folder / "text.txt.gz", "jsonl": folder / "text.jsonl"}
+    paths["txt"].write_bytes(raw)
+    paths["gz"].write_bytes(gzip.compress(raw))
+    paths["jsonl"].write_text("".join(json.dumps({"id": i, "body": d}, ensure_ascii=False) + "\n"
+                                      for i, d in enumerate(documents)), encoding="utf-8")
+    return paths
+
+
+def _blocks(dataset) -> torch.Tensor:
+    return torch.stack([dataset[index]["input_ids"] for index in range(len(dataset))])
+
+
+@pytest.mark.parametrize("name, objective", [("byte_level", "causal"), ("sentencepiece", "causal"),
+                                             ("wordpiece", "masked")])
+def test_blocks_read_from_a_store_are_the_blocks_pack_cuts(name, objective, tokenizers, tmp_path):
+    """Known answer: `pack` on the documents in memory. byte_level has bos = eos (documents end with it),
+    sentencepiece a bos of its own, wordpiece frames masked-LM blocks with [cls] .. [sep]. One store serves every
+    sequence length, and .txt, .txt.gz and .jsonl of the same documents hold the same stream."""
+    tokenizer = tokenizers[name]
+    documents = english_lines(120, seed=9) + ["Ünïcödé wörds — and ✓ marks."]
+    paths = _write_texts(tmp_path, documents)
+    assert read_documents(paths["txt"]) == documents
+    store = token_store([paths["txt"]], tokenizer, objective, data_dir=tmp_path / "stores")
+    for length in (16, 29):
+        packed = pack(tokenizer, documents, length, objective)
+        blocks = StoreBlocks(store, tokenizer, length, objective)
+        assert torch.equal(_blocks(blocks), packed.blocks) and blocks[0]["input_ids"].dtype == torch.long
+        assert (store.num_tokens, store.bytes) == (packed.tokens, packed.bytes)
+    assert len(list((tmp_path / "stores").iterdir())) == 1
+    for kind, options in (("gz", {}), ("jsonl", {"text_field": "body"})):
+        other = token_store([paths[kind]], tokenizer, objective, data_dir=tmp_path / "stores", **options)
+        assert other.folder != store.folder and np.array_equal(other.tokens, store.tokens)
+        assert [other.document_text(i) for i in range(other.num_documents)] == documents
+    # each document's byte range in its file, and its tokens in the stream
+    assert store.num_documents == len(documents)
+    assert [store.document_text(i) for i in range(store.num_documents)] == documents
+    last = tokenizer(documents[-1], add_special_tokens=False)["input_ids"]
+    assert store.document_tokens(len(documents) - 1).tolist()[-len(last) - 1:-1] == last
+
+
+def test_the_integer_width_follows_the_vocabulary(tmp_path):
+    """uint16 while every id fits in 16 bits, uint32 above: a word-level vocabulary of 70,000 words stores the ids of
+    its last words (above 65,535) exactly."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    def word_level(size: int):
+        vocabulary = {"<eos>": 0, "<unk>": 1, **{f"w{i}": i + 2 for i in range(size - 2)}}
+        backend = Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>"))
+        backend.pre_tokenizer = pre_tokenizers.Whitespace()
+        return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", unk_token="<unk>")
+
+    text = tmp_path / "words.txt"
+    text.write_text("w0 w65533 w65534\nw69997 w5\n", encoding="utf-8")
+    for size, dtype, expected in ((65_536, np.uint16, [2, 65535, 1, 0, 1, 7, 0]),
+                                  (70_000, np.uint32, [2, 65535, 65536, 0, 69999, 7, 0])):
+        store = token_store([text], word_level(size), "causal", data_dir=tmp_path / "stores")
+        assert store.tokens.dtype == dtype and store.tokens.tolist() == expected
+
+
+def test_a_store_of_changed_text_is_built_again_and_the_log_says_so(tokenizers, tmp_path, caplog):
+    tokenizer = tokenizers["byte_level"]
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(english_lines(40, seed=1)) + "\n", encoding="utf-8")
+    first = token_store([text], tokenizer, "causal", data_dir=tmp_path / "stores")
+    built = (first.folder / "tokens.bin").stat().st_mtime_ns
+    again = token_store([text], tokenizer, "causal", data_dir=tmp_path / "stores")
+    assert (again.folder / "tokens.bin").stat().st_mtime_ns == built  # reused, not rebuilt
+    with text.open("a", encoding="utf-8") as handle:
+        handle.write("One more line at the end.\n")
+    with caplog.at_level(logging.WARNING, logger="langswap.training.store"):
+        rebuilt = token_store([text], tokenizer, "causal", data_dir=tmp_path / "stores")
+    assert "is stale" in caplog.text and "text.txt' changed" in caplog.text
+    assert rebuilt.folder == first.folder and rebuilt.num_documents == 41
+    assert rebuilt.num_tokens == pack(tokenizer, read_documents(text), 16, "causal").tokens
+
+
+@pytest.mark.parametrize("damage", ["cut", "record"])
+def test_a_damaged_store_is_refused_with_the_command_that_rebuilds_it(damage, tokenizers, tmp_path):
+    tokenizer = tokenizers["byte_level"]
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(english_lines(40, seed=1)) + "\n", encoding="utf-8")
+    store = token_store([text], tokenizer, "causal", data_dir=tmp_path / "stores")
+    if damage == "cut":
+        with open(store.folder / "tokens.bin", "r+b") as handle:
+            handle.truncate(100)
+        why = "tokens.bin holds 100 bytes where store.json says"
+    else:
+        (store.folder / "store.json").write_text("{\"format\": 1, \"tok", encoding="utf-8")
+        why = "no readable store.json"
+    with pytest.raises(ResourceFormatError, match=why) as error:
+        token_store([text], tokenizer, "causal", data_dir=tmp_path / "stores")
+    assert f"langswap prepare --remove {store.name} --data-dir {tmp_path / 'stores'}" in str(error.value)
+    assert list_stores(tmp_path / "stores")[0]["status"].startswith("damaged")
+
+
+def test_a_killed_build_leaves_no_store_and_the_next_build_clears_its_leftovers(tokenizers, tmp_path, monkeypatch):
+    import langswap.training.store as store_module
+    from langswap.locking import OutputLock
+
+    tokenizer = tokenizers["byte_level"]
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(english_lines(40, seed=1)) + "\n", encoding="utf-8")
+    stores = tmp_path / "stores"
+    monkeypatch.setattr(store_module, "BATCH_DOCUMENTS", 8)
+    calls = []
+
+    def interrupted(texts, **options):
+        calls.append(len(texts))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return tokenizer(texts, **options)
+
+    with pytest.raises(KeyboardInterrupt):
+        token_store([text], interrupted_tokenizer(tokenizer, interrupted), "causal", data_dir=stores)
+    assert not [path for path in stores.iterdir() if not path.name.startswith(".")]
+    # a SIGKILL leaves its temporary folder: listed as unfinished, never read, removed by the next build
+    name = token_store([text], tokenizer, "causal", data_dir=tmp_path / "elsewhere").name
+    leftover = stores / f".{name}.partial-killed"
+    leftover.mkdir()
+    (leftover / "tokens.bin").write_bytes(b"\0" * 10)
+    assert [row["status"].split()[0] for row in list_stores(stores)] == ["unfinished"]
+    with OutputLock(stores / name, "token store"):  # as a build in progress holds it
+        assert [row["status"] for row in list_stores(stores)] == ["being built now"]
+        assert remove_stores(["all"], stores) == [] and leftover.exists()
+    store = token_store([text], tokenizer, "causal", data_dir=stores)
+    assert store.num_documents == 40 and not leftover.exists()
+
+
+def interrupted_tokenizer(tokenizer, call):
+    """`tokenizer` whose batch call is `call`; every attribute otherwise the same."""
+
+    class Wrapped:
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+        def __len__(self):
+            return len(tokenizer)
+
+        def __call__(self, texts, **options):
+            return call(texts, **options)
+
+    return Wrapped()
+
+
+def test_blocks_pickle_without_their_tokens_and_an_empty_text_is_refused(tokenizers, tmp_path):
+    """A data-loader worker gets the store's folder, not a copy of its tokens: the pickle does not grow with the
+    text."""
+    tokenizer = tokenizers["byte_level"]
+    sizes = []
+    for lines in (50, 2000):
+        text = tmp_path / f"text-{lines}.txt"
+        text.write_text("\n".join(english_lines(lines, seed=3)) + "\n", encoding="utf-8")
+        blocks = StoreBlocks(token_store([text], tokenizer, "causal", data_dir=tmp_path / "stores"), tokenizer, 16,
+                             "causal")
+        blocks[0]
+        sizes.append(len(pickle.dumps(blocks)))
+        assert torch.equal(pickle.loads(pickle.dumps(blocks))[len(blocks) - 1]["input_ids"],
+                           blocks[len(blocks) - 1]["input_ids"])
+    assert sizes[1] < sizes[0] + 200
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(ResourceFormatError, match="has no text"):
+        token_store([empty], tokenizer, "causal", data_dir=tmp_path / "stores")
+    assert not list((tmp_path / "stores").glob("empty-*"))
+
+
+def test_prepare_lists_and_removes_stores_and_train_reads_the_prepared_one(gpt2_folder, tmp_path, capsys):
+    from langswap.cli import main
+    from langswap.training.run import TrainConfig, train
+
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(english_lines(120, seed=4)) + "\n", encoding="utf-8")
+    stores = tmp_path / "stores"
+    flags = ["--model", str(gpt2_folder), "--train-text", str(text), "--data-dir", str(stores)]
+    assert main(["-q", "prepare", *flags]) == 0
+    (folder,) = [path for path in stores.iterdir() if not path.name.startswith(".")]
+    assert f"{folder}: 120 documents" in capsys.readouterr().out
+    built = (folder / "tokens.bin").stat().st_mtime_ns
+
+    report = train(TrainConfig(model=str(gpt2_folder), train_text=str(text), output=str(tmp_path / "run"),
+                               data_dir=str(stores), steps=2, batch_size=2, sequence_length=16, save_steps=2))
+    assert (folder / "tokens.bin").stat().st_mtime_ns == built  # read, not built again
+    record = json.loads((report.output / "langswap-train.json").read_text())
+    assert record["token_stores"] == {"train": str(folder)}
+    assert record["training_tokens"] == TokenStore.open(folder).num_tokens
+
+    assert main(["prepare", "--list", "--data-dir", str(stores)]) == 0
+    listing = capsys.readouterr().out
+    assert f"token stores in {stores}: 1," in listing and f"{folder.name}" in listing and "ready" in listing
+    assert main(["prepare", "--remove", "nosuch", "--data-dir", str(stores)]) == 2
+    assert "no token store nosuch" in capsys.readouterr().err
+    assert main(["prepare", "--remove", folder.name, "--data-dir", str(stores)]) == 0
+    assert not folder.exists() and remove_stores(["all"], stores) == []
+
+
+def test_the_prepare_flags_are_the_train_configs_fields():
+    """One source of truth: each flag of `langswap prepare` is a TrainConfig field with that field's help, and no
+    default of its own (an unset flag leaves the config's)."""
+    import dataclasses
+
+    from langswap.cli import PREPARE_FLAGS, build_parser
+    from langswap.config import field_help
+    from langswap.training.run import TrainConfig
+
+    prepare = build_parser()._subparsers._group_actions[0].choices["prepare"]
+    actions = {action.dest: action for action in prepare._actions}
+    fields = {field.name: field for field in dataclasses.fields(TrainConfig)}
+    assert "data_dir" in PREPARE_FLAGS
+    for name in PREPARE_FLAGS:
+        assert actions[name].help.startswith(field_help(fields[name])) and actions[name].default is None
