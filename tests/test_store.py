@@ -204,7 +204,7 @@ def test_blocks_pickle_without_their_tokens_and_an_empty_text_is_refused(tokeniz
     assert not list((tmp_path / "stores").glob("empty-*"))
 
 
-def test_prepare_lists_and_removes_stores_and_train_reads_the_prepared_one(gpt2_folder, tmp_path, capsys):
+def test_prepare_lists_and_removes_stores_and_train_reads_the_prepared_one(gpt2_folder, tmp_path, capsys, caplog):
     from langswap.cli import main
     from langswap.training.run import TrainConfig, train
 
@@ -217,12 +217,29 @@ def test_prepare_lists_and_removes_stores_and_train_reads_the_prepared_one(gpt2_
     assert f"{folder}: 120 documents" in capsys.readouterr().out
     built = (folder / "tokens.bin").stat().st_mtime_ns
 
-    report = train(TrainConfig(model=str(gpt2_folder), train_text=str(text), output=str(tmp_path / "run"),
-                               data_dir=str(stores), steps=2, batch_size=2, sequence_length=16, save_steps=2))
+    with caplog.at_level(logging.INFO, logger="langswap.training.run"):
+        report = train(TrainConfig(model=str(gpt2_folder), train_text=str(text), output=str(tmp_path / "run"),
+                                   data_dir=str(stores), steps=2, batch_size=2, sequence_length=16, save_steps=2,
+                                   logging_steps=1))
     assert (folder / "tokens.bin").stat().st_mtime_ns == built  # read, not built again
     record = json.loads((report.output / "langswap-train.json").read_text())
     assert record["token_stores"] == {"train": str(folder)}
-    assert record["training_tokens"] == TokenStore.open(folder).num_tokens
+    store = TokenStore.open(folder)
+    assert record["training_tokens"] == store.num_tokens
+    # where the time goes: tokens in the store, epochs the run reads, tokens per second of the loop
+    sequences = store.num_tokens // 16
+    assert record["training_data"]["train"] == {"source": str(text), "store": str(folder), "documents": 120,
+                                                "tokens": store.num_tokens, "sequences": sequences,
+                                                "epochs": round(2 * 2 / sequences, 4)}
+    (phase,) = record["phases"]
+    assert (phase["loop_updates"], phase["loop_tokens"]) == (2, 2 * 2 * 16)
+    assert phase["tokens_per_second"] > 0 and 0 <= phase["data_wait"] < 1
+    assert f"{store.num_tokens:,} tokens in its store" in caplog.text
+    assert f"the run's 2 updates read {2 * 2 / sequences:.3g} epochs" in caplog.text
+    assert "2 updates read 64 tokens in" in caplog.text and "tokens/s" in caplog.text
+    logged = [entry for entry in json.loads(next(report.output.glob("phase-*/final/phase.json")).read_text())[
+        "log_history"] if "loss" in entry]
+    assert len(logged) == 2 and all(entry["tokens_per_second"] > 0 for entry in logged)
 
     assert main(["prepare", "--list", "--data-dir", str(stores)]) == 0
     listing = capsys.readouterr().out
@@ -248,3 +265,61 @@ def test_the_prepare_flags_are_the_train_configs_fields():
     assert "data_dir" in PREPARE_FLAGS
     for name in PREPARE_FLAGS:
         assert actions[name].help.startswith(field_help(fields[name])) and actions[name].default is None
+
+
+def test_two_ranks_read_disjoint_blocks_that_together_cover_the_epoch(tokenizers, tmp_path):
+    """The data path of each process of a 2-process run, as the Trainer builds it: the phase's slice of the run's
+    shuffled order (`phase_dataset`), PhaseTrainer's sequential sampler, and accelerate's `prepare_data_loader`
+    with the Trainer's settings for rank 0 and rank 1. Known answer: rank r's k-th micro-batch is micro-batch
+    k * 2 + r of the run's order, so the ranks read disjoint blocks, and one epoch of updates reads every block
+    once."""
+    from accelerate.data_loader import prepare_data_loader
+
+    from langswap.training.data import LMCollator, Stream, phase_dataset, stream_indices
+    from langswap.training.trainer import PhaseTrainer
+
+    tokenizer = tokenizers["byte_level"]
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(english_lines(200, seed=7)) + "\n", encoding="utf-8")
+    store = token_store([text], tokenizer, "causal", data_dir=tmp_path / "stores")
+    batch_size, processes, seed = 3, 2, 11
+    blocks = next(blocks for length in range(16, 64)
+                  if len(blocks := StoreBlocks(store, tokenizer, length, "causal")) % (batch_size * processes) == 0)
+    rows = {tuple(blocks[index]["input_ids"].tolist()): index for index in range(len(blocks))}
+    assert len(rows) == len(blocks)  # every block is told apart by its tokens
+    order = stream_indices(len(blocks), seed, 0, len(blocks))
+    phase_set = phase_dataset({"train": blocks}, [Stream("train", str(text))], seed, 0, len(blocks), batch_size)
+    read = []
+    for rank in range(processes):
+        loader = torch.utils.data.DataLoader(phase_set, batch_size=batch_size,
+                                             sampler=PhaseTrainer._get_train_sampler(None, phase_set),
+                                             collate_fn=LMCollator(tokenizer, "causal"))
+        loader = prepare_data_loader(loader, num_processes=processes, process_index=rank, put_on_device=False,
+                                     even_batches=True, use_seedable_sampler=True, data_seed=seed)
+        batches = [[rows[tuple(row)] for row in batch["input_ids"].tolist()] for batch in loader]
+        assert batches == [order[(k * processes + rank) * batch_size:(k * processes + rank + 1) * batch_size]
+                           for k in range(len(blocks) // (batch_size * processes))]
+        read.append([index for batch in batches for index in batch])
+    assert not set(read[0]) & set(read[1])
+    assert sorted(read[0] + read[1]) == list(range(len(blocks)))
+
+
+def test_evaluation_text_is_read_only_as_far_as_its_blocks_need(tokenizers):
+    """`pack` of an endless stream of documents stops once it has `max_blocks` blocks: the evaluation text is read a
+    document at a time, so its memory does not grow with the file. Known answer: the blocks of the same first
+    documents as a list."""
+    from itertools import count
+
+    tokenizer = tokenizers["byte_level"]
+    lines = english_lines(50, seed=2)
+    drawn = []
+
+    def endless():
+        for index in count():
+            drawn.append(index)
+            yield lines[index % len(lines)]
+
+    packed = pack(tokenizer, endless(), 16, "causal", max_blocks=3)
+    assert packed.blocks.shape == (3, 16) and len(drawn) <= 1000  # one tokenizer call's documents at most
+    expected = pack(tokenizer, [lines[index % len(lines)] for index in drawn], 16, "causal", max_blocks=3)
+    assert torch.equal(packed.blocks, expected.blocks) and packed.bytes == expected.bytes

@@ -475,6 +475,8 @@ def cmd_train(args) -> int:
         return 0
     for phase in report.phases:
         speed = f", {phase['tokens_per_second']:,.0f} tokens/s" if phase.get("tokens_per_second") else ""
+        if speed and phase.get("data_wait") is not None:
+            speed += f" ({100 * phase['data_wait']:.1f}% of it waiting for data)"
         print(f"phase {phase['name']}: {phase['steps']} updates, {phase['trainable_parameters']:,} trainable "
               f"parameters, final training loss {phase['train_loss']:.4f}{speed}")
     if report.curve.get("eval"):

@@ -153,17 +153,22 @@ def _pseudo_loss_sum(model, tokenizer, ids: list[int]) -> float:
                                              ignore_index=-100, reduction="sum"))
 
 
-def check_source_language(source_model: str, source_text: str, target_text: str, loaded=None) -> dict:
+def check_source_language(source_model: str, source_text: str, target_text: str, loaded=None,
+                          text_field: str = "text") -> dict:
     """Warn when the source model reads `source_text` not clearly better than `target_text` (nats per byte on the
     first lines of each, through its own tokenizer, less than half a bit per byte apart): source text in the target
     language, or in a third one, trains the source tables on a language the source model does not know. `loaded`:
-    the source model, where the caller has it in memory already. Returns both figures."""
+    the source model, where the caller has it in memory already; `text_field`: as `sources.source_texts` reads
+    the texts. Returns both figures."""
+    from itertools import islice
+
     from langswap.models import load_model, load_tokenizer
-    from langswap.resources.text import read_text_lines
+    from langswap.training.sources import source_texts
 
     model = loaded if loaded is not None else load_model(source_model)
     tokenizer = load_tokenizer(source_model, "source model's tokenizer")
-    losses = {name: nats_per_byte(model, tokenizer, read_text_lines(path, name, max_lines=LANGUAGE_CHECK_LINES))
+    losses = {name: nats_per_byte(model, tokenizer, list(islice(source_texts(path, name, text_field),
+                                                                LANGUAGE_CHECK_LINES)))
               for name, path in (("source text", source_text), ("target text", target_text))}
     if losses["source text"] > losses["target text"] - LANGUAGE_MARGIN:
         logger.warning(

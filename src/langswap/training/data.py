@@ -1,7 +1,8 @@
 """Training text -> fixed-length token blocks, and the collators that batch them.
 
 Documents are one per line of a plain-text file (.txt, optionally .gz) or one per line of a JSONL file (the string
-under `text_field`). They are tokenised, joined into one stream and cut into blocks of the sequence length, as the
+under `text_field`); `sources.py` adds parquet files, folders and globs of files and Hugging Face datasets. They are
+tokenised, joined into one stream and cut into blocks of the sequence length, as the
 Hugging Face `run_clm` / `run_mlm` examples do, so no position is padding:
 
 - causal LM: each document is `[bos] tokens [eos]` (bos only where the tokenizer has one distinct from eos; GPT-2's
@@ -11,7 +12,7 @@ Hugging Face `run_clm` / `run_mlm` examples do, so no position is padding:
 
 The tail that does not fill a block is dropped. `pack` holds the whole stream in memory; training reads the same
 blocks from a token store instead (`store.py`: the stream tokenised once into a memory-mapped file), and `pack`
-serves the evaluation text, of which only `eval_sequences` blocks are read.
+serves the evaluation text, of which it reads documents one at a time only until it has `eval_sequences` blocks.
 
 A recipe names the texts it trains on as streams (`Stream`; by default one, `train_text`). Each phase reads the
 next slice of the run's one shuffled order of a stream (`StreamSlice`). Several streams are mixed within every
@@ -30,7 +31,8 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from itertools import islice
+from typing import Iterable, Iterator
 
 import torch
 
@@ -58,9 +60,9 @@ def is_jsonl(path: str | Path) -> bool:
 
 
 def iter_documents(path: str | Path, what: str = "training text", text_field: str = "text",
-                   max_lines: int | None = None) -> Iterator[Document]:
+                   max_lines: int | None = None, empty_ok: bool = False) -> Iterator[Document]:
     """The documents of `read_documents`, one at a time, each with the byte range of its line; an empty corpus is
-    an error once the file has been read."""
+    an error once the file has been read (unless `empty_ok`: one empty file of a folder's many)."""
     path = Path(path)
     jsonl = is_jsonl(path)
     count = 0
@@ -84,6 +86,8 @@ def iter_documents(path: str | Path, what: str = "training text", text_field: st
         count += 1
         if max_lines is not None and count >= max_lines:
             return
+    if count == 0 and empty_ok:
+        return
     if count == 0 and jsonl:
         raise ResourceFormatError(f"{what} '{path}' has no text under '{text_field}'.")
     if count == 0:
@@ -102,14 +106,15 @@ class PackedText:
         return self.bytes / max(self.tokens, 1)
 
 
-def pack(tokenizer, documents: list[str], sequence_length: int, objective: str, what: str = "training text",
+def pack(tokenizer, documents: Iterable[str], sequence_length: int, objective: str, what: str = "training text",
          max_blocks: int | None = None) -> PackedText:
-    """Tokenise `documents` and cut the stream into blocks; fewer tokens than one block is an error."""
+    """Tokenise `documents` (a list, or an iterator read only as far as `max_blocks` blocks need) and cut the
+    stream into blocks; fewer tokens than one block is an error."""
     before, after, frame, body = stream_frame(tokenizer, objective, sequence_length)
     stream: list[int] = []
-    n_bytes = 0  # of the documents tokenised: with max_blocks the rest of the file is never read into the stream
-    for start in range(0, len(documents), 1000):
-        chunk = documents[start:start + 1000]
+    n_bytes = 0  # of the documents tokenised: with max_blocks the rest of the text is never read into the stream
+    documents = iter(documents)
+    while chunk := list(islice(documents, 1000)):
         n_bytes += sum(len(document.encode("utf-8")) for document in chunk)
         encoded = tokenizer(chunk, add_special_tokens=False)["input_ids"]
         for ids in encoded:
@@ -280,7 +285,7 @@ class Stream:
     """A text a recipe trains on and its share of every batch (a single stream is the whole batch)."""
 
     name: str  # e.g. "train"; what a recipe calls the stream
-    path: str  # .txt/.gz or .jsonl, read as `read_documents` reads it
+    path: str  # a source (`sources.py`): a file, a folder or glob of files, or hf:DATASET
     share: float = 1.0  # of the sequences of every micro-batch
     tokenizer: str | None = None  # a folder whose tokenizer packs this stream; None: the model's
 
@@ -298,7 +303,7 @@ def batch_counts(streams: list[Stream], batch_size: int) -> list[int]:
 
 def check_streams(streams: list[Stream], recipe: str, batch_size: int) -> None:
     """Streams the training loop can read: at least one, distinct names, shares summing to 1 that give every stream
-    a sequence of every micro-batch, and every file there."""
+    a sequence of every micro-batch, and every source there (`sources.check_source`)."""
     if not streams:
         raise ConfigError(f"recipe '{recipe}' names no training text.")
     names = [stream.name for stream in streams]
@@ -315,10 +320,10 @@ def check_streams(streams: list[Stream], recipe: str, batch_size: int) -> None:
         raise ConfigError(f"batch_size {batch_size} gives stream '{streams[counts.index(0)].name}' of recipe "
                           f"'{recipe}' no sequence of a batch (shares {shares}); raise batch_size to at least "
                           f"{enough}.")
+    from langswap.training.sources import check_source
+
     for stream in streams:
-        if not Path(stream.path).is_file():
-            raise MissingResourceError(f"training text '{stream.path}' (stream {stream.name} of recipe "
-                                       f"'{recipe}') does not exist.")
+        check_source(stream.path, f"training text of stream {stream.name} (recipe '{recipe}')")
         if stream.tokenizer is not None and not Path(stream.tokenizer).is_dir():
             raise MissingResourceError(f"tokenizer folder '{stream.tokenizer}' (stream {stream.name} of recipe "
                                        f"'{recipe}') does not exist.")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.training.data import check_streams
+from langswap.training.sources import check_source
 from langswap.training.recipes.base import RecipeOptions, describe_recipes, make_recipe, recipe_options
 
 ATTENTION_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flex_attention")
@@ -27,9 +28,12 @@ class TrainConfig:
 
     model: str = field(default="", metadata={"help": "Model folder with its tokenizer, e.g. a `langswap transfer` "
                                                      "output (required)."})
-    train_text: str = field(default="", metadata={"help": "Training text: .txt/.gz (a document per line) or .jsonl "
-                                                          "(required)."})
-    eval_text: str | None = field(default=None, metadata={"help": "Held-out text for the evaluation curve."})
+    train_text: str = field(default="", metadata={
+        "help": "Training text (required): a .txt/.gz file (a document per line), .jsonl or .parquet (text_field), a "
+                "folder or quoted glob of such files, or hf:NAME_OR_PATH?config=C&split=S&revision=R (a Hugging "
+                "Face dataset)."})
+    eval_text: str | None = field(default=None, metadata={"help": "Held-out text for the evaluation curve (any "
+                                                                  "source train_text takes)."})
     output: str = field(default="", metadata={"help": "Output folder (required); rerun to resume."})
     overwrite: bool = field(default=False, metadata={"help": "Delete an existing output folder and start again."})
     objective: str = field(default="auto", metadata={"help": "causal, masked, or auto (from the model's "
@@ -64,7 +68,8 @@ class TrainConfig:
                                                              "most recipe.settle_window)."})
     snapshot_steps: list[int] = field(default_factory=list, metadata={"help": "Also save the model at these "
                                                                               "global steps (snapshots/step-N)."})
-    text_field: str = field(default="text", metadata={"help": "Key of the text in .jsonl files."})
+    text_field: str = field(default="text", metadata={"help": "Key of the text in .jsonl files; its column in "
+                                                              ".parquet files and datasets."})
     max_lines: int | None = field(default=None, metadata={"help": "Read at most this many training documents."})
     num_workers: int = field(default=0, metadata={"help": "Data-loader worker processes."})
     data_dir: str | None = field(default=None, metadata={
@@ -105,8 +110,8 @@ class TrainConfig:
                                        "`langswap transfer` or save_pretrained.")
         for name in ("train_text", "eval_text"):
             value = getattr(self, name)
-            if value and not Path(value).is_file():
-                raise MissingResourceError(f"{name} '{value}' does not exist.")
+            if value:
+                check_source(value, name)
         positive = ("steps", "batch_size", "gradient_accumulation", "save_steps", "eval_steps", "eval_sequences",
                     "logging_steps", "save_total_limit")
         for name in positive:

@@ -300,7 +300,8 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
 
     from langswap.models import load_config, load_tokenizer
     from langswap.training.curve import CurveWriter
-    from langswap.training.data import BlockDataset, LMCollator, masked_eval_set, pack, phase_dataset, read_documents
+    from langswap.training.data import BlockDataset, LMCollator, batch_counts, masked_eval_set, pack, phase_dataset
+    from langswap.training.sources import source_texts
     from langswap.training.store import StoreBlocks
     from langswap.training.trainer import Curve, PhaseTrainer, RecipeHooks, Snapshots, save_model_atomically
 
@@ -332,7 +333,10 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                           + ("which this tokenizer lacks" if tokenizer.eos_token_id is None
                              else f"and recipe '{recipe.name}' packs a stream with another tokenizer")
                           + "; leave document_mask off.")
-    train_sets, stream_tokens, stream_tokenizers, stores = {}, {}, [], {}
+    train_sets, stream_tokens, stream_tokenizers, stores, data = {}, {}, [], {}, {}
+    # sequences of each stream a micro-batch reads, and micro-batches of the run on all processes
+    micro_batch = dict(zip((stream.name for stream in streams), batch_counts(streams, config.batch_size)))
+    micro_batches = config.steps * config.gradient_accumulation * state.num_processes
     for stream in streams:
         stream_tokenizer = _stream_tokenizer(stream, tokenizer)
         stream_tokenizers.append(stream_tokenizer if stream.tokenizer else None)
@@ -341,31 +345,37 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         train_sets[stream.name] = StoreBlocks(store, stream_tokenizer, sequence_length, objective,
                                               f"training text '{stream.path}'")
         stream_tokens[stream.name], stores[stream.name] = store.num_tokens, str(store.folder)
-        if len(streams) > 1:
-            logger.info("stream %s: %s documents, %s tokens, %s sequences of %d", stream.name,
-                        f"{store.num_documents:,}", f"{store.num_tokens:,}", f"{len(train_sets[stream.name]):,}",
-                        sequence_length)
+        sequences = len(train_sets[stream.name])
+        data[stream.name] = {"source": stream.path, "store": str(store.folder), "documents": store.num_documents,
+                             "tokens": store.num_tokens, "sequences": sequences,
+                             "epochs": round(micro_batches * micro_batch[stream.name] / sequences, 4)}
+        logger.info("%s: %s documents, %s tokens in its store, %s sequences of %d; the run's %s updates read %s "
+                    "epochs of it", "training text" if len(streams) == 1 else f"stream {stream.name}",
+                    f"{store.num_documents:,}", f"{store.num_tokens:,}", f"{sequences:,}", sequence_length,
+                    f"{config.steps:,}", f"{data[stream.name]['epochs']:.3g}")
     collator = LMCollator(tokenizer, objective, config.mlm_probability, stream_tokenizers, config.document_mask)
     training_sequences = sum(len(dataset) for dataset in train_sets.values())
     training_tokens = sum(stream_tokens.values())
     eval_set, bytes_per_token = None, None
     if config.eval_text:
-        eval_documents = read_documents(config.eval_text, "evaluation text", config.text_field)
-        eval_packed = pack(tokenizer, eval_documents, sequence_length, objective,
-                           f"evaluation text '{config.eval_text}'", max_blocks=config.eval_sequences)
+        # read a document at a time until eval_sequences blocks are full: memory does not grow with the file
+        eval_documents = source_texts(config.eval_text, "evaluation text", config.text_field)
+        try:
+            eval_packed = pack(tokenizer, eval_documents, sequence_length, objective,
+                               f"evaluation text '{config.eval_text}'", max_blocks=config.eval_sequences)
+        finally:
+            eval_documents.close()
         bytes_per_token = eval_packed.bytes_per_token
         eval_set = (masked_eval_set(collator, eval_packed.blocks, config.seed) if objective == "masked"
                     else BlockDataset(eval_packed.blocks))
-    if len(streams) == 1:
-        logger.info("training text: %s documents, %s tokens, %s sequences of %d", f"{store.num_documents:,}",
-                    f"{training_tokens:,}", f"{training_sequences:,}", sequence_length)
 
     precision_flags = _precision_flags(config.precision)
     planned = recipe.phases(objective, [])
     record = {"langswap_version": __version__, "config": to_dict(config),
               "comparable_config": comparable_config(config),
               "objective": objective, "sequence_length": sequence_length, "training_sequences": training_sequences,
-              "training_tokens": training_tokens, "token_stores": stores, "processes": state.num_processes,
+              "training_tokens": training_tokens, "token_stores": stores, "training_data": data,
+              "processes": state.num_processes,
               "status": "running",
               "phases": [dataclasses.asdict(phase) for phase in planned]}
     if state.is_main_process:
@@ -488,9 +498,13 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                    "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "schedule": phase.schedule,
                    **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
                                             else metrics.get("train_loss")),  # a phase shorter than logging_steps
-                   "tokens_per_second": (round(metrics["train_samples_per_second"] * sequence_length, 1)
-                                         if metrics.get("train_samples_per_second") else None),
-                   "train_seconds": seconds}
+                   # the loop's own speed: the updates' time, without evaluations and checkpoints
+                   **trainer.clock.summary(), "train_seconds": seconds}
+        if trainer.clock.updates:
+            logger.info("phase %s: %s updates read %s tokens in %s s of loop: %s tokens/s, %.1f%% of it waiting "
+                        "for data", phase.name, f"{trainer.clock.updates:,}", f"{trainer.clock.tokens:,}",
+                        f"{trainer.clock.seconds:,.1f}", f"{summary['tokens_per_second']:,.0f}",
+                        100 * summary["data_wait"])
         save_model_atomically(trainer, final, {"phase.json": {**summary,
                                                               "log_history": trainer.state.log_history}})
         curve.done.append((phase, offset, list(trainer.state.log_history)))

@@ -1,28 +1,34 @@
 """Token stores: training text tokenised once into flat, memory-mapped token files that training reads a block at a
 time, so memory does not grow with the corpus and reruns, resumes and every process of a run reuse one store.
 
-A store is a folder `<data_dir>/<first file's stem>-<16 hex digits>/` (default `data_dir`: `cache_dir()/token-stores`):
+A store is a folder `<data_dir>/<first source's stem>-<16 hex digits>/` (default `data_dir`:
+`cache_dir()/token-stores`) made from one or more sources (`sources.py`: files, folders and globs of files, a
+Hugging Face dataset), each expanded into parts (its files, or its dataset) read one after another:
 
     tokens.bin     the token stream that `data.pack` builds, as one flat array: every document framed as the objective
                    frames it ([bos] ids [eos] for a causal LM, ids [sep] for a masked LM), documents one after
                    another; uint16 where every id of the vocabulary fits (up to 65,536 ids), else uint32
-    documents.bin  int64 rows (token_start, source, byte_start, byte_end), one per document: where its tokens start
-                   in tokens.bin, which of the store's source files it is from, and the byte range of its line there
-                   (in the decompressed bytes of a .gz; the whole JSON object of a .jsonl line), so the same text can
-                   be read again (`TokenStore.document_text`) without reading the corpus
-    store.json     what it was made from and its counts: written last
+    documents.bin  int64 rows (token_start, source, start, end), one per document: where its tokens start in
+                   tokens.bin, which of the store's parts it is from (an index into store.json's "sources"), and where
+                   in that part: for a line file the byte range of its line (in the decompressed bytes of a .gz; the
+                   whole JSON object of a .jsonl line), for a parquet file or a dataset its row as (row, row + 1), so
+                   the same text can be read again (`TokenStore.document_text`) without reading the corpus
+    store.json     what it was made from (every part's identity) and its counts: written last
 
 Blocks are fixed slices of the stream (block i is tokens i*L .. (i+1)*L - 1, framed by [cls] .. [sep] for a masked
 LM), the blocks `pack` cuts from the same text; `StoreBlocks` reads them from the memory map, so the only memory a
 training run spends on its data is the epoch's shuffled order (8 bytes a block).
 
-What a store is keyed by: its folder name is a digest of the files' absolute paths, the tokenizer (a digest of its
-full description, `tokenizer_digest`, and the ids that frame documents) and the options that change the stream
-(objective, text_field for .jsonl, max_lines); the sequence length is not part of it, so one store serves every
-sequence length. The files' identity is checked against store.json as (size, modification time in ns), not a hash of
-their contents: hashing reads the whole corpus, which at gigabytes takes as long as a slow start, and an edit that
-keeps both the size and the nanosecond modification time is not a case worth that cost. A store whose files changed
-is stale and is built again, with a warning that says which file changed.
+What a store is keyed by: its folder name is a digest of the sources as written (absolute paths, glob patterns, a
+dataset's name, config, split and revision), the tokenizer (a digest of its full description, `tokenizer_digest`, and
+the ids that frame documents) and the options that change the stream (objective, max_lines, and text_field where a
+source is not a plain line file); the sequence length is not part of it, so one store serves every sequence length.
+What the sources name now is checked against store.json at every start: the list of files a folder or glob expands
+to, and each file's (size, modification time in ns), not a hash of its contents: hashing reads the whole corpus,
+which at gigabytes takes as long as a slow start, and an edit that keeps both the size and the nanosecond
+modification time is not a case worth that cost. A store whose sources changed (a file edited, added to the folder or
+gone) is stale and is built again in the same folder, with a warning that says what changed; a folder that grows
+therefore replaces its store rather than leaving the old one beside a new one.
 
 A store is written into a temporary folder beside its final place and renamed there once complete
 (`files.atomic_directory`), under the store's lock (`locking.OutputLock`), so a killed preparation never leaves a
@@ -33,9 +39,7 @@ store at every start).
 
 Tokenising: documents go to the tokenizer in batches (`tokenizer(batch)`, the call `pack` makes, so the ids are the
 same); a fast tokenizer spreads each batch over the machine's cores itself. Reading lines and writing ids take a
-small share of the tokenizer's time (about 5%), so one process feeds it. Not handled here: sources other than
-.txt/.gz/.jsonl files (parquet, globs, Hugging Face datasets), whose documents would be located by another kind of
-range than bytes of a line.
+small share of the tokenizer's time (about 5%), so one process feeds it.
 """
 
 from __future__ import annotations
@@ -52,16 +56,17 @@ import numpy as np
 import torch
 
 from langswap.errors import OutputLockedError, ResourceFormatError, VocabularyError
-from langswap.training.data import is_jsonl, iter_documents, stream_frame, too_short
+from langswap.training import sources as sources_module
+from langswap.training.data import stream_frame, too_short
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 1  # of the files in a store folder; part of its name, so another format is another store
+FORMAT = 2  # of the files in a store folder; part of its name, so another format is another store
 STORES = "token-stores"  # folder under the langswap cache
 RECORD = "store.json"
 TOKENS = "tokens.bin"
 DOCUMENTS = "documents.bin"
-DOCUMENT_COLUMNS = ("token_start", "source", "byte_start", "byte_end")
+DOCUMENT_COLUMNS = ("token_start", "source", "start", "end")
 BATCH_DOCUMENTS = 4096  # documents per tokenizer call, at most
 BATCH_BYTES = 1 << 22  # text per tokenizer call, at most: enough for every core, little memory
 
@@ -88,31 +93,47 @@ def vocabulary_size(tokenizer) -> int:
     return max([len(tokenizer)] + [i + 1 for i in special])
 
 
-def _identity(path: Path) -> dict:
-    stat = path.stat()
-    return {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-
-
-def describe(paths: list[str | Path], tokenizer, objective: str, text_field: str = "text",
+def describe(sources: list[str | Path], tokenizer, objective: str, text_field: str = "text",
              max_lines: int | None = None) -> dict:
-    """What a store's stream depends on, apart from the files' contents: its folder name is a digest of this."""
+    """What a store's stream depends on, apart from the contents of its sources: its folder name is a digest of
+    this. `sources`: as `sources.expand` reads them (files, folders, globs, hf:DATASET)."""
     from langswap.resources.token_vectors import tokenizer_digest
 
-    paths = [Path(path).resolve() for path in paths]
+    specs = [sources_module.canonical(source) for source in sources]
     before, after, _frame, _body = stream_frame(tokenizer, objective, 4)
-    return {"format": FORMAT, "files": [str(path) for path in paths],
+    return {"format": FORMAT, "sources": specs,
             "tokenizer": {"digest": tokenizer_digest(tokenizer), "vocabulary": vocabulary_size(tokenizer),
                           "name": str(getattr(tokenizer, "name_or_path", "") or "")},
             "options": {"objective": objective, "before": before, "after": after, "max_lines": max_lines,
-                        "text_field": text_field if any(is_jsonl(path) for path in paths) else None}}
+                        "text_field": None if all(_plain_lines(spec) for spec in specs) else text_field}}
+
+
+def _plain_lines(spec: str) -> bool:
+    """Whether a source is one line file, whose stream text_field does not change."""
+    return Path(spec).is_file() and sources_module.file_kind(spec) == "lines"
 
 
 def store_name(description: dict) -> str:
-    """`<first file's stem>-<16 hex digits>`: readable in a listing, unique per description."""
+    """`<first source's stem>-<16 hex digits>`: readable in a listing, unique per description."""
     keyed = {**description, "tokenizer": {k: v for k, v in description["tokenizer"].items() if k != "name"}}
     digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode("utf-8")).hexdigest()[:16]
-    stem = Path(description["files"][0]).name.split(".")[0] or "text"
-    return f"{stem}-{digest}"
+    return f"{_stem(description['sources'][0])}-{digest}"
+
+
+def _stem(spec: str) -> str:
+    """A readable name of a source: a file's name before its first dot, a folder's name, the folder of a glob, a
+    dataset's last name part and its config."""
+    import re
+
+    if sources_module.is_dataset(spec):
+        part = sources_module.parse_dataset(spec)
+        stem = Path(part.path).name + (f"-{part.config}" if part.config else "")
+    else:
+        path = Path(spec)
+        while sources_module.is_glob(path.name) and path.parent != path:
+            path = path.parent
+        stem = path.name.split(".")[0]
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", stem).strip("_") or "text"
 
 
 class TokenStore:
@@ -182,23 +203,17 @@ class TokenStore:
         end = int(self.documents[index + 1, 0]) if index + 1 < self.num_documents else self.num_tokens
         return self.tokens[start:end]
 
-    def source(self, index: int) -> tuple[Path, int, int]:
-        """(file, byte_start, byte_end) of document `index`'s line."""
-        _start, source, byte_start, byte_end = (int(value) for value in self.documents[index])
-        return Path(self.record["sources"][source]["path"]), byte_start, byte_end
+    def source(self, index: int) -> tuple[dict, int, int]:
+        """(part, start, end) of document `index`: the identity of the part it is from (store.json's "sources" row:
+        kind, path, and "unit", byte or row), and its byte range or its row as (row, row + 1) there."""
+        _start, source, start, end = (int(value) for value in self.documents[index])
+        return self.record["sources"][source], start, end
 
     def document_text(self, index: int) -> str:
-        """The text of document `index`, read back from its file by its byte range (a .gz is decompressed up to
-        it, so reading many documents of a .gz this way is slow)."""
-        import gzip
-
-        path, start, end = self.source(index)
-        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as handle:
-            handle.seek(start)
-            text = handle.read(end - start).decode("utf-8")
-        if is_jsonl(path):
-            return json.loads(text)[self.record["text_field"]]
-        return text
+        """The text of document `index`, read back from its part by its range (a .gz is decompressed up to it, so
+        reading many documents of a .gz this way is slow; a dataset is loaded from the datasets cache)."""
+        part, start, end = self.source(index)
+        return sources_module.read_document(part, start, end, self.record.get("text_field") or "text")
 
     def disk_bytes(self) -> int:
         return sum(path.stat().st_size for path in self.folder.iterdir() if path.is_file())
@@ -240,31 +255,23 @@ def format_size(count: float) -> str:
 
 
 def stale_reason(record: dict) -> str | None:
-    """Why the store that `record` describes no longer holds the text of its files (one changed or is gone), or None
-    where it does. (The format, tokenizer and options are in the store's name: another of them is another store.)"""
-    for source in record["sources"]:
-        path = Path(source["path"])
-        if not path.is_file():
-            return f"'{path}' is gone"
-        now = _identity(path)
-        if (now["size"], now["mtime_ns"]) != (source["size"], source["mtime_ns"]):
-            return (f"'{path}' changed since it was built (size {source['size']:,} -> {now['size']:,} bytes, "
-                    f"modified {_when(source['mtime_ns'])} -> {_when(now['mtime_ns'])})")
-    return None
+    """Why the store that `record` describes no longer holds the text of its sources (a file changed or is gone, a
+    folder or glob names other files now), or None where it does. (The format, tokenizer and options are in the
+    store's name: another of them is another store.)"""
+    description = record["description"]
+    return sources_module.stale_reason(description.get("sources") or description.get("files", []),
+                                       record["sources"])
 
 
-def _when(mtime_ns: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime_ns / 1e9))
-
-
-def token_store(paths: list[str | Path], tokenizer, objective: str, text_field: str = "text",
+def token_store(sources: list[str | Path], tokenizer, objective: str, text_field: str = "text",
                 max_lines: int | None = None, data_dir: str | Path | None = None, progress: bool = False,
                 what: str = "training text") -> TokenStore:
-    """The store of `paths` under `tokenizer` and these options: opened where it was built before from the same
-    files, else built (stale ones again, with a warning). Concurrent callers wait for the one that builds it."""
+    """The store of `sources` (files, folders, globs, hf:DATASET; `sources.py`) under `tokenizer` and these options:
+    opened where it was built before from the same sources, else built (stale ones again, with a warning).
+    Concurrent callers wait for the one that builds it."""
     from langswap.locking import OutputLock
 
-    description = describe(paths, tokenizer, objective, text_field, max_lines)
+    description = describe(sources, tokenizer, objective, text_field, max_lines)
     folder = store_root(data_dir) / store_name(description)
     store = _fresh(folder)
     if store is not None:
@@ -306,7 +313,8 @@ def _fresh(folder: Path) -> TokenStore | None:
 
 def build_store(folder: Path, description: dict, tokenizer, progress: bool = False,
                 what: str = "training text") -> TokenStore:
-    """Tokenise the described files into the store `folder` (replacing a stale one once the new one is complete)."""
+    """Tokenise the described sources into the store `folder` (replacing a stale one once the new one is
+    complete)."""
     from langswap.files import atomic_directory
     from langswap.progress import bar
 
@@ -315,12 +323,23 @@ def build_store(folder: Path, description: dict, tokenizer, progress: bool = Fal
     before, after = options["before"], options["after"]
     vocabulary = description["tokenizer"]["vocabulary"]
     dtype = token_dtype(vocabulary)
-    paths = [Path(path) for path in description["files"]]
-    sources = [_identity(path) for path in paths]  # before reading: a file changed while read is stale next time
-    plain = all(path.suffix != ".gz" for path in paths)
-    meter = bar(progress, sum(source["size"] for source in sources) if plain else None,
-                f"tokenising {paths[0].name}" + (f" and {len(paths) - 1} more" if len(paths) > 1 else ""),
-                unit="B", scale=True)
+    specs = description["sources"]
+    expanded = [sources_module.check_source(spec, what) for spec in specs]
+    parts = [part for spec_parts in expanded for part in spec_parts]
+    # identities before reading: a file changed while it is read is stale at the next start
+    sources = [sources_module.identity(part) for part in parts]
+    for part, source in zip(parts, sources):
+        if part.kind == "dataset":
+            source.update(sources_module.dataset_facts(part, what))
+    # the bar ends where every part's size is known in one unit (bytes of uncompressed line files, rows of parquet
+    # files and datasets); else it counts bytes of text read
+    extents = [sources_module.extent(part) for part in parts]
+    units = {extent[0] if extent else None for extent in extents}
+    plain = len(units) == 1 and None not in units
+    in_rows = plain and units == {"row"}
+    names = Path(str(parts[0])).name + (f" and {len(parts) - 1:,} more" if len(parts) > 1 else "")
+    meter = bar(progress, sum(extent[1] for extent in extents) if plain else None, f"tokenising {names}",
+                unit="rows" if in_rows else "B", scale=True)
     counts = {"tokens": 0, "documents": 0, "bytes": 0}
     max_lines = options["max_lines"]
     with atomic_directory(folder, overwrite=True) as temporary:
@@ -350,25 +369,36 @@ def build_store(folder: Path, description: dict, tokenizer, progress: bool = Fal
                     meter.update(offset + batch[-1].end - meter.n if plain else batch_bytes)
                     meter.set_postfix_str(f"{counts['tokens']:,} tokens", refresh=False)
 
-            offset = 0  # bytes of the files before this one, for the bar
-            for source, path in enumerate(paths):
-                left = None if max_lines is None else max_lines - counts["documents"]
-                if left == 0:
-                    break
-                batch, batch_bytes = [], 0
-                for document in iter_documents(path, what, options["text_field"] or "text", left):
-                    size = len(document.text.encode("utf-8"))
-                    counts["bytes"] += size
-                    batch.append(document)
-                    batch_bytes += size
-                    if len(batch) >= BATCH_DOCUMENTS or batch_bytes >= BATCH_BYTES:
+            offset = 0  # bytes or rows of the parts before this one, for the bar
+            source = 0  # the part's index in `sources`
+            for spec, spec_parts in zip(specs, expanded):
+                found, cut = counts["documents"], False
+                for part in spec_parts:
+                    left = None if max_lines is None else max_lines - counts["documents"]
+                    if left == 0:
+                        cut = True
+                        break
+                    batch, batch_bytes = [], 0
+                    for document in sources_module.documents(part, what, options["text_field"] or "text", left,
+                                                             empty_ok=len(spec_parts) > 1):
+                        size = len(document.text.encode("utf-8"))
+                        counts["bytes"] += size
+                        batch.append(document)
+                        batch_bytes += size
+                        if len(batch) >= BATCH_DOCUMENTS or batch_bytes >= BATCH_BYTES:
+                            flush(batch, source, batch_bytes)
+                            batch, batch_bytes = [], 0
+                    if batch:
                         flush(batch, source, batch_bytes)
-                        batch, batch_bytes = [], 0
-                if batch:
-                    flush(batch, source, batch_bytes)
-                offset += sources[source]["size"]
-                if meter is not None and plain:
-                    meter.update(offset - meter.n)  # the newlines and empty lines after the last document
+                    if plain:
+                        offset += extents[source][1]
+                        if meter is not None:
+                            meter.update(offset - meter.n)  # the empty lines or rows after the last document
+                    source += 1
+                if counts["documents"] == found and not cut:  # every part was empty (one alone says so itself)
+                    raise ResourceFormatError(
+                        f"{what} '{spec}' has no text in any of its {len(spec_parts):,} files (no non-empty line, "
+                        f"and no non-empty '{options['text_field'] or 'text'}' of a JSON line or a row).")
         record = {"format": FORMAT, "dtype": dtype.name, **counts, "sources": sources,
                   "text_field": options["text_field"], "description": description,
                   "document_columns": list(DOCUMENT_COLUMNS), "built": time.strftime("%Y-%m-%d %H:%M:%S %z"),
@@ -441,16 +471,22 @@ def list_stores(data_dir: str | Path | None = None) -> list[dict]:
             store = TokenStore.open(folder)
             reason = stale_reason(store.record)
             row.update(status=f"stale: {reason}" if reason else "ready", tokens=store.num_tokens,
-                       documents=store.num_documents, files=[s["path"] for s in store.record["sources"]],
+                       documents=store.num_documents, files=_source_names(store.record),
                        tokenizer=store.record["description"]["tokenizer"].get("name") or
                        store.record["description"]["tokenizer"]["digest"],
                        objective=store.record["description"]["options"]["objective"])
         except ResourceFormatError as error:
             row["status"] = f"damaged: {getattr(error, 'why', error)}"
             if record:
-                row["files"] = [s["path"] for s in record.get("sources", [])]
+                row["files"] = _source_names(record)
         rows.append(row)
     return rows
+
+
+def _source_names(record: dict) -> list[str]:
+    """The sources a store was made from as its key names them (a folder, not its thousand files)."""
+    description = record.get("description") or {}
+    return description.get("sources") or description.get("files") or [s["path"] for s in record.get("sources", [])]
 
 
 def _being_built(folder: Path) -> bool:

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -42,6 +43,7 @@ class PhaseTrainer(Trainer):
         self._staging: str | None = None
         self._losses_finite: torch.Tensor | None = None  # all micro-batch losses of this update finite
         self._skipped_in_a_row = 0
+        self.clock = LoopClock()
         super().__init__(*args, **kwargs)
 
     def create_optimizer(self, *args, **kwargs):
@@ -69,8 +71,14 @@ class PhaseTrainer(Trainer):
     def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
         # called once per update, after the optimizer step and before logging, evaluation and checkpointing, so a
         # diverged update is never saved
-        self._check_update(grad_norm)
+        self._check_update(grad_norm)  # reads the loss, so the update's work on the device is done
+        self.clock.end_update()
         return super()._maybe_log_save_evaluate(tr_loss, grad_norm, *args, **kwargs)
+
+    def log(self, logs: dict, *args, **kwargs) -> None:
+        if "loss" in logs:  # a training log: the loop's speed since the last one
+            logs.update(self.clock.interval())
+        return super().log(logs, *args, **kwargs)
 
     def _check_update(self, grad_norm) -> None:
         """Stop on a non-finite training loss or gradient norm. Under fp16 the loss scaler skips an update whose
@@ -108,7 +116,9 @@ class PhaseTrainer(Trainer):
         seeded by (seed, phase, process, update), so a resumed run draws the masks the uninterrupted one drew
         whatever the data loader collated ahead, and the Trainer counts the masked tokens of all accumulated
         micro-batches for the loss. (The Trainer's signature differs across versions: `device` from transformers
-        4.48 on.)"""
+        4.48 on.) The update's clock starts here, and the wait for each batch is timed (`LoopClock`)."""
+        self.clock.start_update()
+        epoch_iterator = self.clock.timed(epoch_iterator, self.args.world_size)
         if getattr(self.data_collator, "objective", None) != "masked":
             return super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
         generator = torch.Generator().manual_seed(
@@ -224,6 +234,58 @@ def set_random_state(saved: dict) -> None:
     torch.set_rng_state(saved["torch"])
     if saved["cuda"] is not None:
         torch.cuda.set_rng_state_all(saved["cuda"])
+
+
+class LoopClock:
+    """Where a phase's training loop spends its time: the seconds of its updates, each from fetching its first batch
+    to the end of its optimizer step (evaluation and checkpoints between updates are not counted), the part of them
+    spent waiting for the data loader, and the tokens the updates read on all processes. Tokens per second of the
+    loop, beside the share spent waiting for data, say whether the data or the model sets the pace."""
+
+    def __init__(self):
+        self.updates, self.seconds, self.data_seconds, self.tokens = 0, 0.0, 0.0, 0
+        self._started: float | None = None
+        self._last = (0, 0.0, 0.0)  # (tokens, seconds, data_seconds) at the last `interval`
+
+    def start_update(self) -> None:
+        self._started = time.perf_counter()
+
+    def end_update(self) -> None:
+        if self._started is not None:  # the Trainer's end-of-epoch call repeats the last update's
+            self.seconds += time.perf_counter() - self._started
+            self.updates += 1
+            self._started = None
+
+    def timed(self, batches, processes: int = 1):
+        """`batches`, one at a time, with the wait for each and its tokens (input ids x processes) counted."""
+        while True:
+            clock = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            finally:
+                self.data_seconds += time.perf_counter() - clock
+            if isinstance(batch, dict) and "input_ids" in batch:
+                self.tokens += batch["input_ids"].numel() * processes
+            yield batch
+
+    @staticmethod
+    def _rates(tokens: int, seconds: float, data_seconds: float) -> dict:
+        return {"tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else None,
+                "data_wait": round(data_seconds / seconds, 4) if seconds > 0 else None}
+
+    def interval(self) -> dict:
+        """Tokens per second and the share of the time spent waiting for data since the last call."""
+        tokens, seconds, data_seconds = self._last
+        self._last = (self.tokens, self.seconds, self.data_seconds)
+        return self._rates(self.tokens - tokens, self.seconds - seconds, self.data_seconds - data_seconds)
+
+    def summary(self) -> dict:
+        """The whole phase (this process's run of it): updates, loop seconds, tokens, tokens per second, data
+        wait."""
+        return {"loop_updates": self.updates, "loop_seconds": round(self.seconds, 3), "loop_tokens": self.tokens,
+                **self._rates(self.tokens, self.seconds, self.data_seconds)}
 
 
 # -- callbacks ----------------------------------------------------------------------------------------------------------

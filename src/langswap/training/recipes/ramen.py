@@ -19,8 +19,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from langswap.errors import ConfigError, MissingResourceError
+from langswap.errors import ConfigError
 from langswap.training.data import Stream
+from langswap.training.sources import check_source
 from langswap.training.phases import SCHEDULES, Phase, register_schedule
 from langswap.training.recipes.base import Recipe, RecipeOptions, register_recipe
 
@@ -33,7 +34,8 @@ class RamenOptions(RecipeOptions):
     source_model: str | None = field(default=None, metadata={
         "help": "The model the target model was transferred from; its token tables read and predict source_text."})
     source_text: str | None = field(default=None, metadata={
-        "help": "Source-language training text (.txt/.gz or .jsonl, as train_text)."})
+        "help": "Source-language training text (any source train_text takes: a file, a folder or glob of files, "
+                "hf:DATASET)."})
     source_share: float = field(default=0.5, metadata={"help": "Share of every micro-batch that is source text."})
     warmup_updates: int = field(default=4000, metadata={
         "help": "Updates the rate warms up over from start_rate (RAMEN: 4,000); a run shorter than twice this "
@@ -71,8 +73,7 @@ class Ramen(Recipe):
                 raise ConfigError(f"recipe.{name} is not set: the bilingual recipe trains on source-language text "
                                   "with the source model's token tables (--set recipe.source_model=MODEL --set "
                                   "recipe.source_text=en.txt).")
-        if not Path(options.source_text).is_file():
-            raise MissingResourceError(f"recipe.source_text '{options.source_text}' does not exist.")
+        check_source(options.source_text, "recipe.source_text")
         if not 0 < options.source_share < 1:
             raise ConfigError(f"recipe.source_share is {options.source_share}; give a share between 0 and 1.")
         if options.warmup_updates < 0 or not 0 < options.start_rate:
@@ -111,7 +112,7 @@ class Ramen(Recipe):
         if str(start) == str(self.config.model):  # the run's first start: is the source text the source language?
             source = load_model(self.options.source_model)  # read once, for the check and the source tables
             check_source_language(self.options.source_model, self.options.source_text, self.config.train_text,
-                                  loaded=source)
+                                  loaded=source, text_field=self.config.text_field)
         attach_source(model, start, self.options.source_model, loaded=source)
 
     def finish_outputs(self, output) -> None:
