@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from langswap.calibrate import CalibrationConfig, calibrate, log_frequencies, mean_head_input
+from langswap.calibrate import CalibrationConfig, calibrate, log_frequencies, mean_head_input, token_counts
 from langswap.errors import ConfigError
 
 from conftest import byte_level_tokenizer, english_lines, tiny_model
@@ -37,7 +37,8 @@ def test_an_untied_head_lands_on_the_line_in_one_round(text):
     row0 = model.get_output_embeddings().weight[0].detach().clone()
     logf = log_frequencies(tokenizer, lines, len(tokenizer))
     spread_before = np.std(_mean_logits(model, tokenizer, lines)[moved] - logf[moved])
-    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0), moved)
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, lower_unseen=True, smoothing=0.5),
+                       moved)
     offsets = _mean_logits(model, tokenizer, lines)[moved] - logf[moved]
     # slope 1: every moved token on one line (to float32 rounding of logits near 8)
     assert spread_before > 1.0 and np.abs(offsets - offsets.mean()).max() < 0.03
@@ -52,7 +53,7 @@ def test_half_strength_moves_half_way(text):
     moved = np.ones(len(tokenizer), dtype=bool)
     logf = log_frequencies(tokenizer, lines, len(tokenizer))
     start = _mean_logits(model, tokenizer, lines)
-    calibrate(model, tokenizer, lines, CalibrationConfig(strength=0.5), moved)
+    calibrate(model, tokenizer, lines, CalibrationConfig(strength=0.5, lower_unseen=True, smoothing=0.5), moved)
     after = _mean_logits(model, tokenizer, lines)
     target = logf + np.mean(start - logf)
     assert np.allclose(after - start, 0.5 * (target - start), atol=0.03)
@@ -144,7 +145,8 @@ def test_a_tied_head_untied_for_calibration_keeps_every_input_row(text):
     before_input = model.get_input_embeddings().weight.detach().clone()
     moved = np.ones(len(tokenizer), dtype=bool)
     logf = log_frequencies(tokenizer, lines, len(tokenizer))
-    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, tied_head="untie"), moved)
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, tied_head="untie", lower_unseen=True,
+                                                                  smoothing=0.5), moved)
     assert torch.equal(model.get_input_embeddings().weight, before_input)
     assert not model.config.tie_word_embeddings
     assert model.get_output_embeddings().weight.data_ptr() != model.get_input_embeddings().weight.data_ptr()
@@ -231,3 +233,23 @@ class _Slow:
 
     def __len__(self):
         return len(self.tokenizer)
+
+
+def test_rows_of_tokens_the_text_never_shows_are_not_lowered(text):
+    """Training on text that lacks a token lowers its row by itself, and a lowering by calibration would stay after
+    it: by default such rows only move up, while every token the counted lines show lands on the line."""
+    lines, tokenizer = text
+    model = tiny_model("llama", len(tokenizer))
+    moved = np.ones(len(tokenizer), dtype=bool)
+    counts = token_counts(tokenizer, lines, len(tokenizer))
+    unseen = counts == 0
+    start = _mean_logits(model, tokenizer, lines)
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, smoothing=0.5), moved)
+    after = _mean_logits(model, tokenizer, lines)
+    logf = log_frequencies(tokenizer, lines, len(tokenizer), 0.5)
+    assert unseen.sum() > 10 and (~unseen).sum() > 10
+    assert np.all(after[unseen] >= start[unseen] - 1e-3)  # the line is below most of them: they stay
+    assert np.sum(after[unseen] > start[unseen] + 1e-3) < unseen.sum()
+    offsets = after[~unseen] - logf[~unseen]
+    assert np.abs(offsets - offsets.mean()).max() < 0.03
+    assert report["unseen_rows"] == {"rows": int(unseen.sum()), "lowered": False}

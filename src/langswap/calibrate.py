@@ -58,6 +58,10 @@ class CalibrationConfig:
     lines: int = field(default=20000, metadata={"help": "Lines of text counted for the frequencies."})
     hidden_lines: int = field(default=200, metadata={"help": "Lines whose hidden states are averaged."})
     max_length: int = field(default=128, metadata={"help": "Tokens of each line read for the hidden states."})
+    lower_unseen: bool = field(default=False, metadata={
+        "help": "Also lower the rows of tokens the counted lines never show; false: they move up only, since "
+                "training on text that lacks them lowers them by itself, and a lowering by calibration stays after "
+                "it."})
     tied_head: str = field(default="move", metadata={
         "help": "A tied head: move (the input rows move with the output rows), untie (the head gets its own copy "
                 "of the matrix first, so only it moves) or skip (no calibration).",
@@ -179,10 +183,11 @@ def choose_smoothing(tokenizer, counted: list[str], held: list[str]) -> dict:
     return {"smoothing": best, "cross_entropy": {str(k): round(value, 4) for k, value in entropy.items()}}
 
 
-def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationConfig) -> tuple[np.ndarray, dict]:
-    """((size,) log-frequencies calibration moves rows towards, how their smoothing was set): counted on the lines
-    `split_check_lines` keeps for counting (up to `config.lines`), smoothed by `config.smoothing` or, unset, by
-    `choose_smoothing` on the check lines."""
+def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationConfig) \
+        -> tuple[np.ndarray, dict, np.ndarray]:
+    """((size,) log-frequencies calibration moves rows towards, how their smoothing was set, (size,) whether each
+    token is absent from the counted lines): counted on the lines `split_check_lines` keeps for counting (up to
+    `config.lines`), smoothed by `config.smoothing` or, unset, by `choose_smoothing` on the check lines."""
     counted, held = split_check_lines(lines, config)
     counted = counted[:config.lines]
     if config.smoothing is not None:
@@ -191,7 +196,8 @@ def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationCo
         smoothing = choose_smoothing(tokenizer, counted, held)
     else:
         smoothing = {"smoothing": FALLBACK_SMOOTHING, "fallback": "no check lines (check_lines: 0, or too little text)"}
-    return log_frequencies(tokenizer, counted, size, smoothing["smoothing"]), smoothing
+    counts = token_counts(tokenizer, counted, size)
+    return smoothed_log_frequencies(counts, smoothing["smoothing"]), smoothing, counts == 0
 
 
 @torch.no_grad()
@@ -260,7 +266,7 @@ def input_row_moves(before: torch.Tensor, after: torch.Tensor, moved: np.ndarray
 
 
 def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray,
-              line: tuple[np.ndarray, dict] | None = None) -> dict:
+              line: tuple[np.ndarray, dict, np.ndarray] | None = None) -> dict:
     """Move the output rows `moved` (a boolean mask over the vocabulary) of `model` as the module docstring says;
     returns a report (rows moved, mean |move| of the mean logits before and after, per round; with the check, the
     held-out loss of the model as left, unrounded, under "held_out_loss"). `line`: `frequency_line`'s result for
@@ -284,7 +290,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     moved = np.asarray(moved, dtype=bool)[:size]
     if line is None:
         line = frequency_line(tokenizer, lines, size, config)
-    logf, smoothing = line
+    logf, smoothing, unseen = line
     assert len(logf) == size, (len(logf), size)
     lines, held = split_check_lines(lines, config)
     before = mean_token_loss(model, tokenizer, held, config.max_length) if held else None
@@ -300,6 +306,8 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
                 current = current + bias.detach().to(torch.float32).cpu().numpy()
             offset = float(np.mean(current[moved] - config.slope * logf[moved]))
             distance = np.where(moved, config.slope * logf + offset - current, 0.0)
+            if not config.lower_unseen:
+                distance = np.where(unseen, np.maximum(distance, 0.0), distance)
             delta = torch.from_numpy(config.strength * distance).to(torch.float32)
             if bias is not None:
                 bias += delta.to(bias.device, bias.dtype)
@@ -310,6 +318,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     report = {"rows": int(moved.sum()), "strength": config.strength, "slope": config.slope,
               "through": "output bias" if bias is not None else "head rows along the mean hidden state",
               "rounds": rounds, "smoothing": smoothing,
+              "unseen_rows": {"rows": int((unseen & moved).sum()), "lowered": config.lower_unseen},
               "input_rows": input_row_moves(saved[0], weight, moved) if moves_inputs else {"moved": 0}}
     if held:
         after = mean_token_loss(model, tokenizer, held, config.max_length)

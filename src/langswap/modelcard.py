@@ -438,8 +438,19 @@ def _calibration_line(calibration: dict | None) -> str | None:
     rows = f"{_count(calibration['rows'])} output rows" if calibration.get("rows") else "the output rows"
     text = f" of `{_name(calibration['text'])}`" if calibration.get("text") else ""
     through = f", through the {calibration['through']}" if calibration.get("through") else ""
+    smoothing = calibration.get("smoothing") or {}
+    smoothed = f", counts smoothed by {_value(smoothing['smoothing'])}" if "smoothing" in smoothing else ""
+    inputs = calibration.get("input_rows") or {}
+    if inputs.get("moved"):
+        shift = inputs.get("relative_shift", {})
+        moved_inputs = (f"; the tied input rows moved with them ({_count(inputs['moved'])} rows, median move "
+                        f"{_value(shift.get('median'))} of a row's norm, largest {_value(shift.get('max'))})")
+    elif "input_rows" in calibration:
+        moved_inputs = "; no input row moved"
+    else:
+        moved_inputs = ""
     return (f"{rows} moved towards the token frequencies{text} (strength {_value(calibration.get('strength'))}"
-            f"{through}); held-out figures are of the calibrated model")
+            f"{smoothed}{through}){moved_inputs}; held-out figures are of the calibrated model")
 
 
 def _alignment_line(report: dict | None) -> str:

@@ -285,7 +285,7 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
 
 
 def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
-                   line: tuple[np.ndarray, dict] | None = None) -> dict:
+                   line: tuple[np.ndarray, dict, np.ndarray] | None = None) -> dict:
     """Frequency calibration (`langswap.calibrate`) of a transferred model's output rows at `strength`: every
     non-special row, or with `rows: new` those the method did not copy. Returns calibrate's report."""
     from langswap.calibrate import calibrate
