@@ -8,12 +8,19 @@ log-frequency, nearly linearly. Calibration measures h̄ on target text, and mov
 logit sits on that line at the token's log-frequency in the target text, by a share `strength` of the distance:
 
     b_t += s (a log f_t + c - m_t)                        (a model with an output bias)
-    w_t += s (a log f_t + c - m_t) h̄ / |h̄|^2              (otherwise; with a tied head the input row moves too)
+    w_t += s (a log f_t + c - m_t) h̄ / |h̄|^2              (otherwise; a tied head's input row moves too, unless
+                                                           `tied_head` unties or skips it)
 
 The slope `a` is 1 by default (a calibrated model's logits are log-probabilities up to a shift), and the offset `c`
-centres the moves (their mean over the moved rows is zero), so no text of the source language is needed. `rounds`
-repeats the measurement and the move (moving tied rows moves h̄ a little). Frequencies are add-half smoothed counts of
-the target tokenizer's tokens on up to `lines` lines; h̄ is averaged over the first `hidden_lines` of them.
+centres the moves (their mean over the moved rows is zero before the rule below), so no text of the source language
+is needed. `rounds` repeats the measurement and the move (moving tied rows moves h̄ a little). h̄ is averaged over the
+first `hidden_lines` lines. Frequencies are add-k smoothed counts of the target tokenizer's tokens on up to `lines`
+lines, k chosen on the check lines as read by a tokenizer trained without them (`choose_smoothing`).
+
+Calibration is meant for a model that will be trained on the target text, which teaches the model that text's
+frequencies by itself. A token the counted lines never show is therefore never lowered (`lower_unseen`): training on
+text without it lowers it too, and nothing in that text raises it again, so a calibration's lowering would stay on
+top of training's.
 
 The premise (a model whose logits track log-frequencies) holds for trained models, not for every model: the last
 `check_lines` lines of the text are kept out of the counts, and unless the calibrated model's mean token loss on them
@@ -25,12 +32,13 @@ Causal LMs only: a masked LM's mean logit over unmasked positions is not its pri
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from langswap.errors import ConfigError
+from langswap.errors import ConfigError, LangswapError
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +85,7 @@ class CalibrationConfig:
             raise ConfigError(f"calibration.tied_head is {self.tied_head!r}; choose move, untie or skip.")
         if self.rows not in ("all", "new"):
             raise ConfigError(f"calibration.rows is {self.rows!r}; choose all or new.")
-        if self.smoothing is not None and not self.smoothing > 0:
+        if self.smoothing is not None and not (self.smoothing > 0 and math.isfinite(self.smoothing)):
             raise ConfigError(f"calibration.smoothing is {self.smoothing}; give a pseudo-count above 0 (0.5: add-half).")
         if self.rounds < 1 or self.lines < 1 or self.hidden_lines < 1 or self.max_length < 2 or self.check_lines < 0:
             raise ConfigError("calibration.rounds, lines and hidden_lines must be at least 1, max_length at least 2, "
@@ -111,23 +119,20 @@ def untie_head(model) -> None:
     """Give a tied model's output layer its own copy of the embedding matrix (config.tie_word_embeddings false), so
     moving output rows leaves the input rows where they are."""
     from langswap.models import is_tied
+    from langswap.surgery import set_config_value
 
     if not is_tied(model):
         return
     output = model.get_output_embeddings()
     output.weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
-    model.config.tie_word_embeddings = False
-    text_config = getattr(model.config, "get_text_config", lambda: None)()
-    if text_config is not None and text_config is not model.config:
-        text_config.tie_word_embeddings = False
+    set_config_value(model.config, "tie_word_embeddings", False)
 
 
 def tie_head(model) -> None:
     """Undo `untie_head`: the output layer shares the embedding matrix again."""
-    model.config.tie_word_embeddings = True
-    text_config = getattr(model.config, "get_text_config", lambda: None)()
-    if text_config is not None and text_config is not model.config:
-        text_config.tie_word_embeddings = True
+    from langswap.surgery import set_config_value
+
+    set_config_value(model.config, "tie_word_embeddings", True)
     model.get_output_embeddings().weight = model.get_input_embeddings().weight
 
 
@@ -151,7 +156,7 @@ def log_frequencies(tokenizer, lines: list[str], size: int, smoothing: float = 0
     return smoothed_log_frequencies(token_counts(tokenizer, lines, size), smoothing)
 
 
-SMOOTHING_GRID = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+SMOOTHING_GRID = (1 / 64, 1 / 32, 1 / 16, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 FALLBACK_SMOOTHING = 0.5
 
 
@@ -166,21 +171,29 @@ def choose_smoothing(tokenizer, counted: list[str], held: list[str]) -> dict:
     pieces that such counts hardly contain (intermediate merges of BPE). Counted by the target tokenizer, held-out
     lines of that text are not new to it and favour too little smoothing; read by a tokenizer that never saw them,
     they are new text, as the text a transferred model meets is new to its tokenizer."""
-    from langswap.errors import LangswapError
     from langswap.resources.tokenizer import train_tokenizer_on_lines
 
     try:
         proxy = train_tokenizer_on_lines(tokenizer, counted, len(tokenizer))
-    except (LangswapError, ValueError, TypeError) as error:  # a tokenizer the Rust trainer cannot retrain
+        size = len(proxy)
+        counts, held_counts = token_counts(proxy, counted, size), token_counts(proxy, held, size)
+    except LangswapError as error:  # a slow tokenizer: no Rust trainer
         return {"smoothing": FALLBACK_SMOOTHING, "fallback": f"no tokenizer could be trained on the text ({error})"}
-    size = len(proxy)
-    counts, held_counts = token_counts(proxy, counted, size), token_counts(proxy, held, size)
+    except Exception as error:  # noqa: BLE001 - the Rust trainer and tokenizer raise bare Exceptions
+        # (a Unigram tokenizer without an unk id retrained on text that lacks a character of the check lines)
+        logger.warning("calibration smoothing: the tokenizer retrained on the counted lines failed (%s: %s); "
+                       "add-%g smoothing is used", type(error).__name__, error, FALLBACK_SMOOTHING)
+        return {"smoothing": FALLBACK_SMOOTHING,
+                "fallback": f"the tokenizer retrained on the counted lines failed ({type(error).__name__}: {error})"}
     if not held_counts.sum():
         return {"smoothing": FALLBACK_SMOOTHING, "fallback": "the check lines have no tokens"}
     entropy = {k: float(-(held_counts * smoothed_log_frequencies(counts, k)).sum() / held_counts.sum())
                for k in SMOOTHING_GRID}
     best = min(entropy, key=entropy.get)
-    return {"smoothing": best, "cross_entropy": {str(k): round(value, 4) for k, value in entropy.items()}}
+    report = {"smoothing": best, "cross_entropy": {f"{k:g}": round(value, 4) for k, value in entropy.items()}}
+    if best in (SMOOTHING_GRID[0], SMOOTHING_GRID[-1]):
+        report["at_edge"] = True  # the best pseudo-count may lie beyond the grid
+    return report
 
 
 def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationConfig) \
@@ -194,6 +207,9 @@ def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationCo
         smoothing = {"smoothing": config.smoothing, "set": "calibration.smoothing"}
     elif held:
         smoothing = choose_smoothing(tokenizer, counted, held)
+        logger.info("calibration counts smoothed by %g (chosen on %d check lines read by a tokenizer trained "
+                    "without them)%s", smoothing["smoothing"], len(held),
+                    f"; {smoothing['fallback']}" if "fallback" in smoothing else "")
     else:
         smoothing = {"smoothing": FALLBACK_SMOOTHING, "fallback": "no check lines (check_lines: 0, or too little text)"}
     counts = token_counts(tokenizer, counted, size)
@@ -252,15 +268,17 @@ def split_check_lines(lines: list[str], config: CalibrationConfig) -> tuple[list
 
 
 def input_row_moves(before: torch.Tensor, after: torch.Tensor, moved: np.ndarray) -> dict:
-    """What a calibration did to a tied model's input rows (`before`, `after`: (V, d)): how many moved, and the
-    size of each move relative to the row's own norm (median, 90th percentile, largest)."""
+    """What a calibration did to a tied model's input rows (`before`, `after`: (V, d)): how many of the rows
+    `moved` names did move, and over those, each move's size relative to the row's own norm (median, 90th
+    percentile, largest)."""
     rows = torch.from_numpy(np.flatnonzero(moved))
     start = before[rows].to(torch.float32)
     shift = (after.detach()[rows].to(torch.float32) - start).norm(dim=1)
     relative = (shift / start.norm(dim=1).clamp_min(1e-12)).cpu().numpy()
+    relative = relative[(shift > 0).cpu().numpy()]
     if not len(relative):
         return {"moved": 0}
-    return {"moved": int((shift > 0).sum()), "relative_shift": {
+    return {"moved": len(relative), "relative_shift": {
         "median": round(float(np.median(relative)), 4), "p90": round(float(np.quantile(relative, 0.9)), 4),
         "max": round(float(relative.max()), 4)}}
 
@@ -288,6 +306,8 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     bias = getattr(head, "bias", None)
     size = weight.shape[0]
     moved = np.asarray(moved, dtype=bool)[:size]
+    if len(moved) < size:  # rows beyond the tokenizer (padding) stay
+        moved = np.concatenate([moved, np.zeros(size - len(moved), dtype=bool)])
     if line is None:
         line = frequency_line(tokenizer, lines, size, config)
     logf, smoothing, unseen = line
@@ -333,7 +353,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
                 tie_head(model)
             logger.warning("frequency calibration put back: on %d held-out lines of the text the mean token loss "
                            "went from %.4f to %.4f", len(held), before, after)
-            return {**report, "rows": 0, "held_out_loss": before,
+            return {**report, "rows": 0, "held_out_loss": before, "input_rows": {"moved": 0},
                     "skipped": f"put back: it raised the mean token loss on {len(held)} "
                                                      f"held-out lines of the text ({before:.4f} -> {after:.4f})"}
     logger.info("calibrated %s output rows to the target text's frequencies (mean |distance| %s)%s",

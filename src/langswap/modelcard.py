@@ -443,8 +443,9 @@ def _calibration_line(calibration: dict | None) -> str | None:
     inputs = calibration.get("input_rows") or {}
     if inputs.get("moved"):
         shift = inputs.get("relative_shift", {})
-        moved_inputs = (f"; the tied input rows moved with them ({_count(inputs['moved'])} rows, median move "
-                        f"{_value(shift.get('median'))} of a row's norm, largest {_value(shift.get('max'))})")
+        moved_inputs = (f"; the tied input rows moved with them ({_count(inputs['moved'])} rows; each move's size "
+                        f"against its row's norm: median {_value(shift.get('median'))}, largest "
+                        f"{_value(shift.get('max'))})")
     elif "input_rows" in calibration:
         moved_inputs = "; no input row moved"
     else:

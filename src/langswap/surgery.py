@@ -107,10 +107,15 @@ def install_embeddings(model, embeddings: torch.Tensor, output_embeddings: torch
 
 def set_vocab_size(config, rows: int) -> None:
     """A model config's vocab_size, and its text config's where it has its own (multimodal configs)."""
-    config.vocab_size = rows
+    set_config_value(config, "vocab_size", rows)
+
+
+def set_config_value(config, name: str, value) -> None:
+    """Set `name` on a model config, and on its text config where it has its own (multimodal configs)."""
+    setattr(config, name, value)
     text_config = getattr(config, "get_text_config", lambda: None)()
     if text_config is not None and text_config is not config:
-        text_config.vocab_size = rows
+        setattr(text_config, name, value)
 
 
 def check_position_offset(model, target_roles: dict[str, int]) -> None:

@@ -204,10 +204,10 @@ class TransferReport:
     choice: dict | None = None  # where the method offered candidates: which was kept, and why
 
 
-def output_size(source_bytes: int, matrices, target_rows: int, dtype) -> dict[str, int]:
+def output_size(source_bytes: int, matrices, target_rows: int, dtype, untie: bool = False) -> dict[str, int]:
     """About how many bytes a transfer's output folder takes: the source's weights less its token matrices, plus
     the new token matrices in `dtype` ({"body", "tokens", "total"}, the total with 16 MiB for configs and the
-    tokenizer)."""
+    tokenizer); `untie`: a tied head gets a matrix of its own (calibration.tied_head: untie)."""
     import torch
 
     rows, dim = matrices.embeddings.shape
@@ -215,7 +215,7 @@ def output_size(source_bytes: int, matrices, target_rows: int, dtype) -> dict[st
     itemsize = torch.empty(0, dtype=dtype).element_size()
     old = (rows + matrices.padded_rows) * dim * itemsize * matrices_count
     body = max(0, source_bytes - old)
-    tokens = target_rows * dim * itemsize * matrices_count + (4 * target_rows if matrices.output_bias is not None
+    tokens = target_rows * dim * itemsize * (matrices_count + int(untie)) + (4 * target_rows if matrices.output_bias is not None
                                                                else 0)
     return {"body": body, "tokens": tokens, "total": body + tokens + 16 * 2**20}
 
@@ -336,7 +336,7 @@ def streamed_checkpoint(config: TransferConfig, steps: TextSteps, model_config=N
 
 
 def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
-    from langswap.models import load_config, load_model, load_tokenizer, objective_of, save_tokenizer
+    from langswap.models import is_tied, load_config, load_model, load_tokenizer, objective_of, save_tokenizer
     from langswap.numerics import SOURCE_FIX, refuse_non_finite
     from langswap.files import atomic_directory
     from langswap.modelcard import write_model_card
@@ -367,7 +367,8 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     dtype = checkpoint.dtype if checkpoint is not None else model.get_input_embeddings().weight.dtype
     source_bytes = checkpoint.stored_bytes() if checkpoint is not None \
         else sum(p.numel() * p.element_size() for p in model.parameters())
-    check_output_space(Path(config.output), output_size(source_bytes, matrices, len(target), dtype))
+    untie = matrices.tied and steps.strength > 0 and config.calibration.tied_head == "untie"
+    check_output_space(Path(config.output), output_size(source_bytes, matrices, len(target), dtype, untie))
     if checkpoint is None and steps.model_runs():  # its forward passes run on the GPU where there is one
         from langswap.models import pick_device
 
@@ -394,10 +395,12 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     if held_out and calibration_config.check_lines:
         calibration_config = dataclasses.replace(calibration_config, check_lines=len(held_out))
     line = None  # the frequencies and their smoothing, made once for every candidate
-    if strength > 0:
+    if strength > 0 and not (matrices.tied and config.calibration.tied_head == "skip"):
         from langswap.calibrate import frequency_line
 
         line = frequency_line(target_tokenizer, lines, len(target), calibration_config)
+        seconds["frequencies"] = time.perf_counter() - clock
+        clock = time.perf_counter()
 
     def finish(candidate_model, candidate) -> float | None:  # each candidate judged as it would be saved: calibrated
         report = calibrate_rows(candidate_model, target_tokenizer, candidate.mapping, calibration_config, strength,
@@ -457,7 +460,7 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
             and matrices.output_embeddings is not None else None,
             "source_vocabulary": source.summary(),
             "target_vocabulary": target.summary(),
-            "tied_embeddings": matrices.tied,
+            "tied_embeddings": matrices.tied if checkpoint is not None else is_tied(model),
             "output_bias": matrices.output_bias is not None,
             "source_padded_rows": matrices.padded_rows,
             "streamed": written,
