@@ -86,7 +86,8 @@ class CalibrationConfig:
         if self.rows not in ("all", "new"):
             raise ConfigError(f"calibration.rows is {self.rows!r}; choose all or new.")
         if self.smoothing is not None and not (self.smoothing > 0 and math.isfinite(self.smoothing)):
-            raise ConfigError(f"calibration.smoothing is {self.smoothing}; give a pseudo-count above 0 (0.5: add-half).")
+            raise ConfigError(f"calibration.smoothing is {self.smoothing}; give a finite pseudo-count above 0 (0.5: "
+                              "add-half), or leave it unset to have it chosen.")
         if self.rounds < 1 or self.lines < 1 or self.hidden_lines < 1 or self.max_length < 2 or self.check_lines < 0:
             raise ConfigError("calibration.rounds, lines and hidden_lines must be at least 1, max_length at least 2, "
                               "check_lines at least 0.")

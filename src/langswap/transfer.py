@@ -215,8 +215,8 @@ def output_size(source_bytes: int, matrices, target_rows: int, dtype, untie: boo
     itemsize = torch.empty(0, dtype=dtype).element_size()
     old = (rows + matrices.padded_rows) * dim * itemsize * matrices_count
     body = max(0, source_bytes - old)
-    tokens = target_rows * dim * itemsize * (matrices_count + int(untie)) + (4 * target_rows if matrices.output_bias is not None
-                                                               else 0)
+    bias = 4 * target_rows if matrices.output_bias is not None else 0
+    tokens = target_rows * dim * itemsize * (matrices_count + int(untie)) + bias
     return {"body": body, "tokens": tokens, "total": body + tokens + 16 * 2**20}
 
 
