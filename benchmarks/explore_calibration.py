@@ -43,14 +43,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def log_frequencies(tokenizer, lines: list[str]) -> np.ndarray:
-    counts = np.zeros(len(tokenizer), dtype=np.float64)
-    for start in range(0, len(lines), 1000):
-        for ids in tokenizer(lines[start:start + 1000], add_special_tokens=False)["input_ids"]:
-            np.add.at(counts, ids, 1)
-    return np.log((counts + 0.5) / (counts.sum() + 0.5 * len(counts)))
-
-
 @torch.no_grad()
 def mean_hidden(model, tokenizer, lines: list[str]) -> torch.Tensor:
     total, count = None, 0
@@ -64,6 +56,7 @@ def mean_hidden(model, tokenizer, lines: list[str]) -> torch.Tensor:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from langswap.calibrate import log_frequencies
     from langswap.evaluation.language_modeling import evaluate_model
     from langswap.models import load_model, load_tokenizer
     from langswap.resources.text import read_text_lines
@@ -80,7 +73,7 @@ def main(argv=None) -> int:
         source = load_model(source_path).eval()
         source_rows = source.get_input_embeddings().weight.detach().float()
         h_source = mean_hidden(source, source_tokenizer, english[:args.hidden_lines]).float()
-        source_logf = log_frequencies(source_tokenizer, english)[:len(source_rows)]
+        source_logf = log_frequencies(source_tokenizer, english, len(source_tokenizer))[:len(source_rows)]
         mean_logit = (source_rows @ h_source).numpy()
         slope, intercept = np.polyfit(source_logf, mean_logit, 1)
         fit = np.corrcoef(source_logf, mean_logit)[0, 1]
@@ -93,7 +86,7 @@ def main(argv=None) -> int:
     provenance = [line.split("\t") for line in (args.model / "provenance.tsv").read_text(
         encoding="utf-8").splitlines()[1:]]
     kinds = np.array([row[2] if len(row) > 2 else "" for row in provenance])
-    target_logf = log_frequencies(tokenizer, target_lines)
+    target_logf = log_frequencies(tokenizer, target_lines, len(tokenizer))
     for rows in args.rows:
         for alpha in args.alphas:
             model = load_model(args.model).eval()
