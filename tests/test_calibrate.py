@@ -37,7 +37,7 @@ def test_an_untied_head_lands_on_the_line_in_one_round(text):
     row0 = model.get_output_embeddings().weight[0].detach().clone()
     logf = log_frequencies(tokenizer, lines, len(tokenizer))
     spread_before = np.std(_mean_logits(model, tokenizer, lines)[moved] - logf[moved])
-    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, lower_unseen=True, smoothing=0.5),
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, lower_min_count=0, smoothing=0.5),
                        moved)
     offsets = _mean_logits(model, tokenizer, lines)[moved] - logf[moved]
     # slope 1: every moved token on one line (to float32 rounding of logits near 8)
@@ -53,7 +53,7 @@ def test_half_strength_moves_half_way(text):
     moved = np.ones(len(tokenizer), dtype=bool)
     logf = log_frequencies(tokenizer, lines, len(tokenizer))
     start = _mean_logits(model, tokenizer, lines)
-    calibrate(model, tokenizer, lines, CalibrationConfig(strength=0.5, lower_unseen=True, smoothing=0.5), moved)
+    calibrate(model, tokenizer, lines, CalibrationConfig(strength=0.5, lower_min_count=0, smoothing=0.5), moved)
     after = _mean_logits(model, tokenizer, lines)
     target = logf + np.mean(start - logf)
     assert np.allclose(after - start, 0.5 * (target - start), atol=0.03)
@@ -146,7 +146,7 @@ def test_a_tied_head_untied_for_calibration_keeps_every_input_row(text):
     before_input = model.get_input_embeddings().weight.detach().clone()
     moved = np.ones(len(tokenizer), dtype=bool)
     logf = log_frequencies(tokenizer, lines, len(tokenizer))
-    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, tied_head="untie", lower_unseen=True,
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, tied_head="untie", lower_min_count=0,
                                                                   smoothing=0.5), moved)
     assert torch.equal(model.get_input_embeddings().weight, before_input)
     assert not model.config.tie_word_embeddings
@@ -186,6 +186,8 @@ def test_a_tied_head_skipped_is_left_alone(text):
     for bad in (0, -1, float("inf"), float("nan")):
         with pytest.raises(ConfigError, match="calibration.smoothing"):
             CalibrationConfig(smoothing=bad)
+    with pytest.raises(ConfigError, match="calibration.lower_min_count"):
+        CalibrationConfig(lower_min_count=-1)
 
 
 def test_a_tokenizer_that_fails_when_retrained_falls_back_to_add_half(text, monkeypatch):
@@ -312,4 +314,34 @@ def test_rows_of_tokens_the_text_never_shows_are_not_lowered(text):
     line = logf + offsets.mean()
     assert np.all(np.abs(after[unseen & raised] - line[unseen & raised]) < 0.03)  # raised ones land on the line
     assert np.all(line[unseen & ~raised] <= start[unseen & ~raised] + 0.03)  # the others were above it
-    assert report["unseen_rows"] == {"rows": int(unseen.sum()), "lowered": False}
+    assert report["up_only_rows"] == {"rows": int(unseen.sum()), "below_count": 1}
+
+
+def test_rows_of_rare_tokens_move_up_only_below_the_count(text):
+    """`lower_min_count: N`: no row of a token the counted lines show fewer than N times moves down, while rows of
+    tokens shown N times or more land on the line."""
+    lines, tokenizer = text
+    counts = token_counts(tokenizer, lines, len(tokenizer))
+    moved = np.ones(len(tokenizer), dtype=bool)
+    results = {}
+    rare_seen = (counts >= 1) & (counts < 10)
+    for below in (1, 10):
+        model = tiny_model("llama", len(tokenizer))  # untied: the mean hidden state does not move with the head
+        hidden = mean_head_input(model, tokenizer, lines, 128)
+        with torch.no_grad():  # put the rare tokens' mean logits far above any frequency line
+            model.get_output_embeddings().weight[torch.from_numpy(rare_seen)] += 20 * hidden / hidden.dot(hidden)
+        start = _mean_logits(model, tokenizer, lines)
+        report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, smoothing=0.5, check_lines=0,
+                                                                    lower_min_count=below), moved)
+        after = _mean_logits(model, tokenizer, lines)
+        rare = counts < below
+        assert report["up_only_rows"] == {"rows": int(rare.sum()), "below_count": below}
+        assert np.all(after[rare] >= start[rare] - 1e-3)
+        results[below] = after - start
+        final = after
+    assert rare_seen.sum() > 5
+    assert np.sum(results[1][rare_seen] < -1e-2) > 0  # with the unseen rule alone, some of them were lowered
+    assert np.all(results[10][rare_seen] >= -1e-3)
+    frequent = counts >= 10
+    offsets = final[frequent] - log_frequencies(tokenizer, lines, len(tokenizer), 0.5)[frequent]
+    assert frequent.sum() > 5 and np.ptp(offsets) < 0.05  # the others land on the line as before

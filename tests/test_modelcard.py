@@ -192,3 +192,18 @@ def test_a_masked_model_loads_as_a_masked_lm(tmp_path, corpus_dir):
     text = body(card)
     assert "AutoModelForMaskedLM.from_pretrained" in text and "AutoModelForCausalLM" not in text
     assert "pseudo bits per byte:" in text and "pseudo-perplexity:" in text
+
+
+def test_the_calibration_line_says_what_moved_and_what_moved_up_only():
+    from langswap.modelcard import _calibration_line
+
+    line = _calibration_line({
+        "rows": 9983, "strength": 1.0, "through": "head rows along the mean hidden state",
+        "smoothing": {"smoothing": 0.5}, "up_only_rows": {"rows": 412, "below_count": 2},
+        "input_rows": {"moved": 9983, "relative_shift": {"median": 0.08, "p90": 0.2, "max": 0.9}}})
+    assert "9,983 output rows moved" in line and "counts smoothed by 0.5" in line
+    assert "412 rows of tokens counted fewer than 2 times moved up only" in line
+    assert "tied input rows moved with them" in line
+    assert _calibration_line({"rows": 0, "skipped": "put back"}) == "none (put back)"
+    assert "moved up only" not in _calibration_line({"rows": 5, "strength": 1.0, "up_only_rows": {"rows": 0,
+                                                                                              "below_count": 1}})

@@ -15,7 +15,7 @@ import torch
 
 from conftest import byte_level_tokenizer, english_lines, sentencepiece_tokenizer, wordpiece_tokenizer
 from langswap.errors import ResourceFormatError
-from langswap.training.data import pack, read_documents
+from langswap.training.data import StreamSlice, pack, read_documents
 from langswap.training.store import StoreBlocks, TokenStore, list_stores, remove_stores, token_store
 
 TOKENIZERS = {"byte_level": byte_level_tokenizer, "sentencepiece": sentencepiece_tokenizer,
@@ -323,3 +323,47 @@ def test_evaluation_text_is_read_only_as_far_as_its_blocks_need(tokenizers):
     assert packed.blocks.shape == (3, 16) and len(drawn) <= 1000  # one tokenizer call's documents at most
     expected = pack(tokenizer, [lines[index % len(lines)] for index in drawn], 16, "causal", max_blocks=3)
     assert torch.equal(packed.blocks, expected.blocks) and packed.bytes == expected.bytes
+
+
+def _traced_peak(function) -> tuple[object, int]:
+    """(function(), peak bytes of Python and numpy memory allocated while it ran)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = function()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_preparing_and_reading_a_store_keep_memory_bounded_whatever_the_text_size(tokenizers, tmp_path,
+                                                                                   monkeypatch):
+    """Preparation reads and tokenises a batch of documents at a time and training reads a block at a time from the
+    memory map: with batches of at most 32 kB of text, building the store of a text four times larger, and reading
+    every block of it in a training run's shuffled order (`StreamSlice`), takes no more Python and numpy memory (tracemalloc) than for the smaller
+    text, and far less than either text."""
+    from langswap.training import store as store_module
+
+    monkeypatch.setattr(store_module, "BATCH_BYTES", 1 << 15)
+    tokenizer = tokenizers["byte_level"]
+    lines = english_lines(400, seed=3)
+    peaks = {}
+    for copies in (48, 192):
+        path = tmp_path / f"text-{copies}.txt"
+        path.write_text("\n".join(lines * copies) + "\n", encoding="utf-8")
+        size = path.stat().st_size
+        store, peaks[("build", copies)] = _traced_peak(
+            lambda: token_store([path], tokenizer, "causal", data_dir=tmp_path / "stores"))
+        assert store.bytes >= size - len(lines) * copies - 1 and store.num_documents == len(lines) * copies
+        blocks = StoreBlocks(store, tokenizer, 64, "causal")
+
+        def read_all():  # as a training run reads them: the seeded epoch order, one block at a time
+            stream = StreamSlice(blocks, seed=0, start=0, count=len(blocks))
+            return sum(int(stream[index]["input_ids"][0]) for index in range(len(stream)))
+
+        _, peaks[("read", copies)] = _traced_peak(read_all)
+    assert peaks[("build", 192)] < size / 2 and peaks[("read", 192)] < size / 2, (peaks, size)
+    # four times the text: the same bounds (an order of 8 bytes a block is all that grows with it)
+    assert peaks[("build", 192)] < 1.5 * peaks[("build", 48)] + 100_000, peaks
+    assert peaks[("read", 192)] < peaks[("read", 48)] + 8 * len(blocks) + 100_000, peaks

@@ -18,9 +18,9 @@ first `hidden_lines` lines. Frequencies are add-k smoothed counts of the target 
 lines, k chosen on the check lines as read by a tokenizer trained without them (`choose_smoothing`).
 
 Calibration is meant for a model that will be trained on the target text, which teaches the model that text's
-frequencies by itself. A token the counted lines never show is therefore never lowered (`lower_unseen`): training on
-text without it lowers it too, and nothing in that text raises it again, so a calibration's lowering would stay on
-top of training's.
+frequencies by itself. A token the counted lines show fewer than `lower_min_count` times (by default: never) is
+therefore never lowered: training on text that lacks it, or shows it rarely, lowers it too, and little in that text
+raises it again, so a calibration's lowering would stay on top of training's.
 
 The premise (a model whose logits track log-frequencies) holds for trained models, not for every model: the last
 `check_lines` lines of the text are kept out of the counts, and unless the calibrated model's mean token loss on them
@@ -66,10 +66,11 @@ class CalibrationConfig:
     lines: int = field(default=20000, metadata={"help": "Lines of text counted for the frequencies."})
     hidden_lines: int = field(default=200, metadata={"help": "Lines whose hidden states are averaged."})
     max_length: int = field(default=128, metadata={"help": "Tokens of each line read for the hidden states."})
-    lower_unseen: bool = field(default=False, metadata={
-        "help": "Also lower the rows of tokens the counted lines never show; false: they move up only, since "
-                "training on text that lacks them lowers them by itself, and a lowering by calibration stays after "
-                "it."})
+    lower_min_count: int = field(default=1, metadata={
+        "help": "A row moves down only where the counted lines show its token at least this many times; rows of "
+                "rarer tokens move up only, since training on text that lacks them (or nearly) lowers them by "
+                "itself, and a lowering by calibration stays after it (0: every row may move down; 1: the rows of "
+                "tokens the lines never show move up only)."})
     tied_head: str = field(default="move", metadata={
         "help": "A tied head: move (the input rows move with the output rows), untie (the head gets its own copy "
                 "of the matrix first, so only it moves) or skip (no calibration).",
@@ -88,6 +89,9 @@ class CalibrationConfig:
         if self.smoothing is not None and not (self.smoothing > 0 and math.isfinite(self.smoothing)):
             raise ConfigError(f"calibration.smoothing is {self.smoothing}; give a finite pseudo-count above 0 (0.5: "
                               "add-half), or leave it unset to have it chosen.")
+        if self.lower_min_count < 0:
+            raise ConfigError(f"calibration.lower_min_count is {self.lower_min_count}; give a count of at least 0 (0: "
+                              "every row may move down).")
         if self.rounds < 1 or self.lines < 1 or self.hidden_lines < 1 or self.max_length < 2 or self.check_lines < 0:
             raise ConfigError("calibration.rounds, lines and hidden_lines must be at least 1, max_length at least 2, "
                               "check_lines at least 0.")
@@ -199,8 +203,8 @@ def choose_smoothing(tokenizer, counted: list[str], held: list[str]) -> dict:
 
 def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationConfig) \
         -> tuple[np.ndarray, dict, np.ndarray]:
-    """((size,) log-frequencies calibration moves rows towards, how their smoothing was set, (size,) whether each
-    token is absent from the counted lines): counted on the lines `split_check_lines` keeps for counting (up to
+    """((size,) log-frequencies calibration moves rows towards, how their smoothing was set, (size,) each token's
+    count on the counted lines): counted on the lines `split_check_lines` keeps for counting (up to
     `config.lines`), smoothed by `config.smoothing` or, unset, by `choose_smoothing` on the check lines."""
     counted, held = split_check_lines(lines, config)
     counted = counted[:config.lines]
@@ -214,7 +218,7 @@ def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationCo
     else:
         smoothing = {"smoothing": FALLBACK_SMOOTHING, "fallback": "no check lines (check_lines: 0, or too little text)"}
     counts = token_counts(tokenizer, counted, size)
-    return smoothed_log_frequencies(counts, smoothing["smoothing"]), smoothing, counts == 0
+    return smoothed_log_frequencies(counts, smoothing["smoothing"]), smoothing, counts
 
 
 @torch.no_grad()
@@ -311,7 +315,8 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
         moved = np.concatenate([moved, np.zeros(size - len(moved), dtype=bool)])
     if line is None:
         line = frequency_line(tokenizer, lines, size, config)
-    logf, smoothing, unseen = line
+    logf, smoothing, counts = line
+    up_only = counts < config.lower_min_count
     assert len(logf) == size, (len(logf), size)
     lines, held = split_check_lines(lines, config)
     before = mean_token_loss(model, tokenizer, held, config.max_length) if held else None
@@ -327,8 +332,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
                 current = current + bias.detach().to(torch.float32).cpu().numpy()
             offset = float(np.mean(current[moved] - config.slope * logf[moved]))
             distance = np.where(moved, config.slope * logf + offset - current, 0.0)
-            if not config.lower_unseen:
-                distance = np.where(unseen, np.maximum(distance, 0.0), distance)
+            distance = np.where(up_only, np.maximum(distance, 0.0), distance)
             delta = torch.from_numpy(config.strength * distance).to(torch.float32)
             if bias is not None:
                 bias += delta.to(bias.device, bias.dtype)
@@ -339,7 +343,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     report = {"rows": int(moved.sum()), "strength": config.strength, "slope": config.slope,
               "through": "output bias" if bias is not None else "head rows along the mean hidden state",
               "rounds": rounds, "smoothing": smoothing,
-              "unseen_rows": {"rows": int((unseen & moved).sum()), "lowered": config.lower_unseen},
+              "up_only_rows": {"rows": int((up_only & moved).sum()), "below_count": config.lower_min_count},
               "input_rows": input_row_moves(saved[0], weight, moved) if moves_inputs else {"moved": 0}}
     if held:
         after = mean_token_loss(model, tokenizer, held, config.max_length)
