@@ -180,7 +180,7 @@ def build_inputs(args, work: Path) -> dict:
 
 def run_langswap(args, work: Path, source, target):
     from langswap.methods import TransferInputs, make_config, run_method
-    from langswap.resources.kinds.tokens import TokenVectors
+    from langswap.resources.kinds.token_vectors import TokenVectors
     from langswap.resources.token_vectors import load_token_vectors, token_words
     from langswap.tokens import Vocabulary
 

@@ -67,3 +67,43 @@ def test_imports_only_look_down(module, path):
 def test_every_module_has_a_layer():
     for module, _ in modules():
         layer_of(module)
+
+
+def module_level_imports(path: Path, names: set[str]) -> set[str]:
+    """The langswap modules `path` imports at module level, those under `if` (TYPE_CHECKING) included."""
+    found = set()
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.update(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in names else node.module
+                             for alias in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return found & names
+
+
+def test_no_two_modules_import_each_other_at_module_level():
+    """Not even for type annotations: a loop makes the import order matter and hides which module is the lower."""
+    paths = {module.removesuffix(".__init__"): path for module, path in modules()}
+    graph = {module: module_level_imports(path, set(paths)) - {module} for module, path in paths.items()}
+    state = {}  # module -> "open" while its imports are explored, "done" after
+
+    def explore(module, chain):
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                loop = chain[chain.index(target):] + [target]
+                raise AssertionError("import loop: " + " -> ".join(loop))
+            if target not in state:
+                explore(target, chain + [target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            explore(module, [module])

@@ -112,7 +112,7 @@ def _twins(source_tokenizer, target_tokenizer, mapping):
 
 
 def _inputs(source_tokenizer, target_tokenizer, vectors):
-    from langswap.resources.kinds.tokens import TokenVectors
+    from langswap.resources.kinds.token_vectors import TokenVectors
 
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     embeddings = torch.randn(len(source), 16, generator=torch.Generator().manual_seed(0))

@@ -52,7 +52,7 @@ def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
     dictionary = Dictionary([(w, cipher_word(w)) for w in WORDS])
     alignment = align(source_vectors, target_vectors, dictionary)
     # tiktotok's resource: the dictionary and a small bilingual fastText model of it
-    from langswap.resources.bilingual import BILINGUAL_FASTTEXT, train_bilingual_fasttext
+    from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, train_bilingual_fasttext
     from langswap.resources.kinds.bilingual import BilingualVectors
 
     folder = tmp_path_factory.mktemp("bilingual")
@@ -61,7 +61,7 @@ def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
                                      options=dataclasses.replace(BILINGUAL_FASTTEXT, bucket=20_000, thread=1))
     bilingual = BilingualVectors(dictionary, WordVectors.load(model))
     # focus's resource: token-level fastText of the target text under the target tokenizer
-    from langswap.resources.kinds.tokens import TokenVectors
+    from langswap.resources.kinds.token_vectors import TokenVectors
     from langswap.resources.token_vectors import FOCUS_FASTTEXT, load_token_vectors, token_words, train_token_fasttext
 
     (folder / "xx.txt").write_text("\n".join(cipher_line(line) for line in english_lines(400, seed=5)) + "\n",

@@ -14,8 +14,8 @@ from conftest import CIPHER, WORDS, byte_level_tokenizer, cipher_line, cipher_wo
 from langswap.errors import ConfigError, MissingResourceError, VocabularyError
 from langswap.methods import Kind, TransferInputs, make_config, run_method
 from langswap.methods.tiktotok import candidate_weights
-from langswap.resources.bilingual import (BILINGUAL_FASTTEXT, SOURCE_TAGS, TARGET_TAGS, train_bilingual_fasttext,
-                                          write_dictionary_corpus)
+from langswap.resources.dictionary_fasttext import (BILINGUAL_FASTTEXT, SOURCE_TAGS, TARGET_TAGS,
+                                                    train_bilingual_fasttext, write_dictionary_corpus)
 from langswap.resources.dictionary import Dictionary
 from langswap.resources.kinds.bilingual import BilingualVectors
 from langswap.resources.vectors import WordVectors

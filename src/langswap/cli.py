@@ -299,7 +299,7 @@ def cmd_fasttext(args) -> int:
         raise ConfigError("give a text file to train word vectors on, or --dictionary DICT for bilingual vectors "
                           "of a dictionary (Tik-to-Tok), not both.")
     if args.dictionary:
-        from langswap.resources.bilingual import BILINGUAL_FASTTEXT, compounds, train_bilingual_fasttext
+        from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, compounds, train_bilingual_fasttext
 
         config = from_dict(FastTextConfig, apply_overrides(dataclasses.asdict(BILINGUAL_FASTTEXT), _overrides(args)))
         sides = args.compounds or ("target" if compounds(args.language, None) else "none")

@@ -11,7 +11,7 @@ is a weighted mix of theirs:
    translation that is one source token gives that token; a longer one gives the first token of its source
    tokenisation (as a word). Repeated source tokens count once, at their first place.
 3. **Everything else** with text: its vector in the bilingual fastText model of the dictionary
-   (`resources.bilingual`), spelt with the target tags that fit a word start or a continuation
+   (`resources.dictionary_fasttext`), spelt with the target tags that fit a word start or a continuation
    (`LanguageTags.token`), against every source token with letters spelt with the source tags; the `candidates`
    (3) most similar by cosine, in row blocks (`kernels.topk_cosine`; never a dense V_t x V_s matrix).
 
@@ -49,7 +49,7 @@ from langswap.kernels import topk_cosine
 from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
 from langswap.methods.overlap import copy_exact_matches
 from langswap.progress import bar as progress_bar
-from langswap.resources.bilingual import SOURCE_TAGS, TARGET_TAGS
+from langswap.resources.dictionary_fasttext import SOURCE_TAGS, TARGET_TAGS
 from langswap.resources.dictionary import check_direction
 from langswap.tokens import Vocabulary
 

@@ -32,15 +32,32 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from langswap.errors import ConfigError
 from langswap.registry import Registry
 from langswap.training.data import Stream
 from langswap.training.phases import PEAK_LEARNING_RATE, Phase, embedding_parameters, warmup_for
 
-if TYPE_CHECKING:
-    from langswap.training.options import TrainConfig
+
+
+class RunConfig(Protocol):
+    """What a recipe reads of a run's config: `training.options.TrainConfig`, which imports this module (so this
+    module names the fields it reads instead of importing it)."""
+
+    model: str
+    train_text: str
+    text_field: str
+    preset: str
+    recipe: Any  # the preset's RecipeOptions
+    steps: int
+    learning_rate: float | None
+    warmup_fraction: float
+    adam_beta1: float
+    adam_beta2: float
+    adam_epsilon: float
+    logging_steps: int
+    seed: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +77,7 @@ class Recipe:
     description: str = ""
     model_reads_stream_ids: bool = False  # hand the model each sequence's stream index (`stream_ids`)
 
-    def __init__(self, config: "TrainConfig"):
+    def __init__(self, config: RunConfig):
         self.config, self.options = config, config.recipe
 
     # -- what to train ------------------------------------------------------------------------------------------
@@ -188,11 +205,11 @@ def recipe_options(name: str, value: Any) -> RecipeOptions:
     return from_dict(cls, value, where="recipe.")
 
 
-def make_recipe(config: "TrainConfig") -> Recipe:
+def make_recipe(config: RunConfig) -> Recipe:
     return get_recipe(config.preset)(config)
 
 
-def plan_phases(config: "TrainConfig", objective: str, done: list[int] = ()) -> list[Phase]:
+def plan_phases(config: RunConfig, objective: str, done: list[int] = ()) -> list[Phase]:
     """The phases `config` trains for `objective`, given how many updates each of the first len(done) took."""
     return make_recipe(config).phases(objective, list(done))
 

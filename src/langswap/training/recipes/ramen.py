@@ -3,10 +3,10 @@ every micro-batch in each language.
 
 The run's model is the target model (a transfer's output); `source_model` is the model it was transferred from,
 whose input embeddings and output layer read and predict `source_text`. One phase trains everything: the body, both
-languages' embeddings and output layers (`langswap.training.bilingual`). The paper's optimizer and schedule: Lookahead
-(k = 5, alpha = 0.5) around Adam, the rate warmed up linearly from 1e-7 to the peak (1e-4 unless `learning_rate`
-is set) over 4,000 updates, then decaying as the inverse square root of the update. A run shorter than twice the
-warm-up warms up over the config's `warmup_fraction` of its updates instead, so it reaches its peak.
+languages' embeddings and output layers (`langswap.training.bilingual_model`). The paper's optimizer and schedule:
+Lookahead (k = 5, alpha = 0.5) around Adam, the rate warmed up linearly from 1e-7 to the peak (1e-4 unless
+`learning_rate` is set) over 4,000 updates, then decaying as the inverse square root of the update. A run shorter
+than twice the warm-up warms up over the config's `warmup_fraction` of its updates instead, so it reaches its peak.
 
 The run writes `model/` (the target model, an ordinary folder) and `source-model/` (the source model with the
 trained source tables), whose body weights are identical. Causal and masked LMs alike: a masked LM's source half is
@@ -106,7 +106,7 @@ class Ramen(Recipe):
 
     def prepare_model(self, phase: Phase, model, start) -> None:
         from langswap.models import load_model
-        from langswap.training.bilingual import attach_source, check_source_language
+        from langswap.training.bilingual_model import attach_source, check_source_language
 
         source = None
         if str(start) == str(self.config.model):  # the run's first start: is the source text the source language?
@@ -116,6 +116,6 @@ class Ramen(Recipe):
         attach_source(model, start, self.options.source_model, loaded=source)
 
     def finish_outputs(self, output) -> None:
-        from langswap.training.bilingual import write_two_models
+        from langswap.training.bilingual_model import write_two_models
 
         write_two_models(Path(output) / "model", Path(output) / SOURCE_FOLDER, self.options.source_model)

@@ -117,7 +117,7 @@ def test_missing_source_options_are_named(pair, tmp_path):
 
 
 def test_source_text_the_source_model_reads_no_better_than_the_target_text_is_warned_about(pair, caplog):
-    from langswap.training.bilingual import check_source_language
+    from langswap.training.bilingual_model import check_source_language
 
     # a random tiny model reads both alike: the check cannot tell the source language, and says so
     losses = check_source_language(str(pair["source"]), str(pair["xx"]), str(pair["en"]))
@@ -199,7 +199,7 @@ def test_a_masked_batch_masks_each_stream_with_its_own_tokenizer():
 
 @pytest.mark.parametrize("kind", sorted(MASKED))
 def test_the_head_inputs_of_a_masked_lm_give_its_logits_through_its_output_layer(kind):
-    from langswap.training.bilingual import head_inputs
+    from langswap.training.bilingual_model import head_inputs
 
     model = tiny_model(kind, 120)
     ids = torch.randint(5, 120, (2, 9))
@@ -213,7 +213,7 @@ def test_a_masked_lm_reads_text_by_its_pseudo_likelihood_per_byte():
     """Every token is masked once: a uniform model over V tokens gives log V per token, over the bytes read."""
     import math
 
-    from langswap.training.bilingual import nats_per_byte
+    from langswap.training.bilingual_model import nats_per_byte
 
     tokenizer = TOKENIZER_BUILDERS["wordpiece"](english_lines(200, seed=1), 150)
     model = uniform_lm(len(tokenizer))

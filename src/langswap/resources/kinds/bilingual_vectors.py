@@ -2,9 +2,9 @@
 
 Keys: `resources.dictionary` (source<TAB>target pairs; the `vectors` kind declares the key, this kind reads it too),
 `resources.bilingual_vectors` (a model `langswap fasttext --dictionary` wrote; default: built from the dictionary
-and cached, `langswap.resources.bilingual`, with `resources.bilingual_epochs`) and `resources.compounds` (which side's words also appear as parts of
-compounds in the corpus: auto = the target side when the config's `language` is German or Dutch). Methods read
-`inputs.resource("bilingual_vectors")`, a `BilingualVectors`.
+and cached, `langswap.resources.dictionary_fasttext`, with `resources.bilingual_epochs`) and `resources.compounds`
+(which side's words also appear as parts of compounds in the corpus: auto = the target side when the config's
+`language` is German or Dutch). Methods read `inputs.resource("bilingual_vectors")`, a `BilingualVectors`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class BilingualFiles:
 @dataclass
 class BilingualVectors:
     """The dictionary, and a `WordVectors` of the bilingual model whose words carry their language's tags
-    (`langswap.resources.bilingual.SOURCE_TAGS`, `TARGET_TAGS`)."""
+    (`langswap.resources.dictionary_fasttext.SOURCE_TAGS`, `TARGET_TAGS`)."""
 
     dictionary: object
     vectors: object
@@ -43,7 +43,7 @@ class BilingualVectors:
 
 def compound_sides(config) -> tuple[bool, bool]:
     """(source side compounds, target side compounds) for a transfer or bench config."""
-    from langswap.resources.bilingual import compounds
+    from langswap.resources.dictionary_fasttext import compounds
 
     setting = config.resources.compounds
     if setting == "auto":
@@ -69,7 +69,7 @@ def check(config) -> None:
 def load(config) -> tuple[BilingualVectors, dict]:
     import dataclasses
 
-    from langswap.resources.bilingual import BILINGUAL_FASTTEXT, bilingual_fasttext
+    from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, bilingual_fasttext
     from langswap.resources.dictionary import Dictionary
     from langswap.resources.vectors import WordVectors
 
