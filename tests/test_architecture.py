@@ -1,7 +1,8 @@
 """The package's layers only look down: a module imports from its own layer or the layers below it, never above.
 
 The order is the pipeline's (docs/architecture.md): the base modules every layer uses, then tokens, resources,
-methods, surgery, training, evaluation, transfer, bench, demo, and the command line on top. A module that is not in
+methods, surgery, training, evaluation, transfer, bench, demo, the smaller commands as library calls, and the
+command line on top. A module that is not in
 this table fails the test, so a new module is placed in a layer when it is written.
 """
 
@@ -24,6 +25,7 @@ LAYERS = [
     ("transfer", ["transfer", "enrich"]),
     ("bench", ["bench"]),
     ("demo", ["demo"]),
+    ("commands", ["commands"]),
     ("cli", ["cli", "__main__"]),
 ]
 LEVEL = {name: level for level, (_, names) in enumerate(LAYERS) for name in names}

@@ -102,6 +102,40 @@ def test_transfer_help_names_every_field(capsys):
             assert field.metadata.get("help"), f"TransferConfig.{field.name} has no help text"
 
 
+# flags that set no config field: the YAML file, --set, output format and actions; each without a default of its own
+CLI_ONLY = {"config", "set", "json", "list", "remove", "method"}  # transfer --method: method.name
+
+
+def test_every_flag_sets_a_config_field_and_writes_no_default_of_its_own():
+    """Every subcommand's flags come from its config's fields: each carries the field's help and choices, and its
+    default is None, so the field's own default applies when the flag is absent (tests below run the commands)."""
+    import argparse
+
+    subcommands = next(action for action in build_parser()._actions
+                       if isinstance(action, argparse._SubParsersAction)).choices
+    assert {"tokenizer", "fasttext", "align", "align-parallel", "lexicon", "evaluate", "demo", "bench", "transfer",
+            "train", "prepare", "enrich", "init-config"} <= set(subcommands)
+    checked = 0
+    for command, parser in subcommands.items():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            if action.dest in CLI_ONLY:
+                assert not action.default, f"{command} {action.option_strings}: a default of its own"
+                continue
+            assert hasattr(action, "config_field"), (
+                f"langswap {command} {'/'.join(action.option_strings) or action.dest} is written by hand in cli.py; "
+                "make it a config field and build it with add_flags")
+            config_cls, name = action.config_field
+            field = {item.name: item for item in dataclasses.fields(config_cls)}[name]
+            assert action.default is None, f"{command} --{name}: default {action.default!r} beside the field's"
+            assert field.metadata.get("help") and action.help.startswith(field.metadata["help"]), (command, name)
+            if field.metadata.get("choices") and action.option_strings:
+                assert ", ".join(field.metadata["choices"]) in action.help
+            checked += 1
+    assert checked >= 60
+
+
 # -- the commands -----------------------------------------------------------------------------------------------------
 
 

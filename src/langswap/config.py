@@ -146,7 +146,8 @@ def from_dict(cls: type, data: dict | None, where: str = "") -> Any:
         raise ConfigError(f"missing required key(s) {', '.join(where + m for m in missing)}.") from error
     for name, field in fields.items():
         choices = _choices(field)
-        if choices is not None and getattr(instance, name) not in choices:
+        value = getattr(instance, name)
+        if choices is not None and value not in choices and not (value is None and field.default is None):
             raise ConfigError(f"'{where}{name}' is {getattr(instance, name)!r}; choose one of: {', '.join(choices)}.")
     return instance
 

@@ -51,6 +51,8 @@ class DemoConfig:
         "help": "Strength of the frequency calibration (langswap.calibrate, on the bundled German training text) "
                 "each method's model also gets, in a row of its own; 0: none."})
     redo: bool = field(default=False, metadata={"help": "Recompute cached tokenizer and vectors."})
+    workdir: str | None = field(default=None, metadata={
+        "help": "Where vectors, tokenizer and the models go; default: the user cache."})
 
 
 def demo_file(name: str) -> Path:
@@ -90,6 +92,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         raise ConfigError("methods is empty; name at least one, e.g. --set methods=wechsel.")
     for name in methods:
         get_method(name)
+    workdir = workdir or config.workdir
     workdir = Path(workdir) if workdir else cache_dir() / "demo"
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -1,0 +1,439 @@
+"""The smaller commands as library calls: what `langswap tokenizer`, `fasttext`, `align`, `align-parallel`, `lexicon`,
+`evaluate` and `init-config` do, each a config dataclass (the command's flags, with their help and defaults) and a
+function that runs it and returns what the command prints from.
+
+The command line (`cli.py`) builds each command's flags from these fields and prints the result; options of the
+algorithms underneath (`AlignConfig`, `ParallelConfig`, `LexiconConfig`, `FastTextConfig`, `EvaluateConfig`) stay
+`--set key=value` settings of their own classes. A required path is an empty string by default, refused by the
+command's `check` with the flag to give.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from langswap.errors import ConfigError
+from langswap.resources.joint import JointConfig
+from langswap.resources.segment import SEGMENTER_NAMES
+
+
+def _required(job, names: list[str], command: str) -> None:
+    missing = [name for name in names if not getattr(job, name)]
+    if missing:
+        flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+        raise ConfigError(f"langswap {command} needs {flags}.")
+
+
+def _joint_field(name: str, help_prefix: str = "With --joint: ") -> dataclasses.Field:
+    """A field with the default and help of `JointConfig.<name>`, for a flag that sets it."""
+    source = {item.name: item for item in dataclasses.fields(JointConfig)}[name]
+    return field(default=source.default, metadata={"help": help_prefix + source.metadata.get("help", "")})
+
+
+# -- langswap tokenizer --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerJob:
+    """`langswap tokenizer`: a target tokenizer of the source model's family, trained on target-language text."""
+
+    source: str = field(default="", metadata={"help": "Source model or tokenizer folder (required)."})
+    text: str = field(default="", metadata={"help": "Target-language text, one line per paragraph (.txt/.gz) "
+                                                    "(required)."})
+    output: str = field(default="", metadata={"help": "Folder the tokenizer is written to (required)."})
+    vocab_size: int | None = field(default=None, metadata={"help": "Tokens in the new vocabulary; default: the "
+                                                                   "source's vocabulary size."})
+    max_lines: int | None = field(default=None, metadata={"help": "Lines of the text read; default: all."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+
+
+def train_target_tokenizer(job: TokenizerJob, progress: bool = False):
+    """Train the tokenizer `job` describes and write it to `job.output` (atomically); returns it."""
+    from langswap.files import atomic_directory
+    from langswap.locking import OutputLock
+    from langswap.models import load_tokenizer, save_tokenizer
+    from langswap.resources.tokenizer import train_tokenizer
+
+    _required(job, ["source", "text", "output"], "tokenizer")
+    source = load_tokenizer(job.source, "source tokenizer")
+    with OutputLock(job.output, "tokenizer output folder"), atomic_directory(Path(job.output),
+                                                                             job.overwrite) as folder:
+        tokenizer = train_tokenizer(source, job.text, job.vocab_size, max_lines=job.max_lines, progress=progress)
+        save_tokenizer(tokenizer, folder)
+    return tokenizer
+
+
+# -- langswap fasttext ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class VectorsJob:
+    """`langswap fasttext`: fastText vectors in one of four modes. Word vectors of TEXT (the default); bilingual
+    vectors of a dictionary alone (`dictionary` without TEXT; Tik-to-Tok); one model of two languages on
+    code-switched text (`joint`: TEXT is the source side); or token-level vectors of TEXT split by a target
+    tokenizer (`tokenizer`; FOCUS)."""
+
+    text: str | None = field(default=None, metadata={
+        "help": "Text to train word vectors on (the source side with --joint); not with --dictionary alone.",
+        "positional": True})
+    output: str = field(default="", metadata={"help": "Model file, .bin (required)."})
+    dictionary: str | None = field(default=None, metadata={
+        "help": "Alone: train bilingual vectors on the symmetrised corpus of this source<TAB>target dictionary "
+                "(Tik-to-Tok: skip-gram, dim 64, n-grams 4-7, 5 epochs unless --set says otherwise; `tiktotok` "
+                "reads it as resources.bilingual_vectors). With --joint: the words switched between the texts."})
+    joint: str | None = field(default=None, metadata={
+        "help": "Train one model of two languages: TEXT (source) and this target text, with --dictionary's words "
+                "switched between them (resources.joint_vectors for wechsel and others).",
+        "metavar": "TARGET_TEXT"})
+    share: float = _joint_field("share")
+    passes: int = _joint_field("passes")
+    heldout_words: int = _joint_field("heldout_words")
+    tokenizer: str | None = field(default=None, metadata={
+        "help": "Train token-level vectors instead: TEXT split by this (target) tokenizer, a fastText word per "
+                "token (FOCUS: CBOW, dim 100, 3 epochs, minCount 10 unless --set says otherwise); `focus` reads "
+                "it as resources.token_vectors."})
+    language: str | None = field(default=None, metadata={
+        "help": "The language's ISO 639 code: of TEXT (of TARGET_TEXT with --joint), whose words zh, ja and th "
+                "split with a segmenter; with --dictionary alone, de and nl compound."})
+    segmenter: str = field(default="auto", metadata={
+        "help": "How TEXT (TARGET_TEXT with --joint) is split into words: auto (by --language: jieba for zh, "
+                "fugashi for ja, pythainlp for th, else words), words (runs of letters), or a named segmenter.",
+        "choices": SEGMENTER_NAMES})
+    compounds: str | None = field(default=None, metadata={
+        "help": "With --dictionary alone: whose words also appear as parts of compounds (default: target for de "
+                "and nl, else none).", "choices": ("none", "source", "target", "both")})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing model file."})
+
+    @property
+    def mode(self) -> str:
+        """joint, tokens, dictionary or words."""
+        if self.joint:
+            return "joint"
+        if self.tokenizer:
+            return "tokens"
+        return "dictionary" if self.dictionary and not self.text else "words"
+
+    def check(self) -> None:
+        _required(self, ["output"], "fasttext")
+        if self.mode == "joint" and not (self.text and self.dictionary):
+            raise ConfigError("--joint TARGET_TEXT needs the source text (the positional TEXT) and --dictionary DICT, "
+                              "whose words are switched between the two texts.")
+        if self.mode == "tokens" and (not self.text or self.dictionary):
+            raise ConfigError("--tokenizer TOKENIZER trains token-level vectors on the positional TEXT (target-language "
+                              "text); give TEXT and leave out --dictionary.")
+        if self.mode == "words" and (not self.text or self.dictionary):
+            raise ConfigError("give a text file to train word vectors on, or --dictionary DICT for bilingual vectors "
+                              "of a dictionary (Tik-to-Tok), not both.")
+
+
+def train_vectors(job: VectorsJob, overrides: list[str] = (), progress: bool = False) -> dict:
+    """Train the vectors `job` describes into `job.output`, the fastText options of its mode's defaults with
+    `overrides` (`key=value`, `FastTextConfig` fields) applied; returns {"mode", "output"} and the mode's report."""
+    from langswap.config import apply_overrides, from_dict
+    from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+
+    job.check()
+    output = Path(job.output)
+
+    def options(defaults) -> FastTextConfig:
+        return from_dict(FastTextConfig, apply_overrides(dataclasses.asdict(defaults) if defaults else {},
+                                                          list(overrides)))
+
+    result = {"mode": job.mode, "output": str(output)}
+    if job.mode == "joint":
+        from langswap.resources.joint import JOINT_FASTTEXT, train_joint_vectors
+
+        joint = JointConfig(share=job.share, heldout_words=job.heldout_words, passes=job.passes,
+                            target_segmenter=job.segmenter, target_language=job.language)
+        return {**result, **train_joint_vectors(job.text, job.joint, job.dictionary, output, joint,
+                                                options(JOINT_FASTTEXT), progress=progress,
+                                                overwrite=job.overwrite)}
+    if job.mode == "tokens":
+        from langswap.models import load_tokenizer
+        from langswap.resources.token_vectors import FOCUS_FASTTEXT, train_token_fasttext
+
+        return {**result, **train_token_fasttext(job.text, load_tokenizer(job.tokenizer, "target tokenizer"), output,
+                                                 options(FOCUS_FASTTEXT), progress=progress,
+                                                 overwrite=job.overwrite)}
+    if job.mode == "dictionary":
+        from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, compounds, train_bilingual_fasttext
+
+        sides = job.compounds or ("target" if compounds(job.language, None) else "none")
+        train_bilingual_fasttext(job.dictionary, output, sides in ("source", "both"), sides in ("target", "both"),
+                                 options(BILINGUAL_FASTTEXT), progress=progress, overwrite=job.overwrite)
+        return {**result, "compounds": sides}
+    from langswap.resources.segment import segmenter
+
+    train_fasttext(job.text, output, options(None), progress=progress, overwrite=job.overwrite,
+                   segment=segmenter(job.segmenter, job.language))
+    return result
+
+
+# -- langswap align, align-parallel, lexicon -----------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class AlignJob:
+    """`langswap align`: rotate source word vectors onto target ones with a dictionary (Procrustes)."""
+
+    source_vectors: str = field(default="", metadata={"help": "Source word vectors, .bin or .vec (required)."})
+    target_vectors: str = field(default="", metadata={"help": "Target word vectors, .bin or .vec (required)."})
+    dictionary: str = field(default="", metadata={"help": "source<TAB>target lines (required)."})
+    output: str = field(default="", metadata={"help": "Folder: alignment.npy, source.aligned.vec, report.json "
+                                                      "(required)."})
+    max_words: int = field(default=200_000, metadata={"help": "Words written to source.aligned.vec."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+
+
+def align_vectors(job: AlignJob, config=None) -> dict:
+    """Align as `job` says (options: an `AlignConfig`), write the folder; returns the alignment's report."""
+    from langswap.files import atomic_directory, refuse_existing
+    from langswap.locking import OutputLock
+    from langswap.resources.alignment import AlignConfig, align, write_alignment
+    from langswap.resources.dictionary import Dictionary
+    from langswap.resources.vectors import WordVectors
+
+    _required(job, ["source_vectors", "target_vectors", "dictionary", "output"], "align")
+    with OutputLock(job.output, "alignment output folder"):
+        refuse_existing(job.output, job.overwrite)  # before the alignment, not after it
+        source = WordVectors.load(job.source_vectors)
+        target = WordVectors.load(job.target_vectors)
+        alignment = align(source, target, Dictionary.load(job.dictionary), config or AlignConfig())
+        with atomic_directory(Path(job.output), job.overwrite) as folder:
+            write_alignment(folder, alignment.source, alignment.target, alignment.report)
+            alignment.source.save_vec(folder / "source.aligned.vec", max_words=job.max_words)
+    return alignment.report
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlignParallelJob:
+    """`langswap align-parallel`: subword translation probabilities from word-aligned parallel text (eflomal)."""
+
+    parallel: str = field(default="", metadata={
+        "help": "source<TAB>target lines, or the source side with --target-text.", "positional": True})
+    target_text: str | None = field(default=None, metadata={
+        "help": "The target side, line i translating line i of the source side."})
+    source_tokenizer: str = field(default="", metadata={"help": "The source model or its tokenizer (required)."})
+    target_tokenizer: str = field(default="", metadata={"help": "The target tokenizer (required)."})
+    output: str = field(default="", metadata={"help": "Folder: translations.npz, report.json (required)."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+
+
+def align_parallel(job: AlignParallelJob, config=None):
+    """Word-align the parallel text, save the translation table to `job.output`; returns the table."""
+    from langswap.files import refuse_existing
+    from langswap.locking import OutputLock
+    from langswap.models import load_tokenizer
+    from langswap.resources.parallel import ParallelConfig, table_from_files
+
+    _required(job, ["parallel", "source_tokenizer", "target_tokenizer", "output"], "align-parallel")
+    with OutputLock(job.output, "translation table folder"):
+        refuse_existing(job.output, job.overwrite)  # before the alignment, not after it
+        source_tokenizer = load_tokenizer(job.source_tokenizer, "source tokenizer")
+        target_tokenizer = load_tokenizer(job.target_tokenizer, "target tokenizer")
+        table = table_from_files(job.parallel, job.target_text, source_tokenizer, target_tokenizer,
+                                 config or ParallelConfig())
+        table.save(job.output, job.overwrite)
+    return table
+
+
+@dataclass(frozen=True, kw_only=True)
+class LexiconJob:
+    """`langswap lexicon`: bilingual lexicon induction with word vectors."""
+
+    source_vectors: str = field(default="", metadata={"help": "Source vectors (.bin/.vec), aligned or raw "
+                                                              "(required)."})
+    target_vectors: str = field(default="", metadata={"help": "Target vectors (.bin/.vec) (required)."})
+    dictionary: str = field(default="", metadata={
+        "help": "source<TAB>target test pairs, held out from the alignment's pairs for a fair figure (required)."})
+    alignment: str | None = field(default=None, metadata={
+        "help": "alignment.npy from `langswap align`, applied to raw source vectors."})
+
+
+def lexicon(job: LexiconJob, config=None) -> dict:
+    """Precision@k of `job`'s vectors on its dictionary (options: a `LexiconConfig`); the report."""
+    from langswap.evaluation.lexicon import LexiconConfig, lexicon_induction
+    from langswap.resources.alignment import load_alignment
+    from langswap.resources.dictionary import Dictionary
+    from langswap.resources.vectors import WordVectors
+
+    _required(job, ["source_vectors", "target_vectors", "dictionary"], "lexicon")
+    config = config or LexiconConfig()
+    source, target = WordVectors.load(job.source_vectors), WordVectors.load(job.target_vectors)
+    if job.alignment:  # raw vectors + the rotation `langswap align` wrote
+        source, target = load_alignment(job.alignment, source, target)
+    return lexicon_induction(source, target, Dictionary.load(job.dictionary), **dataclasses.asdict(config))
+
+
+# -- langswap evaluate ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateJob:
+    """`langswap evaluate`: what to measure of a model folder; how is `EvaluateConfig` (`--set`)."""
+
+    model: str = field(default="", metadata={"help": "Model folder with its tokenizer (transferred or not).",
+                                             "positional": True})
+    text: str | None = field(default=None, metadata={
+        "help": "Held-out text: perplexity and bits per byte (causal), pseudo-perplexity (masked)."})
+    lines: int = field(default=300, metadata={"help": "First N non-empty lines of --text are scored."})
+    probe_pos: tuple[str, ...] | None = field(default=None, metadata={
+        "help": "Linear POS probe on frozen hidden states: trained on one split, accuracy on the other.",
+        "nargs": 2, "metavar": ("TRAIN.conllu", "TEST.conllu")})
+    finetune: tuple[str, ...] | None = field(default=None, metadata={
+        "help": "Fine-tune for token classification: pos (.conllu) or ner (CoNLL columns, BIO tags).",
+        "nargs": 3, "metavar": ("TASK", "TRAIN", "TEST")})
+    finetune_output: str | None = field(default=None, metadata={"help": "Save the fine-tuned model here."})
+    zero_shot: str | None = field(default=None, metadata={
+        "help": "With --finetune: fine-tune on TRAIN (source language) with frozen embeddings, then tag TEST "
+                "(target language) through TARGET_MODEL's embeddings and tokenizer (RAMEN's zero-shot transfer).",
+        "metavar": "TARGET_MODEL"})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing --finetune-output."})
+    correspondence: bool = field(default=False, metadata={"help": "Also show the transfer's token table."})
+
+    def check(self) -> None:
+        _required(self, ["model"], "evaluate")
+        if not (self.text or self.probe_pos or self.finetune or self.correspondence):
+            raise ConfigError("nothing to evaluate: give --text (perplexity / bits per byte), --probe-pos TRAIN TEST, "
+                              "--finetune TASK TRAIN TEST or --correspondence.")
+        if self.zero_shot and not self.finetune:
+            raise ConfigError("--zero-shot reads the test split of --finetune TASK TRAIN TEST through another model's "
+                              "embeddings; give --finetune too.")
+        if self.finetune and self.finetune[0] not in ("pos", "ner"):
+            raise ConfigError(f"--finetune task is '{self.finetune[0]}'; choose pos (.conllu files) or ner (CoNLL "
+                              "columns).")
+
+
+@dataclass
+class Evaluation:
+    """What `evaluate` measured: each part None where it was not asked for."""
+
+    model: str
+    language_modeling: object = None  # evaluation.language_modeling.Score, with `text`
+    text: str | None = None
+    pos_probe: object = None  # evaluation.probes.ProbeResult
+    finetune: object = None  # evaluation.token_classification.FinetuneResult
+    correspondence: list | None = None  # rows of langswap.json's "correspondence", [] where there are none
+
+    def as_dict(self) -> dict:
+        result: dict = {"model": self.model}
+        if self.language_modeling is not None:
+            result["language_modeling"] = {"text": self.text, **self.language_modeling.as_dict()}
+        if self.pos_probe is not None:
+            result["pos_probe"] = self.pos_probe.as_dict()
+        if self.finetune is not None:
+            result["finetune"] = self.finetune.as_dict()
+        if self.correspondence is not None:
+            result["correspondence"] = self.correspondence
+        return result
+
+
+def evaluate(job: EvaluateJob, config=None, progress: bool = False) -> Evaluation:
+    """Measure what `job` asks for (options: an `EvaluateConfig`)."""
+    from langswap.evaluation.options import EvaluateConfig
+    from langswap.models import load_model, load_tokenizer, objective_of, pick_device
+
+    job.check()
+    config = config or EvaluateConfig()
+    result = Evaluation(model=job.model)
+    if job.text or job.probe_pos:  # loaded once for both
+        tokenizer = load_tokenizer(job.model)
+        # a probe alone reads hidden states
+        model = load_model(job.model, require_head=bool(job.text)).to(pick_device(config.device))
+    if job.text:
+        from langswap.evaluation.language_modeling import evaluate_model
+        from langswap.resources.text import read_text_lines
+
+        lines = read_text_lines(job.text, "evaluation text", max_lines=job.lines)
+        options = {key: value for key, value in (("stride", config.stride), ("max_length", config.max_length),
+                                                 ("probability", config.mlm_probability), ("seed", config.seed))
+                   if value is not None}
+        result.language_modeling = evaluate_model(model, tokenizer, lines, objective_of(model.config),
+                                                  progress=progress, metric=config.metric, **options)
+        result.text = job.text
+    if job.probe_pos:
+        from langswap.evaluation.probes import pos_probe
+
+        result.pos_probe = pos_probe(model, job.probe_pos[0], job.probe_pos[1], config.probe, progress=progress,
+                                     tokenizer=tokenizer)
+    if job.finetune:
+        from langswap.evaluation.token_classification import finetune_token_classification
+
+        task, train_path, test_path = job.finetune
+        result.finetune = finetune_token_classification(job.model, train_path, test_path, task, config.finetune,
+                                                        progress=progress, output=job.finetune_output,
+                                                        zero_shot=job.zero_shot, overwrite=job.overwrite)
+    if job.correspondence:
+        record = Path(job.model) / "langswap.json"
+        rows = json.loads(record.read_text(encoding="utf-8")).get("correspondence") if record.exists() else None
+        result.correspondence = rows or []
+    return result
+
+
+# -- langswap init-config ------------------------------------------------------------------------------------------
+
+CONFIG_KINDS = ("transfer", "train", "bench", "enrich")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitConfigJob:
+    """`langswap init-config`: a YAML config with every key at its default, each key's help in a comment."""
+
+    kind: str = field(default="transfer", metadata={"help": "Which command the config is for.",
+                                                    "choices": CONFIG_KINDS, "flag": "--for"})
+    method: str | None = field(default=None, metadata={
+        "help": "Method whose options to include (transfer); default: the default method."})
+    output: str | None = field(default=None, metadata={"help": "File to write (default: print)."})
+
+
+def config_template(job: InitConfigJob) -> str:
+    """The commented YAML `langswap init-config` writes."""
+    from langswap.config import dump_yaml, to_dict
+
+    if job.kind not in CONFIG_KINDS:
+        raise ConfigError(f"init-config --for {job.kind!r}: choose one of {', '.join(CONFIG_KINDS)}.")
+    if job.kind == "train":
+        from langswap.training.run import TrainConfig
+
+        config = TrainConfig()
+    elif job.kind == "bench":
+        from langswap.bench import BenchConfig
+
+        config = BenchConfig()
+    elif job.kind == "enrich":
+        from langswap.enrich import EnrichConfig
+
+        config = EnrichConfig()
+    else:
+        from langswap.methods.base import DEFAULT_METHOD, make_config
+        from langswap.transfer import TransferConfig
+
+        config = TransferConfig(method=make_config(job.method or DEFAULT_METHOD))
+    header = f"# langswap {job.kind} config: every key with its default. Run: langswap {job.kind} THIS_FILE\n"
+    for line in describe_fields(type(config)):
+        header += "#   " + line + "\n"
+    return header + dump_yaml(to_dict(config))
+
+
+def describe_fields(config_cls, prefix: str = "") -> list[str]:
+    """'key (default): help' lines for every field of a config dataclass, nested ones dotted."""
+    from langswap.config import field_help
+
+    lines = []
+    for item in dataclasses.fields(config_cls):
+        if not item.init:
+            continue
+        default = item.default if item.default is not dataclasses.MISSING else None
+        if item.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            nested = item.default_factory()  # type: ignore[misc]
+            if dataclasses.is_dataclass(nested):
+                lines.extend(describe_fields(type(nested), f"{prefix}{item.name}."))
+                continue
+            default = nested
+        if item.metadata.get("method_section"):  # a registered method's name and its options
+            from langswap.methods.base import DEFAULT_METHOD
+
+            lines.append(f"{prefix}{item.name}.name ({DEFAULT_METHOD!r}): {field_help(item)} "
+                         f"{prefix}{item.name}.<option> sets one of its options.")
+            continue
+        lines.append(f"{prefix}{item.name} ({default!r}): {field_help(item)}")
+    return lines
