@@ -17,7 +17,6 @@ from pathlib import Path
 
 from langswap.errors import ConfigError
 from langswap.resources.joint import JointConfig
-from langswap.resources.segment import SEGMENTER_NAMES
 
 
 def _required(job, names: list[str], command: str) -> None:
@@ -27,10 +26,12 @@ def _required(job, names: list[str], command: str) -> None:
         raise ConfigError(f"langswap {command} needs {flags}.")
 
 
-def _joint_field(name: str, help_prefix: str = "With --joint: ") -> dataclasses.Field:
-    """A field with the default and help of `JointConfig.<name>`, for a flag that sets it."""
+def _joint_field(name: str, help: str | None = None) -> dataclasses.Field:
+    """A field with the default and choices of `JointConfig.<name>`, for a flag that sets it; its help is `help` or,
+    unset, JointConfig's after "With --joint: "."""
     source = {item.name: item for item in dataclasses.fields(JointConfig)}[name]
-    return field(default=source.default, metadata={"help": help_prefix + source.metadata.get("help", "")})
+    return field(default=source.default, metadata={**source.metadata,
+                                                   "help": help or "With --joint: " + source.metadata.get("help", "")})
 
 
 # -- langswap tokenizer --------------------------------------------------------------------------------------------
@@ -96,10 +97,9 @@ class VectorsJob:
     language: str | None = field(default=None, metadata={
         "help": "The language's ISO 639 code: of TEXT (of TARGET_TEXT with --joint), whose words zh, ja and th "
                 "split with a segmenter; with --dictionary alone, de and nl compound."})
-    segmenter: str = field(default="auto", metadata={
-        "help": "How TEXT (TARGET_TEXT with --joint) is split into words: auto (by --language: jieba for zh, "
-                "fugashi for ja, pythainlp for th, else words), words (runs of letters), or a named segmenter.",
-        "choices": SEGMENTER_NAMES})
+    segmenter: str = _joint_field("target_segmenter", help=(
+        "How TEXT (TARGET_TEXT with --joint) is split into words: auto (by --language: jieba for zh, fugashi for "
+        "ja, pythainlp for th, else words), words (runs of letters), or a named segmenter."))
     compounds: str | None = field(default=None, metadata={
         "help": "With --dictionary alone: whose words also appear as parts of compounds (default: target for de "
                 "and nl, else none).", "choices": ("none", "source", "target", "both")})

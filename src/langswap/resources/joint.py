@@ -59,9 +59,9 @@ class JointConfig:
     seed: int = field(default=0, metadata={"help": "Seed of the held-out words, the switching and the line order."})
     retrieval_words: int = field(default=200_000, metadata={"help": "Most frequent target words searched when "
                                                                      "measuring precision@1."})
-    target_segmenter: str = field(default="words", metadata={
-        "help": "How the target text is split into words: words (runs of letters), or for a language written "
-                "without spaces jieba (zh), fugashi (ja) or pythainlp (th); auto picks by target_language.",
+    target_segmenter: str = field(default="auto", metadata={
+        "help": "How the target text is split into words: auto (by target_language: jieba for zh, fugashi for ja, "
+                "pythainlp for th, else words), words (runs of letters), or a named segmenter.",
         "choices": SEGMENTER_NAMES})
     target_language: str | None = field(default=None, metadata={"help": "The target text's ISO 639 code, for "
                                                                          "target_segmenter: auto."})
