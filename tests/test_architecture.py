@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "langswap"
 
 LAYERS = [
     ("base", ["__init__", "errors", "config", "files", "locking", "numerics", "kernels", "masking", "batching",
-              "progress", "plots", "models", "registry", "modelcard"]),
+              "progress", "plots", "models", "registry", "records", "modelcard"]),
     ("tokens", ["tokens"]),
     ("resources", ["resources"]),
     ("methods", ["methods"]),

@@ -504,7 +504,7 @@ def test_resuming_with_a_different_config_is_refused(models, texts, tmp_path):
 def test_a_run_recorded_before_an_option_existed_resumes_with_its_default(models, texts, tmp_path):
     import json
 
-    from langswap.training.run import RECORD
+    from langswap.records import TRAIN_RECORD as RECORD
 
     train(_config(models["gpt2"], texts, tmp_path / "run", steps=2, eval_text=None))
     record_path = tmp_path / "run" / RECORD

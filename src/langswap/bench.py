@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from langswap.config import dump_yaml, from_dict, to_dict
-from langswap.errors import ConfigError, MissingResourceError, NumericalError, ResourceFormatError
+from langswap.errors import ConfigError, MissingResourceError, NumericalError
 from langswap.calibrate import CalibrationConfig
+from langswap.records import (BENCH_SHARED_INPUTS, BenchResult, BenchVariant, append_bench_result, has_model_record,
+                              read_bench_results, read_bench_variant, write_bench_variant)
 from langswap.transfer import ModelPairConfig, TransferConfig
 
 logger = logging.getLogger(__name__)
@@ -190,6 +192,15 @@ def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:8]
 
 
+def _resolved_method(method: dict) -> dict:
+    """A variant's method entry with every option as it resolves, defaults included, so a measurement is not reused
+    after a default changes."""
+    from langswap.methods.base import make_config
+
+    options = {key: value for key, value in method.items() if key != "name"}
+    return {"name": method["name"], **to_dict(make_config(method["name"], **options))}
+
+
 def _probe_config(config: BenchConfig):
     if config.probe is None:
         return None
@@ -267,7 +278,7 @@ def _shared_for(shared: dict, requires: tuple[str, ...]) -> dict:
     return out
 
 
-SHARED_INPUTS = "bench-inputs.json"
+SHARED_INPUTS = BENCH_SHARED_INPUTS
 
 
 def _shared_keys(folder: Path, inputs: dict) -> dict | None:
@@ -301,33 +312,14 @@ def _result_key(label: str, step: int, setting: dict) -> tuple[str, int, str]:
     return label, step, json.dumps(setting, sort_keys=True)
 
 
-def _read_results(path: Path) -> dict[tuple[str, int, str], dict]:
+def _read_results(output: Path) -> dict[tuple[str, int, str], dict]:
     """Measurements of earlier runs, keyed by variant, step and what they were measured with."""
-    from langswap.files import atomic_write_text
-
-    results = {}
-    if not path.is_file():
-        return results
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    for number, line in enumerate(lines, start=1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            if number < len(lines):
-                raise ResourceFormatError(f"'{path}' line {number} is not JSON ({error.msg}); fix or delete that "
-                                          "line (its measurement is then made again).") from error
-            # the last line of a bench killed while appending it: drop it, the measurement is made again
-            logger.warning("%s: dropping an incomplete last line; that measurement is made again", path)
-            atomic_write_text(path, "".join(kept + "\n" for kept in lines[:-1]))
-            break
-        results[_result_key(row["variant"], row["step"], row.get("setting", {}))] = row
-    return results
+    rows = (result.as_dict() for result in read_bench_results(output))
+    return {_result_key(row["variant"], row["step"], row.get("setting", {})): row for row in rows}
 
 
-def _append_result(path: Path, row: dict) -> None:
-    with open(path, "a", encoding="utf-8") as handle:  # one complete line per measurement
-        handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        handle.flush()
+def _append_result(output: Path, row: dict) -> None:
+    append_bench_result(output, BenchResult.from_dict(row))
 
 
 def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokenizer_folder=None) -> dict:
@@ -379,8 +371,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     output.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output / "bench.yaml", dump_yaml(to_dict(config)))
     lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
-    results_path = output / "results.jsonl"
-    results = _read_results(results_path)
+    results = _read_results(output)
     shared = _prepare_shared(config, variants, output, progress)
     steps = sorted(set(config.steps))
     pair = {key: getattr(config, key) for key in ("source_model", "source_tokenizer", "target_tokenizer",
@@ -395,7 +386,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
             logger.info("reference: the source model with its own tokenizer")
             metrics = _measure(config.source_model, lines, probe, progress, config.source_tokenizer)
             results[key] = {"variant": REFERENCE, "method": "reference", "step": 0, **metrics, "setting": setting}
-            _append_result(results_path, results[key])
+            _append_result(output, results[key])
         rows.append(results[key])
     for variant in variants:
         run = output / "runs" / _folder_name(variant.label)
@@ -403,33 +394,33 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         # everything its transfer depends on: a measurement is reused only for the same (the digest in its setting);
         # of the resources, only the keys of the kinds the method reads, so another method's resource (or a kind
         # added to langswap) leaves it alone
-        record = {"label": variant.label, "method": variant.method, "pair": pair,
-                  "shared": _shared_for(shared, _variant_kinds(config, variant))}
+        record = BenchVariant(label=variant.label, method=_resolved_method(variant.method), pair=pair,
+                              shared=_shared_for(shared, _variant_kinds(config, variant)))
         # frequency calibration as a transfer does it (langswap.calibrate: on by default for causal LMs), on the
         # bench's target text unless the entry names a text; `calibration: {strength: 0}` turns it off
         text = (variant.calibration.get("text") or config.train_text or config.target_text
                 or config.resources.token_text)
         calibration = {**variant.calibration, "text": text}
-        if variant.calibration.get("strength") != 0:  # an uncalibrated variant's record is as it always was
-            record["calibration"] = calibration
-        settings = {step: {"measured_with": measured_with, "variant": _digest(record),
+        if variant.calibration.get("strength") != 0:  # every option as it resolves, defaults included
+            record.calibration = to_dict(from_dict(CalibrationConfig, calibration, where="calibration."))
+        settings = {step: {"measured_with": measured_with, "variant": _digest(record.inputs()),
                            **({"trained_with": train_key} if step else {})} for step in steps}
         keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}
-        if (run / "variant.json").is_file():
-            before = json.loads((run / "variant.json").read_text(encoding="utf-8"))
-            if before != record:
-                changed = [f"{key}: was {before.get(key)!r}, now {record[key]!r}" for key in record
-                           if before.get(key) != record[key]]
-                raise ConfigError(f"variant '{variant.label}' in '{output}' was run with other inputs ("
-                                  + "; ".join(changed) + "); give it another label, another output folder, or "
-                                  f"delete '{run}'.")
+        before = read_bench_variant(run)
+        if before is not None and before.inputs() != record.inputs():
+            now, then = record.inputs(), before.inputs()
+            changed = [f"{key}: was {then.get(key)!r}, now {now.get(key)!r}" for key in sorted(set(now) | set(then))
+                       if then.get(key) != now.get(key)]
+            raise ConfigError(f"variant '{variant.label}' in '{output}' was run with other inputs ("
+                              + "; ".join(changed) + "); give it another label, another output folder, or "
+                              f"delete '{run}'.")
         run.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run / "variant.json", json.dumps(record, indent=2, ensure_ascii=False))
+        write_bench_variant(run, record)
         if all(keys[step] in results for step in steps):
             rows.extend(results[keys[step]] for step in steps)
             continue
         logger.info("variant %s", variant.label)
-        if not (run / "transfer" / "langswap.json").is_file():
+        if not has_model_record(run / "transfer"):
             transfer_config = from_dict(TransferConfig, {
                 "source_model": config.source_model, "source_tokenizer": config.source_tokenizer,
                 "language": config.language,
@@ -453,7 +444,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
                 metrics = _measure(folders[step], lines, probe, progress)
                 row = {"variant": variant.label, "method": variant.method["name"], "step": step, **metrics,
                        "setting": settings[step]}
-                _append_result(results_path, row)
+                _append_result(output, row)
                 results[keys[step]] = row
                 logger.info("%s step %d: %s", variant.label, step, metrics)
             rows.append(results[keys[step]])

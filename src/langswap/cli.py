@@ -346,7 +346,7 @@ def cmd_evaluate(args) -> int:
         from langswap.evaluation.correspondence import format_correspondence
 
         print(format_correspondence(result.correspondence) if result.correspondence
-              else "no langswap.json with correspondences in this folder")
+              else "no transfer record with correspondences in this folder")
     return 0
 
 

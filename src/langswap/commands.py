@@ -11,7 +11,6 @@ command's `check` with the flag to give.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -312,7 +311,7 @@ class Evaluation:
     text: str | None = None
     pos_probe: object = None  # evaluation.probes.ProbeResult
     finetune: object = None  # evaluation.token_classification.FinetuneResult
-    correspondence: list | None = None  # rows of langswap.json's "correspondence", [] where there are none
+    correspondence: list | None = None  # rows of the transfer record's correspondence, [] where there are none
 
     def as_dict(self) -> dict:
         result: dict = {"model": self.model}
@@ -363,8 +362,9 @@ def evaluate(job: EvaluateJob, config=None, progress: bool = False) -> Evaluatio
                                                         progress=progress, output=job.finetune_output,
                                                         zero_shot=job.zero_shot, overwrite=job.overwrite)
     if job.correspondence:
-        record = Path(job.model) / "langswap.json"
-        rows = json.loads(record.read_text(encoding="utf-8")).get("correspondence") if record.exists() else None
+        from langswap.records import has_model_record, read_model_record
+
+        rows = getattr(read_model_record(job.model), "correspondence", None) if has_model_record(job.model) else None
         result.correspondence = rows or []
     return result
 

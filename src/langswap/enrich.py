@@ -62,6 +62,7 @@ from langswap import __version__
 from langswap.config import to_dict
 from langswap.errors import ConfigError, MissingResourceError, VocabularyError
 from langswap.files import refuse_existing
+from langswap.records import EnrichRecord, write_model_record
 
 logger = logging.getLogger(__name__)
 
@@ -478,28 +479,28 @@ def _enrich(config: EnrichConfig, progress: bool) -> EnrichReport:
     if "head" in norms:
         change_norm.update(head_mean=round(float(norms["head"].mean()), 6),
                            head_max=round(float(norms["head"].max()), 6))
-    record = {
-        "langswap_version": __version__,
-        "config": to_dict(config),
-        "enrich": {"method": config.method, "l1": config.l1, "l2": config.l2, "anchors": anchors,
-                   "output_head": config.output_head if l2_matrices.output_embeddings is not None else "tied",
-                   "added_words": added, "changed_rows": rows.tolist()},
-        "seed": config.seed,
-        "counts": record_counts,
-        "change_norm": change_norm,
-        "dictionary_direction": direction,
-        "l1_vocabulary": l1_vocabulary.summary(),
-        "l2_vocabulary": l2_vocabulary.summary(),
-        "tied_embeddings": l2_matrices.tied,
-        "new_word_training": training,
-        "seconds": {key: round(value, 2) for key, value in seconds.items()},
-    }
+    record = EnrichRecord(
+        langswap_version=__version__,
+        config=to_dict(config),
+        enrich={"method": config.method, "l1": config.l1, "l2": config.l2, "anchors": anchors,
+                "output_head": config.output_head if l2_matrices.output_embeddings is not None else "tied",
+                "added_words": added, "changed_rows": rows.tolist()},
+        seed=config.seed,
+        counts=record_counts,
+        change_norm=change_norm,
+        dictionary_direction=direction,
+        l1_vocabulary=l1_vocabulary.summary(),
+        l2_vocabulary=l2_vocabulary.summary(),
+        tied_embeddings=l2_matrices.tied,
+        new_word_training=training,
+        seconds={key: round(value, 2) for key, value in seconds.items()},
+    )
     _write_output(config, model, l2_tokenizer, record, rows, change, pairs, l1_vocabulary, l2_vocabulary,
                   added_ids)
     logger.info("enrich (%s): %s of %s L2 rows changed from %s pairs | %s words added | change norm mean %.4f, "
                 "max %.4f", config.method, f"{len(rows):,}", f"{len(l2_vocabulary):,}", f"{len(pairs):,}",
                 f"{len(added):,}", change_norm["mean"], change_norm["max"])
-    return EnrichReport(Path(config.output), record_counts, change_norm, added, training, record["seconds"])
+    return EnrichReport(Path(config.output), record_counts, change_norm, added, training, record.seconds)
 
 
 def _add_words(config: EnrichConfig, model, tokenizer, vocabulary, words: list[str], lines: list[str] | None,
@@ -582,7 +583,7 @@ def _train_new_rows(config: EnrichConfig, model, tokenizer, sentences: list[str]
             "train_loss": phase.get("train_loss"), "preset": "embeddings", "seconds": round(report.seconds, 1)}
 
 
-def _write_output(config: EnrichConfig, model, tokenizer, record: dict, rows: np.ndarray, change: torch.Tensor,
+def _write_output(config: EnrichConfig, model, tokenizer, record: EnrichRecord, rows: np.ndarray, change: torch.Tensor,
                   pairs: TranslationPairs, l1_vocabulary, l2_vocabulary, added_ids: set[int]) -> None:
     from langswap.files import atomic_directory
     from langswap.methods.provenance import show_token
@@ -600,5 +601,5 @@ def _write_output(config: EnrichConfig, model, tokenizer, record: dict, rows: np
             for row, norm in zip(rows.tolist(), change.tolist()):
                 handle.write(f"{row}\t{show_token(l2_vocabulary, row)!r}\t{' '.join(map(repr, translations[row]))}"
                              f"\t{norm:.6f}\t{'added' if row in added_ids else 'existing'}\n")
-        (folder / "langswap.json").write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
+        write_model_record(folder, record)
         write_model_card(folder, language=config.language)

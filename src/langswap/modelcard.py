@@ -27,12 +27,12 @@ import yaml
 
 from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError
 from langswap.files import atomic_write_text
+from langswap.records import (MODEL_RECORD, EnrichRecord, ModelRecord, TrainingSection, TrainRecord,
+                              has_model_record, read_model_record, read_train_record)
 
 logger = logging.getLogger(__name__)
 
 CARD = "README.md"
-RECORD = "langswap.json"
-TRAIN_RECORD = "langswap-train.json"  # a training run's record in its output folder (training.run.RECORD)
 # Marks a README.md as langswap's: one without it was written by someone else and is kept, never replaced.
 MARKER = "<!-- langswap model card: written from the langswap record; langswap rewrites this file -->"
 KEPT_STEM = "README.original"
@@ -64,19 +64,19 @@ def write_model_card(folder: str | Path, source_model: str | None = None, langua
     Call it on the main process only; where a writer builds the folder under a temporary name, on that folder,
     so the card is there when the folder appears."""
     folder = Path(folder)
-    if training is not None and not isinstance(training, dict):
-        training = _load_json(Path(training) / TRAIN_RECORD)
-    if training is not None and step is not None:
-        training = {**training, "step": step}
-    if training is not None and "step" not in training:
-        raise ValueError("write_model_card(training=...) describes a snapshot: give the update it was saved at "
-                         "(step=)")
-    record = _read_record(folder, training)
-    trained = record.get("training") or {}
-    trained_from = (trained.get("config") or {}).get("model")
+    snapshot = None
+    if training is not None:
+        if step is None:
+            raise ValueError("write_model_card(training=...) describes a snapshot: give the update it was saved at "
+                             "(step=)")
+        snapshot = _snapshot_section(training, step)
+    record = _read_record(folder, snapshot)
+    trained = record.training
+    trained_from = trained.config.get("model") if trained is not None else None
     parent_card = _langswap_card(Path(trained_from)) if trained_from else {}
-    enriched = record.get("enrich") or {}  # `langswap.enrich`: the source is L2, the model it enriched
-    source = (record.get("config") or {}).get("source_model") or enriched.get("l2") or trained_from
+    # `langswap.enrich`: the source is L2, the model it enriched
+    enriched = record.enrich if isinstance(record, EnrichRecord) else {}
+    source = record.config.get("source_model") or enriched.get("l2") or trained_from
     source_folder = Path(source).expanduser() if source and Path(source).expanduser().is_dir() else None
     base_model, named_by = _base_model(source, source_folder, source_model, parent_card)
 
@@ -91,8 +91,8 @@ def write_model_card(folder: str | Path, source_model: str | None = None, langua
     objective = _objective(folder, trained)
     front["pipeline_tag"] = "fill-mask" if objective == "masked" else "text-generation"
     tags = ["langswap"]
-    if record.get("method"):
-        tags += ["language-transfer", str(record["method"])]
+    if getattr(record, "method", None):
+        tags += ["language-transfer", str(record.method)]
     if enriched:
         tags += ["embedding-enrichment", "tema"]
     if _has_trained(trained):
@@ -128,34 +128,31 @@ def read_front_matter(path: str | Path) -> dict:
 
 # -- what the front matter says ----------------------------------------------------------------------------------------
 
-def _read_record(folder: Path, training: dict | None) -> dict:
-    path = folder / RECORD
-    if path.is_file():
-        record = _load_json(path)
-    elif training is not None:
-        start = (training.get("config") or {}).get("model")
-        start_record = Path(start) / RECORD if start else None
-        record = _load_json(start_record) if start_record is not None and start_record.is_file() else {}
+def _snapshot_section(training, step: int) -> TrainingSection:
+    """The `training` section of a snapshot's card, from its run's output folder, record or a mapping of it."""
+    if isinstance(training, dict):
+        training = TrainRecord.from_dict(training, "training")
+    elif not isinstance(training, TrainRecord):
+        training = read_train_record(training)
+    return TrainingSection(langswap_version=training.langswap_version, config=training.config,
+                           objective=training.objective, phases=training.phases, step=step)
+
+
+def _read_record(folder: Path, snapshot: TrainingSection | None) -> ModelRecord:
+    """The folder's record; a snapshot's, which has none, is that of the folder its training started from (or an
+    empty one), with the snapshot's training in it."""
+    if has_model_record(folder):
+        record = read_model_record(folder)
+    elif snapshot is not None:
+        start = snapshot.config.get("model")
+        record = read_model_record(start) if start and has_model_record(start) else ModelRecord()
     else:
-        raise MissingResourceError(f"'{folder}' has no {RECORD}: a model card is written from the record of a "
+        raise MissingResourceError(f"'{folder}' has no {MODEL_RECORD}: a model card is written from the record of a "
                                    "folder that `langswap transfer` or `langswap train` wrote (a training snapshot "
                                    "passes training= and step=).")
-    if training is not None:
-        record = {**record, "training": training}
+    if snapshot is not None:
+        record.training = snapshot
     return record
-
-
-def _load_json(path: Path) -> dict:
-    if not path.is_file():
-        raise MissingResourceError(f"'{path}' does not exist: the model card is written from it.")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ResourceFormatError(f"'{path}' is not a langswap record (JSON): {error}. Write the folder again with "
-                                  "the langswap command that made it.") from None
-    if not isinstance(data, dict):
-        raise ResourceFormatError(f"'{path}' is not a langswap record: it holds no JSON object.")
-    return data
 
 
 def _langswap_card(folder: Path) -> dict:
@@ -218,10 +215,10 @@ def _config_name(folder: Path) -> str | None:
     return name
 
 
-def _languages(given, record: dict, parent_card: dict) -> list[str]:
+def _languages(given, record: ModelRecord, parent_card: dict) -> list[str]:
     value = given
     if value is None:
-        configs = [record, record.get("config") or {}, (record.get("training") or {}).get("config") or {}]
+        configs = [record.extra, record.config, record.training.config if record.training is not None else {}]
         value = next((c[key] for c in configs for key in ("language", "target_language") if c.get(key)), None)
     if value is None:
         value = parent_card.get("language")
@@ -246,9 +243,9 @@ def _license(source_folder: Path | None, parent_card: dict) -> dict:
     return {}
 
 
-def _objective(folder: Path, trained: dict) -> str:
+def _objective(folder: Path, trained: TrainingSection | None) -> str:
     """'masked' or 'causal': the training's, else from the architectures in config.json (as models.objective_of)."""
-    objective = trained.get("objective") or (trained.get("config") or {}).get("objective")
+    objective = trained and (trained.objective or trained.config.get("objective"))
     if objective in ("causal", "masked"):
         return objective
     path = folder / "config.json"
@@ -277,31 +274,31 @@ def _keep_foreign_readme(folder: Path) -> str | None:
 
 # -- the body ---------------------------------------------------------------------------------------------------------
 
-def _body(folder: Path, record: dict, source: str | None, source_folder: Path | None, base_model: str | None,
-          named_by: str, languages: list[str], objective: str, kept: str | None) -> str:
-    config = record.get("config") or {}
-    trained = record.get("training") or {}
-    method = record.get("method")
+def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: Path | None,
+          base_model: str | None, named_by: str, languages: list[str], objective: str, kept: str | None) -> str:
+    config = record.config
+    trained = record.training
+    method = getattr(record, "method", None)  # a transfer's
     source_label = base_model or _name(source) or "the source model"
     title = f"`{source_label}`"
     if method:
         title += f" with new token embeddings ({method})"
-    enriched = record.get("enrich")
+    enriched = record.enrich if isinstance(record, EnrichRecord) else None
     if enriched:
         title += f" with token embeddings enriched from `{_name(enriched.get('l1'))}` (TEMA)"
-    if "step" in trained:
-        title += f", after {_updates(trained['step'])} of training" if trained["step"] else ", before training"
-    elif trained.get("phases"):
-        title += f", trained for {_updates(sum(p.get('steps', 0) for p in trained['phases']))}"
+    if trained is not None and trained.step is not None:
+        title += f", after {_updates(trained.step)} of training" if trained.step else ", before training"
+    elif trained is not None and trained.phases:
+        title += f", trained for {_updates(sum(p.get('steps', 0) for p in trained.phases))}"
     lines = [MARKER, "", f"# {title}", ""]
 
     what = []
     if method:
-        version = f" {record['langswap_version']}" if record.get("langswap_version") else ""
+        version = f" {record.langswap_version}" if record.langswap_version else ""
         what.append(f"The transformer body of `{source_label}` with a new tokenizer and new token embeddings, made "
                     f"by langswap{version} with the `{method}` method")
     elif enriched:
-        version = f" {record['langswap_version']}" if record.get("langswap_version") else ""
+        version = f" {record.langswap_version}" if record.langswap_version else ""
         what.append(f"`{source_label}` with the token embeddings of its dictionary words moved by TEMA from those of "
                     f"`{_name(enriched.get('l1'))}` (`{enriched.get('method')}`), made by langswap{version}")
     else:
@@ -309,7 +306,7 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
     if _has_trained(trained):
         what.append("then trained further with `langswap train`" if method else
                     "trained further with `langswap train`")
-    elif trained:
+    elif trained is not None:
         what.append("saved by `langswap train` at update 0, before any training")
     intro = ", ".join(what) + "."
     if languages:
@@ -317,7 +314,8 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
     lines += [intro, ""]
 
     lines += ["## How it was made", ""]
-    label = "Enriched model (L2)" if enriched else "Starting model" if trained and not method else "Source model"
+    label = ("Enriched model (L2)" if enriched else "Starting model" if trained is not None and not method
+             else "Source model")
     lines.append(f"- {label}: {_source_line(source, source_folder, base_model, named_by)}")
     if enriched:
         lines += _enrichment_lines(folder, record, enriched)
@@ -328,40 +326,41 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
             size = f"{_count(config['vocab_size'])} tokens" if config.get("vocab_size") else "the source's size"
             lines.append(f"- Target tokenizer: trained on `{_name(config['target_text'])}` ({size})")
         for key, label in (("source_vocabulary", "Source vocabulary"), ("target_vocabulary", "Target vocabulary")):
-            if record.get(key):
-                lines.append(f"- {label}: {record[key]}")
+            if getattr(record, key, None):
+                lines.append(f"- {label}: {getattr(record, key)}")
         options = {key: value for key, value in (config.get("method") or {}).items() if key != "name"}
         if method:
             described = ", ".join(f"`{key}={_value(value)}`" for key, value in options.items())
             lines.append(f"- Method: `{method}`" + (f" with {described}" if described else ""))
         # the keys the method's resource kinds use (older records: every key set)
-        used = record["resource_keys"] if "resource_keys" in record else (config.get("resources") or {})
+        used = getattr(record, "resource_keys", None)
+        used = used if used is not None else (config.get("resources") or {})
         resources = [f"{RESOURCE_NAMES.get(key, key)} `{_name(value)}`" for key, value in used.items() if value]
         if resources:
             lines.append(f"- Resources: {', '.join(resources)}")
-        alignment = _alignment_line(record.get("alignment"))
+        alignment = _alignment_line(getattr(record, "alignment", None))
         if alignment:
             lines.append(f"- Alignment: {alignment}")
-        if record.get("method_choice"):
-            lines.append(f"- Candidates: {describe_choice(record['method_choice'])}")
-        counts = record.get("counts") or {}
+        if getattr(record, "method_choice", None):
+            lines.append(f"- Candidates: {describe_choice(record.method_choice)}")
+        counts = record.counts
         if counts:
             parts = " | ".join(f"{kind} {_count(number)}" for kind, number in counts.items())
             lines.append(f"- Embedding rows: {parts} (total {_count(sum(counts.values()))})"
                          + ("; `provenance.tsv` says how each row was made" if (folder / "provenance.tsv").is_file()
                             else ""))
-        if record.get("tied_embeddings") is not None:
-            lines.append(f"- Input and output embeddings: {'tied' if record['tied_embeddings'] else 'untied'}"
-                         + (", with an output bias" if record.get("output_bias") else ""))
-        calibration = _calibration_line(record.get("calibration"))
+        if record.tied_embeddings is not None:
+            lines.append(f"- Input and output embeddings: {'tied' if record.tied_embeddings else 'untied'}"
+                         + (", with an output bias" if getattr(record, "output_bias", None) else ""))
+        calibration = _calibration_line(getattr(record, "calibration", None))
         if calibration:
             lines.append(f"- Frequency calibration: {calibration}")
     lines.append("")
 
-    figures = _transfer_figures(record.get("metrics"), config)
+    figures = _transfer_figures(getattr(record, "metrics", None), config)
     if figures:
         lines += ["## Held-out figures after the transfer", ""] + figures + [""]
-    if trained:
+    if trained is not None:
         lines += ["## Training", ""] + _training_lines(trained) + [""]
 
     auto = "AutoModelForMaskedLM" if objective == "masked" else "AutoModelForCausalLM"
@@ -373,9 +372,9 @@ def _body(folder: Path, record: dict, source: str | None, source_folder: Path | 
     return "\n".join(lines)
 
 
-def _enrichment_lines(folder: Path, record: dict, enriched: dict) -> list[str]:
+def _enrichment_lines(folder: Path, record: EnrichRecord, enriched: dict) -> list[str]:
     """What `langswap.enrich` did, from its record."""
-    config, counts, norms = record.get("config") or {}, record.get("counts") or {}, record.get("change_norm") or {}
+    config, counts, norms = record.config, record.counts, record.change_norm
     method = enriched.get("method")
     anchors = " ".join(enriched.get("anchors") or [])
     how = (f"`blend={_value(config.get('blend'))}`" if method in ("lstsq", "procrustes")
@@ -389,7 +388,7 @@ def _enrichment_lines(folder: Path, record: dict, enriched: dict) -> list[str]:
              + ("; `provenance.tsv` lists them" if (folder / "provenance.tsv").is_file() else ""),
              f"- Output head: {enriched.get('output_head')}"]
     if enriched.get("added_words"):
-        training = record.get("new_word_training")
+        training = record.new_word_training
         trained = (f", then trained embeddings-only for {_updates(training.get('steps'))} on "
                    f"{_count(training.get('sentences'))} sentences of `{_name(config.get('target_text'))}`"
                    if training else "")
@@ -501,9 +500,9 @@ def _transfer_figures(metrics: dict | None, config: dict) -> list[str]:
     return [where, ""] + measured
 
 
-def _training_lines(trained: dict) -> list[str]:
-    config = trained.get("config") or {}
-    objective = trained.get("objective") or config.get("objective")
+def _training_lines(trained: TrainingSection) -> list[str]:
+    config = trained.config
+    objective = trained.objective or config.get("objective")
     lines = []
     settings = [f"preset `{config['preset']}`" if config.get("preset") else None,
                 f"{_count(config['steps'])} updates planned" if config.get("steps") is not None else None,
@@ -513,19 +512,19 @@ def _training_lines(trained: dict) -> list[str]:
                 (f"batch size {config['batch_size']} per device x {config.get('gradient_accumulation', 1)} "
                  "accumulated") if config.get("batch_size") else None,
                 f"seed {config['seed']}" if config.get("seed") is not None else None]
-    version = f" (langswap {trained['langswap_version']})" if trained.get("langswap_version") else ""
+    version = f" (langswap {trained.langswap_version})" if trained.langswap_version else ""
     lines.append(f"- `langswap train`{version}: " + ", ".join(s for s in settings if s))
-    if "step" in trained:  # a snapshot: the run's phases are its plan, its final figures are not there yet
-        lines.append(f"- This is the run's snapshot at update {_count(trained['step'])}.")
+    if trained.step is not None:  # a snapshot: the run's phases are its plan, its final figures are not there yet
+        lines.append(f"- This is the run's snapshot at update {_count(trained.step)}.")
         return lines
-    for phase in trained.get("phases") or []:
+    for phase in trained.phases:
         parts = [f"{phase.get('trainable', '?')} trained", f"{_count(phase.get('steps', 0))} updates"]
         if phase.get("learning_rate") is not None:
             parts.append(f"peak rate {phase['learning_rate']:g}")
         if phase.get("train_loss") is not None:
             parts.append(f"mean training loss {phase['train_loss']:.4f}")
         lines.append(f"- Phase `{phase.get('name', '?')}`: " + ", ".join(parts))
-    final = (trained.get("final_eval") or [])[-1:]
+    final = trained.final_eval[-1:]
     if final:
         entry = final[0]
         what = "masked-LM loss (fixed masks)" if objective == "masked" else "loss"
@@ -550,9 +549,11 @@ def _name(value) -> str:
     return Path(text).name or text
 
 
-def _has_trained(trained: dict) -> bool:
+def _has_trained(trained: TrainingSection | None) -> bool:
     """A finished training, or a snapshot after at least one update (a snapshot at update 0 is the start model)."""
-    return bool(trained["step"]) if "step" in trained else bool(trained.get("phases"))
+    if trained is None:
+        return False
+    return bool(trained.step) if trained.step is not None else bool(trained.phases)
 
 
 def _updates(number) -> str:

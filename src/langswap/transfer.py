@@ -10,7 +10,6 @@ kept unless `overwrite`. Everything is checked before the slow steps start.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from langswap import __version__
 from langswap.config import from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError, OutputSpaceError
 from langswap.files import refuse_existing
+from langswap.records import TransferRecord, write_model_record
 from langswap.methods.base import (DEFAULT_METHOD, MethodConfig, TransferInputs, check_resources, get_method,
                                    load_resources, run_method)
 from langswap.methods.provenance import refuse_non_finite_rows, write_provenance
@@ -450,30 +450,30 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
         write_provenance(folder / "provenance.tsv", result.mapping, source, target)
         if result.mapping.head is not None and matrices.output_embeddings is not None:
             write_provenance(folder / "provenance-head.tsv", result.mapping.head, source, target)
-        record = {
-            "langswap_version": __version__,
-            "config": to_dict(config),
-            "seed": config.method.seed,
-            "method": spec.name,
-            "counts": result.mapping.counts(),
-            "head_counts": result.mapping.head.counts() if result.mapping.head is not None
+        record = TransferRecord(
+            langswap_version=__version__,
+            config=to_dict(config),
+            seed=config.method.seed,
+            method=spec.name,
+            counts=result.mapping.counts(),
+            head_counts=result.mapping.head.counts() if result.mapping.head is not None
             and matrices.output_embeddings is not None else None,
-            "source_vocabulary": source.summary(),
-            "target_vocabulary": target.summary(),
-            "tied_embeddings": matrices.tied if checkpoint is not None else is_tied(model),
-            "output_bias": matrices.output_bias is not None,
-            "source_padded_rows": matrices.padded_rows,
-            "streamed": written,
-            "alignment": alignment_report,
-            "resources": reports,
-            "resource_keys": keys_in_use(spec.kinds(config), config.resources),
-            "metrics": metrics,
-            "method_choice": result.choice,
-            "calibration": calibration,
-            "correspondence": rows,
-            "seconds": {key: round(value, 2) for key, value in seconds.items()},
-        }
-        (folder / "langswap.json").write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
+            source_vocabulary=source.summary(),
+            target_vocabulary=target.summary(),
+            tied_embeddings=matrices.tied if checkpoint is not None else is_tied(model),
+            output_bias=matrices.output_bias is not None,
+            source_padded_rows=matrices.padded_rows,
+            streamed=written,
+            alignment=alignment_report,
+            resources=reports,
+            resource_keys=keys_in_use(spec.kinds(config), config.resources),
+            metrics=metrics,
+            method_choice=result.choice,
+            calibration=calibration,
+            correspondence=rows,
+            seconds={key: round(value, 2) for key, value in seconds.items()},
+        )
+        write_model_record(folder, record)
         write_model_card(folder)
     seconds["total_write"] = time.perf_counter() - clock
     return TransferReport(Path(config.output), result.mapping.counts(), alignment_report, metrics, rows, seconds,

@@ -18,14 +18,15 @@ Common Crawl vectors; the ranking of the methods is the point, not the absolute 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from importlib import resources as package_resources
 from pathlib import Path
 
+from langswap import __version__
 from langswap.errors import ConfigError
+from langswap.records import TransferRecord, write_model_record
 
 logger = logging.getLogger(__name__)
 
@@ -201,14 +202,13 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     with atomic_directory(output, overwrite=True) as folder:
         transferred.save_pretrained(folder)
         save_tokenizer(target_tokenizer, folder)
-        record = {"method": saved_name, "counts": result.mapping.counts(), "alignment": alignment,
-                  "method_choice": result.choice, "calibration": calibration,
-                  "metrics": score.as_dict(), "demo": rows,
-                  "config": {"source_model": str(model_dir), "language": "de",
-                             "method": {"name": saved_name, **to_dict(method_config)},
-                             "resources": to_dict(resources), "eval_text": str(german_test),
-                             "eval_lines": config.eval_lines}}
-        (folder / "langswap.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
+        record = TransferRecord(
+            langswap_version=__version__, method=saved_name, counts=result.mapping.counts(), alignment=alignment,
+            method_choice=result.choice, calibration=calibration, metrics=score.as_dict(), demo=rows,
+            config={"source_model": str(model_dir), "language": "de",
+                    "method": {"name": saved_name, **to_dict(method_config)},
+                    "resources": to_dict(resources), "eval_text": str(german_test), "eval_lines": config.eval_lines})
+        write_model_record(folder, record)
         write_model_card(folder, source_model=SMOLLM2_HUB_NAME, language="de")
     out(f"\nwrote {output} (AutoModelForCausalLM.from_pretrained loads it); "
         f"{time.perf_counter() - started:.0f} s in all")

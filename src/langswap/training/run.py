@@ -45,6 +45,8 @@ from langswap.config import to_dict
 from langswap.errors import ConfigError, OutputExistsError, TrainingDivergedError
 from langswap.files import atomic_write_text
 from langswap.modelcard import write_model_card
+from langswap.records import (ModelRecord, TrainingSection, TrainRecord, has_model_record, has_train_record,
+                              read_model_record, read_train_record, write_model_record, write_train_record)
 from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
 from langswap.training.phases import Phase, parameter_counts, set_trainable
 from langswap.training.recipes.base import Recipe, make_recipe
@@ -53,7 +55,6 @@ __all__ = ["TrainConfig", "TrainReport", "comparable_config", "prepare", "train"
 
 logger = logging.getLogger(__name__)
 
-RECORD = "langswap-train.json"
 
 
 @dataclass
@@ -80,30 +81,26 @@ def _check_output(config: TrainConfig, processes: int = 1) -> str:
     output = Path(config.output)
     if not output.exists() or config.overwrite:
         return "fresh"
-    record_path = output / RECORD
-    if not record_path.is_file():
+    if not has_train_record(output):
         if output.is_dir() and not any(output.iterdir()):
             return "fresh"
         raise OutputExistsError(f"output folder '{output}' exists and is not a langswap training run; choose another "
                                 "--output or pass --overwrite to replace it.")
-    record = json.loads(record_path.read_text(encoding="utf-8"))
+    record = read_train_record(output)
     # an option the recorded run's version did not have is read as its default
-    before = {**comparable_config(TrainConfig()), **record.get("comparable_config", {})}
+    before = {**comparable_config(TrainConfig()), **(record.comparable_config or {})}
     now = comparable_config(config)
     changed = [f"{key}: was {before.get(key)!r}, now {now.get(key)!r}" for key in sorted(set(before) | set(now))
                if before.get(key) != now.get(key)]
-    complete = record.get("status") == "complete" and (output / "model").is_dir()
-    if not complete and record.get("processes", processes) != processes:  # an update's batch: batch_size x processes
-        changed.append(f"processes: was {record['processes']}, now {processes}")
+    complete = record.status == "complete" and (output / "model").is_dir()
+    recorded = processes if record.processes is None else record.processes
+    if not complete and recorded != processes:  # an update's batch: batch_size x processes
+        changed.append(f"processes: was {recorded}, now {processes}")
     if changed:
         raise ConfigError(f"output folder '{output}' holds a run with a different config, so it cannot be resumed ("
                           + "; ".join(changed) + "). Use the same values to resume, another --output, or "
                           "--overwrite to start again.")
     return "complete" if complete else "resume"
-
-
-def _write_record(output: Path, record: dict) -> None:
-    atomic_write_text(output / RECORD, json.dumps(record, indent=2, ensure_ascii=False))
 
 
 def _resolve_objective(config: TrainConfig, model_config) -> str:
@@ -309,9 +306,9 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     recipe = make_recipe(config)
     status = _check_output(config, state.num_processes)
     if status == "complete":
-        record = json.loads((output / RECORD).read_text(encoding="utf-8"))
+        record = read_train_record(output)
         logger.info("%s is already complete; nothing to do", output)
-        return TrainReport(output, output / "model", record["objective"], record["phases"],
+        return TrainReport(output, output / "model", record.objective, record.phases,
                            json.loads((output / "curve.json").read_text()) if (output / "curve.json").exists()
                            else {}, True, 0.0)
 
@@ -371,18 +368,17 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
 
     precision_flags = _precision_flags(config.precision)
     planned = recipe.phases(objective, [])
-    record = {"langswap_version": __version__, "config": to_dict(config),
-              "comparable_config": comparable_config(config),
-              "objective": objective, "sequence_length": sequence_length, "training_sequences": training_sequences,
-              "training_tokens": training_tokens, "token_stores": stores, "training_data": data,
-              "processes": state.num_processes,
-              "status": "running",
-              "phases": [dataclasses.asdict(phase) for phase in planned]}
+    record = TrainRecord(langswap_version=__version__, config=to_dict(config),
+                         comparable_config=comparable_config(config), objective=objective,
+                         sequence_length=sequence_length, training_sequences=training_sequences,
+                         training_tokens=training_tokens, token_stores=stores, training_data=data,
+                         processes=state.num_processes, status="running",
+                         phases=[dataclasses.asdict(phase) for phase in planned])
     if state.is_main_process:
         if config.overwrite and output.exists():
             shutil.rmtree(output)
         output.mkdir(parents=True, exist_ok=True)
-        _write_record(output, record)
+        write_train_record(output, record)
     state.wait_for_everyone()
 
     curve = CurveWriter(output, objective, bytes_per_token)
@@ -521,8 +517,8 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     if state.is_main_process:
         _write_model(start_model, output / "model", record, summaries, final_curve)
         recipe.finish_outputs(output)
-        record.update({"status": "complete", "phases": summaries, "steps": offset})
-        _write_record(output, record)
+        record = dataclasses.replace(record, status="complete", phases=summaries, steps=offset)
+        write_train_record(output, record)
     state.wait_for_everyone()
     return TrainReport(output, output / "model", objective, summaries, final_curve, resumed,
                        time.perf_counter() - clock)
@@ -599,30 +595,29 @@ def _record_failure(output: Path, error: TrainingDivergedError, state) -> None:
                   "or --overwrite; `langswap evaluate MODEL --text ...` on the starting model shows whether it "
                   "already gives NaN.",)
     if state.is_main_process:
-        record = json.loads((output / RECORD).read_text(encoding="utf-8"))
-        record.update({"status": "failed", "failure": {**error.details, "last_checkpoint": checkpoint,
-                                                       "message": error.args[0]}})
-        _write_record(output, record)
+        record = dataclasses.replace(read_train_record(output), status="failed", failure={
+            **error.details, "last_checkpoint": checkpoint, "message": error.args[0]})
+        write_train_record(output, record)
 
 
-def _write_model(last_final: Path, folder: Path, record: dict, phases: list[dict], curve: dict) -> None:
-    """Copy the last phase's weights and tokenizer to output/model with a langswap.json that keeps the transfer's
-    record (when the model came from `langswap transfer`) and adds the training."""
+def _write_model(last_final: Path, folder: Path, record: TrainRecord, phases: list[dict], curve: dict) -> None:
+    """Copy the last phase's weights and tokenizer to output/model with a langswap.json that keeps the record of the
+    folder it was trained from (when langswap wrote that folder) and adds the training."""
     from langswap.models import portable_tokenizer_config
     from langswap.files import atomic_directory
 
-    source_record = Path(record["config"]["model"]) / "langswap.json"
+    start = Path(record.config["model"])
     with atomic_directory(folder, overwrite=True) as temporary:
         for item in Path(last_final).iterdir():
             if item.is_file() and item.name != "phase.json" and item.name != "training_args.bin":
                 shutil.copy2(item, temporary / item.name)
         portable_tokenizer_config(temporary)
-        provenance = Path(record["config"]["model"]) / "provenance.tsv"
+        provenance = start / "provenance.tsv"
         if provenance.is_file():
             shutil.copy2(provenance, temporary / "provenance.tsv")
-        info = json.loads(source_record.read_text(encoding="utf-8")) if source_record.is_file() else {}
-        info["training"] = {"langswap_version": __version__, "config": record["config"],
-                            "objective": record["objective"], "phases": phases,
-                            "final_eval": curve.get("eval", [])[-1:] if curve else []}
-        (temporary / "langswap.json").write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
+        info = read_model_record(start) if has_model_record(start) else ModelRecord()
+        info.training = TrainingSection(langswap_version=__version__, config=record.config,
+                                        objective=record.objective, phases=phases,
+                                        final_eval=curve.get("eval", [])[-1:] if curve else [])
+        write_model_record(temporary, info)
         write_model_card(temporary)

@@ -1,0 +1,320 @@
+"""The records langswap writes beside what it makes, typed: their file names, their fields, reading and writing.
+
+    langswap.json        in a model folder: what made it. A `TransferRecord` (`langswap transfer`, and the model
+                         `langswap demo` saves, with its table under `demo`) or an `EnrichRecord` (`langswap
+                         enrich`); a trained model's (`langswap train`'s output/model) is the record of the folder it
+                         was trained from with a `TrainingSection` under `training`.
+    langswap-train.json  in a training run's output folder: a `TrainRecord` (config, plan, status, phases).
+    variant.json         in a bench variant's folder: a `BenchVariant` (everything its transfer depends on).
+    results.jsonl        in a bench folder: a `BenchResult` per line (a variant measured at a step).
+    bench-inputs.json    in a bench's shared resource folder: the inputs it was built from (`langswap.bench`).
+
+Every record has a `version` (RECORD_VERSION when written; 0 for a record written before records had one) and keeps
+the keys it does not know in `extra`, written back unchanged, so a record from a newer langswap survives a rewrite.
+Nested reports (an alignment's, a calibration's, metrics) stay mappings: they are written by the module that
+measures them and read where they are shown. This module is the only one that names a record file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langswap.errors import MissingResourceError, ResourceFormatError
+from langswap.files import atomic_write_text
+
+RECORD_VERSION = 1
+MODEL_RECORD = "langswap.json"
+TRAIN_RECORD = "langswap-train.json"
+BENCH_VARIANT = "variant.json"
+BENCH_RESULTS = "results.jsonl"
+BENCH_SHARED_INPUTS = "bench-inputs.json"  # in a bench's shared resource folder: what it was built from
+
+
+@dataclass(kw_only=True)
+class Record:
+    """Fields every record has; `extra` holds the keys this version of langswap does not know."""
+
+    version: int = RECORD_VERSION
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        """The JSON object written: the fields (None-valued ones of the optional kind left out where the record never
+        had them) and the unknown keys."""
+        data = {}
+        for item in dataclasses.fields(self):
+            if item.name == "extra":
+                continue
+            value = getattr(self, item.name)
+            data[item.name] = value.as_dict() if isinstance(value, Record) else value
+        return {**data, **self.extra}
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "record"):
+        """The record of a JSON object; a key of no field goes to `extra`, a missing one keeps its default (a record
+        written before the field existed). A record without a version is version 0."""
+        if not isinstance(data, dict):
+            raise ResourceFormatError(f"{where} is not a langswap record: it holds no JSON object.")
+        names = {item.name for item in dataclasses.fields(cls) if item.name != "extra"}
+        values = {key: value for key, value in data.items() if key in names}
+        values.setdefault("version", 0)
+        nested = getattr(cls, "NESTED", {})
+        for key, nested_cls in nested.items():
+            if isinstance(values.get(key), dict):
+                values[key] = nested_cls.from_dict(values[key], f"{where}: {key}")
+        return cls(**values, extra={key: value for key, value in data.items() if key not in names})
+
+
+@dataclass(kw_only=True)
+class TrainingSection(Record):
+    """`training` in a trained model's langswap.json: the run that trained it (or, for a snapshot's card, the run
+    and the update it was saved at)."""
+
+    langswap_version: str | None = None
+    config: dict = field(default_factory=dict)  # the TrainConfig, as written
+    objective: str | None = None
+    phases: list = field(default_factory=list)
+    final_eval: list = field(default_factory=list)
+    step: int | None = None  # a snapshot's update; None for the finished model
+
+    def as_dict(self) -> dict:
+        data = super().as_dict()
+        if self.step is None:
+            del data["step"]
+        return data
+
+
+@dataclass(kw_only=True)
+class ModelRecord(Record):
+    """What langswap.json holds in every model folder."""
+
+    kind: str = "trained"  # transfer, enrich, or trained (a model langswap trained but did not make)
+    langswap_version: str | None = None
+    config: dict = field(default_factory=dict)  # the command's config, as written
+    seed: int | None = None
+    counts: dict = field(default_factory=dict)  # rows by how they were made
+    tied_embeddings: bool | None = None
+    seconds: dict = field(default_factory=dict)
+    training: TrainingSection | None = None
+    NESTED = {"training": TrainingSection}
+
+    @property
+    def trained(self) -> bool:
+        return self.training is not None
+
+
+@dataclass(kw_only=True)
+class TransferRecord(ModelRecord):
+    """langswap.json of a transfer's output (and of the demo's model, whose table is under `demo`)."""
+
+    kind: str = "transfer"
+    method: str | None = None
+    head_counts: dict | None = None
+    source_vocabulary: str | None = None
+    target_vocabulary: str | None = None
+    output_bias: bool | None = None
+    source_padded_rows: int | None = None
+    streamed: dict | None = None
+    alignment: dict | None = None
+    resources: dict | None = None
+    resource_keys: dict | None = None  # the resources.* keys the method's kinds read; None in older records
+    metrics: dict | None = None
+    method_choice: dict | None = None
+    calibration: dict | None = None
+    correspondence: list | None = None
+    demo: list | None = None  # the demo's table rows
+
+
+@dataclass(kw_only=True)
+class EnrichRecord(ModelRecord):
+    """langswap.json of `langswap enrich`'s output (TEMA)."""
+
+    kind: str = "enrich"
+    enrich: dict = field(default_factory=dict)  # method, l1, l2, anchors, output_head, added_words, changed_rows
+    change_norm: dict = field(default_factory=dict)
+    dictionary_direction: str | None = None
+    l1_vocabulary: str | None = None
+    l2_vocabulary: str | None = None
+    new_word_training: dict | None = None
+
+
+@dataclass(kw_only=True)
+class TrainRecord(Record):
+    """langswap-train.json of a training run's output folder."""
+
+    langswap_version: str | None = None
+    config: dict = field(default_factory=dict)
+    comparable_config: dict | None = None  # what a resume must match
+    objective: str | None = None
+    sequence_length: int | None = None
+    training_sequences: int | None = None
+    training_tokens: int | None = None
+    token_stores: Any = None
+    training_data: Any = None
+    processes: int | None = None
+    status: str = "running"  # running, complete or failed
+    phases: list = field(default_factory=list)  # planned while running, then each phase's summary
+    steps: int | None = None  # updates over all phases, once complete
+    failure: dict | None = None
+
+
+@dataclass(kw_only=True)
+class BenchVariant(Record):
+    """variant.json of a bench variant: everything its transfer depends on, compared before a measurement is
+    reused."""
+
+    label: str = ""
+    method: dict = field(default_factory=dict)
+    pair: dict = field(default_factory=dict)
+    shared: dict = field(default_factory=dict)
+    calibration: dict | None = None
+
+    def inputs(self) -> dict:
+        """What decides whether a measurement is reused: every field but the version."""
+        data = self.as_dict()
+        data.pop("version")
+        if self.calibration is None:
+            data.pop("calibration")
+        return data
+
+
+@dataclass(kw_only=True)
+class BenchResult(Record):
+    """A line of a bench's results.jsonl: one variant (or the reference) measured at one step."""
+
+    variant: str = ""
+    method: str = ""
+    step: int = 0
+    setting: dict = field(default_factory=dict)  # what the measurement depends on
+    metrics: dict = field(default_factory=dict)  # bits_per_byte, perplexity, probe accuracy, ...
+
+    def as_dict(self) -> dict:  # the metrics inline, as the table and plots read them
+        return {"version": self.version, "variant": self.variant, "method": self.method, "step": self.step,
+                **self.metrics, "setting": self.setting, **self.extra}
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "result"):
+        if not isinstance(data, dict):
+            raise ResourceFormatError(f"{where} is not a bench result: it holds no JSON object.")
+        known = {"version", "variant", "method", "step", "setting"}
+        return cls(version=data.get("version", 0), variant=data.get("variant", ""), method=data.get("method", ""),
+                   step=data.get("step", 0), setting=data.get("setting", {}),
+                   metrics={key: value for key, value in data.items() if key not in known})
+
+
+# -- reading and writing --------------------------------------------------------------------------------------------
+
+def _read_json(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise MissingResourceError(f"'{path}' does not exist: {what}.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ResourceFormatError(f"'{path}' is not a langswap record (JSON): {error}. Write the folder again with "
+                                  "the langswap command that made it.") from None
+    if not isinstance(data, dict):
+        raise ResourceFormatError(f"'{path}' is not a langswap record: it holds no JSON object.")
+    return data
+
+
+def _dumps(record: Record) -> str:
+    """The record as written now: at this version, whatever version it was read at."""
+    return json.dumps({**record.as_dict(), "version": RECORD_VERSION}, indent=2, ensure_ascii=False)
+
+
+def has_model_record(folder: str | Path) -> bool:
+    return (Path(folder) / MODEL_RECORD).is_file()
+
+
+def model_record_from_dict(data: dict, where: str = MODEL_RECORD) -> ModelRecord:
+    """The typed record of a langswap.json object, by its `kind`; a record without one (written before records had
+    kinds) is an enrich record where it has an `enrich` section, a transfer record where it names a method or
+    counts rows (the demo's included), else the record of a model langswap only trained."""
+    kind = data.get("kind") or ("enrich" if "enrich" in data else "transfer" if "method" in data or "counts" in data
+                                else "trained")
+    cls = {"enrich": EnrichRecord, "transfer": TransferRecord}.get(kind, ModelRecord)
+    return cls.from_dict({**data, "kind": kind}, where)
+
+
+def read_model_record(folder: str | Path) -> ModelRecord:
+    """langswap.json of a model folder."""
+    path = Path(folder) / MODEL_RECORD
+    return model_record_from_dict(_read_json(path, "a model folder langswap wrote holds its record there"),
+                                  str(path))
+
+
+def write_model_record(folder: str | Path, record: ModelRecord) -> Path:
+    """Write langswap.json into `folder` (atomically)."""
+    path = Path(folder) / MODEL_RECORD
+    atomic_write_text(path, _dumps(record))
+    return path
+
+
+def read_train_record(output: str | Path) -> TrainRecord:
+    """langswap-train.json of a training run's output folder."""
+    path = Path(output) / TRAIN_RECORD
+    return TrainRecord.from_dict(_read_json(path, "a training run's output folder holds its record there"),
+                                 str(path))
+
+
+def has_train_record(output: str | Path) -> bool:
+    return (Path(output) / TRAIN_RECORD).is_file()
+
+
+def write_train_record(output: str | Path, record: TrainRecord) -> Path:
+    path = Path(output) / TRAIN_RECORD
+    atomic_write_text(path, _dumps(record))
+    return path
+
+
+def read_bench_variant(run: str | Path) -> BenchVariant | None:
+    """variant.json of a bench variant's folder, or None where there is none yet."""
+    path = Path(run) / BENCH_VARIANT
+    return BenchVariant.from_dict(_read_json(path, "a bench variant"), str(path)) if path.is_file() else None
+
+
+def write_bench_variant(run: str | Path, variant: BenchVariant) -> Path:
+    path = Path(run) / BENCH_VARIANT
+    atomic_write_text(path, _dumps(variant))
+    return path
+
+
+def bench_results_path(output: str | Path) -> Path:
+    return Path(output) / BENCH_RESULTS
+
+
+def read_bench_results(output: str | Path) -> list[BenchResult]:
+    """Every result line of a bench folder (none where it has none yet). A last line cut by a bench killed while
+    appending it is dropped from the file (that measurement is made again); a line before it that is not JSON is an
+    error naming the line."""
+    import logging
+
+    path = bench_results_path(output)
+    if not path.is_file():
+        return []
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    results = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number < len(lines):
+                raise ResourceFormatError(f"'{path}' line {number} is not JSON ({error.msg}); fix or delete that "
+                                          "line (its measurement is then made again).") from error
+            logging.getLogger(__name__).warning("%s: dropping an incomplete last line; that measurement is made "
+                                                "again", path)
+            atomic_write_text(path, "".join(kept + "\n" for kept in lines[:-1]))
+            break
+        results.append(BenchResult.from_dict(row, f"'{path}' line {number}"))
+    return results
+
+
+def append_bench_result(output: str | Path, result: BenchResult) -> None:
+    """Add a line to the bench folder's results (one complete line per measurement)."""
+    row = {**result.as_dict(), "version": RECORD_VERSION}
+    with open(bench_results_path(output), "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        handle.flush()
