@@ -49,6 +49,9 @@ def main(argv=None) -> int:
     from langswap.resources.text import read_text_lines
     from langswap.surgery import read_source_matrices
     from langswap.tokens import Vocabulary
+    from langswap.calibrate import tie_head
+    from langswap.models import is_tied
+    from langswap.surgery import install_embeddings
     from langswap.transfer import HELD_OUT_LINES, apply_method, calibrate_rows
 
     model_dir = smollm2_135m()
@@ -70,13 +73,16 @@ def main(argv=None) -> int:
         name, *options = setting.split()
         config = make_config(name, **{k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in options)})
         clock = time.perf_counter()
-        transferred, result = apply_method(
+        transferred, result, reports = apply_method(
             model, inputs, matrices, config, copy=True, held_out=train[-HELD_OUT_LINES:],
-            finish=lambda m, r: calibrate_rows(m, target.tokenizer, r.mapping, CalibrationConfig(), 1.0,
-                                               train).get("held_out_loss"))
-        plain = causal_lm_score(transferred, target.tokenizer, lines).bits_per_byte
-        report = calibrate_rows(transferred, target.tokenizer, result.mapping, CalibrationConfig(), 1.0, train)
+            finish=lambda m, r: {"calibration": calibrate_rows(m, target.tokenizer, r.mapping, CalibrationConfig(),
+                                                               1.0, train)})
+        report = reports["calibration"]
         calibrated = causal_lm_score(transferred, target.tokenizer, lines).bits_per_byte
+        if not is_tied(transferred) and matrices.tied:  # calibration untied it (tied_head: untie)
+            tie_head(transferred)
+        install_embeddings(transferred, result.embeddings, result.output_embeddings, result.output_bias)
+        plain = causal_lm_score(transferred, target.tokenizer, lines).bits_per_byte
         choice = f"kept {result.choice['chosen']} {result.choice.get('losses')}; " if result.choice else ""
         put_back = f"; calibration {report['skipped']}" if report.get("skipped") else ""
         print(f"| {args.language} | {setting} | {plain:.4f} | {calibrated:.4f} | {choice}{result.mapping.summary()}"

@@ -432,15 +432,16 @@ def test_candidates_are_judged_finished_and_the_kept_one_is_installed_as_made(ki
                                                             candidate_model.get_output_embeddings())}
                 for weight in weights.values():  # a tied matrix once
                     weight.mul_(10)  # overconfident logits
-        return None  # the judge measures the loss itself
+        return {}  # no report, no loss: the judge measures the loss itself
 
-    transferred, result = apply_method(model, inputs, matrices, make_config("combined"), copy=True,
-                                       held_out=held_out, finish=finish)
-    assert len(finished) == 2 and result.choice["by"] == "held-out loss after calibration"
+    transferred, result, reports = apply_method(model, inputs, matrices, make_config("combined"), copy=True,
+                                                held_out=held_out, finish=finish)
+    # each candidate finished once, the kept one not again
+    assert len(finished) == 2 and reports == {} and result.choice["by"] == "held-out loss after calibration"
     losses = result.choice["losses"]
     assert losses["choose"] > losses["mix"] + 0.5 and result.choice["chosen"] == "mix"  # judged as finished
-    # the kept candidate is installed as the method made it (the finished second one was last in the model);
-    # finishing it is the caller's step
+    # the kept candidate is in the model as it was finished (here: as the method made it; the finished second one
+    # was last in the model)
     assert torch.equal(transferred.get_input_embeddings().weight, result.embeddings)
     if kind == "llama":
         assert result.output_embeddings is not None

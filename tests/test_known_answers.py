@@ -227,7 +227,7 @@ def test_untied_heads_and_biases_get_the_same_mixing(kind, family, tmp_path, cip
     model = tiny_model(kind, len(tokenizer))
     source, target = Vocabulary(tokenizer), Vocabulary(target_tokenizer)
     matrices = read_source_matrices(model, len(source))
-    new_model, result = apply_method(model, Inputs(source, target, matrices.embeddings), matrices,
+    new_model, result, _ = apply_method(model, Inputs(source, target, matrices.embeddings), matrices,
                                      make_config("overlap", fallback="subword"), copy=True)
     assert new_model.get_input_embeddings().weight.shape[0] == len(target)
     assert is_tied(new_model) == is_tied(model)

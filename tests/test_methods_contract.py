@@ -53,7 +53,7 @@ def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
     alignment = align(source_vectors, target_vectors, dictionary)
     # tiktotok's resource: the dictionary and a small bilingual fastText model of it
     from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, train_bilingual_fasttext
-    from langswap.resources.kinds.bilingual import BilingualVectors
+    from langswap.resources.kinds.bilingual_vectors import BilingualVectors
 
     folder = tmp_path_factory.mktemp("bilingual")
     (folder / "en-xx.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in dictionary.pairs), encoding="utf-8")

@@ -224,7 +224,7 @@ def test_transfer_refuses_a_source_with_non_finite_weights(infinite_folder, tmp_
 def test_transfer_refuses_to_write_non_finite_rows(llama_folder, tmp_path):
     """A NaN source row copied by `overlap` into the target is named with the token it was made from."""
     from langswap.models import load_model, load_tokenizer
-    from langswap.transfer import refuse_non_finite_rows
+    from langswap.methods.provenance import refuse_non_finite_rows
     from langswap.methods.base import TransferInputs, run_method
     from langswap.tokens import Vocabulary
 

@@ -17,7 +17,7 @@ from langswap.methods.tiktotok import candidate_weights
 from langswap.resources.dictionary_fasttext import (BILINGUAL_FASTTEXT, SOURCE_TAGS, TARGET_TAGS,
                                                     train_bilingual_fasttext, write_dictionary_corpus)
 from langswap.resources.dictionary import Dictionary
-from langswap.resources.kinds.bilingual import BilingualVectors
+from langswap.resources.kinds.bilingual_vectors import BilingualVectors
 from langswap.resources.vectors import WordVectors
 from langswap.tokens import Vocabulary
 

@@ -515,7 +515,7 @@ def _add_words(config: EnrichConfig, model, tokenizer, vocabulary, words: list[s
     extended, grown = add_whole_words(tokenizer, vocabulary, words)
     matrices = read_source_matrices(model, len(vocabulary))
     inputs = TransferInputs(vocabulary, grown, matrices.embeddings)
-    model, _ = apply_method(model, inputs, matrices, make_config("overlap", fallback="subword"))
+    model, _, _ = apply_method(model, inputs, matrices, make_config("overlap", fallback="subword"))
     logger.info("added %d words to L2's tokenizer (%d tokens now)", len(words), len(extended))
     if lines is None:
         return model, extended, grown, None

@@ -86,7 +86,11 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     from langswap.resources.tokenizer import train_tokenizer
     from langswap.surgery import read_source_matrices
     from langswap.tokens import Vocabulary
+    from langswap.calibrate import tie_head
+    from langswap.models import is_tied
+    from langswap.surgery import install_embeddings
     from langswap.transfer import HELD_OUT_LINES, apply_method, calibrate_rows
+    from langswap.transfer.steps import restore_token_matrices, token_matrices
 
     methods = [name.strip() for name in config.methods.split(",") if name.strip()]
     if not methods:
@@ -169,22 +173,30 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     for name in methods:
         options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
         method_config = make_config(name, **options)
-        def finish(candidate_model, candidate):  # candidates judged as they would be saved, as a transfer does
-            return calibrate_rows(candidate_model, target_tokenizer, candidate.mapping, CalibrationConfig(),
-                                  config.calibrate, train_lines).get("held_out_loss")
 
-        transferred, result = apply_method(model, inputs, matrices, method_config, copy=True, progress=True,
-                                           held_out=held_out, finish=finish if config.calibrate else None)
+        def finish(candidate_model, candidate):  # candidates judged as they would be saved, as a transfer does
+            return {"calibration": calibrate_rows(candidate_model, target_tokenizer, candidate.mapping,
+                                                  CalibrationConfig(), config.calibrate, train_lines)}
+
+        transferred, result, reports = apply_method(model, inputs, matrices, method_config, copy=True,
+                                                    progress=True, held_out=held_out,
+                                                    finish=finish if config.calibrate else None)
+        calibration = reports.get("calibration")
+        calibrated = causal_lm_score(transferred, target_tokenizer, lines, progress=True) if calibration else None
+        kept = token_matrices(transferred) if calibration else None
+        if calibration:  # the method's own rows, for the uncalibrated row
+            if matrices.tied and not is_tied(transferred):
+                tie_head(transferred)
+            install_embeddings(transferred, result.embeddings, result.output_embeddings, result.output_bias)
         score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
+        if kept is not None:  # the calibrated model is the one saved
+            restore_token_matrices(transferred, kept)
         counts = ", ".join(f"{kind} {count:,}" for kind, count in result.mapping.counts().items())
         if result.choice and "losses" in result.choice:
             counts += f" (mode {result.choice['chosen']}, kept on held-out lines)"
         rows.append({"model": name, **score.as_dict(), "counts": counts})
-        if config.calibrate:
-            calibration = calibrate_rows(transferred, target_tokenizer, result.mapping, CalibrationConfig(),
-                                         config.calibrate, train_lines)
-            calibration.pop("held_out_loss", None)
-            score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
+        if calibration:
+            score = calibrated
             rows.append({"model": f"{name} + calibration", **score.as_dict(),
                          "counts": f"{counts}; {calibration['rows']:,} output rows calibrated"})
         if name == saved_name:

@@ -1,0 +1,179 @@
+"""The transfer's config (`TransferConfig`: `langswap transfer`'s YAML and flags) and the plan of what it does with
+target-language text (`TextSteps`), decided once from the config and the model's kind."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from langswap.calibrate import CalibrationConfig
+from langswap.config import from_dict
+from langswap.errors import ConfigError, MissingResourceError
+from langswap.files import refuse_existing
+from langswap.methods.base import DEFAULT_METHOD, MethodConfig, check_resources, get_method
+from langswap.resources.alignment import AlignConfig
+from langswap.resources.kinds import resources_config_class
+
+logger = logging.getLogger(__name__)
+
+HELD_OUT_LINES = 100  # default held_out_lines
+HELD_OUT_TOKENS = 128  # window (in tokens) each held-out line is scored in when a method's candidates are compared
+
+
+# the `resources:` section: the keys of every registered resource kind (`langswap.resources.kinds`)
+ResourcesConfig = resources_config_class()
+
+
+@dataclass(kw_only=True)
+class ModelPairConfig:
+    """The source model and the target tokenizer (a folder, or trained on target text); shared by transfer and
+    bench configs."""
+
+    source_model: str = field(default="", metadata={"help": "Source model folder or hub name (required)."})
+    source_tokenizer: str | None = field(default=None, metadata={"help": "Source tokenizer; default: the model's."})
+    target_tokenizer: str | None = field(default=None, metadata={"help": "Target tokenizer folder or hub name."})
+    target_text: str | None = field(default=None, metadata={"help": "Train the target tokenizer on this text when "
+                                                                     "target_tokenizer is not given."})
+    vocab_size: int | None = field(default=None, metadata={"help": "Size of a trained target tokenizer; default: "
+                                                                    "the source's."})
+    language: str | None = field(default=None, metadata={"help": "The target language's ISO 639 code (e.g. de), "
+                                                                  "written to the model card."})
+    resources: object = field(default_factory=lambda: resources_config_class()(), metadata={
+        "help": "Files the methods consume (`langswap methods` says which method needs which)."})
+    align: AlignConfig = field(default_factory=AlignConfig)
+
+    @staticmethod
+    def resolve_resources(value, where: str):
+        return from_dict(resources_config_class(), value, where)
+
+    def validate_pair(self) -> None:
+        if not self.source_model:
+            raise ConfigError("source_model is not set: give the English model folder or hub name "
+                              "(--set source_model=PATH, or `source_model:` in the YAML).")
+        if not self.target_tokenizer and not self.target_text:
+            raise ConfigError("give target_tokenizer (a tokenizer folder), or target_text to train one on.")
+        if self.target_text and not Path(self.target_text).is_file():
+            raise MissingResourceError(f"target_text '{self.target_text}' does not exist or is not a file.")
+
+
+@dataclass(kw_only=True)
+class TransferConfig(ModelPairConfig):
+    """A whole transfer: source model, target tokenizer, method, resources, output."""
+
+    output: str = field(default="", metadata={"help": "Output model folder (required)."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+    method: MethodConfig = field(default=None, metadata={"help": "Method name and options (`langswap methods`).",
+                                                         "method_section": True})
+    eval_text: str | None = field(default=None, metadata={"help": "Held-out target text to score the new model on."})
+    eval_lines: int = field(default=300, metadata={"help": "Lines of eval_text scored."})
+    correspondence: int = field(default=12, metadata={"help": "Target tokens shown with their source tokens."})
+    held_out_lines: int = field(default=HELD_OUT_LINES, metadata={
+        "help": "Lines at the end of the target text (calibration.text, target_text or resources.token_text; read "
+                "up to calibration.lines) on which a method's candidates are compared (combined, mode auto); the "
+                "one whose model predicts them best is kept (calibrated first, where the transfer calibrates; they "
+                "are then its check lines). Needs a text of at least twice as many lines. 0: the method's first "
+                "candidate."})
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig, metadata={
+        "help": "Move output rows so each token's mean logit fits its frequency in target text (langswap.calibrate)."})
+    stream: str = field(default="auto", metadata={
+        "help": "Read only the token matrices of a safetensors source checkpoint and copy its other tensors to the "
+                "output file by file, so a model larger than memory transfers (langswap.checkpoint). auto: when the "
+                "transfer runs the model on no text (no calibration, no eval_text, no choice among a method's "
+                "candidates) and the source is a local safetensors folder; on: always (an error says what needs "
+                "the whole model); off: load the whole model.", "choices": ("auto", "on", "off")})
+    method_device: str = field(default="cpu", metadata={
+        "help": "Where the method's similarity searches (wechsel, focus, clp, combined, tiktotok, ramen) and omp's "
+                "pursuit run: cpu, cuda, cuda:1, ..., or auto (cuda where there is one). At 128k tokens omp on a "
+                "CPU takes hours. The model's passes over text run on a GPU wherever there is one."})
+
+    def __post_init__(self):
+        if self.method is None:
+            from langswap.methods.base import make_config
+
+            self.method = make_config(DEFAULT_METHOD)
+
+    @staticmethod
+    def resolve_method(value, where: str) -> MethodConfig:
+        from langswap.methods.base import make_config
+
+        if isinstance(value, str):
+            value = {"name": value}
+        if not isinstance(value, dict):
+            raise ConfigError(f"'{where.rstrip('.')}' must be a method name or a mapping with 'name' and options.")
+        options = dict(value)
+        return make_config(options.pop("name", DEFAULT_METHOD), **options)  # options alone: the default method
+
+    def validate(self) -> None:
+        self.validate_pair()
+        if not self.output:
+            raise ConfigError("output is not set: give the folder to write the new model to (--output PATH).")
+        check_resources(get_method(self.method.method_name), self)
+        if self.eval_text and not Path(self.eval_text).exists():
+            raise MissingResourceError(f"eval_text '{self.eval_text}' does not exist.")
+        text = self.calibration_text()
+        if self.calibration.enabled and not text:
+            raise ConfigError("calibration needs target-language text: set calibration.text (or target_text).")
+        if self.calibration.strength != 0 and text and not Path(text).is_file():
+            raise MissingResourceError(f"calibration text '{text}' does not exist (set calibration.strength=0 to "
+                                       "transfer without calibration).")
+        if self.held_out_lines < 0:
+            raise ConfigError(f"held_out_lines is {self.held_out_lines}; give 0 or more lines.")
+        self.compute_device()
+        refuse_existing(self.output, self.overwrite)
+
+    def compute_device(self):
+        """The torch device of `method_device` (a ConfigError naming the fix where there is no such device)."""
+        from langswap.models import method_device
+
+        return method_device(self.method_device)
+
+    def calibration_text(self) -> str | None:
+        return self.calibration.text or self.target_text or getattr(self.resources, "token_text", None)
+
+
+@dataclass
+class TextSteps:
+    """What a transfer does with target-language text, decided once from its config and whether the model is a
+    causal LM (`plan_text_steps`): whether it calibrates (`strength`, or why not: `skipped`), the lines it reads
+    (`lines`), the held-out lines it judges candidates on (`held_out`), and whether it scores `eval_text`."""
+
+    strength: float
+    skipped: str | None
+    text: str | None
+    lines: list[str]
+    held_out: list[str] | None
+    judges_candidates: bool
+    eval_text: str | None
+    method_name: str
+
+    def model_runs(self) -> list[str]:
+        """The steps that run the model on text (so need the whole model in memory), each with the setting that
+        turns it off."""
+        steps = []
+        if self.strength > 0:
+            steps.append("frequency calibration (calibration.strength=0 turns it off)")
+        if self.eval_text:
+            steps.append("scoring eval_text (leave eval_text unset; `langswap evaluate` scores the output)")
+        if self.judges_candidates:
+            steps.append(f"choosing among {self.method_name}'s candidates on held-out lines (held_out_lines=0 "
+                         "keeps the first)")
+        return steps
+
+
+def plan_text_steps(config: TransferConfig, causal: bool) -> TextSteps:
+    from langswap.resources.text import read_text_lines
+
+    text = config.calibration_text()
+    strength, skipped = config.calibration.plan(bool(text), causal)
+    lines = read_text_lines(text, "target text", max_lines=config.calibration.lines) \
+        if text and (strength > 0 or (config.held_out_lines and Path(text).is_file())) else []
+    held_out = lines[-config.held_out_lines:] if config.held_out_lines and len(lines) >= 2 * config.held_out_lines \
+        else None
+    judges = bool(held_out) and causal and config.method.offers_candidates()
+    return TextSteps(strength, skipped, text, lines, held_out, judges, config.eval_text, config.method.method_name)
+
+
+def transfer_config(data: dict) -> TransferConfig:
+    return from_dict(TransferConfig, data)
+

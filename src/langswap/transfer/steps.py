@@ -1,0 +1,432 @@
+"""The transfer's steps, each a function with typed inputs, computed once (`pipeline.py` runs them in order).
+
+    plan_text        what the transfer does with target-language text (`TextSteps`)
+    load_source      the source model (or its checkpoint, streamed), tokenizer and token matrices (`Source`)
+    load_target      the target tokenizer, given or trained (`Target`), and the output's room on disk
+    load_inputs      the resources the method declares, and the method's inputs (`Inputs`)
+    make_embeddings  the method, its candidates each finished and judged, the kept one installed (`Made`)
+    score            the held-out figures of eval_text, and the correspondence sample
+    write_output     the folder: model, tokenizer, provenance, record (`TransferRecord`) and card
+
+Finishing steps (`FINISHING`) run on the model after the method has installed a candidate's matrices and before the
+candidate is judged: what the candidate choice compares is each candidate as it would be saved. Frequency
+calibration is one; a refinement is another function `(context, model, result) -> report` put in that list. The
+kept candidate's finished matrices are restored rather than finished again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from langswap import __version__
+from langswap.calibrate import CalibrationConfig
+from langswap.config import to_dict
+from langswap.errors import ConfigError, OutputSpaceError
+from langswap.methods.base import MethodConfig, MethodResult, TransferInputs, get_method, load_resources, run_method
+from langswap.methods.provenance import refuse_non_finite_rows, write_provenance
+from langswap.records import TransferRecord, write_model_record
+from langswap.resources.kinds import keys_in_use
+from langswap.transfer.config import HELD_OUT_TOKENS, TextSteps, TransferConfig, plan_text_steps
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Source:
+    """The source side: its tokenizer and vocabulary, its model (loaded, or a streamed checkpoint's skeleton), and
+    its token matrices."""
+
+    tokenizer: object
+    vocabulary: object  # tokens.Vocabulary
+    model: object
+    checkpoint: object | None  # checkpoint.Checkpoint where the model is streamed
+    matrices: object  # surgery.SourceMatrices
+    dtype: torch.dtype
+    stored_bytes: int
+
+
+@dataclass
+class Target:
+    tokenizer: object
+    vocabulary: object  # tokens.Vocabulary
+
+
+@dataclass
+class Inputs:
+    """What the method reads, and the reports of the resources it was given."""
+
+    method: TransferInputs
+    reports: dict
+
+    @property
+    def alignment(self) -> dict | None:
+        return self.reports.get("vectors")
+
+
+@dataclass
+class Made:
+    """The model with the kept candidate installed and finished, the method's result, and each finishing step's
+    report (by name)."""
+
+    model: object
+    result: MethodResult
+    finished: dict = field(default_factory=dict)
+
+
+@dataclass
+class FinishContext:
+    """What finishing steps read: the config, the target tokenizer, the text plan, and what is computed once for
+    every candidate (the calibration's frequency line)."""
+
+    config: TransferConfig
+    target: Target
+    text: TextSteps
+    calibration: CalibrationConfig  # its check lines the held-out lines candidates are judged on
+    line: tuple | None  # calibrate.frequency_line's result, where calibration runs
+
+
+def plan_text(config: TransferConfig) -> TextSteps:
+    """What the transfer does with target-language text, from the config and the source model's kind."""
+    from langswap.models import load_config, objective_of
+
+    return plan_text_steps(config, objective_of(load_config(config.source_model)) == "causal")
+
+
+def streamed_checkpoint(config: TransferConfig, steps: TextSteps, model_config=None):
+    """The source checkpoint to stream (`langswap.checkpoint.Checkpoint`), or None to load the whole model, as
+    `config.stream` says: auto streams a local safetensors folder when no step (`steps`) runs the model on text; on
+    refuses what cannot be streamed, naming what to change."""
+    from langswap.checkpoint import Checkpoint, MissingWeightsError, why_not_streamed
+
+    if config.stream == "off":
+        return None
+    folder = Path(config.source_model)
+    reason = why_not_streamed(folder)
+    runs = steps.model_runs()
+    if not reason and not runs:
+        try:
+            return Checkpoint(folder, model_config)
+        except MissingWeightsError:
+            if config.stream == "on":
+                raise
+            # transformers' loading renames some legacy weight names; it refuses what is really missing
+            logger.info("loading the whole source model: some weights are not stored under their names")
+            return None
+    if config.stream == "on":
+        why = reason or f"this transfer runs the model on text: {'; '.join(runs)}"
+        raise ConfigError(f"stream: on cannot stream the source model: {why}. Change that, or set stream=auto to "
+                          "load the whole model.")
+    logger.info("loading the whole source model (not streamed: %s)", reason or "; ".join(runs))
+    return None
+
+
+def load_source(config: TransferConfig, text: TextSteps) -> Source:
+    """The source model (streamed where nothing runs it on text), its tokenizer and token matrices; a model with
+    non-finite weights is refused."""
+    from langswap.models import load_config, load_model, load_tokenizer
+    from langswap.numerics import SOURCE_FIX, refuse_non_finite
+    from langswap.surgery import read_source_matrices
+    from langswap.tokens import Vocabulary
+
+    tokenizer = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
+    vocabulary = Vocabulary(tokenizer)
+    checkpoint = streamed_checkpoint(config, text, load_config(config.source_model))
+    if checkpoint is not None:
+        return Source(tokenizer, vocabulary, checkpoint.model, checkpoint, checkpoint.read_matrices(len(vocabulary)),
+                      checkpoint.dtype, checkpoint.stored_bytes())
+    model = load_model(config.source_model)
+    refuse_non_finite(model, f"source model '{config.source_model}'", SOURCE_FIX)
+    matrices = read_source_matrices(model, len(vocabulary), stored_dtype=True)
+    if text.model_runs():  # its forward passes run on the GPU where there is one
+        from langswap.models import pick_device
+
+        model.to(pick_device())
+    return Source(tokenizer, vocabulary, model, None, matrices, model.get_input_embeddings().weight.dtype,
+                  sum(p.numel() * p.element_size() for p in model.parameters()))
+
+
+def load_target(config: TransferConfig, source: Source, text: TextSteps, progress: bool = False) -> Target:
+    """The target tokenizer (trained on target_text where none is given); refused where the model's positions do not
+    fit it or the output's disk lacks room for the new folder."""
+    from langswap.models import load_tokenizer
+    from langswap.surgery import check_position_offset
+    from langswap.tokens import Vocabulary
+
+    if config.target_tokenizer:
+        tokenizer = load_tokenizer(config.target_tokenizer, "target tokenizer")
+    else:
+        from langswap.resources.tokenizer import train_tokenizer
+
+        tokenizer = train_tokenizer(source.tokenizer, config.target_text, config.vocab_size, progress=progress)
+    target = Target(tokenizer, Vocabulary(tokenizer))
+    check_position_offset(source.model, target.vocabulary.roles)
+    untie = source.matrices.tied and text.strength > 0 and config.calibration.tied_head == "untie"
+    check_output_space(Path(config.output), output_size(source.stored_bytes, source.matrices, len(target.vocabulary),
+                                                        source.dtype, untie))
+    return target
+
+
+def load_inputs(config: TransferConfig, source: Source, target: Target) -> Inputs:
+    """The resources the method declares (loaded, with their reports) and the method's inputs."""
+    spec = get_method(config.method.method_name)
+    resources, reports = load_resources(spec, config, target.tokenizer, source.tokenizer)
+    device = config.compute_device()
+    if device.type == "cpu" and torch.cuda.is_available():
+        logger.info("the method runs on the CPU; --set method_device=cuda runs its searches on the GPU")
+    return Inputs(TransferInputs(source.vocabulary, target.vocabulary, source.matrices.embeddings,
+                                 resources=resources, device=device), reports)
+
+
+def finish_context(config: TransferConfig, source: Source, target: Target, text: TextSteps) -> FinishContext:
+    """What the finishing steps share across candidates, computed once: the calibration's frequency line (its
+    check lines are the held-out lines candidates are judged on, kept out of its counts)."""
+    calibration = config.calibration
+    if text.held_out and calibration.check_lines:
+        calibration = dataclasses.replace(calibration, check_lines=len(text.held_out))
+    line = None
+    if text.strength > 0 and not (source.matrices.tied and config.calibration.tied_head == "skip"):
+        from langswap.calibrate import frequency_line
+
+        line = frequency_line(target.tokenizer, text.lines, len(target.vocabulary), calibration)
+    return FinishContext(config, target, text, calibration, line)
+
+
+def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
+                   line: tuple | None = None) -> dict:
+    """Frequency calibration (`langswap.calibrate`) of a transferred model's output rows at `strength`: every
+    non-special row, or with `rows: new` those the method did not copy. Returns calibrate's report."""
+    from langswap.calibrate import calibrate
+    from langswap.methods.mapping import Kind
+
+    kinds = mapping.kinds
+    moved = kinds != Kind.SPECIAL if config.rows == "all" else ~np.isin(kinds, [Kind.SPECIAL, Kind.COPIED])
+    return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line)
+
+
+def calibrate_step(context: FinishContext, model, result: MethodResult) -> dict:
+    """Frequency calibration as the text plan says."""
+    text = context.text
+    report = calibrate_rows(model, context.target.tokenizer, result.mapping, context.calibration, text.strength,
+                            text.lines, context.line)
+    return {**report, "text": str(text.text)}
+
+
+def calibrates(context: FinishContext) -> bool:
+    return context.text.strength > 0
+
+
+# name -> (step, whether it runs for a transfer), in the order they run on each candidate; a report may carry
+# "held_out_loss", the candidate's loss measured on the held-out lines as it leaves it, which spares measuring it
+# again (the last one given counts)
+FINISHING = {"calibration": (calibrate_step, calibrates)}
+
+
+def token_matrices(model) -> dict:
+    """Copies of the model's token matrices (input, a separate output layer, its bias) and whether they are tied."""
+    from langswap.models import is_tied
+
+    head = model.get_output_embeddings()
+    saved = {"tied": is_tied(model), "input": model.get_input_embeddings().weight.detach().clone()}
+    if head is not None and not saved["tied"]:
+        saved["output"] = head.weight.detach().clone()
+    if head is not None and getattr(head, "bias", None) is not None:
+        saved["bias"] = head.bias.detach().clone()
+    return saved
+
+
+def restore_token_matrices(model, saved: dict) -> None:
+    from langswap.calibrate import tie_head, untie_head
+    from langswap.models import is_tied
+
+    if saved["tied"] and not is_tied(model):
+        tie_head(model)
+    elif not saved["tied"] and is_tied(model):
+        untie_head(model)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(saved["input"])
+        head = model.get_output_embeddings()
+        if "output" in saved:
+            head.weight.copy_(saved["output"])
+        if "bias" in saved:
+            head.bias.copy_(saved["bias"])
+
+
+def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,
+                 progress: bool = False, held_out: list[str] | None = None, finish=None, dtype=None):
+    """Run the method and install its matrices into `model` (or a deep copy of it), finished by `finish(model,
+    result) -> dict` (the finishing steps' reports; None: none): (model, result, reports). Where the method offers
+    candidates (`combined`, mode auto) and `held_out` target-language lines are given, each candidate is installed
+    and finished in turn, and the one whose model then has the lowest mean token loss on the lines is kept (causal
+    LMs; other models keep the method's first candidate), its finished matrices restored rather than finished again.
+    `dtype`: that of the new matrices (`run_method`; default: the source matrices' own)."""
+    import copy as copying
+
+    from langswap.models import is_tied
+    from langswap.surgery import install_embeddings, update_special_token_ids
+
+    if copy:
+        model = copying.deepcopy(model)
+
+    def install(result):
+        if matrices.tied and not is_tied(model):  # a candidate's calibration untied it (calibration.tied_head)
+            from langswap.calibrate import tie_head
+
+            tie_head(model)
+        install_embeddings(model, result.embeddings, result.output_embeddings, result.output_bias)
+        update_special_token_ids(model, inputs.target.tokenizer)
+
+    finished = {}  # id(result) -> (its finished token matrices, the finishing reports)
+    judge = None
+    if held_out:
+        from langswap.calibrate import calibratable
+
+        if calibratable(model):
+            from langswap.calibrate import mean_token_loss
+
+            def judge(result) -> float:
+                install(result)
+                reports = finish(model, result) if finish is not None else {}
+                losses = [report.pop("held_out_loss") for report in reports.values()
+                          if isinstance(report, dict) and "held_out_loss" in report]
+                loss = losses[-1] if losses else mean_token_loss(model, inputs.target.tokenizer, held_out,
+                                                                 HELD_OUT_TOKENS)
+                finished[id(result)] = (token_matrices(model), reports)
+                return loss
+
+    result = run_method(method_config, inputs, matrices.as_dict(), progress=progress, judge=judge, dtype=dtype)
+    if result.choice and finish is not None and "losses" in result.choice:
+        result.choice["by"] = "held-out loss after " + ", ".join(getattr(finish, "steps", FINISHING))
+    refuse_non_finite_rows(result, inputs)
+    if id(result) in finished:  # judged: installed and finished then
+        install(result)
+        saved, reports = finished[id(result)]
+        restore_token_matrices(model, saved)
+    else:
+        install(result)
+        reports = finish(model, result) if finish is not None else {}
+        for report in reports.values():
+            if isinstance(report, dict):
+                report.pop("held_out_loss", None)
+    return model, result, reports
+
+
+def make_embeddings(config: TransferConfig, source: Source, target: Target, text: TextSteps, inputs: Inputs,
+                    progress: bool = False) -> Made:
+    """The method's matrices installed into the source model and finished (`FINISHING`), the kept candidate chosen
+    on held-out lines where the method offers several; a streamed transfer only runs the method (nothing runs the
+    model)."""
+    if source.checkpoint is not None:
+        result = run_method(config.method, inputs.method, source.matrices.as_dict(), progress=progress,
+                            dtype=source.dtype)
+        refuse_non_finite_rows(result, inputs.method)
+        return Made(source.model, result, {"calibration": {"skipped": text.skipped, "strength": 0.0}})
+    context = finish_context(config, source, target, text)
+    steps = {name: step for name, (step, runs) in FINISHING.items() if runs(context)}
+
+    def finish(model, result) -> dict:
+        return {name: step(context, model, result) for name, step in steps.items()}
+
+    finish.steps = list(steps)
+    model, result, finished = apply_method(source.model, inputs.method, source.matrices, config.method,
+                                           progress=progress, held_out=text.held_out,
+                                           finish=finish if steps else None, dtype=source.dtype)
+    if "calibration" not in finished:
+        finished["calibration"] = {"skipped": text.skipped, "strength": 0.0}
+        if config.calibration.strength is None:
+            logger.info("no frequency calibration: %s", text.skipped)
+    return Made(model, result, finished)
+
+
+def score(config: TransferConfig, made: Made, source: Source, target: Target, progress: bool = False) \
+        -> tuple[dict | None, list[dict]]:
+    """(eval_text's held-out figures or None, the correspondence sample)."""
+    from langswap.evaluation.correspondence import correspondence_rows
+    from langswap.models import objective_of
+
+    rows = correspondence_rows(made.result.mapping, source.vocabulary, target.vocabulary, count=config.correspondence,
+                               seed=config.method.seed)
+    if not config.eval_text:
+        return None, rows
+    from langswap.evaluation.language_modeling import evaluate_model
+    from langswap.resources.text import read_text_lines
+
+    lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
+    return evaluate_model(made.model, target.tokenizer, lines, objective_of(made.model.config), progress).as_dict(), rows
+
+
+def write_output(config: TransferConfig, source: Source, target: Target, inputs: Inputs, made: Made,
+                 metrics: dict | None, rows: list[dict], seconds: dict, progress: bool = False) -> TransferRecord:
+    """The output folder, written under a temporary name and renamed when complete: model (or the streamed
+    checkpoint's files with the new matrices), tokenizer, provenance, record and model card."""
+    from langswap.files import atomic_directory
+    from langswap.modelcard import write_model_card
+    from langswap.models import is_tied, save_tokenizer
+
+    result, matrices = made.result, source.matrices
+    spec = get_method(config.method.method_name)
+    written = None
+    with atomic_directory(Path(config.output), config.overwrite) as folder:
+        if source.checkpoint is not None:
+            written = source.checkpoint.write(folder, target.tokenizer, result.embeddings, result.output_embeddings,
+                                              result.output_bias, progress=progress)
+        else:
+            made.model.save_pretrained(folder)
+        save_tokenizer(target.tokenizer, folder)
+        write_provenance(folder / "provenance.tsv", result.mapping, source.vocabulary, target.vocabulary)
+        head = result.mapping.head is not None and matrices.output_embeddings is not None
+        if head:
+            write_provenance(folder / "provenance-head.tsv", result.mapping.head, source.vocabulary,
+                             target.vocabulary)
+        record = TransferRecord(
+            langswap_version=__version__, config=to_dict(config), seed=config.method.seed, method=spec.name,
+            counts=result.mapping.counts(), head_counts=result.mapping.head.counts() if head else None,
+            source_vocabulary=source.vocabulary.summary(), target_vocabulary=target.vocabulary.summary(),
+            tied_embeddings=matrices.tied if source.checkpoint is not None else is_tied(made.model),
+            output_bias=matrices.output_bias is not None, source_padded_rows=matrices.padded_rows,
+            streamed=written, alignment=inputs.alignment, resources=inputs.reports,
+            resource_keys=keys_in_use(spec.kinds(config), config.resources), metrics=metrics,
+            method_choice=result.choice, calibration=made.finished.get("calibration"), correspondence=rows,
+            seconds={key: round(value, 2) for key, value in seconds.items()})
+        write_model_record(folder, record)
+        write_model_card(folder)
+    return record
+
+
+def output_size(source_bytes: int, matrices, target_rows: int, dtype, untie: bool = False) -> dict[str, int]:
+    """About how many bytes a transfer's output folder takes: the source's weights less its token matrices, plus
+    the new token matrices in `dtype` ({"body", "tokens", "total"}, the total with 16 MiB for configs and the
+    tokenizer); `untie`: a tied head gets a matrix of its own (calibration.tied_head: untie)."""
+    import torch
+
+    rows, dim = matrices.embeddings.shape
+    matrices_count = 1 if matrices.tied or matrices.output_embeddings is None else 2
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    old = (rows + matrices.padded_rows) * dim * itemsize * matrices_count
+    body = max(0, source_bytes - old)
+    bias = 4 * target_rows if matrices.output_bias is not None else 0
+    tokens = target_rows * dim * itemsize * (matrices_count + int(untie)) + bias
+    return {"body": body, "tokens": tokens, "total": body + tokens + 16 * 2**20}
+
+
+def check_output_space(output: Path, size: dict[str, int]) -> None:
+    """Refuse, before the resources load and the method runs, an output whose disk has less free space than
+    `size["total"]`."""
+    import shutil
+
+    place = output.absolute()
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    free = shutil.disk_usage(place).free
+    if free < size["total"]:
+        gb = 2**30
+        raise OutputSpaceError(
+            f"the output '{output}' needs about {size['total'] / gb:.2f} GiB (the model's body, "
+            f"{size['body'] / gb:.2f} GiB, and the new token matrices, {size['tokens'] / gb:.2f} GiB), but the disk "
+            f"holding '{place}' has {free / gb:.2f} GiB free. Free {(size['total'] - free) / gb:.2f} GiB there, or "
+            "give an --output on a disk with room.")
