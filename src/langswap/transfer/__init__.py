@@ -14,13 +14,13 @@ existing folder is kept unless `overwrite`. Everything is checked before the slo
 
 from langswap.transfer.config import (HELD_OUT_LINES, HELD_OUT_TOKENS, ModelPairConfig, ResourcesConfig, TextSteps,
                                       TransferConfig, plan_text_steps, transfer_config)
-from langswap.transfer.pipeline import TransferReport, transfer
+from langswap.transfer.pipeline import Loaded, Transferred, TransferReport, load, run_steps, transfer
 from langswap.transfer.steps import (FINISHING, Inputs, Made, Source, Target, apply_method, calibrate_rows,
                                      check_output_space, load_inputs, load_source, load_target, make_embeddings,
                                      output_size, plan_text, score, streamed_checkpoint, write_output)
 
-__all__ = ["FINISHING", "HELD_OUT_LINES", "HELD_OUT_TOKENS", "Inputs", "Made", "ModelPairConfig", "ResourcesConfig",
-           "Source", "Target", "TextSteps", "TransferConfig", "TransferReport", "apply_method", "calibrate_rows",
-           "check_output_space", "load_inputs", "load_source", "load_target", "make_embeddings", "output_size",
-           "plan_text", "plan_text_steps", "score", "streamed_checkpoint", "transfer", "transfer_config",
+__all__ = ["FINISHING", "HELD_OUT_LINES", "HELD_OUT_TOKENS", "Inputs", "Loaded", "Made", "ModelPairConfig", "ResourcesConfig",
+           "Source", "Target", "TextSteps", "TransferConfig", "TransferReport", "Transferred", "apply_method", "calibrate_rows",
+           "check_output_space", "load", "load_inputs", "load_source", "load_target", "make_embeddings", "output_size",
+           "plan_text", "plan_text_steps", "run_steps", "score", "streamed_checkpoint", "transfer", "transfer_config",
            "write_output"]

@@ -7,9 +7,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from langswap.records import TransferRecord
 from langswap.transfer.config import TransferConfig
-from langswap.transfer.steps import (load_inputs, load_source, load_target, make_embeddings, plan_text, score,
-                                     write_output)
+from langswap.transfer.steps import (Inputs, Made, Source, Target, load_inputs, load_source, load_target,
+                                     make_embeddings, plan_text, score, write_output)
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +51,53 @@ def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
         return _transfer(config, progress)
 
 
-def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
+@dataclass
+class Loaded:
+    """A source and a target loaded once for several transfers between them (`run_steps`; the demo's methods)."""
+
+    source: Source
+    target: Target
+
+
+@dataclass
+class Transferred:
+    """What `run_steps` made: the finished model and method result, the inputs, the held-out figures and the
+    correspondence sample, the record where a folder was written, and each step's seconds."""
+
+    made: Made
+    inputs: Inputs
+    metrics: dict | None
+    correspondence: list[dict]
+    record: TransferRecord | None
+    seconds: dict
+
+
+def load(config: TransferConfig, progress: bool = False) -> Loaded:
+    """The source and target of `config`, to run several transfers on (`run_steps(loaded=...)`)."""
+    text = plan_text(config)
+    source = load_source(config, text)
+    return Loaded(source, load_target(config, source, text, progress))
+
+
+def run_steps(config: TransferConfig, progress: bool = False, loaded: Loaded | None = None, write: bool = True,
+              demo: list | None = None) -> Transferred:
+    """The transfer's steps in order. With `loaded` (of the same source and target), those are not loaded again and
+    the method works on a copy of the source model; without `write`, no folder is written (the model is in
+    `made.model`). `demo`: the demo's table, kept in the record."""
     clock = _Clock()
     text = clock("load", plan_text, config)
-    source = clock("load", load_source, config, text)
-    target = clock("load", load_target, config, source, text, progress)
+    source = loaded.source if loaded else clock("load", load_source, config, text)
+    target = loaded.target if loaded else clock("load", load_target, config, source, text, progress)
     inputs = clock("resources", load_inputs, config, source, target)
-    made = clock("method", make_embeddings, config, source, target, text, inputs, progress)
+    made = clock("method", make_embeddings, config, source, target, text, inputs, progress, copy=loaded is not None)
     metrics, rows = clock("evaluate", score, config, made, source, target, progress)
     record = clock("write", write_output, config, source, target, inputs, made, metrics, rows, clock.seconds,
-                   progress)
-    return TransferReport(output=Path(config.output), counts=record.counts, alignment=inputs.alignment,
-                          metrics=metrics, correspondence=rows, seconds=clock.seconds,
-                          calibration=record.calibration, choice=made.result.choice)
+                   progress, demo) if write else None
+    return Transferred(made, inputs, metrics, rows, record, clock.seconds)
+
+
+def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
+    done = run_steps(config, progress)
+    return TransferReport(output=Path(config.output), counts=done.record.counts, alignment=done.inputs.alignment,
+                          metrics=done.metrics, correspondence=done.correspondence, seconds=done.seconds,
+                          calibration=done.record.calibration, choice=done.made.result.choice)

@@ -317,10 +317,10 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
 
 
 def make_embeddings(config: TransferConfig, source: Source, target: Target, text: TextSteps, inputs: Inputs,
-                    progress: bool = False) -> Made:
-    """The method's matrices installed into the source model and finished (`FINISHING`), the kept candidate chosen
-    on held-out lines where the method offers several; a streamed transfer only runs the method (nothing runs the
-    model)."""
+                    progress: bool = False, copy: bool = False) -> Made:
+    """The method's matrices installed into the source model (or a copy of it) and finished (`FINISHING`), the kept
+    candidate chosen on held-out lines where the method offers several; a streamed transfer only runs the method
+    (nothing runs the model)."""
     if source.checkpoint is not None:
         result = run_method(config.method, inputs.method, source.matrices.as_dict(), progress=progress,
                             dtype=source.dtype)
@@ -334,7 +334,7 @@ def make_embeddings(config: TransferConfig, source: Source, target: Target, text
 
     finish.steps = list(steps)
     model, result, finished = apply_method(source.model, inputs.method, source.matrices, config.method,
-                                           progress=progress, held_out=text.held_out,
+                                           copy=copy, progress=progress, held_out=text.held_out,
                                            finish=finish if steps else None, dtype=source.dtype)
     if "calibration" not in finished:
         finished["calibration"] = {"skipped": text.skipped, "strength": 0.0}
@@ -361,9 +361,11 @@ def score(config: TransferConfig, made: Made, source: Source, target: Target, pr
 
 
 def write_output(config: TransferConfig, source: Source, target: Target, inputs: Inputs, made: Made,
-                 metrics: dict | None, rows: list[dict], seconds: dict, progress: bool = False) -> TransferRecord:
+                 metrics: dict | None, rows: list[dict], seconds: dict, progress: bool = False,
+                 demo: list | None = None, source_name: str | None = None) -> TransferRecord:
     """The output folder, written under a temporary name and renamed when complete: model (or the streamed
-    checkpoint's files with the new matrices), tokenizer, provenance, record and model card."""
+    checkpoint's files with the new matrices), tokenizer, provenance, record and model card (`source_name`: the
+    source's hub name, for a source given as a local folder). `demo`: the demo's table, kept in the record."""
     from langswap.files import atomic_directory
     from langswap.modelcard import write_model_card
     from langswap.models import is_tied, save_tokenizer
@@ -392,9 +394,9 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
             streamed=written, alignment=inputs.alignment, resources=inputs.reports,
             resource_keys=keys_in_use(spec.kinds(config), config.resources), metrics=metrics,
             method_choice=result.choice, calibration=made.finished.get("calibration"), correspondence=rows,
-            seconds={key: round(value, 2) for key, value in seconds.items()})
+            seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo)
         write_model_record(folder, record)
-        write_model_card(folder)
+        write_model_card(folder, source_model=source_name)
     return record
 
 
