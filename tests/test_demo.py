@@ -34,11 +34,25 @@ def test_the_demo_runs_the_transfers_steps_and_writes_the_default(tmp_path, gpt2
     assert model.get_input_embeddings().weight.shape[0] == len(AutoTokenizer.from_pretrained(output))
     text = "\n".join(map(str, printed))
     assert "1/4 source model" in text and "| combined |" in text and f"wrote {output}" in text
-    # a second run reuses the tokenizer
+    # a rerun reuses every row and the written model: it neither loads the model nor runs a transfer
+    import langswap.transfer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a rerun ran a transfer step")
+
+    monkeypatch.setattr(langswap.transfer, "run_steps", refuse)
+    monkeypatch.setattr(langswap.transfer, "load", refuse)
     before = len(printed)
-    run_demo(DemoConfig(vocab_size=400, eval_lines=20, workdir=str(tmp_path), methods="overlap"),
-             out=printed.append)
-    assert any("reused" in str(line) for line in printed[before:])
+    again = run_demo(DemoConfig(vocab_size=400, eval_lines=20, workdir=str(tmp_path)), out=printed.append)
+    assert again["rows"] == result["rows"]
+    assert sum("reused" in str(line) for line in printed[before:]) == 4  # the tokenizer and three rows
+    # another option is another row: overlap alone is reused, its model (now the one saved) made again
+    monkeypatch.undo()
+    monkeypatch.setattr(smollm2, "smollm2_135m", lambda progress=False: gpt2_folder)
+    third = run_demo(DemoConfig(vocab_size=400, eval_lines=20, workdir=str(tmp_path), methods="overlap"),
+                     out=printed.append)
+    assert third["rows"][1] == result["rows"][1]
+    assert read_model_record(tmp_path / "smollm2-135m-de-overlap").method == "overlap"
 
 
 def test_a_method_that_needs_vectors_asks_for_them(tmp_path):

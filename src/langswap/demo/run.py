@@ -132,6 +132,8 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     from langswap.models import load_tokenizer, save_tokenizer
     from langswap.resources.text import read_text_lines
     from langswap.resources.tokenizer import train_tokenizer
+    from langswap.config import to_dict
+    from langswap.records import has_model_record, read_model_record
     from langswap.transfer import load, run_steps, transfer_config
 
     config = config.resolved()
@@ -183,42 +185,100 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
 
     out(f"{next(step)}/{steps} each method as `langswap transfer` runs it, scored on {config.eval_lines} held-out "
         "German lines")
-    loaded = load(transfer_of(saved_name, config.calibrate), progress=True)
-    lines = read_text_lines(german_test, "German test text", max_lines=config.eval_lines)
-    source_score = causal_lm_score(loaded.source.model, source_tokenizer, lines, progress=True)
-    rows = [{"model": "source model, its own tokenizer", **source_score.as_dict(), "counts": "-"}]
-    saved = None
-    for name in methods:
-        runs = [(config.calibrate, "")]
-        if config.calibrate and (config.full or name == saved_name):  # what calibration adds
-            runs.append((0.0, ", without calibration"))
-        for strength, label in runs:
-            done = run_steps(transfer_of(name, strength), progress=True, loaded=loaded, write=False)
-            calibration = done.made.finished.get("calibration") or {}
-            counts = _counts(done.made.result)
-            if calibration.get("rows"):
-                counts += f"; {calibration['rows']:,} output rows calibrated"
-            elif strength:
-                counts += f"; calibration {calibration.get('skipped')}"
-            rows.append({"model": name + label, **done.metrics, "counts": counts})
-            if name == saved_name and strength == config.calibrate:
-                saved = (done, transfer_of(name, strength))
-            else:
-                del done
+    cache = RowCache(workdir / ROW_CACHE)
+    runs = [(name, strength, label) for name in methods
+            for strength, label in [(config.calibrate, "")] + ([(0.0, ", without calibration")]  # calibration adds
+                                                               if config.calibrate and (config.full or
+                                                                                        name == saved_name) else [])]
+    source_key = cache.key({"source": str(model_dir), "eval_text": str(german_test), "eval_lines": config.eval_lines})
+    keys = {(name, strength): cache.key(to_dict(transfer_of(name, strength))) for name, strength, _ in runs}
+    saved_key = keys[(saved_name, config.calibrate)]
+    written = has_model_record(output) and cache.get(saved_key) is not None and \
+        read_model_record(output).extra.get("demo_key") == saved_key
+    loaded = lines = None
+    if not (written and cache.get(source_key) and all(cache.get(key) for key in keys.values())):
+        loaded = load(transfer_of(saved_name, config.calibrate), progress=True)
+        lines = read_text_lines(german_test, "German test text", max_lines=config.eval_lines)
+    if cache.get(source_key) is None:
+        score = causal_lm_score(loaded.source.model, source_tokenizer, lines, progress=True)
+        cache.put(source_key, {"model": "source model, its own tokenizer", **score.as_dict(), "counts": "-"})
+    rows, saved = [cache.get(source_key)], None
+    for name, strength, label in runs:
+        key = keys[(name, strength)]
+        if cache.get(key) is not None and (key != saved_key or written):
+            rows.append(cache.get(key))
+            out(f"    {name + label}: reused")
+            continue
+        done = run_steps(transfer_of(name, strength), progress=True, loaded=loaded, write=False)
+        calibration = done.made.finished.get("calibration") or {}
+        counts = _counts(done.made.result)
+        if calibration.get("rows"):
+            counts += f"; {calibration['rows']:,} output rows calibrated"
+        elif strength:
+            counts += f"; calibration {calibration.get('skipped')}"
+        cache.put(key, {"model": name + label, **done.metrics, "counts": counts})
+        rows.append(cache.get(key))
+        if key == saved_key:
+            saved = done
+        else:
+            del done
 
     out(f"{next(step)}/{steps} results")
     out(format_table(rows))
-    done, saved_config = saved
-    if done.correspondence:
-        out(f"\nA sample of German tokens and the English tokens {saved_name} made them from:")
-        out(format_correspondence(done.correspondence))
-    from langswap.transfer import write_output
+    if saved is not None:
+        from langswap.transfer import write_output
 
-    write_output(saved_config, loaded.source, loaded.target, done.inputs, done.made, done.metrics,
-                 done.correspondence, done.seconds, demo=rows, source_name=SMOLLM2_HUB_NAME)
+        record = write_output(transfer_of(saved_name, config.calibrate), loaded.source, loaded.target, saved.inputs,
+                              saved.made, saved.metrics, saved.correspondence, saved.seconds, demo=rows,
+                              source_name=SMOLLM2_HUB_NAME, extra={"demo_key": saved_key})
+    else:
+        record = read_model_record(output)
+    if record.correspondence:
+        out(f"\nA sample of German tokens and the English tokens {saved_name} made them from:")
+        out(format_correspondence(record.correspondence))
     out(f"\nwrote {output} (AutoModelForCausalLM.from_pretrained loads it); "
         f"{time.perf_counter() - started:.0f} s in all")
     return {"rows": rows}
+
+
+ROW_CACHE = "demo-rows.json"  # the table's rows, by a digest of what made each
+
+
+class RowCache:
+    """The demo's table rows, each under a digest of the transfer config (or the source and text) that made it and
+    langswap's version, in one JSON file of the work folder, rewritten whole (atomically) after each row."""
+
+    def __init__(self, path: Path):
+        import json
+
+        self.path = path
+        try:
+            self.rows = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except (OSError, ValueError):
+            self.rows = {}  # a damaged cache is made again
+        if not isinstance(self.rows, dict):
+            self.rows = {}
+
+    @staticmethod
+    def key(inputs: dict) -> str:
+        import hashlib
+        import json
+
+        from langswap import __version__
+
+        data = {key: value for key, value in inputs.items() if key not in ("output", "overwrite")}
+        return hashlib.sha256(json.dumps([__version__, data], sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def get(self, key: str) -> dict | None:
+        return self.rows.get(key)
+
+    def put(self, key: str, row: dict) -> None:
+        import json
+
+        from langswap.files import atomic_write_text
+
+        self.rows[key] = row
+        atomic_write_text(self.path, json.dumps(self.rows, indent=2, ensure_ascii=False))
 
 
 def format_table(rows: list[dict]) -> str:

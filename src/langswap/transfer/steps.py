@@ -362,10 +362,12 @@ def score(config: TransferConfig, made: Made, source: Source, target: Target, pr
 
 def write_output(config: TransferConfig, source: Source, target: Target, inputs: Inputs, made: Made,
                  metrics: dict | None, rows: list[dict], seconds: dict, progress: bool = False,
-                 demo: list | None = None, source_name: str | None = None) -> TransferRecord:
+                 demo: list | None = None, source_name: str | None = None,
+                 extra: dict | None = None) -> TransferRecord:
     """The output folder, written under a temporary name and renamed when complete: model (or the streamed
     checkpoint's files with the new matrices), tokenizer, provenance, record and model card (`source_name`: the
-    source's hub name, for a source given as a local folder). `demo`: the demo's table, kept in the record."""
+    source's hub name, for a source given as a local folder). `demo`: the demo's table, kept in the record; `extra`:
+    keys of the caller's, kept in the record beside its fields."""
     from langswap.files import atomic_directory
     from langswap.modelcard import write_model_card
     from langswap.models import is_tied, save_tokenizer
@@ -394,7 +396,7 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
             streamed=written, alignment=inputs.alignment, resources=inputs.reports,
             resource_keys=keys_in_use(spec.kinds(config), config.resources), metrics=metrics,
             method_choice=result.choice, calibration=made.finished.get("calibration"), correspondence=rows,
-            seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo)
+            seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, extra=dict(extra or {}))
         write_model_record(folder, record)
         write_model_card(folder, source_model=source_name)
     return record
