@@ -243,7 +243,7 @@ def main(argv=None) -> int:
         for fallback in fallbacks:
             config = make_config(name, seed=args.seed, fallback=fallback, **options)
             clock = time.perf_counter()
-            transferred, result = apply_method(model, inputs, matrices, config, copy=True)
+            transferred, result, _ = apply_method(model, inputs, matrices, config, copy=True)
             seconds = time.perf_counter() - clock
             score = causal_lm_score(transferred, target_tokenizer, lines)
             results.add_row(label, name, fallback, score, result.mapping.counts(), seconds, to_dict(config))

@@ -392,3 +392,34 @@ def test_a_variant_depends_only_on_the_resources_its_method_reads():
     assert _shared_for(shared, ("token_vectors",)) == _shared_for(later, ("token_vectors",))
     assert _shared_for(shared, ("vectors",)) != _shared_for(later, ("vectors",))
     assert _shared_for(later, ()) == {"target_tokenizer": "t"}
+
+
+def test_a_variant_measured_under_other_defaults_is_measured_again_not_refused(tmp_path, gpt2_folder,
+                                                                              target_tokenizer_folder,
+                                                                              cipher_vectors, corpus_dir, monkeypatch):
+    """A variant whose options resolve otherwise than when it ran (a langswap with other defaults; here the first
+    run's resolution is altered) has the same inputs as given: it is transferred and measured again under a new
+    key, while a label whose given inputs changed is still refused."""
+    import langswap.bench
+
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0],
+                       methods=["overlap"])
+    resolve = langswap.bench._resolved_method
+    monkeypatch.setattr(langswap.bench, "_resolved_method", lambda method: {**resolve(method), "fallback": "old"})
+    assert main(["-q", "bench", str(path)]) == 0
+    monkeypatch.undo()
+    bench = tmp_path / "bench"
+    record = json.loads((bench / "runs" / "overlap" / "variant.json").read_text())
+    assert record["resolved"]["method"]["fallback"] == "old" and record["method"] == {"name": "overlap"}
+    transferred = (bench / "runs" / "overlap" / "transfer" / "model.safetensors").stat().st_mtime_ns
+    assert main(["-q", "bench", str(path)]) == 0
+    rows = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
+    assert [row["variant"] for row in rows].count("overlap") == 2  # measured again, under a new key
+    assert rows[-1]["bits_per_byte"] == rows[1]["bits_per_byte"]  # the defaults did not really change here
+    assert (bench / "runs" / "overlap" / "transfer" / "model.safetensors").stat().st_mtime_ns != transferred
+    assert json.loads((bench / "runs" / "overlap" / "variant.json").read_text())["resolved"]["method"][
+        "fallback"] != "old"
+    changed = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0],
+                          methods=[{"name": "overlap", "fallback": "mean", "label": "overlap"}])
+    with pytest.raises(ConfigError, match="was run with other inputs"):
+        run_bench(from_dict(BenchConfig, yaml.safe_load(changed.read_text())))

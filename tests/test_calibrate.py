@@ -213,8 +213,9 @@ def test_a_tokenizer_that_fails_when_retrained_falls_back_to_add_half(text, monk
 def test_a_tied_model_untied_by_calibration_is_saved_untied_with_its_inputs_as_the_method_made_them(
         gpt2_folder, corpus_dir, target_tokenizer_folder, tmp_path):
     """combined (mode auto) calibrates each candidate: the first candidate's calibration unties the head, the next
-    candidate is installed tied again, and the kept one is untied and calibrated once more. The saved model loads
-    untied, its input rows are the uncalibrated transfer's bit for bit, and the record says it is untied."""
+    candidate is installed tied again, and the kept one is restored as it was finished: untied and calibrated. The
+    saved model loads untied, its input rows are the uncalibrated transfer's bit for bit, and the record says it is
+    untied."""
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 

@@ -448,3 +448,28 @@ def test_candidates_are_judged_finished_and_the_kept_one_is_installed_as_made(ki
         assert torch.equal(transferred.get_output_embeddings().weight, result.output_embeddings)
     assert losses["mix"] == pytest.approx(mean_token_loss(transferred, target.tokenizer, held_out, HELD_OUT_TOKENS),
                                           abs=1e-4)
+
+
+def test_a_transfer_calibrates_each_candidate_once_and_keeps_the_chosen_one_as_calibrated(
+        tmp_path, gpt2_folder, target_tokenizer_folder, corpus_dir, monkeypatch):
+    """Calibration is a finishing step: each of combined's two candidates is calibrated once when it is judged, the
+    kept one is restored as it was then (not calibrated a third time), and the record's seconds say where the time
+    went."""
+    import langswap.transfer.steps as steps
+    from langswap.transfer import transfer, transfer_config
+
+    calls = []
+    calibrate_rows = steps.calibrate_rows
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return calibrate_rows(*args, **kwargs)
+
+    monkeypatch.setattr(steps, "calibrate_rows", counted)
+    report = transfer(transfer_config({
+        "source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder),
+        "output": str(tmp_path / "out"), "resources": {"dictionary": str(corpus_dir / "en-xx.tsv")},
+        "calibration": {"text": str(corpus_dir / "xx.txt")}, "held_out_lines": 20}))
+    assert len(calls) == 2 and set(report.choice["losses"]) == {"mix", "choose"}
+    assert "check" in report.calibration and "held_out_loss" not in report.calibration
+    assert {"method", "method: calibration", "method: frequencies"} <= set(report.seconds)

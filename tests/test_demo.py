@@ -60,3 +60,17 @@ def test_a_method_that_needs_vectors_asks_for_them(tmp_path):
         run_demo(DemoConfig(methods="wechsel", workdir=str(tmp_path)), out=lambda *_: None)
     assert DemoConfig(full=True).resolved().vectors == "joint"
     assert DemoConfig(full=True).resolved().methods == "random,overlap,wechsel,combined"
+
+
+def test_without_calibration_the_rows_say_so_and_redo_measures_again(tmp_path, gpt2_folder, monkeypatch):
+    from langswap.demo import smollm2
+
+    monkeypatch.setattr(smollm2, "smollm2_135m", lambda progress=False: gpt2_folder)
+    config = DemoConfig(vocab_size=400, eval_lines=10, workdir=str(tmp_path), methods="combined", calibrate=0.0)
+    rows = run_demo(config, out=lambda *_: None)["rows"]
+    assert [row["model"] for row in rows] == ["source model, its own tokenizer", "combined, without calibration"]
+    printed = []
+    import dataclasses
+
+    assert run_demo(dataclasses.replace(config, redo=True), out=printed.append)["rows"] == rows
+    assert not any("reused" in str(line) for line in printed)  # the tokenizer trained and the rows measured again

@@ -116,7 +116,11 @@ def test_keys_of_a_newer_record_survive_a_rewrite_and_damaged_records_are_refuse
     record = read_model_record(folder)
     assert record.extra == {"a_later_field": {"x": 1}}
     write_model_record(folder, record)
-    assert json.loads((folder / records.MODEL_RECORD).read_text())["a_later_field"] == {"x": 1}
+    rewritten = json.loads((folder / records.MODEL_RECORD).read_text())
+    assert rewritten["a_later_field"] == {"x": 1} and rewritten["version"] == 99  # not lowered to this one's
+    # a null where a mapping belongs reads as the empty one
+    (folder / records.MODEL_RECORD).write_text(json.dumps({"kind": "transfer", "config": None, "counts": None}))
+    assert read_model_record(folder).config == {} and read_model_record(folder).counts == {}
     (folder / records.MODEL_RECORD).write_text("{not json", encoding="utf-8")
     with pytest.raises(ResourceFormatError, match="not a langswap record"):
         read_model_record(folder)

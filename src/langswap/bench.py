@@ -33,6 +33,7 @@ import itertools
 import json
 import logging
 import math
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -394,16 +395,18 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         # everything its transfer depends on: a measurement is reused only for the same (the digest in its setting);
         # of the resources, only the keys of the kinds the method reads, so another method's resource (or a kind
         # added to langswap) leaves it alone
-        record = BenchVariant(label=variant.label, method=_resolved_method(variant.method), pair=pair,
+        record = BenchVariant(label=variant.label, method=variant.method, pair=pair,
                               shared=_shared_for(shared, _variant_kinds(config, variant)))
         # frequency calibration as a transfer does it (langswap.calibrate: on by default for causal LMs), on the
         # bench's target text unless the entry names a text; `calibration: {strength: 0}` turns it off
         text = (variant.calibration.get("text") or config.train_text or config.target_text
                 or config.resources.token_text)
         calibration = {**variant.calibration, "text": text}
-        if variant.calibration.get("strength") != 0:  # every option as it resolves, defaults included
-            record.calibration = to_dict(from_dict(CalibrationConfig, calibration, where="calibration."))
-        settings = {step: {"measured_with": measured_with, "variant": _digest(record.inputs()),
+        if variant.calibration.get("strength") != 0:  # an uncalibrated variant's record is as it always was
+            record.calibration = calibration
+        record.resolved = {"method": _resolved_method(variant.method), "calibration": to_dict(from_dict(
+            CalibrationConfig, calibration, where="calibration.")) if record.calibration is not None else None}
+        settings = {step: {"measured_with": measured_with, "variant": _digest(record.digest_inputs()),
                            **({"trained_with": train_key} if step else {})} for step in steps}
         keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}
         before = read_bench_variant(run)
@@ -414,6 +417,12 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
             raise ConfigError(f"variant '{variant.label}' in '{output}' was run with other inputs ("
                               + "; ".join(changed) + "); give it another label, another output folder, or "
                               f"delete '{run}'.")
+        if before is not None and before.resolved != record.resolved:
+            # the same inputs under other defaults (a langswap whose defaults changed): measured again from scratch
+            logger.info("variant %s: its options resolve otherwise than when it ran; transferring and training it "
+                        "again", variant.label)
+            for product in [run / "transfer", *run.glob("train-*")]:
+                shutil.rmtree(product, ignore_errors=True)
         run.mkdir(parents=True, exist_ok=True)
         write_bench_variant(run, record)
         if all(keys[step] in results for step in steps):

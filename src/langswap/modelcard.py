@@ -441,8 +441,9 @@ def _calibration_line(calibration: dict | None) -> str | None:
     smoothed = f", counts smoothed by {_value(smoothing['smoothing'])}" if "smoothing" in smoothing else ""
     up_only = calibration.get("up_only_rows") or {}
     if up_only.get("rows"):
-        smoothed += (f", {_count(up_only['rows'])} rows of tokens counted fewer than "
-                     f"{_count(up_only['below_count'])} times moved up only")
+        rare = ("never counted" if up_only["below_count"] == 1
+                else f"counted fewer than {_count(up_only['below_count'])} times")
+        smoothed += f", {_count(up_only['rows'])} rows of tokens {rare} moved up only"
     inputs = calibration.get("input_rows") or {}
     if inputs.get("moved"):
         shift = inputs.get("relative_shift", {})

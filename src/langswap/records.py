@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from langswap.errors import MissingResourceError, ResourceFormatError
 from langswap.files import atomic_write_text
+
+logger = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
 MODEL_RECORD = "langswap.json"
@@ -42,8 +45,7 @@ class Record:
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        """The JSON object written: the fields (None-valued ones of the optional kind left out where the record never
-        had them) and the unknown keys."""
+        """The JSON object written: every field (a nested record as its own object) and the unknown keys."""
         data = {}
         for item in dataclasses.fields(self):
             if item.name == "extra":
@@ -60,6 +62,9 @@ class Record:
             raise ResourceFormatError(f"{where} is not a langswap record: it holds no JSON object.")
         names = {item.name for item in dataclasses.fields(cls) if item.name != "extra"}
         values = {key: value for key, value in data.items() if key in names}
+        for item in dataclasses.fields(cls):  # a null where a mapping or list belongs: the empty one
+            if values.get(item.name, 0) is None and item.default_factory is not dataclasses.MISSING:
+                values[item.name] = item.default_factory()
         values.setdefault("version", 0)
         nested = getattr(cls, "NESTED", {})
         for key, nested_cls in nested.items():
@@ -126,6 +131,7 @@ class TransferRecord(ModelRecord):
     calibration: dict | None = None
     correspondence: list | None = None
     demo: list | None = None  # the demo's table rows
+    demo_key: str | None = None  # the demo's digest of the transfer that made this model
 
 
 @dataclass(kw_only=True)
@@ -167,18 +173,23 @@ class BenchVariant(Record):
     reused."""
 
     label: str = ""
-    method: dict = field(default_factory=dict)
+    method: dict = field(default_factory=dict)  # as the bench config gives it
     pair: dict = field(default_factory=dict)
     shared: dict = field(default_factory=dict)
-    calibration: dict | None = None
+    calibration: dict | None = None  # as the bench config gives it, with the text; None: uncalibrated
+    resolved: dict | None = None  # method and calibration with every option as it resolves, defaults included
 
     def inputs(self) -> dict:
-        """What decides whether a measurement is reused: every field but the version."""
-        data = self.as_dict()
-        data.pop("version")
+        """What the user gave the variant: a label whose inputs changed is refused."""
+        data = {key: value for key, value in self.as_dict().items() if key not in ("version", "resolved")}
         if self.calibration is None:
             data.pop("calibration")
         return data
+
+    def digest_inputs(self) -> dict:
+        """What a measurement is reused for: the inputs and their resolved options (a default that changed makes a
+        new measurement)."""
+        return {**self.inputs(), "resolved": self.resolved}
 
 
 @dataclass(kw_only=True)
@@ -221,8 +232,10 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def _dumps(record: Record) -> str:
-    """The record as written now: at this version, whatever version it was read at."""
-    return json.dumps({**record.as_dict(), "version": RECORD_VERSION}, indent=2, ensure_ascii=False)
+    """The record as written now: at this version, or at its own where a newer langswap wrote it (its unknown keys
+    are kept)."""
+    return json.dumps({**record.as_dict(), "version": max(record.version, RECORD_VERSION)}, indent=2,
+                      ensure_ascii=False)
 
 
 def has_model_record(folder: str | Path) -> bool:
@@ -290,8 +303,6 @@ def read_bench_results(output: str | Path) -> list[BenchResult]:
     """Every result line of a bench folder (none where it has none yet). A last line cut by a bench killed while
     appending it is dropped from the file (that measurement is made again); a line before it that is not JSON is an
     error naming the line."""
-    import logging
-
     path = bench_results_path(output)
     if not path.is_file():
         return []
@@ -304,8 +315,7 @@ def read_bench_results(output: str | Path) -> list[BenchResult]:
             if number < len(lines):
                 raise ResourceFormatError(f"'{path}' line {number} is not JSON ({error.msg}); fix or delete that "
                                           "line (its measurement is then made again).") from error
-            logging.getLogger(__name__).warning("%s: dropping an incomplete last line; that measurement is made "
-                                                "again", path)
+            logger.warning("%s: dropping an incomplete last line; that measurement is made again", path)
             atomic_write_text(path, "".join(kept + "\n" for kept in lines[:-1]))
             break
         results.append(BenchResult.from_dict(row, f"'{path}' line {number}"))

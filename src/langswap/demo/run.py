@@ -32,6 +32,7 @@ from langswap.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_METHODS = "overlap,combined"
 FULL_METHODS = "random,overlap,wechsel,combined"
 
 
@@ -39,13 +40,14 @@ FULL_METHODS = "random,overlap,wechsel,combined"
 class DemoConfig:
     """What the demo runs."""
 
-    methods: str = field(default="overlap,combined", metadata={
+    methods: str | None = field(default=None, metadata={
         "help": "Comma-separated methods to compare, each run as `langswap transfer` runs it (the bundled "
-                "dictionary, and word vectors where `vectors` is not none); --full: " + FULL_METHODS + "."})
-    vectors: str = field(default="none", metadata={
+                "dictionary, and word vectors where `vectors` is not none); default: " + DEFAULT_METHODS + " (--full: "
+                + FULL_METHODS + ")."})
+    vectors: str | None = field(default=None, metadata={
         "help": "Word vectors in one space for the methods that read them: none, joint (one fastText model on "
                 "code-switched English and German) or procrustes (a model per language, rotated onto each other "
-                "with the dictionary); --full: joint.", "choices": ("none", "joint", "procrustes")})
+                "with the dictionary); default: none (--full: joint).", "choices": ("none", "joint", "procrustes")})
     full: bool = field(default=False, metadata={
         "help": "The full comparison: the methods " + FULL_METHODS + " with joint word vectors, each also "
                 "uncalibrated (takes about an hour on 2 cores)."})
@@ -59,18 +61,15 @@ class DemoConfig:
     calibrate: float = field(default=1.0, metadata={
         "help": "Strength of the frequency calibration (langswap.calibrate, on the bundled German training text) "
                 "every method's transfer applies, as `langswap transfer` does with target text; 0: none."})
-    redo: bool = field(default=False, metadata={"help": "Recompute cached tokenizer and vectors."})
+    redo: bool = field(default=False, metadata={"help": "Recompute the cached tokenizer, vectors and rows."})
     workdir: str | None = field(default=None, metadata={
         "help": "Where vectors, tokenizer and the models go; default: the user cache."})
 
     def resolved(self) -> "DemoConfig":
-        """`full` applied: its methods and vectors where those are at their defaults."""
-        if not self.full:
-            return self
-        defaults = DemoConfig()
+        """methods and vectors where they are not given: the default table's, or with `full` the full one's."""
         return dataclasses.replace(
-            self, methods=FULL_METHODS if self.methods == defaults.methods else self.methods,
-            vectors="joint" if self.vectors == defaults.vectors else self.vectors)
+            self, methods=self.methods or (FULL_METHODS if self.full else DEFAULT_METHODS),
+            vectors=self.vectors or ("joint" if self.full else "none"))
 
 
 def demo_file(name: str) -> Path:
@@ -185,16 +184,15 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
 
     out(f"{next(step)}/{steps} each method as `langswap transfer` runs it, scored on {config.eval_lines} held-out "
         "German lines")
-    cache = RowCache(workdir / ROW_CACHE)
-    runs = [(name, strength, label) for name in methods
-            for strength, label in [(config.calibrate, "")] + ([(0.0, ", without calibration")]  # calibration adds
-                                                               if config.calibrate and (config.full or
-                                                                                        name == saved_name) else [])]
+    cache = RowCache(workdir / ROW_CACHE, fresh=config.redo)
+    strengths = [config.calibrate] + ([0.0] if config.calibrate else [])  # 0: what calibration adds
+    runs = [(name, strength, "" if strength else ", without calibration") for name in methods
+            for strength in strengths if strength == config.calibrate or config.full or name == saved_name]
     source_key = cache.key({"source": str(model_dir), "eval_text": str(german_test), "eval_lines": config.eval_lines})
     keys = {(name, strength): cache.key(to_dict(transfer_of(name, strength))) for name, strength, _ in runs}
     saved_key = keys[(saved_name, config.calibrate)]
     written = has_model_record(output) and cache.get(saved_key) is not None and \
-        read_model_record(output).extra.get("demo_key") == saved_key
+        getattr(read_model_record(output), "demo_key", None) == saved_key
     loaded = lines = None
     if not (written and cache.get(source_key) and all(cache.get(key) for key in keys.values())):
         loaded = load(transfer_of(saved_name, config.calibrate), progress=True)
@@ -230,9 +228,16 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
 
         record = write_output(transfer_of(saved_name, config.calibrate), loaded.source, loaded.target, saved.inputs,
                               saved.made, saved.metrics, saved.correspondence, saved.seconds, demo=rows,
-                              source_name=SMOLLM2_HUB_NAME, extra={"demo_key": saved_key})
+                              source_name=SMOLLM2_HUB_NAME, demo_key=saved_key)
     else:
         record = read_model_record(output)
+        if record.demo != rows:  # other rows than when it was saved: its record and card show this table
+            from langswap.modelcard import write_model_card
+            from langswap.records import write_model_record
+
+            record.demo = rows
+            write_model_record(output, record)
+            write_model_card(output, source_model=SMOLLM2_HUB_NAME)
     if record.correspondence:
         out(f"\nA sample of German tokens and the English tokens {saved_name} made them from:")
         out(format_correspondence(record.correspondence))
@@ -248,12 +253,12 @@ class RowCache:
     """The demo's table rows, each under a digest of the transfer config (or the source and text) that made it and
     langswap's version, in one JSON file of the work folder, rewritten whole (atomically) after each row."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, fresh: bool = False):
         import json
 
         self.path = path
         try:
-            self.rows = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+            self.rows = json.loads(path.read_text(encoding="utf-8")) if path.is_file() and not fresh else {}
         except (OSError, ValueError):
             self.rows = {}  # a damaged cache is made again
         if not isinstance(self.rows, dict):

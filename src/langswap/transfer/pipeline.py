@@ -90,6 +90,7 @@ def run_steps(config: TransferConfig, progress: bool = False, loaded: Loaded | N
     target = loaded.target if loaded else clock("load", load_target, config, source, text, progress)
     inputs = clock("resources", load_inputs, config, source, target)
     made = clock("method", make_embeddings, config, source, target, text, inputs, progress, copy=loaded is not None)
+    clock.seconds.update({f"method: {name}": value for name, value in made.seconds.items()})
     metrics, rows = clock("evaluate", score, config, made, source, target, progress)
     record = clock("write", write_output, config, source, target, inputs, made, metrics, rows, clock.seconds,
                    progress, demo) if write else None
@@ -97,6 +98,9 @@ def run_steps(config: TransferConfig, progress: bool = False, loaded: Loaded | N
 
 
 def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
+    from langswap.files import refuse_existing
+
+    refuse_existing(config.output, config.overwrite)  # again, now that the folder's lock is held
     done = run_steps(config, progress)
     return TransferReport(output=Path(config.output), counts=done.record.counts, alignment=done.inputs.alignment,
                           metrics=done.metrics, correspondence=done.correspondence, seconds=done.seconds,

@@ -10,14 +10,17 @@
 
 Finishing steps (`FINISHING`) run on the model after the method has installed a candidate's matrices and before the
 candidate is judged: what the candidate choice compares is each candidate as it would be saved. Frequency
-calibration is one; a refinement is another function `(context, model, result) -> report` put in that list. The
-kept candidate's finished matrices are restored rather than finished again.
+calibration is one; a refinement is another entry, a function `(context, model, result) -> report` and when it
+runs. The best finished candidate's matrices are kept (on the CPU) while the others are judged, and restored rather
+than finished again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +80,7 @@ class Made:
     model: object
     result: MethodResult
     finished: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)  # of the finishing steps (all candidates) and what they share
 
 
 @dataclass
@@ -227,16 +231,20 @@ def calibrates(context: FinishContext) -> bool:
 FINISHING = {"calibration": (calibrate_step, calibrates)}
 
 
-def token_matrices(model) -> dict:
-    """Copies of the model's token matrices (input, a separate output layer, its bias) and whether they are tied."""
+def token_matrices(model, device=None) -> dict:
+    """Copies of the model's token matrices (input, a separate output layer, its bias), on `device` (default: where
+    they are), and whether they are tied."""
     from langswap.models import is_tied
 
+    def copy(tensor):
+        return tensor.detach().to(device, copy=True) if device is not None else tensor.detach().clone()
+
     head = model.get_output_embeddings()
-    saved = {"tied": is_tied(model), "input": model.get_input_embeddings().weight.detach().clone()}
+    saved = {"tied": is_tied(model), "input": copy(model.get_input_embeddings().weight)}
     if head is not None and not saved["tied"]:
-        saved["output"] = head.weight.detach().clone()
+        saved["output"] = copy(head.weight)
     if head is not None and getattr(head, "bias", None) is not None:
-        saved["bias"] = head.bias.detach().clone()
+        saved["bias"] = copy(head.bias)
     return saved
 
 
@@ -248,7 +256,7 @@ def restore_token_matrices(model, saved: dict) -> None:
         tie_head(model)
     elif not saved["tied"] and is_tied(model):
         untie_head(model)
-    with torch.no_grad():
+    with torch.no_grad():  # copy_ moves each to the model's device
         model.get_input_embeddings().weight.copy_(saved["input"])
         head = model.get_output_embeddings()
         if "output" in saved:
@@ -281,7 +289,9 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
         install_embeddings(model, result.embeddings, result.output_embeddings, result.output_bias)
         update_special_token_ids(model, inputs.target.tokenizer)
 
-    finished = {}  # id(result) -> (its finished token matrices, the finishing reports)
+    # the best finished candidate so far, as run_method keeps it (lowest loss, ties to the earlier; a non-finite
+    # loss counts as infinite): its loss, the result, its finished token matrices (on the CPU) and its reports
+    best: dict = {}
     judge = None
     if held_out:
         from langswap.calibrate import calibratable
@@ -296,17 +306,19 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
                           if isinstance(report, dict) and "held_out_loss" in report]
                 loss = losses[-1] if losses else mean_token_loss(model, inputs.target.tokenizer, held_out,
                                                                  HELD_OUT_TOKENS)
-                finished[id(result)] = (token_matrices(model), reports)
+                ranked = loss if math.isfinite(loss) else math.inf
+                if finish is not None and (not best or ranked < best["loss"]):
+                    best.update(loss=ranked, result=result, matrices=token_matrices(model, "cpu"), reports=reports)
                 return loss
 
     result = run_method(method_config, inputs, matrices.as_dict(), progress=progress, judge=judge, dtype=dtype)
     if result.choice and finish is not None and "losses" in result.choice:
-        result.choice["by"] = "held-out loss after " + ", ".join(getattr(finish, "steps", FINISHING))
+        result.choice["by"] = "held-out loss after " + ", ".join(getattr(finish, "steps", ["finishing"]))
     refuse_non_finite_rows(result, inputs)
-    if id(result) in finished:  # judged: installed and finished then
+    if best and best["result"] is result:  # judged: installed and finished then
         install(result)
-        saved, reports = finished[id(result)]
-        restore_token_matrices(model, saved)
+        restore_token_matrices(model, best["matrices"])
+        reports = best["reports"]
     else:
         install(result)
         reports = finish(model, result) if finish is not None else {}
@@ -325,12 +337,23 @@ def make_embeddings(config: TransferConfig, source: Source, target: Target, text
         result = run_method(config.method, inputs.method, source.matrices.as_dict(), progress=progress,
                             dtype=source.dtype)
         refuse_non_finite_rows(result, inputs.method)
+        if config.calibration.strength is None:
+            logger.info("no frequency calibration: %s", text.skipped)
         return Made(source.model, result, {"calibration": {"skipped": text.skipped, "strength": 0.0}})
+    seconds = {}
+    start = time.perf_counter()
     context = finish_context(config, source, target, text)
+    if context.line is not None:
+        seconds["frequencies"] = time.perf_counter() - start
     steps = {name: step for name, (step, runs) in FINISHING.items() if runs(context)}
 
     def finish(model, result) -> dict:
-        return {name: step(context, model, result) for name, step in steps.items()}
+        reports = {}
+        for name, step in steps.items():
+            start = time.perf_counter()
+            reports[name] = step(context, model, result)
+            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+        return reports
 
     finish.steps = list(steps)
     model, result, finished = apply_method(source.model, inputs.method, source.matrices, config.method,
@@ -340,7 +363,7 @@ def make_embeddings(config: TransferConfig, source: Source, target: Target, text
         finished["calibration"] = {"skipped": text.skipped, "strength": 0.0}
         if config.calibration.strength is None:
             logger.info("no frequency calibration: %s", text.skipped)
-    return Made(model, result, finished)
+    return Made(model, result, finished, seconds)
 
 
 def score(config: TransferConfig, made: Made, source: Source, target: Target, progress: bool = False) \
@@ -363,11 +386,11 @@ def score(config: TransferConfig, made: Made, source: Source, target: Target, pr
 def write_output(config: TransferConfig, source: Source, target: Target, inputs: Inputs, made: Made,
                  metrics: dict | None, rows: list[dict], seconds: dict, progress: bool = False,
                  demo: list | None = None, source_name: str | None = None,
-                 extra: dict | None = None) -> TransferRecord:
+                 demo_key: str | None = None) -> TransferRecord:
     """The output folder, written under a temporary name and renamed when complete: model (or the streamed
     checkpoint's files with the new matrices), tokenizer, provenance, record and model card (`source_name`: the
-    source's hub name, for a source given as a local folder). `demo`: the demo's table, kept in the record; `extra`:
-    keys of the caller's, kept in the record beside its fields."""
+    source's hub name, for a source given as a local folder). `demo`, `demo_key`: the demo's table and its digest of
+    this transfer, kept in the record."""
     from langswap.files import atomic_directory
     from langswap.modelcard import write_model_card
     from langswap.models import is_tied, save_tokenizer
@@ -396,7 +419,7 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
             streamed=written, alignment=inputs.alignment, resources=inputs.reports,
             resource_keys=keys_in_use(spec.kinds(config), config.resources), metrics=metrics,
             method_choice=result.choice, calibration=made.finished.get("calibration"), correspondence=rows,
-            seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, extra=dict(extra or {}))
+            seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, demo_key=demo_key)
         write_model_record(folder, record)
         write_model_card(folder, source_model=source_name)
     return record
