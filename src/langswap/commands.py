@@ -119,8 +119,8 @@ class VectorsJob:
             raise ConfigError("--joint TARGET_TEXT needs the source text (the positional TEXT) and --dictionary DICT, "
                               "whose words are switched between the two texts.")
         if self.mode == "tokens" and (not self.text or self.dictionary):
-            raise ConfigError("--tokenizer TOKENIZER trains token-level vectors on the positional TEXT (target-language "
-                              "text); give TEXT and leave out --dictionary.")
+            raise ConfigError("--tokenizer TOKENIZER trains token-level vectors on the positional TEXT "
+                              "(target-language text); give TEXT and leave out --dictionary.")
         if self.mode == "words" and (not self.text or self.dictionary):
             raise ConfigError("give a text file to train word vectors on, or --dictionary DICT for bilingual vectors "
                               "of a dictionary (Tik-to-Tok), not both.")

@@ -19,8 +19,8 @@ from langswap.transfer.steps import (FINISHING, Inputs, Made, Source, Target, ap
                                      check_output_space, load_inputs, load_source, load_target, make_embeddings,
                                      output_size, plan_text, score, streamed_checkpoint, write_output)
 
-__all__ = ["FINISHING", "HELD_OUT_LINES", "HELD_OUT_TOKENS", "Inputs", "Loaded", "Made", "ModelPairConfig", "ResourcesConfig",
-           "Source", "Target", "TextSteps", "TransferConfig", "TransferReport", "Transferred", "apply_method", "calibrate_rows",
-           "check_output_space", "load", "load_inputs", "load_source", "load_target", "make_embeddings", "output_size",
-           "plan_text", "plan_text_steps", "run_steps", "score", "streamed_checkpoint", "transfer", "transfer_config",
-           "write_output"]
+__all__ = ["FINISHING", "HELD_OUT_LINES", "HELD_OUT_TOKENS", "Inputs", "Loaded", "Made", "ModelPairConfig",
+           "ResourcesConfig", "Source", "Target", "TextSteps", "TransferConfig", "TransferReport", "Transferred",
+           "apply_method", "calibrate_rows", "check_output_space", "load", "load_inputs", "load_source",
+           "load_target", "make_embeddings", "output_size", "plan_text", "plan_text_steps", "run_steps", "score",
+           "streamed_checkpoint", "transfer", "transfer_config", "write_output"]

@@ -380,7 +380,8 @@ def score(config: TransferConfig, made: Made, source: Source, target: Target, pr
     from langswap.resources.text import read_text_lines
 
     lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
-    return evaluate_model(made.model, target.tokenizer, lines, objective_of(made.model.config), progress).as_dict(), rows
+    metrics = evaluate_model(made.model, target.tokenizer, lines, objective_of(made.model.config), progress)
+    return metrics.as_dict(), rows
 
 
 def write_output(config: TransferConfig, source: Source, target: Target, inputs: Inputs, made: Made,
