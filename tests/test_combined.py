@@ -437,7 +437,7 @@ def test_candidates_are_judged_finished_and_the_kept_one_is_installed_as_made(ki
     transferred, result, reports = apply_method(model, inputs, matrices, make_config("combined"), copy=True,
                                                 held_out=held_out, finish=finish)
     # each candidate finished once, the kept one not again
-    assert len(finished) == 2 and reports == {} and result.choice["by"] == "held-out loss after calibration"
+    assert len(finished) == 2 and reports == {} and result.choice["by"] == "held-out loss after finishing"
     losses = result.choice["losses"]
     assert losses["choose"] > losses["mix"] + 0.5 and result.choice["chosen"] == "mix"  # judged as finished
     # the kept candidate is in the model as it was finished (here: as the method made it; the finished second one

@@ -18,9 +18,9 @@ first `hidden_lines` lines. Frequencies are add-k smoothed counts of the target 
 lines, k chosen on the check lines as read by a tokenizer trained without them (`choose_smoothing`).
 
 Calibration is meant for a model that will be trained on the target text, which teaches the model that text's
-frequencies by itself. A token the counted lines show fewer than `lower_min_count` times (by default: never) is
-therefore never lowered: training on text that lacks it, or shows it rarely, lowers it too, and little in that text
-raises it again, so a calibration's lowering would stay on top of training's.
+frequencies by itself. A token the counted lines show fewer than `lower_min_count` times (3 by default: never, once
+or twice) is therefore never lowered: training on text that lacks it, or shows it rarely, lowers it too, and little
+in that text raises it again, so a calibration's lowering would stay on top of training's.
 
 The premise (a model whose logits track log-frequencies) holds for trained models, not for every model: the last
 `check_lines` lines of the text are kept out of the counts, and unless the calibrated model's mean token loss on them
@@ -66,7 +66,7 @@ class CalibrationConfig:
     lines: int = field(default=20000, metadata={"help": "Lines of text counted for the frequencies."})
     hidden_lines: int = field(default=200, metadata={"help": "Lines whose hidden states are averaged."})
     max_length: int = field(default=128, metadata={"help": "Tokens of each line read for the hidden states."})
-    lower_min_count: int = field(default=1, metadata={
+    lower_min_count: int = field(default=3, metadata={
         "help": "A row moves down only where the counted lines show its token at least this many times; rows of "
                 "rarer tokens move up only, since training on text that lacks them (or nearly) lowers them by "
                 "itself, and a lowering by calibration stays after it (0: every row may move down; 1: the rows of "
