@@ -279,12 +279,9 @@ def _shared_for(shared: dict, requires: tuple[str, ...]) -> dict:
     return out
 
 
-SHARED_INPUTS = BENCH_SHARED_INPUTS
-
-
 def _shared_keys(folder: Path, inputs: dict) -> dict | None:
     """The resource keys a shared resource folder gives, when it was built from `inputs` and holds its files."""
-    record = folder / SHARED_INPUTS
+    record = folder / BENCH_SHARED_INPUTS
     if not record.is_file():
         return None
     built = json.loads(record.read_text(encoding="utf-8"))
@@ -296,7 +293,7 @@ def _shared_keys(folder: Path, inputs: dict) -> dict | None:
 
 def _built_from(folder: Path, product: str, inputs: dict) -> bool:
     """Whether `folder` holds `product`, made from `inputs` (a folder made from other inputs is made again)."""
-    record = folder / SHARED_INPUTS
+    record = folder / BENCH_SHARED_INPUTS
     if not (folder / product).is_file() or not record.is_file():
         return False
     if json.loads(record.read_text(encoding="utf-8")) == inputs:
@@ -306,7 +303,7 @@ def _built_from(folder: Path, product: str, inputs: dict) -> bool:
 
 
 def _record_inputs(folder: Path, inputs: dict) -> None:
-    (folder / SHARED_INPUTS).write_text(json.dumps(inputs, indent=2, ensure_ascii=False), encoding="utf-8")
+    (folder / BENCH_SHARED_INPUTS).write_text(json.dumps(inputs, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def _result_key(label: str, step: int, setting: dict) -> tuple[str, int, str]:

@@ -22,6 +22,8 @@ Common Crawl vectors; the ranking of the methods is the point, not the absolute 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -189,13 +191,14 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     runs = [(name, strength, "" if strength else ", without calibration") for name in methods
             for strength in strengths if strength == config.calibrate or config.full or name == saved_name]
     source_key = cache.key({"source": str(model_dir), "eval_text": str(german_test), "eval_lines": config.eval_lines})
-    keys = {(name, strength): cache.key(to_dict(transfer_of(name, strength))) for name, strength, _ in runs}
+    configs = {(name, strength): transfer_of(name, strength) for name, strength, _ in runs}
+    keys = {run: cache.key(to_dict(made)) for run, made in configs.items()}
     saved_key = keys[(saved_name, config.calibrate)]
     written = has_model_record(output) and cache.get(saved_key) is not None and \
         getattr(read_model_record(output), "demo_key", None) == saved_key
     loaded = lines = None
     if not (written and cache.get(source_key) and all(cache.get(key) for key in keys.values())):
-        loaded = load(transfer_of(saved_name, config.calibrate), progress=True)
+        loaded = load(configs[(saved_name, config.calibrate)], progress=True)
         lines = read_text_lines(german_test, "German test text", max_lines=config.eval_lines)
     if cache.get(source_key) is None:
         score = causal_lm_score(loaded.source.model, source_tokenizer, lines, progress=True)
@@ -207,7 +210,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
             rows.append(cache.get(key))
             out(f"    {name + label}: reused")
             continue
-        done = run_steps(transfer_of(name, strength), progress=True, loaded=loaded, write=False)
+        done = run_steps(configs[(name, strength)], progress=True, loaded=loaded, write=False)
         calibration = done.made.finished.get("calibration") or {}
         counts = _counts(done.made.result)
         if calibration.get("rows"):
@@ -226,7 +229,7 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     if saved is not None:
         from langswap.transfer import write_output
 
-        record = write_output(transfer_of(saved_name, config.calibrate), loaded.source, loaded.target, saved.inputs,
+        record = write_output(configs[(saved_name, config.calibrate)], loaded.source, loaded.target, saved.inputs,
                               saved.made, saved.metrics, saved.correspondence, saved.seconds, demo=rows,
                               source_name=SMOLLM2_HUB_NAME, demo_key=saved_key)
     else:
@@ -254,8 +257,6 @@ class RowCache:
     langswap's version, in one JSON file of the work folder, rewritten whole (atomically) after each row."""
 
     def __init__(self, path: Path, fresh: bool = False):
-        import json
-
         self.path = path
         try:
             self.rows = json.loads(path.read_text(encoding="utf-8")) if path.is_file() and not fresh else {}
@@ -266,9 +267,6 @@ class RowCache:
 
     @staticmethod
     def key(inputs: dict) -> str:
-        import hashlib
-        import json
-
         from langswap import __version__
 
         data = {key: value for key, value in inputs.items() if key not in ("output", "overwrite")}
@@ -278,8 +276,6 @@ class RowCache:
         return self.rows.get(key)
 
     def put(self, key: str, row: dict) -> None:
-        import json
-
         from langswap.files import atomic_write_text
 
         self.rows[key] = row
