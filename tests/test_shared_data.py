@@ -27,22 +27,45 @@ def small_vectors(tmp_path_factory):
 
 
 def test_muse_dictionary_aligns_real_vectors(small_vectors):
+    """Procrustes on MUSE pairs retrieves held-out translations far more often than a rotation fitted on the same
+    pairs with their targets shuffled (a broken alignment). Vectors from 20,000 lines of mismatched domains (manual
+    pages and the Bible in English, manual pages and jokes in German) are weak, and fastText on several threads is
+    not deterministic: precision@1 is a handful of hits and moves by a factor of three between runs, so the
+    comparison is made on precision@10 over about 1,800 queries (0.03 measured against at most 0.005 for the
+    broken rotation, chance being 0.0009)."""
+    import random
+
     from langswap.resources.alignment import AlignConfig, align
-    from langswap.resources.dictionary import Dictionary
+    from langswap.resources.dictionary import Dictionary, require_coverage
+    from langswap.resources.retrieval import dictionary_precision
     from langswap.resources.vectors import WordVectors
 
     dictionary = Dictionary.load(SHARED_DATA / "dicts" / "muse-en-de.tsv")
     assert len(dictionary) > 100_000
-    alignment = align(WordVectors.load(small_vectors["en"]), WordVectors.load(small_vectors["de"]), dictionary,
-                      AlignConfig(heldout_words=500))
-    report = alignment.report
+    english, german = WordVectors.load(small_vectors["en"]), WordVectors.load(small_vectors["de"])
+    report = align(english, german, dictionary, AlignConfig(heldout_words=500)).report
     assert report["word_pairs"] > 2_000
-    # Chance is 1 / (German words searched), about 9e-5 here. Vectors from 20,000 lines of mismatched domains
-    # (manual pages and the Bible in English, manual pages and jokes in German) are weak: 0.004 to 0.01 was measured
-    # (40 to 120 times chance); a broken alignment stays at chance.
-    chance = 1 / report["retrieval_candidates"]
-    assert report["precision_at_1"] > 20 * chance
-    assert report["precision_at_1_csls"] > 20 * chance
+    assert report["queries"] > 500 and 0 <= report["precision_at_1"] <= 1
+
+    pairs = require_coverage(dictionary, english, german).pairs
+    words = sorted({source.casefold() for source, _ in pairs})
+    held = set(random.Random(0).sample(words, 1500))
+    heldout = sorted({source for source, _ in pairs if source.casefold() in held})
+    train = [(source, target) for source, target in pairs if source.casefold() not in held]
+    targets = [target for _, target in train]
+    random.Random(1).shuffle(targets)
+    shuffled = [(source, target) for (source, _), target in zip(train, targets)]
+
+    def precision_at_10(fitted_on):
+        rotated = align(english, german, Dictionary(fitted_on)).source
+        return dictionary_precision(rotated, german, pairs, heldout, ks=(10,))
+
+    aligned, broken = precision_at_10(train), precision_at_10(shuffled)
+    assert aligned["queries"] > 1_000
+    chance = 10 / aligned["retrieval_candidates"]
+    for measure in ("precision_at_10", "precision_at_10_csls"):
+        assert aligned[measure] > 10 * chance, (measure, aligned, chance)
+        assert aligned[measure] > 3 * broken[measure], (measure, aligned, broken)
 
 
 def test_freedict_swahili_coverage_is_reported():
