@@ -209,3 +209,170 @@ def test_smollm2_extended_by_german_tokens_reads_english_as_before():
     assert changed <= 0.01 * len(english), (changed, len(english))
     german_test = read_text_lines(splits / "de.test.txt", max_lines=1000)
     assert tokens_per_byte(extension.tokenizer, german_test) < 0.8 * tokens_per_byte(source, german_test)
+
+
+# -- transfer into an extended vocabulary -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def extended_pairs(tmp_path_factory, texts):
+    """For each model kind: a source model folder and a folder of its tokenizer extended by 40 target tokens."""
+    from conftest import save_model, tiny_model
+
+    from langswap.models import save_tokenizer
+    from langswap.resources.extension import extend_tokenizer
+
+    pairs = {}
+    for kind, family in (("gpt2", "byte_level"), ("llama", "sentencepiece"), ("bert", "wordpiece")):
+        folder = tmp_path_factory.mktemp(f"extension-{kind}")
+        tokenizer = FAMILIES[family](texts["source"])
+        source = save_model(tiny_model(kind, len(tokenizer)), tokenizer, folder / "source")
+        save_tokenizer(extend_tokenizer(tokenizer, texts["target"], 40).tokenizer, folder / "extended")
+        pairs[kind] = (source, folder / "extended", len(tokenizer))
+    return pairs
+
+
+def _transfer(source, target, output, **options):
+    from langswap.transfer import transfer, transfer_config
+
+    return transfer(transfer_config({"source_model": str(source), "target_tokenizer": str(target),
+                                     "output": str(output), **options}))
+
+
+def _matrices(model) -> dict:
+    from langswap.surgery import output_bias
+
+    head = model.get_output_embeddings()
+    bias = output_bias(model)
+    return {"input": model.get_input_embeddings().weight.detach(),
+            "output": head.weight.detach() if head is not None else None,
+            "bias": bias.detach() if bias is not None else None}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("method", ["overlap", "fvt"])
+def test_a_transfer_into_an_extension_copies_every_source_row_bitwise_and_makes_only_the_new_ones(
+        kind, method, extended_pairs, tmp_path):
+    import torch
+
+    from langswap.models import load_model
+    from langswap.records import read_model_record
+
+    source_folder, target_folder, kept = extended_pairs[kind]
+    report = _transfer(source_folder, target_folder, tmp_path / "out", method={"name": method})
+    source, extended = load_model(source_folder), load_model(tmp_path / "out")
+    before, after = _matrices(source), _matrices(extended)
+    rows = -(-(kept + 40) // 64) * 64
+    assert after["input"].shape[0] == rows and extended.config.vocab_size == rows
+    for name in before:
+        if before[name] is not None:
+            assert torch.equal(after[name][:kept], before[name][:kept]), name
+            assert torch.isfinite(after[name]).all(), name
+            assert not torch.equal(after[name][kept:kept + 40], after[name][kept - 40:kept])
+            # padding rows: the mean of the source's rows (it has none of its own beyond its tokenizer)
+            mean = before[name].to(torch.float32).mean(dim=0).to(before[name].dtype)
+            assert torch.equal(after[name][kept + 40:], mean.expand_as(after[name][kept + 40:])), name
+    record = read_model_record(tmp_path / "out")
+    assert record.vocabulary == {"mode": "extended", "kept": kept, "new": [kept, kept + 39],
+                                 "padding": [kept + 40, rows - 1], "rows": rows, "source_rows": kept}
+    assert record.counts["copied"] + record.counts["special"] >= kept
+    assert report.counts == record.counts
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert f"extended: the source's {kept:,} tokens keep their ids and rows" in card
+    assert f"40 new tokens at ids {kept:,}-{kept + 39:,}, {rows - kept - 40} padding rows" in card
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_an_extended_causal_lm_gives_the_source_logits_on_source_ids(kind, extended_pairs, tmp_path):
+    import torch
+
+    from langswap.models import load_model
+
+    source_folder, target_folder, kept = extended_pairs[kind]
+    _transfer(source_folder, target_folder, tmp_path / "out", method={"name": "fvt"})
+    source, extended = load_model(source_folder), load_model(tmp_path / "out")
+    ids = torch.randint(0, kept, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        old, new = source(input_ids=ids).logits, extended(input_ids=ids).logits
+    assert new.shape[-1] > old.shape[-1]
+    torch.testing.assert_close(new[..., :kept], old, rtol=0, atol=1e-5)
+
+
+def test_calibration_of_an_extension_moves_only_the_new_rows_even_through_a_tied_head(extended_pairs, texts,
+                                                                                    tmp_path):
+    import torch
+
+    from langswap.models import load_model
+    from langswap.records import read_model_record
+
+    source_folder, target_folder, kept = extended_pairs["gpt2"]
+    text = tmp_path / "xx.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    _transfer(source_folder, target_folder, tmp_path / "out", method={"name": "overlap"},
+              calibration={"text": str(text), "strength": 1.0, "check_lines": 0})
+    record = read_model_record(tmp_path / "out")
+    assert record.calibration["rows"] > 0 and record.calibration["rows"] <= 40
+    source, extended = load_model(source_folder), load_model(tmp_path / "out")
+    assert torch.equal(_matrices(extended)["input"][:kept], _matrices(source)["input"][:kept])
+
+
+def test_vocabulary_modes_refuse_a_target_that_is_no_extension_and_replace_on_request(extended_pairs, texts,
+                                                                                     tmp_path):
+    from langswap.models import save_tokenizer
+    from langswap.records import read_model_record
+
+    source_folder, target_folder, kept = extended_pairs["gpt2"]
+    replacement = tmp_path / "replacement"
+    save_tokenizer(byte_level_tokenizer(texts["target"]), replacement)
+    with pytest.raises(ConfigError, match=r"vocabulary: extend needs .* source id \d+ is"):
+        _transfer(source_folder, replacement, tmp_path / "out", method={"name": "overlap"}, vocabulary="extend")
+    assert not (tmp_path / "out").exists()
+    _transfer(source_folder, target_folder, tmp_path / "replaced", method={"name": "overlap"}, vocabulary="replace")
+    assert read_model_record(tmp_path / "replaced").vocabulary == {"mode": "replaced"}
+    _transfer(source_folder, target_folder, tmp_path / "unpadded", method={"name": "overlap"}, pad_to_multiple=1)
+    assert read_model_record(tmp_path / "unpadded").vocabulary["rows"] == kept + 40
+    with pytest.raises(ConfigError, match="pad_to_multiple"):
+        _transfer(source_folder, target_folder, tmp_path / "bad", method={"name": "overlap"}, pad_to_multiple=0)
+
+
+def test_a_source_with_rows_beyond_its_tokenizer_gives_them_to_the_new_tokens_first(texts, tmp_path):
+    """As Qwen2.5 (151,936 rows for 151,665 tokens): new ids follow the tokenizer's last id and take over the unused
+    rows there; unused rows no new token takes keep the source's values at their ids; rows beyond the source's are
+    the mean of its unused rows."""
+    import torch
+
+    from conftest import save_model, tiny_model
+
+    from langswap.models import load_model, save_tokenizer
+    from langswap.records import read_model_record
+    from langswap.resources.extension import extend_tokenizer
+
+    tokenizer = byte_level_tokenizer(texts["source"])
+    source_folder = save_model(tiny_model("gpt2", len(tokenizer) + 30), tokenizer, tmp_path / "source")
+    save_tokenizer(extend_tokenizer(tokenizer, texts["target"], 10).tokenizer, tmp_path / "extended")
+    _transfer(source_folder, tmp_path / "extended", tmp_path / "out", method={"name": "overlap"}, pad_to_multiple=16)
+    kept = len(tokenizer)
+    before = load_model(source_folder).get_input_embeddings().weight.detach()
+    after = load_model(tmp_path / "out").get_input_embeddings().weight.detach()
+    rows = -(-(kept + 30) // 16) * 16
+    assert after.shape[0] == rows
+    assert torch.equal(after[:kept], before[:kept])
+    assert not torch.equal(after[kept:kept + 10], before[kept:kept + 10])  # new tokens: the method's rows
+    assert torch.equal(after[kept + 10:kept + 30], before[kept + 10:kept + 30])  # unused, kept as they were
+    mean = before[kept:].to(torch.float32).mean(dim=0).to(before.dtype)
+    assert torch.equal(after[kept + 30:], mean.expand_as(after[kept + 30:]))
+    assert read_model_record(tmp_path / "out").vocabulary["source_rows"] == kept + 30
+
+
+def test_a_streamed_transfer_into_an_extension_keeps_the_source_rows(extended_pairs, tmp_path):
+    import torch
+
+    from langswap.models import load_model
+    from langswap.records import read_model_record
+
+    source_folder, target_folder, kept = extended_pairs["llama"]
+    _transfer(source_folder, target_folder, tmp_path / "out", method={"name": "fvt"}, stream="on")
+    assert read_model_record(tmp_path / "out").streamed
+    before, after = _matrices(load_model(source_folder)), _matrices(load_model(tmp_path / "out"))
+    for name in ("input", "output"):
+        assert torch.equal(after[name][:kept], before[name][:kept]), name
+        assert after[name].shape[0] == -(-(kept + 40) // 64) * 64

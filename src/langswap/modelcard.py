@@ -328,6 +328,9 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
         for key, label in (("source_vocabulary", "Source vocabulary"), ("target_vocabulary", "Target vocabulary")):
             if getattr(record, key, None):
                 lines.append(f"- {label}: {getattr(record, key)}")
+        extended = _extension_line(getattr(record, "vocabulary", None))
+        if extended:
+            lines.append(f"- Vocabulary: {extended}")
         options = {key: value for key, value in (config.get("method") or {}).items() if key != "name"}
         if method:
             described = ", ".join(f"`{key}={_value(value)}`" for key, value in options.items())
@@ -426,6 +429,19 @@ def describe_choice(choice: dict) -> str:
                            for name, loss in choice["losses"].items())
         return f"kept {choice['chosen']}, the lowest mean token loss on held-out target text ({losses} nats)"
     return f"kept {choice['chosen']} of {', '.join(choice.get('candidates', []))}: {choice.get('by', '')}"
+
+
+def _extension_line(vocabulary: dict | None) -> str | None:
+    """What an extended vocabulary kept and added (None for a replaced one, or a record without the field)."""
+    if not vocabulary or vocabulary.get("mode") != "extended":
+        return None
+    first, last = vocabulary["new"]
+    line = (f"extended: the source's {_count(vocabulary['kept'])} tokens keep their ids and rows (input, output and "
+            f"bias copied bit for bit), {_count(last - first + 1)} new tokens at ids {_count(first)}-{_count(last)}")
+    if vocabulary.get("padding"):
+        start, stop = vocabulary["padding"]
+        line += f", {_count(stop - start + 1)} padding rows ({_count(vocabulary['rows'])} rows in all)"
+    return line
 
 
 def _calibration_line(calibration: dict | None) -> str | None:

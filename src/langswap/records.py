@@ -129,6 +129,9 @@ class TransferRecord(ModelRecord):
     metrics: dict | None = None
     method_choice: dict | None = None
     calibration: dict | None = None
+    # {"mode": "replaced"}, or "extended" with the source ids kept, the new ids, the padding rows and the row count
+    # (`transfer.steps.Growth.report`); None in older records
+    vocabulary: dict | None = None
     correspondence: list | None = None
     demo: list | None = None  # the demo's table rows
     demo_key: str | None = None  # the demo's digest of the transfer that made this model

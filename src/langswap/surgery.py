@@ -13,7 +13,7 @@ Not handled: models whose embeddings are not reachable through `get_input_embedd
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,6 +30,7 @@ class SourceMatrices:
     output_bias: torch.Tensor | None  # (V_s,) float32
     tied: bool
     padded_rows: int  # rows of the model matrix beyond the tokenizer
+    beyond: dict = field(default_factory=dict)  # those rows, by matrix name as `as_dict` (copies; empty where none)
 
     def as_dict(self) -> dict[str, torch.Tensor | None]:
         return {"output_embeddings": self.output_embeddings, "output_bias": self.output_bias}
@@ -76,9 +77,16 @@ def source_matrices(embeddings: torch.Tensor, output_embeddings: torch.Tensor | 
     def first_rows(matrix, dtype=torch.float32):
         return None if matrix is None else matrix[:vocabulary_size].to(dtype or matrix.dtype, copy=copy)
 
+    def last_rows(matrix, dtype=torch.float32):
+        return None if matrix is None else matrix[vocabulary_size:].to(dtype or matrix.dtype, copy=True)
+
     matrix_dtype = None if stored_dtype else torch.float32
+    beyond = {} if rows == vocabulary_size else {
+        "embeddings": last_rows(embeddings, matrix_dtype), "output_embeddings": last_rows(output_embeddings,
+                                                                                          matrix_dtype),
+        "output_bias": last_rows(bias)}
     return SourceMatrices(first_rows(embeddings, matrix_dtype), first_rows(output_embeddings, matrix_dtype),
-                          first_rows(bias), tied, rows - vocabulary_size)
+                          first_rows(bias), tied, rows - vocabulary_size, beyond)
 
 
 def install_embeddings(model, embeddings: torch.Tensor, output_embeddings: torch.Tensor | None = None,

@@ -80,6 +80,11 @@ class TransferInputs:
     target_vectors: object | None = None
     resources: dict[str, object] = field(default_factory=dict)
     device: object | None = None  # torch device of the similarity searches and the pursuit; None: the CPU
+    # an extended vocabulary (`transfer.steps.Growth`): the target ids below `kept` are the source's tokens at their
+    # own ids, and their rows are copied whatever the method makes; `padding` holds the rows appended after the
+    # target's ("embeddings", "output_embeddings", "output_bias"), so the matrices reach the padded size
+    kept: int = 0
+    padding: dict[str, torch.Tensor | None] | None = None
 
     def __post_init__(self):
         rows, _ = self.source_embeddings.shape
@@ -321,6 +326,8 @@ def finish_mapping(name: str, mapping: TokenMapping, inputs: TransferInputs, con
             continue
         copy_special_tokens(finished, inputs, config)
         apply_fallback(finished, inputs, config.fallback)
+        if inputs.kept:
+            keep_source_rows(finished, inputs.kept)
         finished.check(len(inputs.source))  # each kind's rule (KIND_RULES), every row placed
     logger.info("%s: %s", name, mapping.summary())
     if mapping.head is not None:
@@ -335,7 +342,24 @@ def finish_mapping(name: str, mapping: TokenMapping, inputs: TransferInputs, con
         if source_matrices.get(which) is not None:
             setattr(result, which, build_matrix(head, source_matrices[which], config.seed, which,
                                                 dtype if which == "output_embeddings" else None))
+    if inputs.padding:
+        for which in ("embeddings", "output_embeddings", "output_bias"):
+            matrix, rows = getattr(result, which), inputs.padding.get(which)
+            if matrix is not None and rows is not None and len(rows):
+                setattr(result, which, torch.cat([matrix, rows.to(matrix.dtype)]))
     return result
+
+
+def keep_source_rows(mapping: TokenMapping, kept: int) -> None:
+    """An extended vocabulary: rows 0..kept-1 copy the source row of their own id (special tokens included, which
+    keep their kind where the method matched them to their own id)."""
+    rows = np.arange(kept)
+    kinds = mapping.kinds[:kept]
+    special = rows[kinds == Kind.SPECIAL]
+    elsewhere = [row for row in special.tolist() if mapping.row(row)[0].tolist() != [row]]
+    ordinary = np.concatenate([rows[kinds != Kind.SPECIAL], np.asarray(elsewhere, dtype=np.int64)])
+    if len(ordinary):
+        mapping.copy_rows(ordinary, ordinary)
 
 
 def config_fields(config_cls: type) -> list[dataclasses.Field]:

@@ -291,14 +291,13 @@ def _check_kept(source_tokenizer, extended, spec: dict) -> None:
 
 
 def first_differing_id(source_tokenizer, target_tokenizer) -> int | None:
-    """The first source id whose token the target tokenizer spells otherwise or lacks (None: the target keeps every
-    source id, so it extends the source)."""
-    ids = sorted(used_ids(tokenizer_spec(source_tokenizer)))
-    limit = len(target_tokenizer)
+    """The first source id (0 to len(source) - 1) whose token the target tokenizer spells otherwise or lacks (None:
+    the target keeps every source id, so it is the source's tokenizer or extends it)."""
+    ids = list(range(len(source_tokenizer)))
     before = source_tokenizer.convert_ids_to_tokens(ids)
-    after = target_tokenizer.convert_ids_to_tokens([i for i in ids if i < limit])
-    for index, (token_id, token) in enumerate(zip(ids, before)):
-        if index >= len(after) or after[index] != token:
+    after = target_tokenizer.convert_ids_to_tokens(ids[:len(target_tokenizer)])
+    for token_id, token in enumerate(before):
+        if token_id >= len(after) or after[token_id] != token:
             return token_id
     return None
 

@@ -82,6 +82,15 @@ class TransferConfig(ModelPairConfig):
                 "transfer runs the model on no text (no calibration, no eval_text, no choice among a method's "
                 "candidates) and the source is a local safetensors folder; on: always (an error says what needs "
                 "the whole model); off: load the whole model.", "choices": ("auto", "on", "off")})
+    vocabulary: str = field(default="auto", metadata={
+        "help": "auto: a target tokenizer that keeps every source token at its id, with tokens added after them "
+                "(`langswap tokenizer --extend`), extends the vocabulary: every source row (input, output, bias) is "
+                "copied bitwise at its id, the method makes only the new rows and calibration moves only those; "
+                "extend: the same, and a target tokenizer that is no extension is refused; replace: every row is "
+                "made by the method as for a new vocabulary.", "choices": ("auto", "extend", "replace")})
+    pad_to_multiple: int = field(default=64, metadata={
+        "help": "An extended model's token matrices get a multiple of this many rows (never fewer than the "
+                "source's); the rows beyond the tokenizer are padding (GPUs prefer 64; 1: no padding)."})
     method_device: str = field(default="cpu", metadata={
         "help": "Where the method's similarity searches (wechsel, focus, clp, combined, tiktotok, ramen) and omp's "
                 "pursuit run: cpu, cuda, cuda:1, ..., or auto (cuda where there is one). At 128k tokens omp on a "
@@ -119,6 +128,12 @@ class TransferConfig(ModelPairConfig):
                                        "transfer without calibration).")
         if self.held_out_lines < 0:
             raise ConfigError(f"held_out_lines is {self.held_out_lines}; give 0 or more lines.")
+        if self.vocabulary not in ("auto", "extend", "replace"):
+            raise ConfigError(f"vocabulary is {self.vocabulary!r}; choose auto, extend or replace.")
+        if isinstance(self.pad_to_multiple, bool) or not isinstance(self.pad_to_multiple, int) \
+                or self.pad_to_multiple < 1:
+            raise ConfigError(f"pad_to_multiple is {self.pad_to_multiple!r}; give a whole number of rows, at least 1 "
+                              "(1: no padding).")
         self.compute_device()
         refuse_existing(self.output, self.overwrite)
 

@@ -54,10 +54,30 @@ class Source:
     stored_bytes: int
 
 
+@dataclass(frozen=True)
+class Growth:
+    """An extended vocabulary: target ids below `kept` are the source's tokens at their own ids, ids `kept` to
+    `tokens` - 1 are new (taking over any rows the source has beyond its tokenizer there), and the new matrices have
+    `rows` rows (the larger of `tokens` and the source's `source_rows`, rounded up to `pad_to_multiple`); rows from
+    `tokens` on are padding: the source's own rows beyond its tokenizer where it has them at those ids, the rest
+    their mean (or, where the source has none, the mean of its token rows)."""
+
+    kept: int
+    tokens: int
+    rows: int
+    source_rows: int
+
+    def report(self) -> dict:
+        return {"mode": "extended", "kept": self.kept, "new": [self.kept, self.tokens - 1],
+                "padding": [self.tokens, self.rows - 1] if self.rows > self.tokens else None, "rows": self.rows,
+                "source_rows": self.source_rows}
+
+
 @dataclass
 class Target:
     tokenizer: object
     vocabulary: object  # tokens.Vocabulary
+    growth: Growth | None = None  # an extended vocabulary; None: a replaced one
 
 
 @dataclass
@@ -169,11 +189,60 @@ def load_target(config: TransferConfig, source: Source, text: TextSteps, progres
 
         tokenizer = train_tokenizer(source.tokenizer, config.target_text, config.vocab_size, progress=progress)
     target = Target(tokenizer, Vocabulary(tokenizer))
+    target.growth = plan_growth(config, source, target)
     check_position_offset(source.model, target.vocabulary.roles)
     untie = source.matrices.tied and text.strength > 0 and config.calibration.tied_head == "untie"
-    check_output_space(Path(config.output), output_size(source.stored_bytes, source.matrices, len(target.vocabulary),
-                                                        source.dtype, untie))
+    rows = target.growth.rows if target.growth else len(target.vocabulary)
+    check_output_space(Path(config.output), output_size(source.stored_bytes, source.matrices, rows, source.dtype,
+                                                        untie))
     return target
+
+
+def plan_growth(config: TransferConfig, source: Source, target: Target) -> Growth | None:
+    """Whether the target tokenizer extends the source's (keeps every source id's token and adds tokens after them)
+    and, where the transfer treats it so (`config.vocabulary`), the rows of the new matrices. `vocabulary: extend`
+    refuses a target that is no extension, naming the first source id it moves."""
+    from langswap.resources.extension import first_differing_id
+
+    kept, tokens = len(source.vocabulary), len(target.vocabulary)
+    moved = first_differing_id(source.tokenizer, target.tokenizer)
+    extends = moved is None and tokens > kept
+    if config.vocabulary == "extend" and not extends:
+        why = (f"it has no token after the source's {kept:,}" if moved is None else
+               f"source id {moved} is {source.tokenizer.convert_ids_to_tokens(moved)!r} in the source tokenizer but "
+               f"{target.tokenizer.convert_ids_to_tokens(moved) if moved < tokens else 'missing'!r} in the target")
+        raise ConfigError(f"vocabulary: extend needs a target tokenizer that keeps every source token at its id and "
+                          f"adds tokens after them, and this one does not: {why}. Make one with `langswap tokenizer "
+                          "--extend N`, or set vocabulary: replace (or auto).")
+    if not extends or config.vocabulary == "replace":
+        return None
+    source_rows = kept + source.matrices.padded_rows
+    multiple = config.pad_to_multiple
+    growth = Growth(kept, tokens, -(-max(source_rows, tokens) // multiple) * multiple, source_rows)
+    logger.info("the target tokenizer extends the source's: %d source tokens kept at their ids, %d new (ids %d-%d), "
+                "%d rows", kept, tokens - kept, kept, tokens - 1, growth.rows)
+    return growth
+
+
+def padding_rows(growth: Growth, matrices) -> dict[str, torch.Tensor | None]:
+    """The rows an extended model's matrices get after the target's tokens (`Growth`), by matrix name."""
+    beyond = matrices.beyond
+    made = {}
+    for which, matrix in (("embeddings", matrices.embeddings), ("output_embeddings", matrices.output_embeddings),
+                          ("output_bias", matrices.output_bias)):
+        if matrix is None:
+            made[which] = None
+            continue
+        own = beyond.get(which)
+        fill = (own if own is not None and len(own) else matrix).to(torch.float32).mean(dim=0).to(matrix.dtype)
+        rows = fill.expand(growth.rows - growth.tokens, *matrix.shape[1:]).clone()
+        if own is not None:  # the source's own rows beyond its tokenizer stay where no new token took their id
+            start = growth.tokens - growth.kept  # index into `own` of row id `tokens`
+            count = max(0, min(len(own) - start, len(rows)))
+            if count:
+                rows[:count] = own[start:start + count].to(matrix.dtype)
+        made[which] = rows
+    return made
 
 
 def load_inputs(config: TransferConfig, source: Source, target: Target) -> Inputs:
@@ -183,8 +252,10 @@ def load_inputs(config: TransferConfig, source: Source, target: Target) -> Input
     device = config.compute_device()
     if device.type == "cpu" and torch.cuda.is_available():
         logger.info("the method runs on the CPU; --set method_device=cuda runs its searches on the GPU")
+    growth = target.growth
     return Inputs(TransferInputs(source.vocabulary, target.vocabulary, source.matrices.embeddings,
-                                 resources=resources, device=device), reports)
+                                 resources=resources, device=device, kept=growth.kept if growth else 0,
+                                 padding=padding_rows(growth, source.matrices) if growth else None), reports)
 
 
 def finish_context(config: TransferConfig, source: Source, target: Target, text: TextSteps) -> FinishContext:
@@ -197,27 +268,31 @@ def finish_context(config: TransferConfig, source: Source, target: Target, text:
     if text.strength > 0 and not (source.matrices.tied and config.calibration.tied_head == "skip"):
         from langswap.calibrate import frequency_line
 
-        line = frequency_line(target.tokenizer, text.lines, len(target.vocabulary), calibration)
+        rows = target.growth.rows if target.growth else len(target.vocabulary)
+        line = frequency_line(target.tokenizer, text.lines, rows, calibration)
     return FinishContext(config, target, text, calibration, line)
 
 
 def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
-                   line: tuple | None = None) -> dict:
+                   line: tuple | None = None, kept: int = 0) -> dict:
     """Frequency calibration (`langswap.calibrate`) of a transferred model's output rows at `strength`: every
-    non-special row, or with `rows: new` those the method did not copy. Returns calibrate's report."""
+    non-special row, or with `rows: new` those the method did not copy; never the first `kept` rows (an extended
+    vocabulary's source rows). Returns calibrate's report."""
     from langswap.calibrate import calibrate
     from langswap.methods.mapping import Kind
 
     kinds = mapping.kinds
     moved = kinds != Kind.SPECIAL if config.rows == "all" else ~np.isin(kinds, [Kind.SPECIAL, Kind.COPIED])
+    moved = moved & (np.arange(len(kinds)) >= kept)
     return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line)
 
 
 def calibrate_step(context: FinishContext, model, result: MethodResult) -> dict:
     """Frequency calibration as the text plan says."""
     text = context.text
+    growth = context.target.growth
     report = calibrate_rows(model, context.target.tokenizer, result.mapping, context.calibration, text.strength,
-                            text.lines, context.line)
+                            text.lines, context.line, growth.kept if growth else 0)
     return {**report, "text": str(text.text)}
 
 
@@ -420,6 +495,7 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
             streamed=written, alignment=inputs.alignment, resources=inputs.reports,
             resource_keys=keys_in_use(spec.kinds(config), config.resources), metrics=metrics,
             method_choice=result.choice, calibration=made.finished.get("calibration"), correspondence=rows,
+            vocabulary=target.growth.report() if target.growth else {"mode": "replaced"},
             seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, demo_key=demo_key)
         write_model_record(folder, record)
         write_model_card(folder, source_model=source_name)
