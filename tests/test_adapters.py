@@ -253,11 +253,11 @@ def test_the_example_accelerate_configs_are_what_accelerate_launch_reads(name, e
 
 
 def test_under_a_sharding_engine_a_frozen_body_is_left_to_the_engine(monkeypatch):
-    from langswap.training.run import _sharding_engine
+    from langswap.training.phases import sharding_engine
 
-    assert _sharding_engine() is None
+    assert sharding_engine() is None
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
-    assert _sharding_engine() == "fsdp"
+    assert sharding_engine() == "fsdp"
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
-    assert _sharding_engine() == "deepspeed"
+    assert sharding_engine() == "deepspeed"

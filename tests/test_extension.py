@@ -376,3 +376,47 @@ def test_a_streamed_transfer_into_an_extension_keeps_the_source_rows(extended_pa
     for name in ("input", "output"):
         assert torch.equal(after[name][:kept], before[name][:kept]), name
         assert after[name].shape[0] == -(-(kept + 40) // 64) * 64
+
+
+# -- training an extended model -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind, extended_pairs, texts, tmp_path):
+    """Phase 1 leaves every source row and every padding row bit for bit as the transfer made it, with weight decay
+    set and the optimizer's state running; phase 2 (embeddings) moves them too."""
+    import torch
+    from safetensors.torch import load_file
+
+    from langswap.training.run import TrainConfig, train
+
+    source_folder, target_folder, kept = extended_pairs[kind]
+    _transfer(source_folder, target_folder, tmp_path / "transferred", method={"name": "fvt"})
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(texts["target"] + texts["source"][:200]) + "\n", encoding="utf-8")
+    train(TrainConfig(model=str(tmp_path / "transferred"), train_text=str(text), output=str(tmp_path / "run"),
+                      preset="extension", steps=6, batch_size=4, sequence_length=32, save_steps=100,
+                      logging_steps=1, weight_decay=0.1, learning_rate=0.01, eval_text=None))
+    start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
+    after_one = load_file(str(tmp_path / "run" / "phase-1-new-rows" / "final" / "model.safetensors"))
+    after_two = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
+    matrices = [name for name, tensor in start.items() if tensor.dim() >= 1 and tensor.shape[0] >= kept + 40]
+    assert matrices
+    for name in matrices:
+        assert torch.equal(after_one[name][:kept], start[name][:kept]), name
+        assert torch.equal(after_one[name][kept + 40:], start[name][kept + 40:]), name
+        assert not torch.equal(after_one[name][kept:kept + 40], start[name][kept:kept + 40]), name
+        assert not torch.equal(after_two[name][:kept], start[name][:kept]), name
+    body = [name for name in start if name not in matrices]
+    assert all(torch.equal(after_two[name], start[name]) for name in body)
+
+
+def test_the_extension_recipe_refuses_a_model_whose_vocabulary_was_not_extended(extended_pairs, texts, tmp_path):
+    from langswap.training.run import TrainConfig, train
+
+    source_folder, _, _ = extended_pairs["gpt2"]
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="records no extended vocabulary"):
+        train(TrainConfig(model=str(source_folder), train_text=str(text), output=str(tmp_path / "run"),
+                          preset="extension", steps=4, batch_size=4, sequence_length=32, eval_text=None))
+    assert not (tmp_path / "run").exists()

@@ -28,6 +28,8 @@ ROWS = {
     "tiktotok": {"recipe": {"embedding_fraction": 0.75, "settle_window": 2, "settle_tolerance": 1.0}},
     # RAMEN's bilingual run: the source model and text are the test's (PATHS below), the sync every 3rd update
     "ramen": {"recipe": {"source_model": "GPT2", "source_text": "TRAIN", "lookahead_k": 3, "warmup_updates": 2}},
+    # trains the test's GPT-2 transferred into its own tokenizer extended by 20 tokens (`extended_gpt2`)
+    "extension": {"recipe": {"new_rows_fraction": 0.25}},
 }
 
 
@@ -79,11 +81,29 @@ def _resumes_bitwise(model: Path, texts: Path, root: Path, crashes: tuple[int, .
     return reference
 
 
+@pytest.fixture(scope="module")
+def extended_gpt2(models, tmp_path_factory) -> Path:
+    """The test's GPT-2 transferred into its tokenizer extended by 20 tokens of ciphered text."""
+    from conftest import cipher_word, english_lines
+
+    from langswap.models import load_tokenizer, save_tokenizer
+    from langswap.resources.extension import extend_tokenizer
+    from langswap.transfer import transfer, transfer_config
+
+    folder = tmp_path_factory.mktemp("extended-gpt2")
+    lines = [" ".join(cipher_word(word) for word in line.split()) for line in english_lines(400, seed=7)]
+    save_tokenizer(extend_tokenizer(load_tokenizer(models["gpt2"]), lines, 20).tokenizer, folder / "tokenizer")
+    transfer(transfer_config({"source_model": str(models["gpt2"]), "target_tokenizer": str(folder / "tokenizer"),
+                              "output": str(folder / "model"), "method": "fvt"}))
+    return folder / "model"
+
+
 @pytest.mark.parametrize("name", recipe_names())
-def test_every_recipe_resumes_bitwise(name, models, texts, tmp_path):
+def test_every_recipe_resumes_bitwise(name, models, texts, tmp_path, request):
     """Stopped after its 3rd update (past the checkpoint at 2), and the resumed run after its 4th (in the second
     phase of a two-phase recipe): the run ends bitwise where an uninterrupted one ends."""
-    reference = _resumes_bitwise(models["gpt2"], texts, tmp_path, (3, 4), preset=name, steps=8, save_steps=2,
+    model = request.getfixturevalue("extended_gpt2") if name == "extension" else models["gpt2"]
+    reference = _resumes_bitwise(model, texts, tmp_path, (3, 4), preset=name, steps=8, save_steps=2,
                                  logging_steps=2, eval_text=None, **_options(name, models, texts))
     assert sum(p["steps"] for p in reference.phases) == 8
     if name == "tiktotok":

@@ -110,3 +110,16 @@ def parameter_counts(model) -> dict:
     total = sum(p.numel() for p in model.parameters())
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return {"trainable_parameters": trained, "total_parameters": total}
+
+
+def sharding_engine() -> str | None:
+    """"fsdp" or "deepspeed" when `accelerate launch` runs the model under one (they hold parameters in flat shards
+    and handle precision themselves, so a frozen body is not kept in its own dtype there), else None."""
+    import os
+
+    from accelerate.utils import str_to_bool
+
+    for name in ("fsdp", "deepspeed"):
+        if str_to_bool(os.environ.get(f"ACCELERATE_USE_{name.upper()}", "false")):
+            return name
+    return None

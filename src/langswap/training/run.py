@@ -48,7 +48,7 @@ from langswap.modelcard import write_model_card
 from langswap.records import (ModelRecord, TrainingSection, TrainRecord, has_model_record, has_train_record,
                               read_model_record, read_train_record, write_model_record, write_train_record)
 from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
-from langswap.training.phases import Phase, parameter_counts, set_trainable
+from langswap.training.phases import Phase, parameter_counts, set_trainable, sharding_engine
 from langswap.training.recipes.base import Recipe, make_recipe
 
 __all__ = ["TrainConfig", "TrainReport", "comparable_config", "prepare", "train"]
@@ -138,19 +138,6 @@ def _autocast_dtype(flags: dict):
     import torch
 
     return torch.bfloat16 if flags.get("bf16") else torch.float16 if flags.get("fp16") else None
-
-
-def _sharding_engine() -> str | None:
-    """"fsdp" or "deepspeed" when `accelerate launch` runs the model under one (they hold parameters in flat shards
-    and handle precision themselves, so a frozen body is not kept in its own dtype there), else None."""
-    import os
-
-    from accelerate.utils import str_to_bool
-
-    for name in ("fsdp", "deepspeed"):
-        if str_to_bool(os.environ.get(f"ACCELERATE_USE_{name.upper()}", "false")):
-            return name
-    return None
 
 
 def _precision_name(flags: dict) -> str:
@@ -412,7 +399,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         # trains on): that checkpoint is its result.
         stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
         loaded_from = checkpoint if stopped_at else start_model
-        autocast_dtype = (_autocast_dtype(precision_flags) if recipe.freezes_body(phase) and not _sharding_engine()
+        autocast_dtype = (_autocast_dtype(precision_flags) if recipe.freezes_body(phase) and not sharding_engine()
                           else None)
         model, kept = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention,
                                          autocast_dtype)

@@ -1,0 +1,105 @@
+"""`extension`: training a model whose vocabulary was extended (`langswap tokenizer --extend`, then `langswap
+transfer`), new rows first.
+
+Phase 1 (`new_rows_fraction` of the steps) trains only the rows of the new tokens, in the input matrix, an untied
+head and its bias: a gradient hook zeroes every other row's gradient, and the phase's AdamW has no weight decay
+(decoupled decay would shrink the whole matrix), so with zero gradients from the first update Adam's moments stay
+zero and the source rows, and the padding rows after the new ones, stay bit for bit as the transfer left them. The
+body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or `none` (no phase 2).
+
+The rows come from the model folder's record (`langswap.json`, `vocabulary`); a folder whose vocabulary was not
+extended is refused. Resume, accelerate and torchrun work as for every recipe: the hook is registered on the model
+each process loads, and under DDP the zeroed gradients are what is averaged. Sharding engines that flatten the
+parameters (FSDP, DeepSpeed ZeRO-3) would hand the hook a shard, so phase 1 refuses to run under them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from langswap.errors import ConfigError
+from langswap.training.phases import Phase, embedding_parameters, sharding_engine
+from langswap.training.recipes.base import Recipe, RecipeOptions, register_recipe
+from langswap.training.recipes.transinner import check_fraction
+
+NEW_ROWS = "new-rows"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExtensionOptions(RecipeOptions):
+    new_rows_fraction: float = field(default=0.5, metadata={
+        "help": "Share of the steps that train only the new tokens' rows (all of them with then: none)."})
+    then: str = field(default="embeddings", metadata={
+        "help": "What the rest of the steps train: embeddings (every row), full (the whole model) or none.",
+        "choices": ("embeddings", "full", "none")})
+
+
+def extended_rows(folder: str) -> tuple[int, int]:
+    """(first new id, id after the last new token) of an extended model folder, from its record; a ConfigError
+    naming what to do for any other folder."""
+    from langswap.records import has_model_record, read_model_record
+
+    vocabulary = getattr(read_model_record(folder), "vocabulary", None) if has_model_record(folder) else None
+    if not vocabulary or vocabulary.get("mode") != "extended":
+        raise ConfigError(f"preset extension trains the new rows of an extended vocabulary, and '{folder}' has none "
+                          "(its langswap.json records no extended vocabulary). Transfer into a tokenizer made with "
+                          "`langswap tokenizer --extend N` first, or choose another preset (embeddings, transinner).")
+    first, last = vocabulary["new"]
+    return first, last + 1
+
+
+@register_recipe("extension", options=ExtensionOptions)
+class Extension(Recipe):
+    """An extended vocabulary: the new tokens' rows alone first (source rows bitwise unchanged), then `then`."""
+
+    def validate(self) -> None:
+        check_fraction(self.options, "new_rows_fraction")
+        if self.options.then not in ("embeddings", "full", "none"):
+            raise ConfigError(f"recipe.then is {self.options.then!r}; choose embeddings, full or none.")
+        extended_rows(self.config.model)
+
+    def phases(self, objective: str, done: list[int] = ()) -> list[Phase]:
+        peak, steps = self.peak(objective), self.config.steps
+        if self.options.then == "none":
+            return [Phase(f"1-{NEW_ROWS}", NEW_ROWS, steps, peak, self.warmup(steps))]
+        first = max(1, round(steps * self.options.new_rows_fraction))
+        if first >= steps:
+            raise ConfigError(f"recipe.new_rows_fraction {self.options.new_rows_fraction} leaves no steps for phase 2 "
+                              f"with steps={steps}; lower it, raise steps, or set recipe.then: none.")
+        rest = steps - first
+        return [Phase(f"1-{NEW_ROWS}", NEW_ROWS, first, peak, self.warmup(first)),
+                Phase(f"2-{self.options.then}", self.options.then, rest, peak, self.warmup(rest))]
+
+    def trainable_parameters(self, phase: Phase, model) -> list:
+        if phase.trainable == NEW_ROWS:
+            return embedding_parameters(model)
+        return super().trainable_parameters(phase, model)
+
+    def freezes_body(self, phase: Phase) -> bool:
+        return phase.trainable in (NEW_ROWS, "embeddings")
+
+    def optimizer(self, phase: Phase, parameter_groups: list[dict]):
+        if phase.trainable != NEW_ROWS:
+            return None
+        config = self.config
+        return torch.optim.AdamW([{**group, "weight_decay": 0.0, "lr": phase.learning_rate}
+                                  for group in parameter_groups if group["params"]],
+                                 lr=phase.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+                                 eps=config.adam_epsilon, weight_decay=0.0)
+
+    def on_phase_start(self, phase: Phase, model) -> None:
+        if phase.trainable != NEW_ROWS:
+            return
+        if sharding_engine():
+            raise ConfigError("preset extension's first phase masks the gradients of the source rows, which a "
+                              "sharding engine (FSDP, DeepSpeed ZeRO-3) splits across processes; run it with plain "
+                              "DDP (torchrun or accelerate without FSDP/DeepSpeed), or set recipe.then and use "
+                              "another preset.")
+        first, stop = extended_rows(self.config.model)
+        for parameter in embedding_parameters(model):
+            keep = torch.ones(parameter.shape[0], dtype=torch.bool, device=parameter.device)
+            keep[first:stop] = False
+            shape = (-1,) + (1,) * (parameter.dim() - 1)
+            parameter.register_hook(lambda grad, keep=keep.view(shape): grad.masked_fill(keep, 0))
