@@ -41,7 +41,7 @@ def test_bench_writes_table_plots_and_resumes(capsys, tmp_path, gpt2_folder, tar
     assert table in out
     lines = table.splitlines()
     assert lines[0] == ("| method | bits per byte @ 0 | bits per byte @ 2 | bits per byte @ 4 | perplexity @ 0 | "
-                        "perplexity @ 2 | perplexity @ 4 |")
+                        "perplexity @ 2 | perplexity @ 4 | tokens per byte |")
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| " + REFERENCE, "| random", "| overlap", "| wechsel"]
     rows = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
     assert [(r["variant"], r["step"]) for r in rows] == [(REFERENCE, 0)] + [
@@ -283,7 +283,7 @@ def test_bench_on_a_masked_lm_reports_pseudo_bits_per_byte_and_perplexity(tmp_pa
     assert record["objective"] == "masked"
     header = (tmp_path / "bench" / "table.md").read_text().splitlines()[0]
     assert header == ("| method | pseudo bits per byte @ 0 | pseudo bits per byte @ 2 | pseudo-perplexity @ 0 | "
-                      "pseudo-perplexity @ 2 |")
+                      "pseudo-perplexity @ 2 | tokens per byte |")
     for metric in ("pseudo_bits_per_byte", "pseudo_perplexity"):
         assert (tmp_path / "bench" / f"{metric}.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -423,3 +423,31 @@ def test_a_variant_measured_under_other_defaults_is_measured_again_not_refused(t
                           methods=[{"name": "overlap", "fallback": "mean", "label": "overlap"}])
     with pytest.raises(ConfigError, match="was run with other inputs"):
         run_bench(from_dict(BenchConfig, yaml.safe_load(changed.read_text())))
+
+
+def test_a_bench_with_source_text_reports_what_the_source_language_keeps(tmp_path, gpt2_folder,
+                                                                         target_tokenizer_folder, cipher_vectors,
+                                                                         corpus_dir):
+    """source_text: each model (the reference included) also reads the source-language text with its own
+    tokenizer; every row has the target text's tokens per byte, one column in the table."""
+    from langswap.evaluation.language_modeling import causal_lm_score
+    from langswap.models import load_model, load_tokenizer
+    from langswap.resources.text import read_text_lines
+
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0],
+                       methods=["overlap"], source_text=str(corpus_dir / "en.txt"))
+    assert main(["-q", "bench", str(path)]) == 0
+    rows = {row["variant"]: row for row in map(json.loads, (tmp_path / "bench" / "results.jsonl").read_text()
+                                               .splitlines())}
+    english = read_text_lines(corpus_dir / "en.txt", max_lines=20)
+    expected = causal_lm_score(load_model(gpt2_folder), load_tokenizer(gpt2_folder), english).bits_per_byte
+    assert rows[REFERENCE]["source_bits_per_byte"] == pytest.approx(expected, abs=1e-5)
+    # the transferred model reads English with the target tokenizer, as it now must: worse than the source
+    assert rows["overlap"]["source_bits_per_byte"] > rows[REFERENCE]["source_bits_per_byte"]
+    held_out = read_text_lines(corpus_dir / "xx.test.txt", max_lines=20)
+    score = causal_lm_score(load_model(tmp_path / "bench" / "runs" / "overlap" / "transfer"),
+                            load_tokenizer(target_tokenizer_folder), held_out)
+    assert rows["overlap"]["tokens_per_byte"] == pytest.approx(score.tokens / score.bytes, abs=1e-5)
+    header = (tmp_path / "bench" / "table.md").read_text().splitlines()[0]
+    assert header == "| method | bits per byte @ 0 | perplexity @ 0 | source-language bits per byte @ 0 | " \
+                     "tokens per byte |"

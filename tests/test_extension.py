@@ -420,3 +420,34 @@ def test_the_extension_recipe_refuses_a_model_whose_vocabulary_was_not_extended(
         train(TrainConfig(model=str(source_folder), train_text=str(text), output=str(tmp_path / "run"),
                           preset="extension", steps=4, batch_size=4, sequence_length=32, eval_text=None))
     assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_reads_source_language_text_too_and_an_extension_keeps_it_better_than_a_replacement(
+        extended_pairs, texts, tmp_path, capsys):
+    from langswap.cli import main
+    from langswap.models import save_tokenizer
+
+    source_folder, target_folder, _ = extended_pairs["gpt2"]
+    replacement = tmp_path / "replacement"
+    save_tokenizer(byte_level_tokenizer(texts["target"]), replacement)
+    _transfer(source_folder, target_folder, tmp_path / "extended", method={"name": "fvt"})
+    _transfer(source_folder, replacement, tmp_path / "replaced", method={"name": "fvt"})
+    (tmp_path / "xx.txt").write_text("\n".join(texts["target_test"]) + "\n", encoding="utf-8")
+    (tmp_path / "en.txt").write_text("\n".join(texts["source_test"]) + "\n", encoding="utf-8")
+    measured = {}
+    for name in ("extended", "replaced"):
+        capsys.readouterr()
+        assert main(["-q", "evaluate", str(tmp_path / name), "--text", str(tmp_path / "xx.txt"), "--source-text",
+                     str(tmp_path / "en.txt"), "--lines", "100", "--json"]) == 0
+        measured[name] = json.loads(capsys.readouterr().out)
+    assert main(["-q", "evaluate", str(source_folder), "--source-text", str(tmp_path / "en.txt"),
+                 "--lines", "100"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("source text: perplexity") and "tokens per byte" in out
+    source_bits = float(out.split("bits per byte ")[1].split()[0])
+    extended, replaced = measured["extended"], measured["replaced"]
+    assert extended["source_language_modeling"]["text"] == str(tmp_path / "en.txt")
+    # the extension reads English with the source's tokens and rows, only the new columns added: close to the source
+    assert extended["source_language_modeling"]["bits_per_byte"] < 1.1 * source_bits
+    assert replaced["source_language_modeling"]["bits_per_byte"] > extended["source_language_modeling"]["bits_per_byte"]
+    assert 0 < extended["language_modeling"]["tokens_per_byte"] < 1

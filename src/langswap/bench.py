@@ -64,6 +64,9 @@ class BenchConfig(ModelPairConfig):
                                                                     "0)."})
     eval_text: str = field(default="", metadata={"help": "Held-out target text (required)."})
     eval_lines: int = field(default=300, metadata={"help": "Lines of eval_text scored."})
+    source_text: str | None = field(default=None, metadata={
+        "help": "Source-language text (e.g. English) also scored at every step, its first eval_lines lines read "
+                "with each model's own tokenizer (source bits per byte): what the source language keeps."})
     output: str = field(default="", metadata={"help": "Output folder (required); rerun to resume."})
     steps: list[int] = field(default_factory=lambda: [0, 50, 200], metadata={"help": "Training steps at which "
                                                                                       "every variant is measured."})
@@ -91,7 +94,7 @@ class BenchConfig(ModelPairConfig):
         for name in ("eval_text", "output"):
             if not getattr(self, name):
                 raise ConfigError(f"{name} is not set (`{name}:` in the bench YAML).")
-        for name in ("eval_text", "train_text"):
+        for name in ("eval_text", "train_text", "source_text"):
             value = getattr(self, name)
             if value and not Path(value).is_file():
                 raise MissingResourceError(f"{name} '{value}' does not exist.")
@@ -320,7 +323,8 @@ def _append_result(output: Path, row: dict) -> None:
     append_bench_result(output, BenchResult.from_dict(row))
 
 
-def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokenizer_folder=None) -> dict:
+def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokenizer_folder=None,
+             source_lines: list[str] | None = None) -> dict:
     from langswap.evaluation.language_modeling import evaluate_model
     from langswap.models import load_model, load_tokenizer, objective_of, pick_device
 
@@ -334,7 +338,11 @@ def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokeni
     # per-token figures do not compare across tokenizers; per-byte ones do (for a masked LM, from the pseudo-
     # log-likelihood: not a code length, but the same sum pseudo-perplexity is made of, over bytes)
     per_byte = "bits_per_byte" if score.kind == "perplexity" else "pseudo_bits_per_byte"
-    metrics = {per_byte: score.bits_per_byte, score.kind.replace("-", "_"): score.perplexity}
+    metrics = {per_byte: score.bits_per_byte, score.kind.replace("-", "_"): score.perplexity,
+               "tokens_per_byte": score.tokens_per_byte}
+    if source_lines:
+        source = evaluate_model(model, tokenizer, source_lines, objective_of(model.config), progress=progress)
+        metrics["source_" + per_byte] = source.bits_per_byte
     if probe is not None:
         from langswap.evaluation.probes import pos_probe
 
@@ -369,12 +377,15 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     output.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output / "bench.yaml", dump_yaml(to_dict(config)))
     lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
+    source_lines = (read_text_lines(config.source_text, "source-language text", max_lines=config.eval_lines)
+                    if config.source_text else None)
     results = _read_results(output)
     shared = _prepare_shared(config, variants, output, progress)
     steps = sorted(set(config.steps))
     pair = {key: getattr(config, key) for key in ("source_model", "source_tokenizer", "target_tokenizer",
                                                   "target_text", "vocab_size")}
-    measured_with = {"eval_text": config.eval_text, "eval_lines": config.eval_lines, "probe": config.probe}
+    measured_with = {"eval_text": config.eval_text, "eval_lines": config.eval_lines, "probe": config.probe,
+                     **({"source_text": config.source_text} if config.source_text else {})}
     rows = []
     if config.reference:
         setting = {"measured_with": measured_with, "model": config.source_model,
@@ -382,7 +393,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         key = _result_key(REFERENCE, 0, setting)
         if key not in results:
             logger.info("reference: the source model with its own tokenizer")
-            metrics = _measure(config.source_model, lines, probe, progress, config.source_tokenizer)
+            metrics = _measure(config.source_model, lines, probe, progress, config.source_tokenizer, source_lines)
             results[key] = {"variant": REFERENCE, "method": "reference", "step": 0, **metrics, "setting": setting}
             _append_result(output, results[key])
         rows.append(results[key])
@@ -447,7 +458,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
                                   "or drop those steps.")
         for step in steps:
             if keys[step] not in results:
-                metrics = _measure(folders[step], lines, probe, progress)
+                metrics = _measure(folders[step], lines, probe, progress, source_lines=source_lines)
                 row = {"variant": variant.label, "method": variant.method["name"], "step": step, **metrics,
                        "setting": settings[step]}
                 _append_result(output, row)
@@ -460,8 +471,12 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
 
 METRIC_NAMES = {"bits_per_byte": "bits per byte", "pseudo_bits_per_byte": "pseudo bits per byte",
                 "pseudo_perplexity": "pseudo-perplexity", "pos_accuracy": "POS probe accuracy",
-                "perplexity": "perplexity"}
-LOWER_IS_BETTER = {"bits_per_byte", "pseudo_bits_per_byte", "pseudo_perplexity", "perplexity"}
+                "perplexity": "perplexity", "source_bits_per_byte": "source-language bits per byte",
+                "source_pseudo_bits_per_byte": "source-language pseudo bits per byte",
+                "tokens_per_byte": "tokens per byte"}
+LOWER_IS_BETTER = {"bits_per_byte", "pseudo_bits_per_byte", "pseudo_perplexity", "perplexity",
+                   "source_bits_per_byte", "source_pseudo_bits_per_byte", "tokens_per_byte"}
+ONCE = {"tokens_per_byte"}  # the same at every step (the tokenizer's): one column, no plot
 
 
 def format_table(rows: list[dict], labels: list[str], steps: list[int]) -> str:
@@ -472,23 +487,22 @@ def format_table(rows: list[dict], labels: list[str], steps: list[int]) -> str:
     for row in rows:  # the untouched reference is the same at every step
         if row["variant"] == REFERENCE:
             by_key.update({(REFERENCE, step): row for step in steps})
-    header = ["method"] + [f"{METRIC_NAMES[m]} @ {step}" for m in metrics for step in steps]
+    columns = [(m, step) for m in metrics for step in (steps[:1] if m in ONCE else steps)]
+    header = ["method"] + [METRIC_NAMES[m] if m in ONCE else f"{METRIC_NAMES[m]} @ {step}" for m, step in columns]
     best = {}
-    for metric in metrics:
-        for step in steps:
-            values = [by_key[(label, step)].get(metric) for label in labels
-                      if (label, step) in by_key and label != REFERENCE]
-            values = [v for v in values if v is not None and not math.isnan(v)]
-            if values:
-                best[(metric, step)] = min(values) if metric in LOWER_IS_BETTER else max(values)
+    for metric, step in columns:
+        values = [by_key[(label, step)].get(metric) for label in labels
+                  if (label, step) in by_key and label != REFERENCE]
+        values = [v for v in values if v is not None and not math.isnan(v)]
+        if values:
+            best[(metric, step)] = min(values) if metric in LOWER_IS_BETTER else max(values)
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label in labels:
         cells = [label]
-        for metric in metrics:
-            for step in steps:
-                value = by_key.get((label, step), {}).get(metric)
-                text = "" if value is None else f"{value:.4f}"
-                cells.append(f"**{text}**" if value is not None and value == best.get((metric, step)) else text)
+        for metric, step in columns:
+            value = by_key.get((label, step), {}).get(metric)
+            text = "" if value is None else f"{value:.4f}"
+            cells.append(f"**{text}**" if value is not None and value == best.get((metric, step)) else text)
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
@@ -499,7 +513,7 @@ def write_report(output: Path, rows: list[dict], labels: list[str], steps: list[
 
     atomic_write_text(output / "table.md", format_table(rows, labels, steps))
     written = [output / "table.md"]
-    metrics = [m for m in METRIC_NAMES if any(m in row for row in rows)]
+    metrics = [m for m in METRIC_NAMES if any(m in row for row in rows) and m not in ONCE]
     for metric in metrics:
         series, hlines = {}, []
         for label in labels:

@@ -86,8 +86,8 @@ FASTTEXT_FLAGS = ["text", "dictionary", "joint", "share", "passes", "heldout_wor
 ALIGN_FLAGS = ["source_vectors", "target_vectors", "dictionary", "output", "max_words", "overwrite"]
 ALIGN_PARALLEL_FLAGS = ["parallel", "target_text", "source_tokenizer", "target_tokenizer", "output", "overwrite"]
 LEXICON_FLAGS = ["source_vectors", "target_vectors", "dictionary", "alignment"]
-EVALUATE_FLAGS = ["model", "text", "lines", "probe_pos", "finetune", "finetune_output", "zero_shot", "overwrite",
-                  "correspondence"]
+EVALUATE_FLAGS = ["model", "text", "lines", "source_text", "probe_pos", "finetune", "finetune_output", "zero_shot",
+                  "overwrite", "correspondence"]
 
 
 def _set_help(config_cls) -> str:
@@ -337,10 +337,12 @@ def cmd_evaluate(args) -> int:
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
         return 0
-    score = result.language_modeling
-    if score is not None:
-        per_byte = "" if score.kind == "masked-lm-loss" else f" | bits per byte {score.bits_per_byte:.4f}"
-        print(f"{score.kind} {score.perplexity:.3f}{per_byte} | {score.tokens:,} tokens, {score.bytes:,} "
+    for score, label in ((result.language_modeling, ""), (result.source_language_modeling, "source text: ")):
+        if score is None:
+            continue
+        per_byte = "" if score.kind == "masked-lm-loss" else (f" | bits per byte {score.bits_per_byte:.4f} | tokens "
+                                                             f"per byte {score.tokens_per_byte:.4f}")
+        print(f"{label}{score.kind} {score.perplexity:.3f}{per_byte} | {score.tokens:,} tokens, {score.bytes:,} "
               f"bytes, {score.lines} lines")
     probe = result.pos_probe
     if probe is not None:

@@ -314,6 +314,9 @@ class EvaluateJob:
     text: str | None = field(default=None, metadata={
         "help": "Held-out text: perplexity and bits per byte (causal), pseudo-perplexity (masked)."})
     lines: int = field(default=300, metadata={"help": "First N non-empty lines of --text are scored."})
+    source_text: str | None = field(default=None, metadata={
+        "help": "Source-language text (e.g. English) scored the same way, its first --lines lines read with the "
+                "model's own tokenizer: what the source language keeps after a transfer."})
     probe_pos: tuple[str, ...] | None = field(default=None, metadata={
         "help": "Linear POS probe on frozen hidden states: trained on one split, accuracy on the other.",
         "nargs": 2, "metavar": ("TRAIN.conllu", "TEST.conllu")})
@@ -330,9 +333,9 @@ class EvaluateJob:
 
     def check(self) -> None:
         _required(self, ["model"], "evaluate")
-        if not (self.text or self.probe_pos or self.finetune or self.correspondence):
-            raise ConfigError("nothing to evaluate: give --text (perplexity / bits per byte), --probe-pos TRAIN TEST, "
-                              "--finetune TASK TRAIN TEST or --correspondence.")
+        if not (self.text or self.source_text or self.probe_pos or self.finetune or self.correspondence):
+            raise ConfigError("nothing to evaluate: give --text (perplexity / bits per byte), --source-text, "
+                              "--probe-pos TRAIN TEST, --finetune TASK TRAIN TEST or --correspondence.")
         if self.zero_shot and not self.finetune:
             raise ConfigError("--zero-shot reads the test split of --finetune TASK TRAIN TEST through another model's "
                               "embeddings; give --finetune too.")
@@ -348,6 +351,8 @@ class Evaluation:
     model: str
     language_modeling: object = None  # evaluation.language_modeling.Score, with `text`
     text: str | None = None
+    source_language_modeling: object = None  # the same of `source_text`
+    source_text: str | None = None
     pos_probe: object = None  # evaluation.probes.ProbeResult
     finetune: object = None  # evaluation.token_classification.FinetuneResult
     correspondence: list | None = None  # rows of the transfer record's correspondence, [] where there are none
@@ -356,6 +361,9 @@ class Evaluation:
         result: dict = {"model": self.model}
         if self.language_modeling is not None:
             result["language_modeling"] = {"text": self.text, **self.language_modeling.as_dict()}
+        if self.source_language_modeling is not None:
+            result["source_language_modeling"] = {"text": self.source_text,
+                                                  **self.source_language_modeling.as_dict()}
         if self.pos_probe is not None:
             result["pos_probe"] = self.pos_probe.as_dict()
         if self.finetune is not None:
@@ -373,21 +381,29 @@ def evaluate(job: EvaluateJob, config=None, progress: bool = False) -> Evaluatio
     job.check()
     config = config or EvaluateConfig()
     result = Evaluation(model=job.model)
-    if job.text or job.probe_pos:  # loaded once for both
+    scored = [path for path in (job.text, job.source_text) if path]
+    if scored or job.probe_pos:  # loaded once for all
         tokenizer = load_tokenizer(job.model)
         # a probe alone reads hidden states
-        model = load_model(job.model, require_head=bool(job.text)).to(pick_device(config.device))
-    if job.text:
+        model = load_model(job.model, require_head=bool(scored)).to(pick_device(config.device))
+    if scored:
         from langswap.evaluation.language_modeling import evaluate_model
         from langswap.resources.text import read_text_lines
 
-        lines = read_text_lines(job.text, "evaluation text", max_lines=job.lines)
         options = {key: value for key, value in (("stride", config.stride), ("max_length", config.max_length),
                                                  ("probability", config.mlm_probability), ("seed", config.seed))
                    if value is not None}
-        result.language_modeling = evaluate_model(model, tokenizer, lines, objective_of(model.config),
-                                                  progress=progress, metric=config.metric, **options)
-        result.text = job.text
+
+        def score(path: str, what: str):
+            lines = read_text_lines(path, what, max_lines=job.lines)
+            return evaluate_model(model, tokenizer, lines, objective_of(model.config), progress=progress,
+                                  metric=config.metric, **options)
+
+        if job.text:
+            result.language_modeling, result.text = score(job.text, "evaluation text"), job.text
+        if job.source_text:
+            result.source_language_modeling = score(job.source_text, "source-language text")
+            result.source_text = job.source_text
     if job.probe_pos:
         from langswap.evaluation.probes import pos_probe
 

@@ -45,10 +45,17 @@ class LMScore:
     bits_per_byte: float  # NaN for "masked-lm-loss", which scores only a sample of the tokens
     kind: str = "perplexity"  # or "pseudo-perplexity", "masked-lm-loss"
 
+    @property
+    def tokens_per_byte(self) -> float:
+        """Tokens the tokenizer makes of the text per UTF-8 byte (what reading it costs; NaN for "masked-lm-loss",
+        whose tokens are a sample)."""
+        return math.nan if self.kind == "masked-lm-loss" else self.tokens / max(self.bytes, 1)
+
     def as_dict(self) -> dict:
-        """The fields, floats rounded to 5 decimals and NaN written as None (JSON has no NaN)."""
+        """The fields and tokens_per_byte, floats rounded to 5 decimals and NaN written as None (JSON has no NaN)."""
+        fields = {**asdict(self), "tokens_per_byte": self.tokens_per_byte}
         return {key: (None if math.isnan(value) else round(value, 5)) if isinstance(value, float) else value
-                for key, value in asdict(self).items()}
+                for key, value in fields.items()}
 
 
 def _score(lines: list[str], tokens: int, nll: float, kind: str, per_byte: bool = True) -> LMScore:
