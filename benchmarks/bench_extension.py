@@ -1,0 +1,133 @@
+"""Replacing SmolLM2's vocabulary against extending it: target bits per byte, English bits per byte and target tokens
+per byte, at step 0 and after embedding-only training.
+
+For a language (German or Swahili from the shared data): a replacement tokenizer of `--vocab` tokens trained on the
+training text, transferred with the default method (`combined`, the language's dictionary, calibrated as `langswap
+transfer` calibrates with target text); and SmolLM2's own tokenizer extended by each of `--sizes` tokens of the
+training text (`langswap tokenizer --extend N --keep-text en.train.txt`), transferred with each of `--methods` (only
+the new rows made; calibrated the same way). Each is a `langswap bench` run of its own (one target tokenizer per
+bench): embedding-only updates (batch 2 x 128), measured at `--steps` on 300 lines (the last 300 lines of the
+training split, held out of everything, with `--eval dev`; the first 300 test lines with `--eval test`) and on the
+first 300 lines of the English test split (read with each model's own tokenizer: what English keeps).
+
+    python benchmarks/bench_extension.py --language de --sizes 5000 10000 20000 --steps 0 200
+    python benchmarks/bench_extension.py --language sw --sizes 5000 10000 --steps 0 200 --eval test
+
+The work folder (default ~/.cache/langswap/bench-extension-LANG) is resumable; each bench's table and results are
+copied to benchmarks/results/extension-LANG-EVAL-TOKENIZER/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_calibration import split_text  # noqa: E402
+from bench_german_training import DEFAULT_DATA, REPO, run_and_record, shared_data_ready  # noqa: E402
+from bench_tiktotok import DICTIONARIES  # noqa: E402
+
+REPLACEMENT_SIZE = {"de": 49152, "sw": 16000}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--language", choices=sorted(DICTIONARIES), required=True)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[5000, 10000, 20000])
+    parser.add_argument("--vocab", type=int, default=None, help="Replacement tokenizer size (default: 49,152 for "
+                                                                  "German, 16,000 for Swahili).")
+    parser.add_argument("--methods", nargs="+", default=["combined", "fvt"], help="Methods of the extensions.")
+    parser.add_argument("--steps", type=int, nargs="+", default=[0, 200])
+    parser.add_argument("--eval", choices=("dev", "test"), default="dev")
+    parser.add_argument("--dev-lines", type=int, default=300)
+    parser.add_argument("--workdir", type=Path, default=None)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    language, splits = args.language, args.data / "splits"
+    dictionary = args.data / "dicts" / DICTIONARIES[language]
+    needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", splits / "en.train.txt",
+              splits / "en.test.txt", dictionary]
+    if not shared_data_ready("bench_extension", args.data, needed):
+        return 0
+    workdir = args.workdir or Path(f"~/.cache/langswap/bench-extension-{language}").expanduser()
+    workdir.mkdir(parents=True, exist_ok=True)
+    train, dev = split_text(splits / f"{language}.train.txt", workdir, 0, args.dev_lines)
+
+    from langswap.bench import REFERENCE
+    from langswap.demo.smollm2 import smollm2_135m
+    from langswap.files import atomic_directory
+    from langswap.models import load_tokenizer, save_tokenizer
+    from langswap.resources.extension import extend_tokenizer
+    from langswap.resources.text import read_text_lines
+    from langswap.resources.tokenizer import train_tokenizer
+
+    model = smollm2_135m()
+    source = load_tokenizer(model)
+    vocab = args.vocab or REPLACEMENT_SIZE[language]
+    tokenizers = {f"replace-{vocab}": (workdir / f"tokenizer-replace-{vocab}", ["combined"])}
+    tokenizers.update({f"extend-{size}": (workdir / f"tokenizer-extend-{size}", args.methods) for size in args.sizes})
+    lines = keep = None
+    for name, (folder, _) in tokenizers.items():
+        if (folder / "tokenizer.json").exists():
+            continue
+        lines = lines or read_text_lines(train, "training text")
+        with atomic_directory(folder, overwrite=True) as made:
+            if name.startswith("replace"):
+                save_tokenizer(train_tokenizer(source, train, vocab), made)
+            else:
+                keep = keep or read_text_lines(splits / "en.train.txt", "English training text")
+                save_tokenizer(extend_tokenizer(source, lines, int(name.split("-")[1]), keep_lines=keep).tokenizer,
+                               made)
+
+    table = []
+    for name, (folder, methods) in tokenizers.items():
+        bench = {
+            "source_model": str(model), "target_tokenizer": str(folder), "language": language,
+            "train_text": str(train), "eval_text": str(dev if args.eval == "dev" else splits / f"{language}.test.txt"),
+            "eval_lines": 300, "source_text": str(splits / "en.test.txt"), "output": str(workdir / f"bench-{name}"),
+            "steps": args.steps, "reference": name == next(iter(tokenizers)),
+            # calibrated as a transfer with target text is (an empty section keeps the default)
+            "methods": [{"name": method, "calibration": {}} for method in methods],
+            "resources": {"dictionary": str(dictionary)},
+            "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
+                      "logging_steps": 10, "max_lines": 20000},
+        }
+        result = run_and_record(bench, REPO / "benchmarks" / "results" / f"extension-{language}-{args.eval}-{name}")
+        for row in result["rows"]:
+            table.append({"tokenizer": "source (reference)" if row["variant"] == REFERENCE else name, **row})
+    print(summary(table, sorted(set(args.steps))))
+    (workdir / f"summary-{args.eval}.json").write_text(json.dumps(table, indent=2), encoding="utf-8")
+    return 0
+
+
+def summary(rows: list[dict], steps: list[int]) -> str:
+    """One line per (tokenizer, method): target and English bits per byte at each step, target tokens per byte."""
+    from langswap.bench import REFERENCE
+
+    by = {}
+    for row in rows:
+        by.setdefault((row["tokenizer"], row["variant"]), {})[row["step"]] = row
+    head = (["tokenizer", "method"] + [f"bits per byte @ {s}" for s in steps]
+            + [f"English bits per byte @ {s}" for s in steps] + ["tokens per byte"])
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (tokenizer, variant), at in by.items():
+        first = at[min(at)]
+
+        def cell(step, key):
+            value = (at.get(step) or (first if variant == REFERENCE else {})).get(key)
+            return "" if value is None else f"{value:.4f}"
+
+        out.append("| " + " | ".join([tokenizer, variant] + [cell(s, "bits_per_byte") for s in steps]
+                                     + [cell(s, "source_bits_per_byte") for s in steps]
+                                     + [cell(min(at), "tokens_per_byte")]) + " |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
