@@ -151,19 +151,26 @@ def test_bad_extensions_are_refused_with_what_to_do(texts, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("family", ["byte_level", "sentencepiece"])
+@pytest.mark.parametrize("family", ["byte_level", "sentencepiece", "unigram", "wordpiece"])
 def test_a_kept_text_tokenises_exactly_as_before_and_the_target_still_gets_shorter(family, texts):
-    """BPE: no pair of adjacent tokens of the kept text is merged, so it reads exactly as before (without it, some of
-    its lines change)."""
+    """BPE: no pair of adjacent tokens of the kept text is merged; Unigram and WordPiece: no new token the kept text
+    would use is added. Either way it reads exactly as before (without it, some of its lines change)."""
     from langswap.resources.extension import changed_lines, extend_tokenizer, tokens_per_byte
 
-    source = FAMILIES[family](texts["source"])
+    # a small WordPiece source, so that the English lines of the text give it new tokens too
+    source = FAMILIES[family](texts["source"], **({"vocab_size": 90} if family == "wordpiece" else {}))
     mixed = texts["target"] + texts["source"][:100]  # target text with some source-language lines in it
     free = extend_tokenizer(source, mixed, 80)
     kept = extend_tokenizer(source, mixed, 80, keep_lines=texts["source"])
     assert changed_lines(source, free.tokenizer, texts["source"]) > 0
     assert changed_lines(source, kept.tokenizer, texts["source"]) == 0
-    assert tokens_per_byte(kept.tokenizer, texts["target_test"]) < 0.8 * tokens_per_byte(source, texts["target_test"])
+    assert len(kept.added) == 80
+    if family == "wordpiece":  # the source reads the unknown letters' words as one [UNK] each: none is left
+        assert not any(source.unk_token_id in ids for ids in
+                       kept.tokenizer(texts["target_test"], add_special_tokens=False)["input_ids"])
+    else:
+        assert tokens_per_byte(kept.tokenizer, texts["target_test"]) \
+            < 0.8 * tokens_per_byte(source, texts["target_test"])
 
 
 def test_byte_fallback_characters_the_source_lacks_become_tokens_first(texts):

@@ -51,8 +51,9 @@ class TokenizerJob:
                 "tokens learnt from the text after them, instead of training a replacement vocabulary (0)."})
     keep_text: str | None = field(default=None, metadata={
         "help": "With --extend, source-language text (.txt/.gz) that must tokenise exactly as before: a BPE "
-                "tokenizer then never merges a pair of tokens that occurs in its words (without it, source text "
-                "changes wherever two of its tokens form a new merge)."})
+                "tokenizer then never merges a pair of tokens that occurs in its words, and no new Unigram or "
+                "WordPiece token is one that text would use (without it, source text changes wherever a new token "
+                "applies)."})
     max_lines: int | None = field(default=None, metadata={"help": "Lines of the text read; default: all."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 

@@ -13,13 +13,16 @@ the same normaliser and pre-tokeniser), in the order that trainer learnt them:
   of the text that the source lacks (read as byte-fallback tokens or unknown) come first, most frequent first, as
   tokens of their own. The new merges rank after every source merge, so a source word reads as before unless, once
   every source merge has applied, two of its tokens form a new merge; with `ignore_merges` (Llama-3) a word that is
-  itself a new token is also read whole. `keep_text` (source-language text) makes that exact: a pair that occurs in
+  itself a new token is also read whole. `keep_lines` (source-language text) makes that exact: a pair that occurs in
   its words is never merged, so it tokenises exactly as before.
 - **Unigram** (T5, XLM-R, ALBERT): the trained pieces the source lacks, most probable first, each with its score in
   the trained model (its log-probability in the target text). The Viterbi segmentation takes a new piece wherever it
   gives a likelier reading, so source text changes where a new piece outscores the source's pieces.
 - **WordPiece** (BERT): the trained tokens the source lacks, in the trainer's order. WordPiece takes the longest
   match first, so a source word changes where a new token is a longer prefix of it (or of its remainder).
+
+For Unigram and WordPiece, `keep_lines` strikes out every new token the extension would use on that text, round by
+round, until the text reads exactly as before.
 
 `extension_report` measures what changed; `langswap tokenizer --extend` prints it.
 """
@@ -77,7 +80,7 @@ def used_ids(spec: dict) -> set[int]:
 def extend_tokenizer(source_tokenizer, lines: list[str], count: int, progress: bool = False,
                      keep_lines: list[str] | None = None) -> Extension:
     """`source_tokenizer` with `count` tokens learnt from `lines` added after its highest id (see the module
-    docstring); for BPE, no pair of adjacent tokens of `keep_lines` (source-language text) is merged. Refuses a
+    docstring); `keep_lines` (source-language text) tokenises exactly as before. Refuses a
     count below 1, a tokenizer whose model is not BPE, Unigram or WordPiece, and a text that gives fewer new tokens
     than asked (saying how many it gave)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -101,6 +104,8 @@ def extend_tokenizer(source_tokenizer, lines: list[str], count: int, progress: b
             trained = source_tokenizer.train_new_from_iterator(_batches(lines), vocab_size=size, length=len(lines),
                                                                show_progress=progress)
             new = _new_tokens(spec, tokenizer_spec(trained))
+            if keep_lines:
+                new = _apart_from(source_tokenizer, spec, new, count, first_id, keep_lines)
             if len(new) >= count or len(trained) < size:
                 break  # enough, or the text gave all it has
             size *= 2
@@ -247,6 +252,31 @@ def _new_tokens(source: dict, trained: dict) -> list:
     known |= set(model["vocab"])
     ordered = sorted(trained_model["vocab"].items(), key=lambda item: item[1])
     return [token for token, _ in ordered if token not in known and token not in specials]
+
+
+KEEP_ROUNDS = 20
+
+
+def _apart_from(source_tokenizer, spec: dict, candidates: list, count: int, first_id: int,
+                keep_lines: list[str]) -> list:
+    """Unigram and WordPiece candidates without those the first `count` would use on `keep_lines`: the extension is
+    built, the kept text read, every new token it uses struck out and the next candidates taken, until the kept text
+    reads exactly as before."""
+    name = (lambda item: item[0]) if spec["model"]["type"] == "Unigram" else (lambda item: item)
+    struck: set = set()
+    for _ in range(KEEP_ROUNDS):
+        left = [item for item in candidates if name(item) not in struck]
+        chosen = left[:count]
+        if not chosen:
+            return left
+        extended = _with_model(source_tokenizer, _extended_spec(spec, chosen, len(chosen), first_id))
+        used = {token_id for ids in extended(keep_lines, add_special_tokens=False)["input_ids"] for token_id in ids
+                if token_id >= first_id}
+        if not used:
+            return left
+        struck |= {name(chosen[token_id - first_id]) for token_id in used}
+    raise ConfigError(f"after {KEEP_ROUNDS} rounds new tokens still change how the kept text reads; give a kept text "
+                      "closer to the source language, or extend without --keep-text.")
 
 
 def _extended_spec(spec: dict, new, count: int, first_id: int) -> dict:
