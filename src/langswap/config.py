@@ -144,12 +144,20 @@ def from_dict(cls: type, data: dict | None, where: str = "") -> Any:
         missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]
         raise ConfigError(f"missing required key(s) {', '.join(where + m for m in missing)}.") from error
-    for name, field in fields.items():
-        choices = _choices(field)
-        value = getattr(instance, name)
-        if choices is not None and value not in choices and not (value is None and field.default is None):
-            raise ConfigError(f"'{where}{name}' is {getattr(instance, name)!r}; choose one of: {', '.join(choices)}.")
+    check_choices(instance, where)
     return instance
+
+
+def check_choices(instance, where: str = "") -> None:
+    """A ConfigError for the first field of `instance` whose value is not among its `choices` (None passes where
+    the field's default is None)."""
+    for field in dataclasses.fields(instance):
+        if not field.init:
+            continue
+        choices = _choices(field)
+        value = getattr(instance, field.name)
+        if choices is not None and value not in choices and not (value is None and field.default is None):
+            raise ConfigError(f"'{where}{field.name}' is {value!r}; choose one of: {', '.join(choices)}.")
 
 
 def to_dict(instance: Any) -> dict:

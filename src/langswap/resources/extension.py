@@ -32,12 +32,11 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
 from langswap.errors import ConfigError, VocabularyError
+from langswap.resources.tokenizer import with_tokenizer_json
 
 logger = logging.getLogger(__name__)
 
@@ -113,9 +112,9 @@ def extend_tokenizer(source_tokenizer, lines: list[str], count: int, progress: b
     if len(chosen) < count:
         raise ConfigError(f"the text gives {len(chosen):,} tokens the source tokenizer lacks ({len(lines):,} lines), "
                           f"fewer than the {count:,} asked; ask for at most {len(chosen):,} or give more text.")
-    extended = _with_model(source_tokenizer, _extended_spec(spec, new, count, first_id))
+    extended = with_tokenizer_json(source_tokenizer, _extended_spec(spec, new, count, first_id))
     added = extended.convert_ids_to_tokens(list(range(first_id, first_id + count)))
-    _check_kept(source_tokenizer, extended, spec)
+    _check_kept(source_tokenizer, extended)
     logger.info("extended a %d-token %s tokenizer by %d tokens (ids %d-%d)", len(source_tokenizer), family, count,
                 first_id, first_id + count - 1)
     return Extension(extended, family, len(source_tokenizer), first_id, added, trained_vocab)
@@ -159,6 +158,7 @@ def _continued_bpe(source_tokenizer, spec: dict, lines: list[str], count: int, k
     words = _words(source_tokenizer, spec, lines)
     tokens: list[str] = []
     pairs: list = []
+    source_model = reader = source_tokenizer.backend_tokenizer.model
     if model.get("byte_fallback") or model.get("unk_token"):  # characters the source spells as bytes or unknown
         characters: Counter = Counter()
         for word, frequency in words.items():
@@ -167,17 +167,13 @@ def _continued_bpe(source_tokenizer, spec: dict, lines: list[str], count: int, k
                     characters[character] += frequency
         for character, _ in characters.most_common(count):
             tokens.append(character), pairs.append(None), known.add(character)
-        if tokens:
+        if tokens:  # words read as if those characters were tokens already
             widened = json.loads(json.dumps(spec))
             widened["model"]["vocab"].update({token: 10 ** 9 + offset for offset, token in enumerate(tokens)})
             reader = Tokenizer.from_str(json.dumps(widened)).model
-        else:
-            reader = source_tokenizer.backend_tokenizer.model
-    else:
-        reader = source_tokenizer.backend_tokenizer.model
     forbidden = set()
     for word in _words(source_tokenizer, spec, keep_lines):
-        symbols = [token.value for token in source_tokenizer.backend_tokenizer.model.tokenize(word)]
+        symbols = [token.value for token in source_model.tokenize(word)]
         forbidden.update(zip(symbols, symbols[1:]))
 
     sequences = [[token.value for token in reader.tokenize(word)] for word in words]
@@ -269,7 +265,7 @@ def _apart_from(source_tokenizer, spec: dict, candidates: list, count: int, firs
         chosen = left[:count]
         if not chosen:
             return left
-        extended = _with_model(source_tokenizer, _extended_spec(spec, chosen, len(chosen), first_id))
+        extended = with_tokenizer_json(source_tokenizer, _extended_spec(spec, chosen, len(chosen), first_id))
         used = {token_id for ids in extended(keep_lines, add_special_tokens=False)["input_ids"] for token_id in ids
                 if token_id >= first_id}
         if not used:
@@ -301,19 +297,8 @@ def _extended_spec(spec: dict, new, count: int, first_id: int) -> dict:
     return spec
 
 
-def _with_model(source_tokenizer, spec: dict):
-    """`source_tokenizer` with tokenizer.json replaced by `spec`, reloaded through its own files so the wrapper keeps
-    its special tokens, settings and chat template."""
-    with tempfile.TemporaryDirectory(prefix="langswap-tokenizer-") as folder:
-        source_tokenizer.save_pretrained(folder)
-        (Path(folder) / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-        return type(source_tokenizer).from_pretrained(folder)
-
-
-def _check_kept(source_tokenizer, extended, spec: dict) -> None:
-    ids = sorted(used_ids(spec))
-    before, after = source_tokenizer.convert_ids_to_tokens(ids), extended.convert_ids_to_tokens(ids)
-    moved = next((i for i, a, b in zip(ids, before, after) if a != b), None)
+def _check_kept(source_tokenizer, extended) -> None:
+    moved = first_differing_id(source_tokenizer, extended)
     if moved is not None:  # a defect of this module, never of the user's input
         raise AssertionError(f"extension moved source id {moved}")
     if source_tokenizer.all_special_tokens != extended.all_special_tokens:

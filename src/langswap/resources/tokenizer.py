@@ -80,6 +80,12 @@ def _add_byte_tokens(tokenizer, byte_tokens: list[str]):
         return tokenizer
     next_id = 1 + max([*vocab.values(), *(entry["id"] for entry in spec.get("added_tokens", []))])
     vocab.update({token: next_id + offset for offset, token in enumerate(missing)})
+    return with_tokenizer_json(tokenizer, spec)
+
+
+def with_tokenizer_json(tokenizer, spec: dict):
+    """`tokenizer` with its tokenizer.json replaced by `spec`, reloaded through save_pretrained, so the wrapper keeps
+    its special tokens, settings and chat template."""
     with tempfile.TemporaryDirectory(prefix="langswap-tokenizer-") as folder:
         tokenizer.save_pretrained(folder)
         (Path(folder) / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")

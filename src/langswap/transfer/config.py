@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from langswap.calibrate import CalibrationConfig
-from langswap.config import from_dict
+from langswap.config import check_choices, from_dict
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.files import refuse_existing
 from langswap.methods.base import DEFAULT_METHOD, MethodConfig, check_resources, get_method
@@ -128,8 +128,7 @@ class TransferConfig(ModelPairConfig):
                                        "transfer without calibration).")
         if self.held_out_lines < 0:
             raise ConfigError(f"held_out_lines is {self.held_out_lines}; give 0 or more lines.")
-        if self.vocabulary not in ("auto", "extend", "replace"):
-            raise ConfigError(f"vocabulary is {self.vocabulary!r}; choose auto, extend or replace.")
+        check_choices(self)
         if isinstance(self.pad_to_multiple, bool) or not isinstance(self.pad_to_multiple, int) \
                 or self.pad_to_multiple < 1:
             raise ConfigError(f"pad_to_multiple is {self.pad_to_multiple!r}; give a whole number of rows, at least 1 "

@@ -79,6 +79,16 @@ class Target:
     vocabulary: object  # tokens.Vocabulary
     growth: Growth | None = None  # an extended vocabulary; None: a replaced one
 
+    @property
+    def rows(self) -> int:
+        """Rows of the new token matrices."""
+        return self.growth.rows if self.growth else len(self.vocabulary)
+
+    @property
+    def kept(self) -> int:
+        """Leading ids whose rows are the source's own (an extended vocabulary's source tokens; 0 otherwise)."""
+        return self.growth.kept if self.growth else 0
+
 
 @dataclass
 class Inputs:
@@ -192,9 +202,8 @@ def load_target(config: TransferConfig, source: Source, text: TextSteps, progres
     target.growth = plan_growth(config, source, target)
     check_position_offset(source.model, target.vocabulary.roles)
     untie = source.matrices.tied and text.strength > 0 and config.calibration.tied_head == "untie"
-    rows = target.growth.rows if target.growth else len(target.vocabulary)
-    check_output_space(Path(config.output), output_size(source.stored_bytes, source.matrices, rows, source.dtype,
-                                                        untie))
+    check_output_space(Path(config.output), output_size(source.stored_bytes, source.matrices, target.rows,
+                                                        source.dtype, untie))
     return target
 
 
@@ -252,10 +261,10 @@ def load_inputs(config: TransferConfig, source: Source, target: Target) -> Input
     device = config.compute_device()
     if device.type == "cpu" and torch.cuda.is_available():
         logger.info("the method runs on the CPU; --set method_device=cuda runs its searches on the GPU")
-    growth = target.growth
     return Inputs(TransferInputs(source.vocabulary, target.vocabulary, source.matrices.embeddings,
-                                 resources=resources, device=device, kept=growth.kept if growth else 0,
-                                 padding=padding_rows(growth, source.matrices) if growth else None), reports)
+                                 resources=resources, device=device, kept=target.kept,
+                                 padding=padding_rows(target.growth, source.matrices) if target.growth else None),
+                  reports)
 
 
 def finish_context(config: TransferConfig, source: Source, target: Target, text: TextSteps) -> FinishContext:
@@ -268,8 +277,7 @@ def finish_context(config: TransferConfig, source: Source, target: Target, text:
     if text.strength > 0 and not (source.matrices.tied and config.calibration.tied_head == "skip"):
         from langswap.calibrate import frequency_line
 
-        rows = target.growth.rows if target.growth else len(target.vocabulary)
-        line = frequency_line(target.tokenizer, text.lines, rows, calibration)
+        line = frequency_line(target.tokenizer, text.lines, target.rows, calibration)
     return FinishContext(config, target, text, calibration, line)
 
 
@@ -290,9 +298,8 @@ def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strengt
 def calibrate_step(context: FinishContext, model, result: MethodResult) -> dict:
     """Frequency calibration as the text plan says."""
     text = context.text
-    growth = context.target.growth
     report = calibrate_rows(model, context.target.tokenizer, result.mapping, context.calibration, text.strength,
-                            text.lines, context.line, growth.kept if growth else 0)
+                            text.lines, context.line, context.target.kept)
     return {**report, "text": str(text.text)}
 
 
