@@ -204,6 +204,10 @@ def test_the_calibration_line_says_what_moved_and_what_moved_up_only():
     assert "9,983 output rows moved" in line and "counts smoothed by 0.5" in line
     assert "412 rows of tokens counted fewer than 2 times moved up only" in line
     assert "tied input rows moved with them" in line
+    assert "frequencies of rare tokens held out" in _calibration_line({
+        "rows": 5, "strength": 1.0, "frequencies": {"estimate": "held-out", "per_count": {}}})
+    assert "counts smoothed by 2" in _calibration_line({
+        "rows": 5, "strength": 1.0, "frequencies": {"estimate": "add-k", "smoothing": 2.0}})
     assert _calibration_line({"rows": 0, "skipped": "put back"}) == "none (put back)"
     assert "moved up only" not in _calibration_line({"rows": 5, "strength": 1.0, "up_only_rows": {"rows": 0,
                                                                                               "below_count": 1}})

@@ -55,10 +55,17 @@ class CalibrationConfig:
         "help": "Which rows move: all (every non-special row) or new (rows the method did not copy).",
         "choices": ("all", "new")})
     slope: float = field(default=1.0, metadata={"help": "Mean logit per unit of log-frequency on the line."})
+    frequencies: str | None = field(default=None, metadata={
+        "help": "How counts become the frequencies rows move towards: held-out (a token counted r < 3 times gets "
+                "the frequency in new text of the tokens counted r times, measured on the check lines read by a "
+                "tokenizer trained without them; more frequent tokens their relative frequency) or add-k "
+                "(add-`smoothing` counts); unset: add-k where smoothing is set, otherwise held-out (add-k where "
+                "no tokenizer can be trained or there are no check lines).",
+        "choices": ("held-out", "add-k")})
     smoothing: float | None = field(default=None, metadata={
-        "help": "Pseudo-count added to every token's count before its frequency is taken (add-k smoothing); "
-                "unset: the one that best predicts the check lines when a tokenizer like the target's is trained "
-                "on the counted lines alone (`choose_smoothing`), or 0.5 without check lines."})
+        "help": "add-k's pseudo-count, added to every token's count before its frequency is taken; unset: the one "
+                "that best predicts the check lines when a tokenizer like the target's is trained on the counted "
+                "lines alone (`choose_smoothing`), or 0.5 without check lines."})
     rounds: int = field(default=1, metadata={"help": "Measure and move this many times."})
     text: str | None = field(default=None, metadata={
         "help": "Target-language text the frequencies and hidden states are taken from; default: the transfer's "
@@ -92,6 +99,11 @@ class CalibrationConfig:
         if self.lower_min_count < 0:
             raise ConfigError(f"calibration.lower_min_count is {self.lower_min_count}; give a count of at least 0 (0: "
                               "every row may move down).")
+        if self.frequencies not in (None, "held-out", "add-k"):
+            raise ConfigError(f"calibration.frequencies is {self.frequencies!r}; choose held-out or add-k.")
+        if self.frequencies == "held-out" and self.smoothing is not None:
+            raise ConfigError("calibration.smoothing is add-k's pseudo-count; set frequencies: add-k with it, or "
+                              "leave smoothing unset for held-out frequencies.")
         if self.rounds < 1 or self.lines < 1 or self.hidden_lines < 1 or self.max_length < 2 or self.check_lines < 0:
             raise ConfigError("calibration.rounds, lines and hidden_lines must be at least 1, max_length at least 2, "
                               "check_lines at least 0.")
@@ -165,17 +177,16 @@ SMOOTHING_GRID = (1 / 64, 1 / 32, 1 / 16, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 
 FALLBACK_SMOOTHING = 0.5
 
 
-def choose_smoothing(tokenizer, counted: list[str], held: list[str]) -> dict:
-    """The add-k pseudo-count of SMOOTHING_GRID under which the token counts of `counted` best predict the tokens of
-    `held` (lowest cross-entropy), both read by a tokenizer like `tokenizer` (its family and size) trained on
-    `counted` alone. Returns {"smoothing": k, "cross_entropy": {k: nats per token}} or, where no tokenizer can be
-    trained (a slow tokenizer) or `held` has no tokens, {"smoothing": 0.5, "fallback": why}.
+def proxy_counts(tokenizer, counted: list[str], held: list[str]) -> tuple[np.ndarray, np.ndarray] | str:
+    """(token counts of `counted`, token counts of `held`), both read by a tokenizer like `tokenizer` (its family
+    and size) trained on `counted` alone; or, where there is none (a slow tokenizer, a failed retraining, check
+    lines without tokens), why.
 
     Why a tokenizer of its own: calibration text is usually the text the target tokenizer was trained on, and a
     tokenizer reading its own training text has a token for most of its words, while words it never saw split into
     pieces that such counts hardly contain (intermediate merges of BPE). Counted by the target tokenizer, held-out
-    lines of that text are not new to it and favour too little smoothing; read by a tokenizer that never saw them,
-    they are new text, as the text a transferred model meets is new to its tokenizer."""
+    lines of that text are not new to it; read by a tokenizer that never saw them, they are new text, as the text a
+    transferred model meets is new to its tokenizer."""
     from langswap.resources.tokenizer import train_tokenizer_on_lines
 
     try:
@@ -183,15 +194,27 @@ def choose_smoothing(tokenizer, counted: list[str], held: list[str]) -> dict:
         size = len(proxy)
         counts, held_counts = token_counts(proxy, counted, size), token_counts(proxy, held, size)
     except LangswapError as error:  # a slow tokenizer: no Rust trainer
-        return {"smoothing": FALLBACK_SMOOTHING, "fallback": f"no tokenizer could be trained on the text ({error})"}
+        return f"no tokenizer could be trained on the text ({error})"
     except Exception as error:  # noqa: BLE001 - the Rust trainer and tokenizer raise bare Exceptions
         # (a Unigram tokenizer without an unk id retrained on text that lacks a character of the check lines)
-        logger.warning("calibration smoothing: the tokenizer retrained on the counted lines failed (%s: %s); "
+        logger.warning("calibration frequencies: the tokenizer retrained on the counted lines failed (%s: %s); "
                        "add-%g smoothing is used", type(error).__name__, error, FALLBACK_SMOOTHING)
-        return {"smoothing": FALLBACK_SMOOTHING,
-                "fallback": f"the tokenizer retrained on the counted lines failed ({type(error).__name__}: {error})"}
+        return f"the tokenizer retrained on the counted lines failed ({type(error).__name__}: {error})"
     if not held_counts.sum():
-        return {"smoothing": FALLBACK_SMOOTHING, "fallback": "the check lines have no tokens"}
+        return "the check lines have no tokens"
+    return counts, held_counts
+
+
+def choose_smoothing(tokenizer, counted: list[str], held: list[str],
+                     proxy: tuple[np.ndarray, np.ndarray] | str | None = None) -> dict:
+    """The add-k pseudo-count of SMOOTHING_GRID under which the token counts of `counted` best predict the tokens of
+    `held` (lowest cross-entropy), both read by a tokenizer like `tokenizer` trained on `counted` alone
+    (`proxy_counts`, or `proxy` where the caller has it). Returns {"smoothing": k, "cross_entropy": {k: nats per
+    token}} or, where there is no such tokenizer, {"smoothing": 0.5, "fallback": why}."""
+    proxy = proxy_counts(tokenizer, counted, held) if proxy is None else proxy
+    if isinstance(proxy, str):
+        return {"smoothing": FALLBACK_SMOOTHING, "fallback": proxy}
+    counts, held_counts = proxy
     entropy = {k: float(-(held_counts * smoothed_log_frequencies(counts, k)).sum() / held_counts.sum())
                for k in SMOOTHING_GRID}
     best = min(entropy, key=entropy.get)
@@ -201,24 +224,67 @@ def choose_smoothing(tokenizer, counted: list[str], held: list[str]) -> dict:
     return report
 
 
+HELD_OUT_COUNTS = 3  # counts 0, 1 and 2 each get the frequency their class shows in new text
+
+
+def held_out_log_frequencies(counts: np.ndarray, proxy: tuple[np.ndarray, np.ndarray],
+                             below: int = HELD_OUT_COUNTS) -> tuple[np.ndarray, dict]:
+    """((size,) log-frequencies for the token `counts` of the counted lines, a report), by held-out estimation
+    (Jelinek and Mercer 1985) on `proxy`: the counts of the counted lines and of the check lines by a tokenizer
+    trained on the counted lines alone (`proxy_counts`).
+
+    A token counted r < `below` times gets the mean share of the check lines' tokens that the proxy's tokens
+    counted r times have; a token counted more often gets its relative frequency, scaled by the share of the check
+    lines those tokens have together. Unlike add-k, this need not rank an unseen token below one seen once: a
+    tokenizer trained on a text has tokens for that text's words, while new words split into pieces the text
+    rarely shows whole (the intermediate merges of BPE), so in new text the tokens its training text never showed
+    can be more frequent than those it showed once. A class the proxy lacks, or one the check lines never show, gets
+    half an occurrence of the check lines spread over its tokens."""
+    proxy_counted, proxy_held = proxy
+    held_total = float(proxy_held.sum())
+    frequent = proxy_counted >= below
+    scale = (float(proxy_held[frequent].sum()) / held_total) / (
+        float(proxy_counted[frequent].sum()) / max(float(proxy_counted.sum()), 1.0)) if frequent.any() else 1.0
+    frequencies = counts / max(float(counts.sum()), 1.0) * scale
+    per_count = {}
+    for r in range(below):
+        members = proxy_counted == r
+        share = max(float(proxy_held[members].sum()), 0.5) / (max(int(members.sum()), 1) * held_total)
+        frequencies = np.where(counts == r, share, frequencies)
+        per_count[str(r)] = {"tokens": int((counts == r).sum()), "frequency": float(f"{share:.4g}")}
+    return np.log(frequencies / frequencies.sum()), {
+        "estimate": "held-out", "per_count": per_count, "above": {"from_count": below, "scale": round(scale, 4)},
+        "check_tokens": int(held_total)}
+
+
 def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationConfig) \
         -> tuple[np.ndarray, dict, np.ndarray]:
-    """((size,) log-frequencies calibration moves rows towards, how their smoothing was set, (size,) each token's
-    count on the counted lines): counted on the lines `split_check_lines` keeps for counting (up to
-    `config.lines`), smoothed by `config.smoothing` or, unset, by `choose_smoothing` on the check lines."""
+    """((size,) log-frequencies calibration moves rows towards, how they were estimated, (size,) each token's count
+    on the counted lines): counted on the lines `split_check_lines` keeps for counting (up to `config.lines`), then
+    estimated as `config.frequencies` says (`held_out_log_frequencies`, or add-k smoothing by `config.smoothing` or,
+    unset, by `choose_smoothing`), on the check lines read by a tokenizer trained without them."""
     counted, held = split_check_lines(lines, config)
     counted = counted[:config.lines]
-    if config.smoothing is not None:
-        smoothing = {"smoothing": config.smoothing, "set": "calibration.smoothing"}
-    elif held:
-        smoothing = choose_smoothing(tokenizer, counted, held)
-        logger.info("calibration counts smoothed by %g (chosen on %d check lines read by a tokenizer trained "
-                    "without them)%s", smoothing["smoothing"], len(held),
-                    f"; {smoothing['fallback']}" if "fallback" in smoothing else "")
-    else:
-        smoothing = {"smoothing": FALLBACK_SMOOTHING, "fallback": "no check lines (check_lines: 0, or too little text)"}
     counts = token_counts(tokenizer, counted, size)
-    return smoothed_log_frequencies(counts, smoothing["smoothing"]), smoothing, counts
+    estimate = config.frequencies or ("add-k" if config.smoothing is not None else "held-out")
+    if estimate == "add-k" and config.smoothing is not None:
+        how = {"estimate": "add-k", "smoothing": config.smoothing, "set": "calibration.smoothing"}
+    elif not held:
+        how = {"estimate": "add-k", "smoothing": FALLBACK_SMOOTHING,
+               "fallback": "no check lines (check_lines: 0, or too little text)"}
+    else:
+        proxy = proxy_counts(tokenizer, counted, held)
+        if estimate == "held-out" and not isinstance(proxy, str):
+            logf, how = held_out_log_frequencies(counts, proxy)
+            logger.info("calibration frequencies held out: in new text (%d check lines read by a tokenizer trained "
+                        "without them) a token counted %s", len(held), ", ".join(
+                            f"{r} times has frequency {v['frequency']:.3g}" for r, v in how["per_count"].items()))
+            return logf, how, counts
+        how = {"estimate": "add-k", **choose_smoothing(tokenizer, counted, held, proxy)}
+        logger.info("calibration counts smoothed by %g (chosen on %d check lines read by a tokenizer trained "
+                    "without them)%s", how["smoothing"], len(held),
+                    f"; {how['fallback']}" if "fallback" in how else "")
+    return smoothed_log_frequencies(counts, how["smoothing"]), how, counts
 
 
 class _HeadReached(Exception):
@@ -330,7 +396,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
         moved = np.concatenate([moved, np.zeros(size - len(moved), dtype=bool)])
     if line is None:
         line = frequency_line(tokenizer, lines, size, config)
-    logf, smoothing, counts = line
+    logf, frequencies, counts = line
     up_only = counts < config.lower_min_count
     assert len(logf) == size, (len(logf), size)
     lines, held = split_check_lines(lines, config)
@@ -357,7 +423,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
         rounds.append({"mean_abs_distance": round(float(np.abs(distance[moved]).mean()), 4)})
     report = {"rows": int(moved.sum()), "strength": config.strength, "slope": config.slope,
               "through": "output bias" if bias is not None else "head rows along the mean hidden state",
-              "rounds": rounds, "smoothing": smoothing,
+              "rounds": rounds, "frequencies": frequencies,
               "up_only_rows": {"rows": int((up_only & moved).sum()), "below_count": config.lower_min_count},
               "input_rows": input_row_moves(saved[0], weight, moved) if moves_inputs else {"moved": 0}}
     if held:

@@ -453,8 +453,11 @@ def _calibration_line(calibration: dict | None) -> str | None:
     rows = f"{_count(calibration['rows'])} output rows" if calibration.get("rows") else "the output rows"
     text = f" of `{_name(calibration['text'])}`" if calibration.get("text") else ""
     through = f", through the {calibration['through']}" if calibration.get("through") else ""
-    smoothing = calibration.get("smoothing") or {}
-    smoothed = f", counts smoothed by {_value(smoothing['smoothing'])}" if "smoothing" in smoothing else ""
+    frequencies = calibration.get("frequencies") or calibration.get("smoothing") or {}
+    if frequencies.get("estimate") == "held-out":
+        smoothed = ", frequencies of rare tokens held out"
+    else:
+        smoothed = f", counts smoothed by {_value(frequencies['smoothing'])}" if "smoothing" in frequencies else ""
     up_only = calibration.get("up_only_rows") or {}
     if up_only.get("rows"):
         rare = ("never counted" if up_only["below_count"] == 1
