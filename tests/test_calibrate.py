@@ -282,6 +282,45 @@ def test_smoothing_is_chosen_on_check_lines_read_by_a_tokenizer_that_never_saw_t
     assert fallback["smoothing"] == 0.5 and "no tokenizer" in fallback["fallback"]
 
 
+def test_held_out_frequencies_give_each_rare_count_its_share_of_new_text():
+    """Held-out estimation by hand: tokens counted r < 3 times get the mean share of the check lines' tokens that the
+    proxy's tokens counted r times have (half an occurrence where the check lines show none, or the class is empty);
+    more frequent tokens their relative frequency, scaled by the share of the check lines such tokens have."""
+    from langswap.calibrate import held_out_log_frequencies
+
+    proxy_counted = np.array([0, 0, 1, 1, 5, 10], dtype=float)
+    proxy_held = np.array([3, 1, 0, 0, 2, 4], dtype=float)  # 10 check tokens, 4 of them on the unseen class
+    counts = np.array([0, 1, 2, 6, 12], dtype=float)
+    logf, report = held_out_log_frequencies(counts, (proxy_counted, proxy_held))
+    scale = (6 / 10) / (15 / 17)
+    expected = np.array([4 / (2 * 10), 0.5 / (2 * 10), 0.5 / 10, 6 / 21 * scale, 12 / 21 * scale])
+    assert np.allclose(np.exp(logf), expected / expected.sum())
+    assert report["per_count"]["0"] == {"tokens": 1, "frequency": 0.2}
+    assert report["above"] == {"from_count": 3, "scale": round(scale, 4)} and report["check_tokens"] == 10
+
+
+def test_held_out_frequencies_rank_tokens_new_text_splits_into_above_those_seen_once():
+    """A tokenizer trained on a text has a token for most of its words, and words it never saw split into pieces
+    that text rarely shows whole: in new text those pieces are more frequent than add-k smoothing makes them, and
+    held-out estimation measures how much on check lines read by a tokenizer trained without them. It is the
+    default; add-k is used where smoothing is set, and where no tokenizer can be trained."""
+    from langswap.calibrate import CalibrationConfig, frequency_line, smoothed_log_frequencies, token_counts
+
+    counted = _lines_of(_made_up_words(800, seed=0), 400, seed=1)
+    new_words = _lines_of(_made_up_words(800, seed=2), 100, seed=3)
+    tokenizer = byte_level_tokenizer(counted + new_words, vocab_size=1500)
+    logf, how, counts = frequency_line(tokenizer, counted + new_words, len(tokenizer), CalibrationConfig())
+    assert how["estimate"] == "held-out" and how["check_tokens"] > 0
+    assert np.array_equal(counts, token_counts(tokenizer, counted, len(tokenizer)))
+    new_counts = token_counts(tokenizer, new_words, len(tokenizer))
+    add_half = smoothed_log_frequencies(counts, 0.5)
+    assert -(new_counts * logf).sum() < -(new_counts * add_half).sum()  # predicts the new text better
+    _, how, _ = frequency_line(tokenizer, counted + new_words, len(tokenizer), CalibrationConfig(smoothing=2.0))
+    assert how == {"estimate": "add-k", "smoothing": 2.0, "set": "calibration.smoothing"}
+    with pytest.raises(ConfigError, match="set frequencies: add-k"):
+        CalibrationConfig(frequencies="held-out", smoothing=2.0)
+
+
 class _Slow:
     """A tokenizer without a Rust trainer."""
 

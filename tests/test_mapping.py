@@ -52,6 +52,10 @@ def test_compressed_mixing_equals_the_padded_table_bit_for_bit(block_bytes):
         padded = mix_rows(table, torch.from_numpy(sources), torch.from_numpy(weights), block_bytes=block_bytes)
         assert torch.equal(_bits(compressed), _bits(expected))
         assert torch.equal(_bits(padded), _bits(expected))
+        # rows asked for beyond the mapping's come zero, after the same rows, for the caller to fill in place
+        longer = mix_csr_rows(table, indptr, sources[valid], weights[valid], block_bytes=block_bytes,
+                              rows=len(indptr) + 2)
+        assert torch.equal(_bits(longer[:len(indptr) - 1]), _bits(expected)) and not longer[len(indptr) - 1:].any()
     assert torch.equal(mix_csr_rows(matrix, np.zeros(4, dtype=np.int64), [], []), torch.zeros(3, 8))
 
 

@@ -134,11 +134,12 @@ def mix_rows(matrix: torch.Tensor, sources: torch.Tensor, weights: torch.Tensor,
 
 
 def mix_csr_rows(matrix: torch.Tensor, indptr, indices, weights, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                 dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                 dtype: torch.dtype = torch.float32, rows: int | None = None) -> torch.Tensor:
     """out[i] = sum over j in indptr[i]:indptr[i + 1] of weights[j] * matrix[indices[j]]: rows compressed by row.
 
     matrix: (V_s, d) or (V_s,) for a bias; indptr: (N + 1,) int64 from 0; indices: (nnz,) int64 rows of `matrix`;
-    weights: (nnz,). Numpy or torch. Returns (N, d) or (N,) in `dtype`; a row without entries is zero. Each block of
+    weights: (nnz,). Numpy or torch. Returns (N, d) or (N,) in `dtype`, or `rows` (at least N) rows of which the
+    last rows - N are zero for the caller to fill; a row without entries is zero. Each block of
     rows is one weighted-sum `embedding_bag` over at most block_bytes / (4 d) entries (more only where one row holds
     more), so no (N, longest row) table and no (entries, d) gather is built: one row of 500 sources costs 500
     entries. A row's terms are added in their order, as a padded table's row without its padding. Sums are float32
@@ -153,6 +154,8 @@ def mix_csr_rows(matrix: torch.Tensor, indptr, indices, weights, block_bytes: in
     indices = _as_tensor(indices, torch.int64)
     weights = _as_tensor(weights, torch.float32)
     n_rows = len(indptr) - 1
+    total = n_rows if rows is None else rows
+    assert total >= n_rows, (total, n_rows)
     assert indptr[0] == 0 and len(indices) == len(weights) == indptr[-1], "indptr, indices and weights disagree"
     # a block's entries, and its (rows, d) float32 result, stay under block_bytes
     per_block = max(1, block_bytes // (4 * max(table.shape[1], 1)))
@@ -172,13 +175,13 @@ def mix_csr_rows(matrix: torch.Tensor, indptr, indices, weights, block_bytes: in
             mixed = torch.nn.functional.embedding_bag(
                 bag_indices, bag_table, indptr[start:stop] - first, per_sample_weights=weights[first:last],
                 mode="sum")
-            if start == 0 and stop == n_rows and dtype == torch.float32:
+            if start == 0 and stop == n_rows == total and dtype == torch.float32:
                 out = mixed  # one block: its result is the output, not a copy of it
             else:
                 if out is None:
-                    out = torch.zeros((n_rows, table.shape[1]), dtype=dtype)
+                    out = torch.zeros((total, table.shape[1]), dtype=dtype)
                 out[start:stop] = mixed
         start = stop
     if out is None:
-        out = torch.zeros((n_rows, table.shape[1]), dtype=dtype)
+        out = torch.zeros((total, table.shape[1]), dtype=dtype)
     return out[:, 0] if vector else out

@@ -333,7 +333,9 @@ def finish_mapping(name: str, mapping: TokenMapping, inputs: TransferInputs, con
     if mapping.head is not None:
         logger.info("%s, untied output head: %s", name, mapping.head.summary())
     source_matrices = source_matrices or {}
-    result = MethodResult(mapping, build_matrix(mapping, inputs.source_embeddings, config.seed, "embeddings", dtype))
+    padding = {which: rows for which, rows in (inputs.padding or {}).items() if rows is not None and len(rows)}
+    result = MethodResult(mapping, build_matrix(mapping, inputs.source_embeddings, config.seed, "embeddings", dtype,
+                                                padding.get("embeddings")))
     # an untied head and its bias follow the head's own mapping where the method made one; a tied head's bias
     # follows its rows, which are the input rows
     head = mapping.head if mapping.head is not None and source_matrices.get("output_embeddings") is not None \
@@ -341,12 +343,7 @@ def finish_mapping(name: str, mapping: TokenMapping, inputs: TransferInputs, con
     for which in ("output_embeddings", "output_bias"):
         if source_matrices.get(which) is not None:
             setattr(result, which, build_matrix(head, source_matrices[which], config.seed, which,
-                                                dtype if which == "output_embeddings" else None))
-    if inputs.padding:
-        for which in ("embeddings", "output_embeddings", "output_bias"):
-            matrix, rows = getattr(result, which), inputs.padding.get(which)
-            if matrix is not None and rows is not None and len(rows):
-                setattr(result, which, torch.cat([matrix, rows.to(matrix.dtype)]))
+                                                dtype if which == "output_embeddings" else None, padding.get(which)))
     return result
 
 

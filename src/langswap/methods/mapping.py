@@ -541,18 +541,23 @@ def random_row_blocks(matrix: torch.Tensor, count: int, seed: int, stream: int, 
 
 
 def build_matrix(mapping: TokenMapping, matrix: torch.Tensor, seed: int, which: str = "embeddings",
-                 dtype: torch.dtype | None = None) -> torch.Tensor:
+                 dtype: torch.dtype | None = None, after: torch.Tensor | None = None) -> torch.Tensor:
     """Apply a finished mapping to one source matrix (V_s, d) or bias (V_s,); returns (V_t, ...) in `dtype` (default:
     the matrix's own).
 
     `which` names the matrix (one of MATRICES): it picks the random stream (0, 1, 2) and, for BASE_PLUS_OFFSET rows,
     the base matrix and the offsets, as KIND_RULES states per kind. Mixed rows are summed in float32 in blocks of
-    rows (`mix_csr_rows`), whatever the matrix's dtype: the only (V_t, d) array is the result.
+    rows (`mix_csr_rows`), whatever the matrix's dtype: the only (V_t, d) array is the result. `after`: rows that
+    follow the mapping's (an extension's padding), written into the same result rather than concatenated to it.
     """
     stream = MATRICES.index(which)
     table = matrix.detach()
     mapping._compact()  # the writable arrays themselves: torch warns on views of read-only ones
-    out = mix_csr_rows(table, mapping._indptr, mapping._indices, mapping._weights, dtype=dtype or matrix.dtype)
+    extra = 0 if after is None else len(after)
+    out = mix_csr_rows(table, mapping._indptr, mapping._indices, mapping._weights, dtype=dtype or matrix.dtype,
+                       rows=len(mapping) + extra)
+    if extra:
+        out[len(mapping):] = after.to(out.dtype)
     mean_rows = mapping.rows_of(Kind.MEAN)
     if len(mean_rows):
         out[torch.from_numpy(mean_rows)] = column_stats(table)[0].to(out.dtype)
