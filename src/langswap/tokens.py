@@ -124,7 +124,9 @@ def special_token_roles(tokenizer) -> dict[str, int]:
     return roles
 
 
-def _canonical(token_id: int, token: str, family: str, details: dict, added: set[str]) -> CanonicalToken:
+def canonical_token(token_id: int, token: str, family: str, details: dict, added: set[str]) -> CanonicalToken:
+    """The canonical form of one token: `token` its vocabulary string, `family` and `details` as `detect_family`
+    gives them for its tokenizer, `added` the contents of the tokenizer's added tokens (stored literally)."""
     if token in added:  # added tokens are stored literally, whatever the family
         return CanonicalToken(token_id, token, token.encode("utf-8"), word_start=False)
     if family == BYTE_LEVEL:
@@ -159,7 +161,7 @@ def canonical_tokens(tokenizer, token_ids) -> dict[int, CanonicalToken]:
     added = {entry.content for entry in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).values()}
     ids = sorted(set(token_ids))
     names = tokenizer.convert_ids_to_tokens(ids)
-    return {token_id: _canonical(token_id, name or "", family, details, added) for token_id, name in zip(ids, names)}
+    return {token_id: canonical_token(token_id, name or "", family, details, added) for token_id, name in zip(ids, names)}
 
 
 class Vocabulary:
@@ -193,7 +195,7 @@ class Vocabulary:
             if name is None:  # an id the tokenizer never produces
                 tokens.append(CanonicalToken(token_id, "", b"", word_start=False, special=True))
                 continue
-            canonical = _canonical(token_id, name, self.family, self.details, added)
+            canonical = canonical_token(token_id, name, self.family, self.details, added)
             if token_id in special_ids:
                 canonical = CanonicalToken(token_id, name, name.encode("utf-8"), word_start=False, special=True,
                                            roles=tuple(roles_of.get(token_id, ())))
