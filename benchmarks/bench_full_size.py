@@ -19,6 +19,7 @@ plus 2 GiB, wall time within 2 times the copy plus the method's own compute (lan
 
     python benchmarks/bench_full_size.py                              # bfloat16; overlap and wechsel
     python benchmarks/bench_full_size.py --dtype float32 --methods overlap
+    python benchmarks/bench_full_size.py --extend 10000 --methods fvt    # into an extension of the source's tokenizer
 
 Disk: the checkpoint (16 GB in bfloat16, 32 GB in float32) plus one transfer's output of the same size; the output
 is deleted after it is measured.
@@ -66,6 +67,10 @@ def parse_args(argv=None):
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--workdir", type=Path, default=Path("~/.cache/langswap/full-size").expanduser())
     parser.add_argument("--vectors", type=Path, default=Path("~/.cache/langswap/bench-quality").expanduser())
+    parser.add_argument("--extend", type=int, default=0, help="Target tokenizer: the source's extended by this "
+                                                              "many German tokens (a transfer into an extension) "
+                                                              "instead of a German tokenizer of its own.")
+    parser.add_argument("--extend-lines", type=int, default=20000, help="German lines the extension learns from.")
     return parser.parse_args(argv)
 
 
@@ -95,6 +100,22 @@ def build_tokenizers(args, size: int) -> tuple[Path, Path]:
         german = joined_text(args.data, GERMAN, args.workdir / "de.txt")
         save_tokenizer(train_tokenizer(load_tokenizer(source), german, size), target)
     return source, target
+
+
+def build_extension(args, source: Path) -> Path:
+    """The source tokenizer extended by `args.extend` tokens learnt from the first `args.extend_lines` German lines."""
+    from langswap.models import load_tokenizer, save_tokenizer
+    from langswap.resources.extension import extend_tokenizer
+
+    folder = args.workdir / f"{source.name}-extended-{args.extend}"
+    if not folder.is_dir():
+        german = joined_text(args.data, GERMAN, args.workdir / "de.txt")
+        with open(german, encoding="utf-8") as text:
+            lines = [line for _, line in zip(range(args.extend_lines), text)]
+        extension = extend_tokenizer(load_tokenizer(source), lines, args.extend, progress=True)
+        save_tokenizer(extension.tokenizer, folder.with_name(folder.name + ".partial"))
+        folder.with_name(folder.name + ".partial").rename(folder)
+    return folder
 
 
 def build_model(args, tokenizer_folder: Path) -> Path:
@@ -236,6 +257,8 @@ def main(argv=None) -> int:
     size = SHAPES[args.shape]["vocab_size"]
     clock = time.perf_counter()
     source_tokenizer, target_tokenizer = build_tokenizers(args, size)
+    if args.extend:
+        target_tokenizer = build_extension(args, source_tokenizer)
     model = build_model(args, source_tokenizer)
     print(f"inputs ready in {time.perf_counter() - clock:.0f} s: {model}", flush=True)
     vocabularies = vocabulary_seconds({"source": source_tokenizer, "target": target_tokenizer,
@@ -257,7 +280,7 @@ def main(argv=None) -> int:
         copy_seconds, _ = timed(["cp", "-r", str(model), str(copy)])
         shutil.rmtree(copy)
         os.sync()
-        output = args.workdir / f"out-{method}-{args.dtype}"
+        output = args.workdir / f"out-{method}-{args.dtype}{f'-extend-{args.extend}' if args.extend else ''}"
         shutil.rmtree(output, ignore_errors=True)
         command = [sys.executable, "-m", "langswap", "-q", "transfer", "--source-model", str(model),
                    "--target-tokenizer", str(target_tokenizer), "--method", method, "--output", str(output)]
@@ -275,7 +298,7 @@ def main(argv=None) -> int:
                "new_matrices_gib": round(new_gib, 2), "copy_s": copy_seconds, "wall_s": wall,
                "method_s": method_seconds, "peak_gib": round(peak, 2), "peak_goal_gib": round(bound, 2),
                "wall_goal_s": round(2 * (copy_seconds + method_seconds), 1), "streamed": bool(record["streamed"]),
-               "seconds": record["seconds"], "tokenizers": rows}
+               "seconds": record["seconds"], "tokenizers": rows, "vocabulary": record.get("vocabulary")}
         results.append(row)
         print(json.dumps(row), flush=True)
     print(f"\n{args.shape} ({checkpoint_gib:.1f} GiB in {args.dtype}; tokenizers: {rows['source']:,} source and "

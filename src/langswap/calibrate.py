@@ -14,8 +14,9 @@ logit sits on that line at the token's log-frequency in the target text, by a sh
 The slope `a` is 1 by default (a calibrated model's logits are log-probabilities up to a shift), and the offset `c`
 centres the moves (their mean over the moved rows is zero before the rule below), so no text of the source language
 is needed. `rounds` repeats the measurement and the move (moving tied rows moves h̄ a little). h̄ is averaged over the
-first `hidden_lines` lines. Frequencies are add-k smoothed counts of the target tokenizer's tokens on up to `lines`
-lines, k chosen on the check lines as read by a tokenizer trained without them (`choose_smoothing`).
+first `hidden_lines` lines. Frequencies come from the target tokenizer's counts on up to `lines` lines, estimated for
+new text on the check lines as read by a tokenizer trained without them: by held-out estimation for tokens counted
+fewer than 3 times (`held_out_log_frequencies`, the default) or by add-k smoothing (`choose_smoothing`).
 
 Calibration is meant for a model that will be trained on the target text, which teaches the model that text's
 frequencies by itself. A token the counted lines show fewer than `lower_min_count` times (3 by default: never, once

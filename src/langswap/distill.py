@@ -1,0 +1,571 @@
+"""Token distillation: learn a transferred model's new input rows from the source model reading the same text.
+
+A transfer gives a model, whose transformer body is the source model's, new input rows for a target tokenizer,
+initialised by heuristics. The source model itself is the best teacher: it can read the same text with its own
+tokenizer. Token Distillation (Dobler, Elliott and de Melo, 2025) moves the new rows so that the hidden states the
+body computes reading the target tokenization match those it computes reading the source tokenization:
+
+- Each line of target-language text is read by both tokenizers (`langswap.chunks`). Where both end a token on the
+  same byte (a chunk boundary), both readings have seen exactly the same bytes, so the student's hidden state after
+  target token `target_at[k]` is matched to the teacher's after source token `source_at[k]`. Every boundary of a
+  line is matched, so a new token is also judged by what the positions after it read from it (the paper's
+  "attention-aware" objective). Chunks holding bytes either tokenizer could not spell (`AlignedText.unencodable`)
+  are read but not matched.
+- The teacher is the same body fed the source model's input rows (`inputs_embeds = source_embeddings[source_ids]`,
+  no gradient); no second copy of the model is made. The student is the body fed the model's own input rows, of
+  which only the `trainable` ones (the new rows) are learned: they are optimised as a separate float32 parameter
+  and written back at the end, so every other row, and every body weight, is left bitwise as it was.
+- Distance, averaged over the matched positions and the chosen layers: "mse" is the squared error divided, channel
+  by channel, by the teacher's mean square in that channel over the batch's matched positions (tokenkit's
+  `alm_latents` with `l2_channelwise`), so a few channels with huge activations do not outweigh the rest; "cosine"
+  is 1 - cos(student, teacher).
+- Optimiser: AdamW with weight decay 0 (the rows are pulled towards a target, not towards zero), learning rate
+  warmed up linearly over the first 5% of the token budget and then decayed linearly to 0 at its end.
+- An untied output head with `head: lm`: the new output rows learn by the student's next-token cross-entropy on the
+  target text, the gradient reaching only the output matrix (the head reads the student's last hidden state
+  detached), and only its `trainable` rows. With a tied head the input rows ARE the output rows: distillation moves
+  both, and the output rows end where the input side puts them, learned for what they make the body compute, not
+  for prediction; `head` does not apply.
+
+Each line is read on its own, after the tokenizer's bos token (or eos where there is none, as GPT-2 does; as the
+evaluation reads lines), in windows of whole chunks of at most `max_length` target tokens; the source side reads
+the same bytes, up to the model's position limit. Windows are right-padded without an attention mask: a causal
+model's real positions never attend to the padding after them. The last `held_out_lines` lines are not trained on;
+the distillation loss on them is measured the same way before and after, and the learned rows are written into the
+model only where it went down (otherwise the report says they were put back).
+
+Rows the text never shows get no gradient and stay bitwise as they were (AdamW with weight decay 0 moves no row
+whose gradient has always been zero). What the last layer cannot teach: a LayerNorm model (GPT-2) reads its stream
+through a LayerNorm in every block and after the last, so the component of an input row along the all-ones
+direction never reaches the last layer's states; matching them leaves it where the initialisation put it (an
+earlier layer, whose states are the raw residual stream, does fix it).
+
+Not handled: masked LMs (refused: their hidden state at a token describes that token within the whole window, not
+the text read up to it, so the states after the last source and the last target token of a chunk need not agree,
+and their head does not predict the next token); a head that scales or soft-caps its logits after the linear map
+(Gemma 2, Cohere, Granite) learns its rows through the linear map alone; an output bias is left as it is; chunks
+longer than a window are skipped (counted in `chunks_too_long`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from langswap.errors import ConfigError, NumericalError, VocabularyError
+from langswap.progress import bar as progress_bar
+
+logger = logging.getLogger(__name__)
+
+WARMUP_SHARE = 0.05  # of the token budget, over which the learning rate rises linearly from 0
+ALIGN_LINES = 256  # lines handed to the tokenizers at once
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistillConfig:
+    """Token distillation of the new rows after a transfer (`langswap.distill`)."""
+
+    tokens: int = field(default=20_000, metadata={
+        "help": "Target tokens read for training (the budget); the last update may overshoot it by one batch. 0 "
+                "skips distillation."})
+    max_length: int = field(default=128, metadata={
+        "help": "Target tokens per window (bos included); a longer line is read in several windows of whole "
+                "chunks. The source side reads the same bytes, however many tokens that takes."})
+    batch_lines: int = field(default=8, metadata={"help": "Windows (lines, or pieces of long lines) per update."})
+    learning_rate: float = field(default=3e-4, metadata={
+        "help": "AdamW's peak learning rate (weight decay 0), reached after 5% of the tokens, then decayed "
+                "linearly to 0."})
+    layers: tuple[int, ...] = field(default=(-1,), metadata={
+        "help": "Hidden-state layers matched, indices into the model's hidden states (transformers' "
+                "output_hidden_states) of a model of L blocks: 1 is the first block's output, L or -1 the last "
+                "one's (after the final norm, for most models), and negative indices count back from it as in "
+                "Python (-2: block L-1, -L: block 1). 0 (and -L-1), the input embeddings, is not allowed; several "
+                "layers are averaged."})
+    distance: str = field(default="mse", metadata={
+        "help": "mse (squared error divided channel by channel by the teacher's mean square in the channel) or "
+                "cosine (1 - cosine similarity).", "choices": ("mse", "cosine")})
+    head: str = field(default="lm", metadata={
+        "help": "An untied output head: lm (the new output rows learn by the student's next-token cross-entropy "
+                "on the text, gradient only into the output matrix) or keep (the output matrix stays). A tied head "
+                "is the input matrix, moved by distillation itself.", "choices": ("lm", "keep")})
+    held_out_lines: int = field(default=32, metadata={
+        "help": "Last lines of the text kept out of training, on which the loss is measured before and after "
+                "(at most a quarter of the lines)."})
+    seed: int = field(default=0, metadata={"help": "Seed of the order in which lines are read."})
+
+    def __post_init__(self):
+        layers = self.layers
+        if isinstance(layers, int) and not isinstance(layers, bool):
+            layers = (layers,)
+        if not isinstance(layers, (list, tuple)) or not layers or not all(
+                isinstance(layer, int) and not isinstance(layer, bool) for layer in layers):
+            raise ConfigError(f"distill.layers is {self.layers!r}; give a list of layer indices, e.g. [-1] for the "
+                              "last layer or [4, -1].")
+        if 0 in layers:
+            raise ConfigError("distill.layers holds 0, the input embeddings themselves (the student's and the "
+                              "teacher's are different tokens there); choose layers from 1 (the first block's "
+                              "output) on, or negative ones counted from the last (-1).")
+        object.__setattr__(self, "layers", tuple(dict.fromkeys(layers)))
+        if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 0:
+            raise ConfigError(f"distill.tokens is {self.tokens!r}; give a number of target tokens of at least 0 "
+                              "(0 skips distillation).")
+        if self.max_length < 2:
+            raise ConfigError(f"distill.max_length is {self.max_length}; give at least 2 (a bos and a token).")
+        if self.batch_lines < 1:
+            raise ConfigError(f"distill.batch_lines is {self.batch_lines}; give at least 1.")
+        if not (isinstance(self.learning_rate, (int, float)) and math.isfinite(self.learning_rate)
+                and self.learning_rate > 0):
+            raise ConfigError(f"distill.learning_rate is {self.learning_rate!r}; give a finite number above 0, "
+                              "e.g. 3e-4.")
+        if self.distance not in ("mse", "cosine"):
+            raise ConfigError(f"distill.distance is {self.distance!r}; choose mse or cosine.")
+        if self.head not in ("lm", "keep"):
+            raise ConfigError(f"distill.head is {self.head!r}; choose lm or keep.")
+        if self.held_out_lines < 0:
+            raise ConfigError(f"distill.held_out_lines is {self.held_out_lines}; give at least 0.")
+
+
+@dataclass(frozen=True)
+class _Window:
+    """One piece of a line read by both tokenizers: each side's ids (bos first) and the positions matched.
+
+    source_ids: (S,) int64; target_ids: (T,) int64, T <= max_length.
+    source_at, target_at: (M,) int64 positions in the window after which both sides have read the same bytes
+        (chunk boundaries not marked unencodable).
+    unencodable: chunks of the window not matched (marked unencodable); too_long: chunks of its line skipped for
+        being longer than a window (counted on one window of the line, or the next window read)."""
+
+    source_ids: np.ndarray
+    target_ids: np.ndarray
+    source_at: np.ndarray
+    target_at: np.ndarray
+    unencodable: int
+    too_long: int = 0
+
+
+def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines: list[str], trainable,
+            config: DistillConfig, progress: bool = False) -> dict:
+    """Learn the `trainable` input rows of `model` (and, for an untied head with `head: lm`, its output rows) by
+    token distillation on `lines`, as the module docstring says; returns the report.
+
+    model: the transferred causal LM; its input embeddings (V_t, d) are the target rows, already initialised.
+    source_embeddings: (V_s, d) tensor or array, the source model's input matrix (read, never changed).
+    source_tokenizer, target_tokenizer: fast tokenizers of the source model and of `model`.
+    lines: target-language text, one line per item; the last `held_out_lines` are held out.
+    trainable: (V_t,) bool, the rows that may change (a shorter mask is padded with False: padding rows stay).
+
+    The report: tokens (target tokens read), updates, loss_start / loss_end (distillation loss on the held-out
+    lines before and with the learned rows; None without held-out lines), next_token_loss_start / _end (the mean
+    next-token loss on them, nats, through the head's linear map), kept (whether the learned rows were written:
+    the held-out distillation loss went down, or there was no held-out check) and put_back (why not),
+    chunks_matched (first pass over the text), chunks_skipped (unencodable), chunks_too_long, held_out_chunks,
+    text_repeated (the budget outlasted the text), rows, head, layers, distance, seconds; or, when nothing is
+    done, `skipped` with the reason and no other change to the model.
+
+    Costs, besides the model: the trainable rows, their AdamW moments and (untied head, `head: lm`) the same for
+    the output rows, in float32; per update, each side's hidden states of every layer for one batch.
+    """
+    if config.tokens == 0:
+        return {"skipped": "distill.tokens is 0: the rows are left as the transfer made them", "tokens": 0,
+                "updates": 0}
+    started = time.perf_counter()
+    _refuse_masked(model)
+    embedding = model.get_input_embeddings()
+    input_weight = embedding.weight
+    rows, width = input_weight.shape
+    source = torch.as_tensor(source_embeddings)
+    if source.dim() != 2 or source.shape[1] != width:
+        raise VocabularyError(f"source_embeddings has shape {tuple(source.shape)}; it must be (source vocabulary, "
+                              f"{width}), the source model's input matrix, of the width of this model's body.")
+    trainable = _row_mask(trainable, rows, "input")
+    layers = _resolve_layers(model, config.layers)
+    output = model.get_output_embeddings()
+    from langswap.models import is_tied
+
+    tied = is_tied(model)
+    head_rule = "tied" if tied else "none" if output is None else config.head
+    if not trainable.any():
+        return {"skipped": "no row is trainable: nothing to distill", "tokens": 0, "updates": 0}
+    if not lines:
+        raise ConfigError("distillation needs target-language text; none was given (distill lines).")
+    held_count = min(config.held_out_lines, len(lines) // 4)
+    train_lines, held_lines = list(lines[:len(lines) - held_count]), list(lines[len(lines) - held_count:])
+
+    from langswap.chunks import ChunkAligner
+
+    aligner = ChunkAligner(source_tokenizer, target_tokenizer)
+    limits = _Limits(config.max_length, _position_limit(model), len(source), rows)
+    if limits.positions is not None and config.max_length > limits.positions:
+        raise ConfigError(f"distill.max_length is {config.max_length}, more than the {limits.positions} positions "
+                          f"this model reads; give at most {limits.positions}.")
+    source_bos, target_bos = _frame_id(source_tokenizer), _frame_id(target_tokenizer)
+    body = model.base_model
+    device = input_weight.device
+    dtype = input_weight.dtype
+    trained_ids = torch.from_numpy(np.flatnonzero(trainable)).to(device)
+    slot_of = torch.full((rows,), -1, dtype=torch.long, device=device)
+    slot_of[trained_ids] = torch.arange(len(trained_ids), device=device)
+    learned = torch.nn.Parameter(input_weight.detach()[trained_ids].to(torch.float32).clone())
+    parameters = [learned]
+    head_ids = head_rows = None
+    if head_rule == "lm":
+        # the same tokens' output rows; an output matrix of another size (padding rows) keeps its extra rows
+        head_ids = torch.from_numpy(np.flatnonzero(trainable[:output.weight.shape[0]])).to(output.weight.device)
+        head_rows = torch.nn.Parameter(output.weight.detach()[head_ids].to(torch.float32).clone())
+        parameters.append(head_rows)
+
+    flags = [(parameter, parameter.requires_grad) for parameter in model.parameters()]
+    was_training = model.training
+    report = {"rows": int(trainable.sum()), "head": {"tied": "tied (the distilled input rows are the output rows)",
+                                                     "none": "none (the model has no output layer)",
+                                                     "lm": "lm (new output rows learned by next-token loss)",
+                                                     "keep": "keep (output matrix unchanged)"}[head_rule],
+              "layers": list(layers), "distance": config.distance}
+
+    def student_inputs(ids: torch.Tensor, learning: bool) -> torch.Tensor:
+        """(B, L, d) model-dtype inputs for target ids (B, L): the learned rows where trainable (`learning`), the
+        model's own rows elsewhere."""
+        base = F.embedding(ids, input_weight)
+        if not learning:
+            return base
+        slots = slot_of[ids]
+        return torch.where((slots >= 0)[..., None], F.embedding(slots.clamp_min(0), learned).to(dtype), base)
+
+    def head_weight(learning: bool) -> torch.Tensor | None:
+        """(V, d) the output matrix as the model has it, or (`learning`) with the learned rows in place."""
+        if output is None:
+            return None
+        if learning and tied:
+            return input_weight.detach().index_copy(0, trained_ids, learned.detach().to(dtype))
+        if learning and head_rows is not None:
+            return output.weight.detach().index_copy(0, head_ids, head_rows.detach().to(output.weight.dtype))
+        return output.weight.detach()
+
+    def measure(windows: list[_Window], learning: bool) -> tuple[float | None, float | None]:
+        """(distillation loss, next-token loss) over `windows`, each averaged over matched positions and predicted
+        tokens: of the model as it is, or (`learning`) with the learned rows."""
+        distill_sum = matched = token_sum = predicted = 0.0
+        weight = head_weight(learning)
+        with torch.no_grad():
+            for start in range(0, len(windows), config.batch_lines):
+                batch = _Batch(windows[start:start + config.batch_lines], device)
+                loss, count, hidden = _distill_loss(body, source, batch, layers, config.distance,
+                                                    lambda ids: student_inputs(ids, learning), dtype)
+                distill_sum += float(loss) * count
+                matched += count
+                if weight is not None:
+                    loss, count = _next_token_loss(hidden, batch, weight, getattr(output, "bias", None))
+                    token_sum += float(loss) * count
+                    predicted += count
+        return distill_sum / matched if matched else None, token_sum / predicted if predicted else None
+
+    bar = progress_bar(progress, config.tokens, "distill", "tok")
+    try:
+        for parameter, _ in flags:
+            parameter.requires_grad_(False)
+        model.eval()  # dropout off: the teacher and the student read through the same function
+        held_windows = [window for text in _aligned(aligner, held_lines)
+                        for window in _windows(text, source_bos, target_bos, limits)[0]]
+        loss_start, token_loss_start = measure(held_windows, False) if held_windows else (None, None)
+
+        optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, weight_decay=0.0)
+        matched = unencodable = too_long = 0
+        read = updates = 0
+        repeated = False
+        train_loss = None
+        warmup = WARMUP_SHARE * config.tokens
+        for windows, first_pass in _batches(aligner, train_lines, source_bos, target_bos, limits, config):
+            batch = _Batch(windows, device)
+            if first_pass:
+                matched += len(batch.target_at)
+                unencodable += sum(window.unencodable for window in windows)
+                too_long += sum(window.too_long for window in windows)
+            repeated |= not first_pass
+            # linear warm-up to the peak over the first 5% of the tokens, then linear decay to 0 at the budget
+            scale = min((read + batch.target_tokens) / warmup, 1.0,
+                        max(config.tokens - read, 0) / (config.tokens - warmup))
+            for group in optimizer.param_groups:
+                group["lr"] = config.learning_rate * scale
+            with torch.enable_grad():
+                loss, _, hidden = _distill_loss(body, source, batch, layers, config.distance,
+                                                lambda ids: student_inputs(ids, True), dtype)
+                total = loss
+                if head_rows is not None:
+                    # the head reads the student's states detached: this loss moves the output rows only
+                    weight = output.weight.detach().index_copy(0, head_ids, head_rows.to(output.weight.dtype))
+                    total = total + _next_token_loss(hidden.detach(), batch, weight, getattr(output, "bias", None))[0]
+                if not torch.isfinite(total):
+                    raise NumericalError(
+                        f"the distillation loss became {float(total)} at update {updates + 1}; the model is left as "
+                        "it was. Lower distill.learning_rate, and check that the model's rows and source_embeddings "
+                        "are finite and that no trainable input row is all zeros.")
+                if total.requires_grad:  # a batch whose chunks are all unencodable has nothing to learn from
+                    optimizer.zero_grad(set_to_none=True)
+                    total.backward()
+                    optimizer.step()
+                    updates += 1
+            train_loss = float(loss.detach())
+            read += batch.target_tokens
+            if bar is not None:
+                bar.update(batch.target_tokens)
+            if read >= config.tokens:
+                break
+        if not updates:
+            raise ConfigError(f"no update was made: the {len(train_lines):,} training lines hold no chunk that both "
+                              "tokenizers can spell within distill.max_length tokens. Check that the text is in the "
+                              "target language and that both tokenizers read it.")
+        loss_end, token_loss_end = measure(held_windows, True) if held_windows else (None, None)
+        # like any training step, distillation can make things worse (a learning rate too high for the model, too
+        # few tokens); the held-out lines decide, and the model keeps its rows unless they improved
+        kept = loss_start is None or loss_end < loss_start
+        if kept:
+            with torch.no_grad():
+                input_weight[trained_ids] = learned.detach().to(dtype)
+                if head_rows is not None:
+                    output.weight[head_ids] = head_rows.detach().to(output.weight.dtype)
+    finally:
+        if bar is not None:
+            bar.close()
+        for parameter, flag in flags:
+            parameter.requires_grad_(flag)
+        model.train(was_training)
+
+    report.update({
+        "tokens": read, "updates": updates, "lines": len(train_lines), "held_out_lines": len(held_lines),
+        "loss_start": _round(loss_start), "loss_end": _round(loss_end), "last_train_loss": _round(train_loss),
+        "next_token_loss_start": _round(token_loss_start), "next_token_loss_end": _round(token_loss_end),
+        "kept": kept, "chunks_matched": matched, "chunks_skipped": unencodable, "chunks_too_long": too_long,
+        "held_out_chunks": sum(len(window.target_at) for window in held_windows), "text_repeated": repeated,
+        "seconds": round(time.perf_counter() - started, 2)})
+    if not kept:
+        report["put_back"] = (f"the held-out distillation loss rose ({loss_start:.4f} -> {loss_end:.4f}): the rows "
+                              "are left as the transfer made them")
+        logger.warning("token distillation put back: on %d held-out lines its loss went from %.4f to %.4f; lower "
+                       "distill.learning_rate or raise distill.tokens", len(held_lines), loss_start, loss_end)
+    elif loss_start is not None:
+        logger.info("distilled %s rows over %s target tokens (%s updates): held-out distillation loss %.4f -> %.4f, "
+                    "next-token loss %s -> %s | chunks matched %s, unencodable %s, too long %s",
+                    f"{report['rows']:,}", f"{read:,}", f"{updates:,}", loss_start, loss_end,
+                    report["next_token_loss_start"], report["next_token_loss_end"], f"{matched:,}",
+                    f"{unencodable:,}", f"{too_long:,}")
+    else:
+        logger.info("distilled %s rows over %s target tokens (%s updates); no held-out check (fewer than 4 lines "
+                    "of text, or distill.held_out_lines 0)", f"{report['rows']:,}", f"{read:,}", f"{updates:,}")
+    return report
+
+
+def _refuse_masked(model) -> None:
+    from langswap.models import objective_of
+
+    if objective_of(model.config) == "masked" or type(model).__name__.endswith("ForMaskedLM"):
+        raise ConfigError(
+            f"token distillation is for causal LMs, and this model ({type(model).__name__}) is a masked LM: its "
+            "hidden state at a token describes that token within the whole window, not the text read up to it, so "
+            "the states after the last source and the last target token of a chunk need not agree, and its head "
+            "does not predict the next token. Set distill.tokens: 0 for this model.")
+
+
+def _row_mask(mask, rows: int, which: str) -> np.ndarray:
+    """`mask` as a (rows,) bool array, padded with False where it is shorter (padding rows stay)."""
+    if isinstance(mask, torch.Tensor):
+        mask = mask.detach().cpu().numpy()
+    mask = np.asarray(mask)
+    if mask.dtype != bool or mask.ndim != 1:
+        raise ConfigError(f"trainable must be a one-dimensional boolean mask over the {which} rows; got dtype "
+                          f"{mask.dtype} and shape {mask.shape}.")
+    if len(mask) > rows:
+        raise VocabularyError(f"the trainable mask has {len(mask):,} entries but the model's {which} matrix "
+                              f"{rows:,} rows; give one entry per row of the target vocabulary.")
+    return np.concatenate([mask, np.zeros(rows - len(mask), dtype=bool)])
+
+
+def _resolve_layers(model, layers: tuple[int, ...]) -> tuple[int, ...]:
+    """Layer indices in 1 .. number of blocks, as `DistillConfig.layers` counts them."""
+    blocks = getattr(model.config, "num_hidden_layers", None)
+    if blocks is None:
+        raise ConfigError(f"the model's config ({type(model.config).__name__}) names no num_hidden_layers; "
+                          "distillation needs it to place distill.layers.")
+    resolved = []
+    for layer in layers:
+        index = layer + blocks + 1 if layer < 0 else layer
+        if not 1 <= index <= blocks:
+            raise ConfigError(f"distill.layers holds {layer}, but this model has {blocks} blocks: give layers from 1 "
+                              f"to {blocks}, or from -1 (the last) to -{blocks} (the first).")
+        resolved.append(index)
+    return tuple(dict.fromkeys(resolved))
+
+
+def _position_limit(model) -> int | None:
+    for key in ("max_position_embeddings", "n_positions"):
+        value = getattr(model.config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _frame_id(tokenizer) -> int | None:
+    """The token each window starts with: bos, or eos where there is none (GPT-2), as the evaluation reads lines."""
+    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+
+@dataclass(frozen=True)
+class _Limits:
+    max_length: int  # target tokens per window, frame included
+    positions: int | None  # the model's position limit, for the source side
+    source_rows: int
+    target_rows: int
+
+
+def _aligned(aligner, lines: list[str]):
+    for start in range(0, len(lines), ALIGN_LINES):
+        yield from aligner.align_batch(lines[start:start + ALIGN_LINES])
+
+
+def _windows(text, source_bos: int | None, target_bos: int | None, limits: _Limits) -> tuple[list[_Window], int]:
+    """(the windows of one aligned line, chunks skipped as longer than a window): runs of whole chunks, each within
+    the target and source limits."""
+    chunks = len(text)
+    if not chunks:
+        return [], 0
+    source_frame = [] if source_bos is None else [source_bos]
+    target_frame = [] if target_bos is None else [target_bos]
+    source_ids, target_ids = text.source.ids, text.target.ids
+    if len(source_ids) and int(source_ids.max()) >= limits.source_rows:
+        raise VocabularyError(f"the source tokenizer gives token id {int(source_ids.max())}, but source_embeddings "
+                              f"has {limits.source_rows:,} rows; pass the source model's input matrix and its "
+                              "tokenizer.")
+    if len(target_ids) and int(target_ids.max()) >= limits.target_rows:
+        raise VocabularyError(f"the target tokenizer gives token id {int(target_ids.max())}, but the model has "
+                              f"{limits.target_rows:,} input rows; pass the transferred model and its tokenizer.")
+    # first token of each chunk on each side (chunk k starts after the last token of chunk k - 1)
+    source_from = np.concatenate([[text.source.prefix], text.source_at[:-1] + 1])
+    target_from = np.concatenate([[text.target.prefix], text.target_at[:-1] + 1])
+    target_room = limits.max_length - len(target_frame)
+    source_room = None if limits.positions is None else limits.positions - len(source_frame)
+    out = []
+    first = too_long = 0
+    while first < chunks:
+        # the last chunk that fits with chunk `first` on both sides
+        last = int(np.searchsorted(text.target_at, target_from[first] + target_room - 1, side="right")) - 1
+        if source_room is not None:
+            last = min(last, int(np.searchsorted(text.source_at, source_from[first] + source_room - 1,
+                                                 side="right")) - 1)
+        if last < first:  # one chunk longer than a window
+            too_long += 1
+            first += 1
+            continue
+        keep = ~text.unencodable[first:last + 1]
+        source_start, target_start = int(source_from[first]), int(target_from[first])
+        source_end, target_end = int(text.source_at[last]) + 1, int(text.target_at[last]) + 1
+        out.append(_Window(
+            source_ids=np.concatenate([source_frame, source_ids[source_start:source_end]]).astype(np.int64),
+            target_ids=np.concatenate([target_frame, target_ids[target_start:target_end]]).astype(np.int64),
+            source_at=(text.source_at[first:last + 1][keep] - source_start + len(source_frame)).astype(np.int64),
+            target_at=(text.target_at[first:last + 1][keep] - target_start + len(target_frame)).astype(np.int64),
+            unencodable=int((~keep).sum())))
+        first = last + 1
+    return out, too_long
+
+
+def _batches(aligner, lines: list[str], source_bos, target_bos, limits: _Limits, config: DistillConfig):
+    """(batch of `batch_lines` windows, whether it is of the first pass over the text): lines in an order drawn
+    from the seed; after the last line the windows seen are read again in a new order, until the caller stops."""
+    rng = np.random.default_rng(config.seed)
+    order = rng.permutation(len(lines))
+    seen: list[_Window] = []
+    pending: list[_Window] = []
+    carried = 0  # chunks too long for a window, from lines that gave no window yet
+    for start in range(0, len(order), ALIGN_LINES):
+        picked = [lines[index] for index in order[start:start + ALIGN_LINES]]
+        for text in aligner.align_batch(picked):
+            windows, too_long = _windows(text, source_bos, target_bos, limits)
+            carried += too_long
+            for window in windows:
+                if carried:
+                    window = dataclasses.replace(window, too_long=carried)
+                    carried = 0
+                seen.append(window)
+                pending.append(window)
+                if len(pending) == config.batch_lines:
+                    yield pending, True
+                    pending = []
+    if pending:
+        yield pending, True
+    while seen:
+        pending = []
+        for index in rng.permutation(len(seen)):
+            pending.append(seen[index])
+            if len(pending) == config.batch_lines:
+                yield pending, False
+                pending = []
+        if pending:
+            yield pending, False
+
+
+class _Batch:
+    """Windows right-padded into (B, S) source and (B, T) target id tensors, with the flat positions matched."""
+
+    def __init__(self, windows: list[_Window], device):
+        from langswap.batching import right_pad
+
+        self.source_ids, _ = right_pad([w.source_ids for w in windows], 0)
+        self.target_ids, target_real = right_pad([w.target_ids for w in windows], 0)
+        source_length, target_length = self.source_ids.shape[1], self.target_ids.shape[1]
+        self.source_at = torch.from_numpy(np.concatenate(
+            [w.source_at + row * source_length for row, w in enumerate(windows)]).astype(np.int64)).to(device)
+        self.target_at = torch.from_numpy(np.concatenate(
+            [w.target_at + row * target_length for row, w in enumerate(windows)]).astype(np.int64)).to(device)
+        self.target_tokens = int(target_real.sum())
+        # next-token pairs: position p predicts p + 1, both inside the window
+        self.predicts = (target_real[:, 1:].bool()).to(device)
+        self.source_ids = self.source_ids.to(device)
+        self.target_ids = self.target_ids.to(device)
+
+
+def _distill_loss(body, source: torch.Tensor, batch: _Batch, layers: tuple[int, ...], distance: str, student_inputs,
+                  dtype) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """(loss, matched positions, the student's last hidden states (B, T, d)) for one batch; the loss is a float32
+    scalar averaged over matched positions and layers, with gradient to whatever `student_inputs` learns."""
+    with torch.no_grad():
+        # index the source matrix where it lies: only the rows read travel to the model's device
+        teacher_inputs = source[batch.source_ids.to(source.device)].to(batch.source_ids.device, dtype)
+        teacher = body(inputs_embeds=teacher_inputs, output_hidden_states=True, use_cache=False).hidden_states
+    student = body(inputs_embeds=student_inputs(batch.target_ids), output_hidden_states=True,
+                   use_cache=False).hidden_states
+    count = len(batch.target_at)
+    total = student[-1].new_zeros((), dtype=torch.float32)
+    if count:
+        for layer in layers:
+            width = student[layer].shape[-1]
+            wanted = teacher[layer].reshape(-1, width)[batch.source_at].to(torch.float32)
+            got = student[layer].reshape(-1, width)[batch.target_at].to(torch.float32)
+            if distance == "mse":
+                scale = wanted.pow(2).mean(0)
+                scale = scale + 1e-6 * scale.mean() + 1e-12  # a silent channel must not divide by zero
+                total = total + ((got - wanted).pow(2) / scale).mean()
+            else:
+                total = total + (1 - F.cosine_similarity(got, wanted, dim=-1, eps=1e-8)).mean()
+        total = total / len(layers)
+    return total, count, student[-1]
+
+
+def _next_token_loss(hidden: torch.Tensor, batch: _Batch, weight: torch.Tensor, bias) -> tuple[torch.Tensor, int]:
+    """(mean next-token cross-entropy, predicted tokens) of the head (weight (V, d), bias (V,) or None) reading
+    `hidden` (B, T, d), in float32, over the pairs inside each window."""
+    states = hidden[:, :-1][batch.predicts].to(torch.float32)
+    targets = batch.target_ids[:, 1:][batch.predicts]
+    if not len(targets):
+        return states.new_zeros(()), 0
+    logits = F.linear(states, weight.to(torch.float32), None if bias is None else bias.to(torch.float32))
+    return F.cross_entropy(logits, targets), len(targets)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 5)

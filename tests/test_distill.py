@@ -1,0 +1,274 @@
+"""Token distillation (langswap.distill): a relabelled tokenizer recovered by distillation alone, rows and weights
+that must not move left bitwise as they were, the untied head's two rules, skips and refusals.
+
+The known answer: a target tokenizer that is the source tokenizer with its ids shuffled reads every text into the
+same pieces, so its chunks are single tokens and the best student row of each piece is the source row of the same
+piece. Distillation from random rows must find it (cosine > 0.99) for every piece the text shows at least 5 times.
+Matched at layer 1, the raw residual stream after the first block: the last layer of a LayerNorm model (GPT-2) comes
+after a final LayerNorm, and every block reads the stream through one, so the component of an input row along the
+all-ones direction never reaches it and cannot be recovered there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from conftest import (byte_level_tokenizer, english_lines, sentencepiece_tokenizer, tiny_model,
+                      wordpiece_tokenizer)
+
+from langswap.distill import DistillConfig, distill
+from langswap.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: these models are tiny, and on a busy machine threads only wait for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def lines() -> list[str]:
+    return english_lines(400)
+
+
+@pytest.fixture(scope="module")
+def source_tokenizer():
+    return byte_level_tokenizer(english_lines(), 400)
+
+
+def relabelled(tokenizer, seed: int):
+    """(tokenizer with the same pieces and merges under shuffled ids, permutation: source id -> target id); special
+    tokens keep their ids."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    special = {entry["id"] for entry in spec["added_tokens"]}
+    movable = sorted(index for index in vocab.values() if index not in special)
+    permutation = np.arange(len(vocab))
+    permutation[movable] = np.random.default_rng(seed).permutation(movable)
+    spec["model"]["vocab"] = {piece: int(permutation[index]) for piece, index in vocab.items()}
+    shuffled = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
+                                       bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                       unk_token="<|endoftext|>")
+    return shuffled, permutation
+
+
+def random_rows(model, seed: int, keep: np.ndarray | None = None) -> torch.Tensor:
+    """Overwrite the model's input rows with random ones of the same scale (rows `keep` stay); returns the old
+    matrix."""
+    weight = model.get_input_embeddings().weight
+    before = weight.detach().clone()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        weight.copy_(torch.randn(weight.shape, generator=generator) * before.std())
+        if keep is not None:
+            weight[torch.from_numpy(keep)] = before[torch.from_numpy(keep)]
+    return before
+
+
+def token_counts(tokenizer, lines: list[str]) -> Counter:
+    return Counter(token for line in lines for token in tokenizer(line, add_special_tokens=False)["input_ids"])
+
+
+def snapshot(model) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_relabelled_tokenizer_is_recovered_from_random_rows(kind, lines, source_tokenizer):
+    target_tokenizer, permutation = relabelled(source_tokenizer, seed=1)
+    model = tiny_model(kind, len(source_tokenizer))
+    special = np.zeros(len(source_tokenizer), dtype=bool)
+    special[0] = True  # <|endoftext|>: copied by a transfer, the frame every line is read after
+    source = random_rows(model, seed=5, keep=special)
+    before = model.get_input_embeddings().weight.detach().clone()
+    config = DistillConfig(tokens=40_000, learning_rate=1e-2, layers=(1,), batch_lines=16, held_out_lines=32,
+                           head="keep")
+    report = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special, config)
+
+    assert report["kept"] and report["loss_end"] < 0.01 * report["loss_start"], report
+    assert report["chunks_skipped"] == report["chunks_too_long"] == 0
+    learned = model.get_input_embeddings().weight.detach()
+    counts = token_counts(target_tokenizer, lines[:-32])
+    frequent = sorted(token for token, count in counts.items() if count >= 5)
+    source_of = np.argsort(permutation)  # target id -> source id of the same piece
+    similarity = torch.nn.functional.cosine_similarity(learned[frequent], source[source_of[frequent]], dim=-1)
+    assert len(frequent) > 100
+    assert similarity.min() > 0.99, (similarity.min(), int((similarity <= 0.99).sum()))
+    # a row the training text never shows gets no gradient, and AdamW (weight decay 0) leaves it exactly
+    unseen = sorted(set(range(1, len(target_tokenizer))) - set(counts))
+    assert unseen and torch.equal(learned[unseen], before[unseen])
+
+
+def _untied_setup(lines, source_tokenizer):
+    """A Llama body (untied head) with a target tokenizer of another family, half its rows trainable."""
+    target_tokenizer = sentencepiece_tokenizer(lines, 300)
+    model = tiny_model("llama", len(target_tokenizer), seed=1)
+    source = torch.randn(len(source_tokenizer), model.config.hidden_size, generator=torch.Generator().manual_seed(2))
+    trainable = np.random.default_rng(3).random(len(target_tokenizer)) < 0.5
+    return model, source * 0.02, target_tokenizer, trainable
+
+
+@pytest.mark.parametrize("head", ["lm", "keep"])
+def test_only_trainable_rows_change_and_everything_is_restored(head, lines, source_tokenizer):
+    model, source, target_tokenizer, trainable = _untied_setup(lines, source_tokenizer)
+    model.train()
+    frozen = model.model.layers[0].mlp.up_proj.weight
+    frozen.requires_grad_(False)
+    flags = {name: parameter.requires_grad for name, parameter in model.named_parameters()}
+    before = snapshot(model)
+    source_before = source.clone()
+    config = DistillConfig(tokens=3_000, learning_rate=1e-2, batch_lines=8, held_out_lines=16, head=head)
+    report = distill(model, source, source_tokenizer, target_tokenizer, lines[:120], trainable, config)
+
+    assert report["kept"] and report["updates"] > 0 and report["tokens"] >= 3_000, report
+    after = snapshot(model)
+    for name, tensor in before.items():
+        if name not in ("model.embed_tokens.weight", "lm_head.weight"):
+            assert torch.equal(after[name], tensor), name
+    assert torch.equal(source, source_before)
+    rows = torch.from_numpy(trainable)
+    inputs_before, inputs_after = before["model.embed_tokens.weight"], after["model.embed_tokens.weight"]
+    assert torch.equal(inputs_after[~rows], inputs_before[~rows])
+    seen = np.zeros(len(trainable), dtype=bool)
+    seen[list(token_counts(target_tokenizer, lines[:104]))] = True
+    moved = (inputs_after != inputs_before).any(dim=1).numpy()
+    assert moved[trainable & seen].all() and not moved[~trainable].any()
+    outputs_before, outputs_after = before["lm_head.weight"], after["lm_head.weight"]
+    if head == "keep":
+        assert torch.equal(outputs_after, outputs_before)
+        assert report["next_token_loss_end"] == pytest.approx(report["next_token_loss_start"], abs=0.5)
+    else:
+        assert torch.equal(outputs_after[~rows], outputs_before[~rows])
+        # every output row takes part in the softmax, so every trainable one moves
+        assert (outputs_after[rows] != outputs_before[rows]).any(dim=1).all()
+        assert report["next_token_loss_end"] < report["next_token_loss_start"] - 0.2, report
+    assert model.training
+    assert {name: parameter.requires_grad for name, parameter in model.named_parameters()} == flags
+    assert model.get_input_embeddings().weight.dtype == torch.float32
+
+
+def test_held_out_loss_goes_down_and_the_run_repeats_bitwise(lines, source_tokenizer):
+    """A GPT-2 body (tied) read through a SentencePiece-style target tokenizer whose rows start random; the
+    teacher is the body with the source tokenizer's rows."""
+    target_tokenizer = sentencepiece_tokenizer(lines, 300)
+    results = []
+    for _ in range(2):
+        model = tiny_model("gpt2", len(target_tokenizer), seed=4)
+        source = torch.randn(len(source_tokenizer), 32, generator=torch.Generator().manual_seed(6)) * 0.02
+        trainable = np.ones(len(target_tokenizer), dtype=bool)
+        trainable[:3] = False  # <unk> <s> </s>
+        config = DistillConfig(tokens=6_000, learning_rate=3e-3, batch_lines=8, held_out_lines=24, seed=7)
+        report = distill(model, source, source_tokenizer, target_tokenizer, lines[:200], trainable, config)
+        results.append((report, model.get_input_embeddings().weight.detach().clone()))
+    report = results[0][0]
+    assert report["kept"] and report["loss_end"] < 0.7 * report["loss_start"], report
+    assert report["held_out_lines"] == 24 and report["lines"] == 176 and report["held_out_chunks"] > 0
+    assert report["chunks_matched"] > 0 and report["updates"] >= 6_000 // (8 * 128)
+    assert report["head"].startswith("tied")
+    assert torch.equal(results[0][1], results[1][1])
+    assert {k: v for k, v in report.items() if k != "seconds"} == \
+        {k: v for k, v in results[1][0].items() if k != "seconds"}
+
+
+def test_unencodable_chunks_are_read_but_not_matched(lines, source_tokenizer):
+    target_tokenizer = wordpiece_tokenizer(lines, 300)  # [UNK] for characters it never saw
+    model = tiny_model("gpt2", len(target_tokenizer))
+    source = torch.randn(len(source_tokenizer), 32, generator=torch.Generator().manual_seed(0)) * 0.02
+    trainable = np.ones(len(target_tokenizer), dtype=bool)
+    trainable[:5] = False
+    text = [line.replace("the ", "the ☃ ", 1) for line in lines[:40]]
+    config = DistillConfig(tokens=500, learning_rate=1e-3, batch_lines=8, held_out_lines=0)
+    report = distill(model, source, source_tokenizer, target_tokenizer, text, trainable, config)
+    assert report["chunks_skipped"] > 0 and report["chunks_matched"] > 0
+    assert report["loss_start"] is None and report["kept"]
+
+
+def test_rows_are_put_back_when_the_held_out_loss_rises(lines, source_tokenizer):
+    model, source, target_tokenizer, trainable = _untied_setup(lines, source_tokenizer)
+    before = snapshot(model)
+    # rows 0.02 apart moved by about 1 per update: the first block's output (the raw residual stream) is far off
+    config = DistillConfig(tokens=1_000, learning_rate=1.0, layers=(1,), batch_lines=8, held_out_lines=16)
+    report = distill(model, source, source_tokenizer, target_tokenizer, lines[:80], trainable, config)
+    assert not report["kept"] and report["loss_end"] > report["loss_start"] and "put_back" in report
+    assert all(torch.equal(tensor, before[name]) for name, tensor in snapshot(model).items())
+
+
+def test_zero_tokens_skips_and_says_so(lines, source_tokenizer):
+    model, source, target_tokenizer, trainable = _untied_setup(lines, source_tokenizer)
+    before = snapshot(model)
+    report = distill(model, source, source_tokenizer, target_tokenizer, lines, trainable, DistillConfig(tokens=0))
+    assert "tokens is 0" in report["skipped"] and report["updates"] == 0
+    assert all(torch.equal(tensor, before[name]) for name, tensor in snapshot(model).items())
+
+
+def test_a_masked_lm_is_refused(lines, source_tokenizer):
+    target_tokenizer = wordpiece_tokenizer(lines, 300)
+    model = tiny_model("bert", len(target_tokenizer))
+    source = torch.zeros(len(source_tokenizer), 32)
+    with pytest.raises(ConfigError, match="causal LMs.*masked LM"):
+        distill(model, source, source_tokenizer, target_tokenizer, lines, np.ones(len(target_tokenizer), bool),
+                DistillConfig(tokens=100))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"layers": (0,)}, "input embeddings"), ({"layers": ()}, "list of layer indices"),
+    ({"distance": "l1"}, "mse or cosine"), ({"head": "untie"}, "lm or keep"), ({"tokens": -1}, "at least 0"),
+    ({"learning_rate": 0.0}, "above 0"), ({"max_length": 1}, "at least 2")])
+def test_bad_config_values_say_what_to_give(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        DistillConfig(**fields)
+
+
+def test_layers_beyond_the_model_and_bad_inputs_are_refused(lines, source_tokenizer):
+    model, source, target_tokenizer, trainable = _untied_setup(lines, source_tokenizer)
+    assert DistillConfig(layers=[2, -1]).layers == (2, -1)
+    with pytest.raises(ConfigError, match="2 blocks"):
+        distill(model, source, source_tokenizer, target_tokenizer, lines, trainable, DistillConfig(layers=(3,)))
+    with pytest.raises(ConfigError, match="2 blocks"):
+        distill(model, source, source_tokenizer, target_tokenizer, lines, trainable, DistillConfig(layers=(-3,)))
+    with pytest.raises(ConfigError, match="boolean mask"):
+        distill(model, source, source_tokenizer, target_tokenizer, lines, trainable.astype(int), DistillConfig())
+    with pytest.raises(Exception, match="source_embeddings has shape"):
+        distill(model, source[:, :16], source_tokenizer, target_tokenizer, lines, trainable, DistillConfig())
+
+
+def test_every_config_field_has_help_and_the_defaults_are_valid():
+    import dataclasses
+
+    config = DistillConfig()
+    assert config.tokens > 0 and config.layers == (-1,) and config.head == "lm" and config.distance == "mse"
+    assert all(field.metadata.get("help") for field in dataclasses.fields(DistillConfig))
+
+
+def test_windows_hold_whole_chunks_that_spell_the_same_text_on_both_sides(lines, source_tokenizer):
+    from langswap.chunks import ChunkAligner
+    from langswap.distill import _Limits, _windows
+
+    target_tokenizer = sentencepiece_tokenizer(lines, 300)
+    limits = _Limits(max_length=8, positions=12, source_rows=len(source_tokenizer), target_rows=len(target_tokenizer))
+    aligner = ChunkAligner(source_tokenizer, target_tokenizer)
+    windows = too_long = 0
+    for text in aligner.align_batch(lines[:30]):
+        pieces, skipped = _windows(text, 0, 1, limits)
+        too_long += skipped
+        assert pieces or len(text) == skipped
+        for window in pieces:
+            windows += 1
+            assert window.source_ids[0] == 0 and window.target_ids[0] == 1  # each side's frame token first
+            assert len(window.target_ids) <= 8 and len(window.source_ids) <= 12
+            assert window.target_at[-1] == len(window.target_ids) - 1  # a window ends where a chunk ends
+            for source_at, target_at in zip(window.source_at, window.target_at):
+                read_by_source = source_tokenizer.decode(window.source_ids[1:source_at + 1])
+                read_by_target = target_tokenizer.decode(window.target_ids[1:target_at + 1])
+                assert read_by_source.strip() == read_by_target.strip()
+    assert windows > 30  # the lines are longer than one window
