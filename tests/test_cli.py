@@ -84,8 +84,10 @@ def test_transfer_help_names_every_field(capsys):
     assert exit_code.value.code == 0
     text = capsys.readouterr().out
     from langswap.calibrate import CalibrationConfig
+    from langswap.distill import DistillConfig
 
-    nested = {"resources": ResourcesConfig, "align": AlignConfig, "calibration": CalibrationConfig}
+    nested = {"resources": ResourcesConfig, "align": AlignConfig, "calibration": CalibrationConfig,
+              "distill": DistillConfig}
     expected = [f"{name}.{field.name} ({field.default!r})" for name, cls in nested.items()
                 for field in dataclasses.fields(cls)]
     for field in dataclasses.fields(TransferConfig):

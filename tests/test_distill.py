@@ -233,20 +233,20 @@ def test_layers_beyond_the_model_and_bad_inputs_are_refused(lines, source_tokeni
     model, source, target_tokenizer, trainable = _untied_setup(lines, source_tokenizer)
     assert DistillConfig(layers=[2, -1]).layers == (2, -1)
     with pytest.raises(ConfigError, match="2 blocks"):
-        distill(model, source, source_tokenizer, target_tokenizer, lines, trainable, DistillConfig(layers=(3,)))
+        distill(model, source, source_tokenizer, target_tokenizer, lines, trainable, DistillConfig(layers=(3,), tokens=100))
     with pytest.raises(ConfigError, match="2 blocks"):
-        distill(model, source, source_tokenizer, target_tokenizer, lines, trainable, DistillConfig(layers=(-3,)))
+        distill(model, source, source_tokenizer, target_tokenizer, lines, trainable, DistillConfig(layers=(-3,), tokens=100))
     with pytest.raises(ConfigError, match="boolean mask"):
-        distill(model, source, source_tokenizer, target_tokenizer, lines, trainable.astype(int), DistillConfig())
+        distill(model, source, source_tokenizer, target_tokenizer, lines, trainable.astype(int), DistillConfig(tokens=100))
     with pytest.raises(Exception, match="source_embeddings has shape"):
-        distill(model, source[:, :16], source_tokenizer, target_tokenizer, lines, trainable, DistillConfig())
+        distill(model, source[:, :16], source_tokenizer, target_tokenizer, lines, trainable, DistillConfig(tokens=100))
 
 
 def test_every_config_field_has_help_and_the_defaults_are_valid():
     import dataclasses
 
     config = DistillConfig()
-    assert config.tokens > 0 and config.layers == (-1,) and config.head == "lm" and config.distance == "mse"
+    assert config.tokens == 0 and config.layers == (-1,) and config.head == "lm" and config.distance == "mse"
     assert all(field.metadata.get("help") for field in dataclasses.fields(DistillConfig))
 
 
@@ -272,3 +272,42 @@ def test_windows_hold_whole_chunks_that_spell_the_same_text_on_both_sides(lines,
                 read_by_target = target_tokenizer.decode(window.target_ids[1:target_at + 1])
                 assert read_by_source.strip() == read_by_target.strip()
     assert windows > 30  # the lines are longer than one window
+
+
+def test_a_transfer_distils_the_methods_rows_before_calibration_and_records_it(gpt2_folder, corpus_dir,
+                                                                              target_tokenizer_folder, tmp_path):
+    """`distill.tokens` turns the step on: it runs after the method and before calibration, on the target text
+    without the lines candidates are judged on; special and copied rows stay bitwise as the method made them, the
+    body too, and langswap.json says what it did. Streaming is refused (the step runs the model)."""
+    from safetensors.torch import load_file
+
+    from langswap.errors import ConfigError
+    from langswap.methods.mapping import Kind
+    from langswap.transfer import transfer, transfer_config
+
+    text = str(corpus_dir / "xx.txt")
+    base = {"source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder), "method": "overlap",
+            "target_text": text, "calibration": {"strength": 0}}
+    transfer(transfer_config({**base, "output": str(tmp_path / "plain")}))
+    transfer(transfer_config({**base, "output": str(tmp_path / "distilled"),
+                              "distill": {"tokens": 600, "batch_lines": 4, "layers": [1], "learning_rate": 1e-2}}))
+    record = json.loads((tmp_path / "distilled" / "langswap.json").read_text(encoding="utf-8"))
+    report = record["distillation"]
+    assert report["tokens"] >= 600 and report["updates"] > 0 and report["text"] == text and report["kept"]
+    assert report["loss_end"] < report["loss_start"]
+    assert json.loads((tmp_path / "plain" / "langswap.json").read_text(encoding="utf-8"))["distillation"] is None
+    plain, distilled = load_file(tmp_path / "plain" / "model.safetensors"), load_file(tmp_path / "distilled" /
+                                                                                      "model.safetensors")
+    name = next(key for key in plain if key.endswith("wte.weight"))
+    assert all(torch.equal(plain[key], distilled[key]) for key in plain if key != name)  # the body
+    kinds = {}
+    for line in (tmp_path / "plain" / "provenance.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        fields = line.split("\t")
+        kinds[int(fields[0])] = fields[2]
+    fixed = [row for row, kind in kinds.items() if kind in (Kind.SPECIAL.name.lower(), Kind.COPIED.name.lower())]
+    moved = [row for row in kinds if row not in fixed]
+    assert fixed and torch.equal(plain[name][fixed], distilled[name][fixed])
+    assert not torch.equal(plain[name][moved], distilled[name][moved])
+    with pytest.raises(ConfigError, match="token distillation"):
+        transfer(transfer_config({**base, "output": str(tmp_path / "streamed"), "stream": "on",
+                                  "distill": {"tokens": 100}}))

@@ -55,13 +55,13 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
             except ConfigError as error:
                 errors.append(str(error))
         raise ConfigError(errors[0] if errors else f"'{name}' cannot be {value!r}.")
-    if origin is list:
-        (item,) = typing.get_args(annotation) or (Any,)
+    if origin in (list, tuple):  # tuple[X, ...]: a list read as a tuple
+        item = (typing.get_args(annotation) or (Any,))[0]
         if isinstance(value, (int, float, str)) and not isinstance(value, bool):
             value = [value]  # `--set snapshot_steps=50` means [50]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"'{name}' must be a list, not {value!r}.")
-        return [_coerce(element, item, f"{name}[{i}]") for i, element in enumerate(value)]
+        return origin(_coerce(element, item, f"{name}[{i}]") for i, element in enumerate(value))
     if origin is typing.Literal:
         allowed = typing.get_args(annotation)
         if value not in allowed:
@@ -171,6 +171,8 @@ def to_dict(instance: Any) -> dict:
                 value = {"name": getattr(instance, field.name).method_name, **value}
         elif isinstance(value, Path):
             value = str(value)
+        elif isinstance(value, tuple):
+            value = list(value)
         out[field.name] = value
     return out
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from langswap.calibrate import CalibrationConfig
 from langswap.config import check_choices, from_dict
+from langswap.distill import DistillConfig
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.files import refuse_existing
 from langswap.methods.base import DEFAULT_METHOD, MethodConfig, check_resources, get_method
@@ -76,6 +77,11 @@ class TransferConfig(ModelPairConfig):
                 "candidate."})
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig, metadata={
         "help": "Move output rows so each token's mean logit fits its frequency in target text (langswap.calibrate)."})
+    distill: DistillConfig = field(default_factory=DistillConfig, metadata={
+        "help": "Token distillation (langswap.distill): after the method, before calibration, the new input rows (and "
+                "an untied head's) learn so that the body's hidden states reading the target tokenization match "
+                "those of the source model reading the same target text (calibration.text, target_text or "
+                "resources.token_text) with its own tokenizer; causal LMs; off unless distill.tokens is set."})
     stream: str = field(default="auto", metadata={
         "help": "Read only the token matrices of a safetensors source checkpoint and copy its other tensors to the "
                 "output file by file, so a model larger than memory transfers (langswap.checkpoint). auto: when the "
@@ -126,6 +132,11 @@ class TransferConfig(ModelPairConfig):
         if self.calibration.strength != 0 and text and not Path(text).is_file():
             raise MissingResourceError(f"calibration text '{text}' does not exist (set calibration.strength=0 to "
                                        "transfer without calibration).")
+        if self.distill.tokens and not text:
+            raise ConfigError("distillation needs target-language text: set calibration.text (or target_text), or "
+                              "distill.tokens=0.")
+        if self.distill.tokens and not Path(text).is_file():
+            raise MissingResourceError(f"target text '{text}' for distillation does not exist.")
         if self.held_out_lines < 0:
             raise ConfigError(f"held_out_lines is {self.held_out_lines}; give 0 or more lines.")
         check_choices(self)
@@ -160,11 +171,14 @@ class TextSteps:
     judges_candidates: bool
     eval_text: str | None
     method_name: str
+    distills: bool = False
 
     def model_runs(self) -> list[str]:
         """The steps that run the model on text (so need the whole model in memory), each with the setting that
         turns it off."""
         steps = []
+        if self.distills:
+            steps.append("token distillation (distill.tokens=0 turns it off)")
         if self.strength > 0:
             steps.append("frequency calibration (calibration.strength=0 turns it off)")
         if self.eval_text:
@@ -180,12 +194,17 @@ def plan_text_steps(config: TransferConfig, causal: bool) -> TextSteps:
 
     text = config.calibration_text()
     strength, skipped = config.calibration.plan(bool(text), causal)
+    distills = bool(config.distill.tokens) and bool(text)
+    if distills and not causal:
+        raise ConfigError("token distillation is for causal LMs (a masked LM's hidden state at a token describes "
+                          "the whole window, not the text read up to it); set distill.tokens=0 for this model.")
     lines = read_text_lines(text, "target text", max_lines=config.calibration.lines) \
-        if text and (strength > 0 or (config.held_out_lines and Path(text).is_file())) else []
+        if text and (strength > 0 or distills or (config.held_out_lines and Path(text).is_file())) else []
     held_out = lines[-config.held_out_lines:] if config.held_out_lines and len(lines) >= 2 * config.held_out_lines \
         else None
     judges = bool(held_out) and causal and config.method.offers_candidates()
-    return TextSteps(strength, skipped, text, lines, held_out, judges, config.eval_text, config.method.method_name)
+    return TextSteps(strength, skipped, text, lines, held_out, judges, config.eval_text, config.method.method_name,
+                     distills)
 
 
 def transfer_config(data: dict) -> TransferConfig:

@@ -123,6 +123,7 @@ class FinishContext:
     text: TextSteps
     calibration: CalibrationConfig  # its check lines the held-out lines candidates are judged on
     line: tuple | None  # calibrate.frequency_line's result, where calibration runs
+    source: Source | None = None  # the teacher's tokenizer and input rows, for distillation
 
 
 def plan_text(config: TransferConfig) -> TextSteps:
@@ -278,7 +279,7 @@ def finish_context(config: TransferConfig, source: Source, target: Target, text:
         from langswap.calibrate import frequency_line
 
         line = frequency_line(target.tokenizer, text.lines, target.rows, calibration)
-    return FinishContext(config, target, text, calibration, line)
+    return FinishContext(config, target, text, calibration, line, source)
 
 
 def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
@@ -307,10 +308,30 @@ def calibrates(context: FinishContext) -> bool:
     return context.text.strength > 0
 
 
+def distill_step(context: FinishContext, model, result: MethodResult) -> dict:
+    """Token distillation (`langswap.distill`) of the rows the method made: every non-special row the method did not
+    copy from a source token of the same form, never an extended vocabulary's source rows; on the target text
+    without the held-out lines candidates are judged on."""
+    from langswap.distill import distill
+    from langswap.methods.mapping import Kind
+
+    text = context.text
+    kinds = result.mapping.kinds
+    trainable = ~np.isin(kinds, [Kind.SPECIAL, Kind.COPIED]) & (np.arange(len(kinds)) >= context.target.kept)
+    lines = text.lines[:len(text.lines) - len(text.held_out)] if text.held_out else text.lines
+    report = distill(model, context.source.matrices.embeddings, context.source.tokenizer, context.target.tokenizer,
+                     lines, trainable, context.config.distill)
+    return {**report, "text": str(text.text)}
+
+
+def distills(context: FinishContext) -> bool:
+    return context.text.distills
+
+
 # name -> (step, whether it runs for a transfer), in the order they run on each candidate; a report may carry
 # "held_out_loss", the candidate's loss measured on the held-out lines as it leaves it, which spares measuring it
 # again (the last one given counts)
-FINISHING = {"calibration": (calibrate_step, calibrates)}
+FINISHING = {"distillation": (distill_step, distills), "calibration": (calibrate_step, calibrates)}
 
 
 def token_matrices(model, device=None) -> dict:
@@ -501,7 +522,8 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
             output_bias=matrices.output_bias is not None, source_padded_rows=matrices.padded_rows,
             streamed=written, alignment=inputs.alignment, resources=inputs.reports,
             resource_keys=keys_in_use(spec.kinds(config), config.resources), metrics=metrics,
-            method_choice=result.choice, calibration=made.finished.get("calibration"), correspondence=rows,
+            method_choice=result.choice, calibration=made.finished.get("calibration"),
+            distillation=made.finished.get("distillation"), correspondence=rows,
             vocabulary=target.growth.report() if target.growth else {"mode": "replaced"},
             seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, demo_key=demo_key)
         write_model_record(folder, record)
