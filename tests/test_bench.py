@@ -451,3 +451,31 @@ def test_a_bench_with_source_text_reports_what_the_source_language_keeps(tmp_pat
     header = (tmp_path / "bench" / "table.md").read_text().splitlines()[0]
     assert header == "| method | bits per byte @ 0 | perplexity @ 0 | source-language bits per byte @ 0 | " \
                      "tokens per byte |"
+
+
+def test_a_bench_entry_can_distil_and_one_without_keeps_its_record(capsys, tmp_path, gpt2_folder,
+                                                                   target_tokenizer_folder, cipher_vectors,
+                                                                   corpus_dir):
+    """`distill:` beside an entry's options runs token distillation in its transfer (the bench's training text is
+    the transfer's target text); an entry without it writes no distill key, so its measurements stay those of
+    before. Bad options are refused before any work."""
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0],
+                       methods=[{"name": "overlap", "calibration": {"strength": 0}},
+                                {"name": "overlap", "label": "overlap distilled", "calibration": {"strength": 0},
+                                 "distill": {"tokens": 300, "layers": [1], "learning_rate": 0.01}}])
+    assert main(["-q", "bench", str(path)]) == 0
+    runs = tmp_path / "bench" / "runs"
+    record = json.loads((runs / "overlap_distilled" / "transfer" / "langswap.json").read_text())
+    assert record["distillation"]["tokens"] >= 300 and record["distillation"]["kept"]
+    assert json.loads((runs / "overlap" / "transfer" / "langswap.json").read_text())["distillation"] is None
+    assert json.loads((runs / "overlap" / "variant.json").read_text())["distill"] is None
+    assert "distill" not in json.loads((runs / "overlap" / "variant.json").read_text())["resolved"]
+    rows = {r["variant"]: r["bits_per_byte"] for r in map(json.loads, (tmp_path / "bench" / "results.jsonl")
+                                                          .read_text().splitlines())}
+    assert rows["overlap distilled"] != rows["overlap"]
+    bad = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0],
+                      methods=[{"name": "overlap", "distill": {"tokns": 3}}])
+    assert main(["-q", "bench", str(bad)]) == 2
+    assert "tokns" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="distill must be a mapping"):
+        expand_variants([{"name": "overlap", "distill": 3}])

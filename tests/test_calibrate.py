@@ -303,13 +303,14 @@ def test_held_out_frequencies_rank_tokens_new_text_splits_into_above_those_seen_
     """A tokenizer trained on a text has a token for most of its words, and words it never saw split into pieces
     that text rarely shows whole: in new text those pieces are more frequent than add-k smoothing makes them, and
     held-out estimation measures how much on check lines read by a tokenizer trained without them. It is the
-    default; add-k is used where smoothing is set, and where no tokenizer can be trained."""
+    option (`frequencies: held-out`); add-k, the default, smooths the counts."""
     from langswap.calibrate import CalibrationConfig, frequency_line, smoothed_log_frequencies, token_counts
 
     counted = _lines_of(_made_up_words(800, seed=0), 400, seed=1)
     new_words = _lines_of(_made_up_words(800, seed=2), 100, seed=3)
     tokenizer = byte_level_tokenizer(counted + new_words, vocab_size=1500)
-    logf, how, counts = frequency_line(tokenizer, counted + new_words, len(tokenizer), CalibrationConfig())
+    logf, how, counts = frequency_line(tokenizer, counted + new_words, len(tokenizer),
+                                       CalibrationConfig(frequencies="held-out"))
     assert how["estimate"] == "held-out" and how["check_tokens"] > 0
     assert np.array_equal(counts, token_counts(tokenizer, counted, len(tokenizer)))
     new_counts = token_counts(tokenizer, new_words, len(tokenizer))
@@ -317,7 +318,9 @@ def test_held_out_frequencies_rank_tokens_new_text_splits_into_above_those_seen_
     assert -(new_counts * logf).sum() < -(new_counts * add_half).sum()  # predicts the new text better
     _, how, _ = frequency_line(tokenizer, counted + new_words, len(tokenizer), CalibrationConfig(smoothing=2.0))
     assert how == {"estimate": "add-k", "smoothing": 2.0, "set": "calibration.smoothing"}
-    with pytest.raises(ConfigError, match="set frequencies: add-k"):
+    _, how, _ = frequency_line(tokenizer, counted + new_words, len(tokenizer), CalibrationConfig())
+    assert how["estimate"] == "add-k" and how["smoothing"] >= 1.0 and "cross_entropy" in how
+    with pytest.raises(ConfigError, match="frequencies: held-out leave it unset"):
         CalibrationConfig(frequencies="held-out", smoothing=2.0)
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from langswap.config import dump_yaml, from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError, NumericalError
 from langswap.calibrate import CalibrationConfig
+from langswap.distill import DistillConfig
 from langswap.records import (BENCH_SHARED_INPUTS, BenchResult, BenchVariant, append_bench_result, has_model_record,
                               read_bench_results, read_bench_variant, write_bench_variant)
 from langswap.transfer import ModelPairConfig, TransferConfig
@@ -73,7 +74,7 @@ class BenchConfig(ModelPairConfig):
     methods: list[dict] = field(default_factory=_default_methods, metadata={
         "help": "Methods to compare: each {name: ..., options..., label: optional, grid: optional, calibration: "
                 "optional (frequency calibration options; on by default for causal LMs, {strength: 0} turns it "
-                "off)}."})
+                "off), distill: optional (token distillation options, e.g. {tokens: 20000}; off by default)}."})
     train: dict = field(default_factory=lambda: {"preset": "embeddings"}, metadata={
         "help": "langswap train options for every variant (`langswap init-config --for train` lists them); "
                 "preset is embeddings unless set here."})
@@ -111,6 +112,7 @@ class Variant:
     label: str
     method: dict  # {"name": ..., options}
     calibration: dict = field(default_factory=dict)  # the transfer's calibration: section, where the entry sets one
+    distill: dict = field(default_factory=dict)  # the transfer's distill: section, where the entry sets one
 
 
 def _expand_grid(grid, where: str) -> list[dict]:
@@ -147,13 +149,17 @@ def expand_variants(methods: list) -> list[Variant]:
         if not isinstance(calibration, dict):
             raise ConfigError(f"{where}.calibration must be a mapping of calibration options (e.g. strength: 0.5).")
         from_dict(CalibrationConfig, calibration, where=f"{where}.calibration.")  # unknown or bad options: an error
+        distill = entry.pop("distill", None) or {}
+        if not isinstance(distill, dict):
+            raise ConfigError(f"{where}.distill must be a mapping of distillation options (e.g. tokens: 20000).")
+        from_dict(DistillConfig, distill, where=f"{where}.distill.")
         for point in _expand_grid(grid, where):
             method = {**entry, **point}
             TransferConfig.resolve_method(method, f"{where}.")  # unknown method or option: an error listing them
             name = label or method["name"]
             if point:
                 name += " " + ",".join(f"{key}={_format_value(value)}" for key, value in point.items())
-            variants.append(Variant(name, method, dict(calibration)))
+            variants.append(Variant(name, method, dict(calibration), dict(distill)))
     labels = [variant.label for variant in variants]
     if REFERENCE in labels:
         raise ConfigError(f"the label '{REFERENCE}' is the reference row's; give that method another `label:`.")
@@ -414,6 +420,9 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
             record.calibration = calibration
         record.resolved = {"method": _resolved_method(variant.method), "calibration": to_dict(from_dict(
             CalibrationConfig, calibration, where="calibration.")) if record.calibration is not None else None}
+        if variant.distill:  # a variant without distillation keeps the record (and the measurements) it had
+            record.distill = dict(variant.distill)
+            record.resolved["distill"] = to_dict(from_dict(DistillConfig, variant.distill, where="distill."))
         settings = {step: {"measured_with": measured_with, "variant": _digest(record.digest_inputs()),
                            **({"trained_with": train_key} if step else {})} for step in steps}
         keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}
@@ -442,7 +451,8 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
                 "source_model": config.source_model, "source_tokenizer": config.source_tokenizer,
                 "language": config.language,
                 "output": str(run / "transfer"), "overwrite": True, "method": variant.method,
-                "calibration": calibration, "method_device": config.method_device, **shared})
+                "calibration": calibration, "distill": variant.distill, "method_device": config.method_device,
+                **shared})
             transfer(transfer_config, progress=progress)
         folders = {0: run / "transfer"}
         if any(step > 0 and keys[step] not in results for step in steps):

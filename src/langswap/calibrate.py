@@ -15,8 +15,8 @@ The slope `a` is 1 by default (a calibrated model's logits are log-probabilities
 centres the moves (their mean over the moved rows is zero before the rule below), so no text of the source language
 is needed. `rounds` repeats the measurement and the move (moving tied rows moves h̄ a little). h̄ is averaged over the
 first `hidden_lines` lines. Frequencies come from the target tokenizer's counts on up to `lines` lines, estimated for
-new text on the check lines as read by a tokenizer trained without them: by held-out estimation for tokens counted
-fewer than 3 times (`held_out_log_frequencies`, the default) or by add-k smoothing (`choose_smoothing`).
+new text on the check lines as read by a tokenizer trained without them: by add-k smoothing (`choose_smoothing`, the
+default) or by held-out estimation for tokens counted fewer than 3 times (`held_out_log_frequencies`).
 
 Calibration is meant for a model that will be trained on the target text, which teaches the model that text's
 frequencies by itself. A token the counted lines show fewer than `lower_min_count` times (3 by default: never, once
@@ -56,13 +56,13 @@ class CalibrationConfig:
         "help": "Which rows move: all (every non-special row) or new (rows the method did not copy).",
         "choices": ("all", "new")})
     slope: float = field(default=1.0, metadata={"help": "Mean logit per unit of log-frequency on the line."})
-    frequencies: str | None = field(default=None, metadata={
-        "help": "How counts become the frequencies rows move towards: held-out (a token counted r < 3 times gets "
-                "the frequency in new text of the tokens counted r times, measured on the check lines read by a "
-                "tokenizer trained without them; more frequent tokens their relative frequency) or add-k "
-                "(add-`smoothing` counts); unset: add-k where smoothing is set, otherwise held-out (add-k where "
-                "no tokenizer can be trained or there are no check lines).",
-        "choices": ("held-out", "add-k")})
+    frequencies: str = field(default="add-k", metadata={
+        "help": "How counts become the frequencies rows move towards: add-k (add-`smoothing` counts) or held-out "
+                "(a token counted r < 3 times gets the frequency in new text of the tokens counted r times, "
+                "measured on the check lines read by a tokenizer trained without them; more frequent tokens their "
+                "relative frequency; add-k where no tokenizer can be trained or there are no check lines). "
+                "held-out starts better and ends training better or worse depending on the text (docs/design.md).",
+        "choices": ("add-k", "held-out")})
     smoothing: float | None = field(default=None, metadata={
         "help": "add-k's pseudo-count, added to every token's count before its frequency is taken; unset: the one "
                 "that best predicts the check lines when a tokenizer like the target's is trained on the counted "
@@ -100,11 +100,11 @@ class CalibrationConfig:
         if self.lower_min_count < 0:
             raise ConfigError(f"calibration.lower_min_count is {self.lower_min_count}; give a count of at least 0 (0: "
                               "every row may move down).")
-        if self.frequencies not in (None, "held-out", "add-k"):
-            raise ConfigError(f"calibration.frequencies is {self.frequencies!r}; choose held-out or add-k.")
+        if self.frequencies not in ("add-k", "held-out"):
+            raise ConfigError(f"calibration.frequencies is {self.frequencies!r}; choose add-k or held-out.")
         if self.frequencies == "held-out" and self.smoothing is not None:
-            raise ConfigError("calibration.smoothing is add-k's pseudo-count; set frequencies: add-k with it, or "
-                              "leave smoothing unset for held-out frequencies.")
+            raise ConfigError("calibration.smoothing is add-k's pseudo-count; with frequencies: held-out leave it "
+                              "unset.")
         if self.rounds < 1 or self.lines < 1 or self.hidden_lines < 1 or self.max_length < 2 or self.check_lines < 0:
             raise ConfigError("calibration.rounds, lines and hidden_lines must be at least 1, max_length at least 2, "
                               "check_lines at least 0.")
@@ -267,7 +267,7 @@ def frequency_line(tokenizer, lines: list[str], size: int, config: CalibrationCo
     counted, held = split_check_lines(lines, config)
     counted = counted[:config.lines]
     counts = token_counts(tokenizer, counted, size)
-    estimate = config.frequencies or ("add-k" if config.smoothing is not None else "held-out")
+    estimate = config.frequencies
     if estimate == "add-k" and config.smoothing is not None:
         how = {"estimate": "add-k", "smoothing": config.smoothing, "set": "calibration.smoothing"}
     elif not held:

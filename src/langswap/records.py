@@ -181,13 +181,15 @@ class BenchVariant(Record):
     pair: dict = field(default_factory=dict)
     shared: dict = field(default_factory=dict)
     calibration: dict | None = None  # as the bench config gives it, with the text; None: uncalibrated
-    resolved: dict | None = None  # method and calibration with every option as it resolves, defaults included
+    distill: dict | None = None  # as the bench config gives it; None: no distillation
+    resolved: dict | None = None  # method and calibration (and distill) with every option as it resolves
 
     def inputs(self) -> dict:
         """What the user gave the variant: a label whose inputs changed is refused."""
         data = {key: value for key, value in self.as_dict().items() if key not in ("version", "resolved")}
-        if self.calibration is None:
-            data.pop("calibration")
+        for optional in ("calibration", "distill"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
         return data
 
     def digest_inputs(self) -> dict:
