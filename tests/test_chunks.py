@@ -444,7 +444,7 @@ def check(aligned: AlignedText, tokenizers: tuple, families: tuple[str, str]) ->
 
 
 def test_invariants_on_trained_tokenizers_of_every_family(trained):
-    texts = english_lines(60, seed=7) + odd_lines(120, seed=3)
+    texts = english_lines(30, seed=7) + odd_lines(60, seed=3)
     unknowns = 0
     for source_family in trained:
         for target_family in trained:

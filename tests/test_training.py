@@ -216,7 +216,15 @@ def _cli_train(config: TrainConfig, path: Path) -> list[str]:
         pytest.mark.slow,
         pytest.mark.skipif(os.environ.get("LANGSWAP_SLOW_TESTS") != "1", reason="set LANGSWAP_SLOW_TESTS=1 to run")]),
     ("gpt2", "transinner", "phase-2-full", 4),
-    ("bert", "wechsel", "phase-1-full", 4), ("gpt2", "tiktotok", "phase-1-embeddings", 2)])
+    # a masked LM (masks drawn afresh at every update) and Tik-to-Tok's until-settled phase: test_recipes resumes
+    # the masked bilingual run and every recipe bitwise, test_tiktotok_stopped_... resumes a settled phase; these
+    # kills run with the slow tests only
+    pytest.param("bert", "wechsel", "phase-1-full", 4, marks=[
+        pytest.mark.slow,
+        pytest.mark.skipif(os.environ.get("LANGSWAP_SLOW_TESTS") != "1", reason="set LANGSWAP_SLOW_TESTS=1 to run")]),
+    pytest.param("gpt2", "tiktotok", "phase-1-embeddings", 2, marks=[
+        pytest.mark.slow,
+        pytest.mark.skipif(os.environ.get("LANGSWAP_SLOW_TESTS") != "1", reason="set LANGSWAP_SLOW_TESTS=1 to run")])])
 def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(kind, preset, phase_dir, kill_at, models,
                                                                         texts, tmp_path, caplog):
     """Causal and masked LM (whose masks are drawn afresh at every update, which must resume too); Tik-to-Tok killed
@@ -303,6 +311,9 @@ def test_how_often_a_run_evaluates_does_not_change_its_weights(models, texts, tm
     assert len(often.curve["eval"]) > len(rarely.curve["eval"])
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("LANGSWAP_SLOW_TESTS") != "1", reason="set LANGSWAP_SLOW_TESTS=1 to run (the "
+                    "general case is test_how_often_a_run_evaluates_does_not_change_its_weights)")
 def test_tiktotok_settles_at_the_same_step_however_often_it_evaluates(models, texts, tmp_path):
     """The rule is judged at training-loss logs (steps 3, 6, 9) only. Judged at every log, an evaluation at step 8
     saw windows (4, 8] and (0, 4] holding losses 6 and 3 and stopped there, one step before a run that evaluates
