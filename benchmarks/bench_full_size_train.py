@@ -9,9 +9,10 @@ process of its own so that peaks do not mix, for each preset (default: `adapters
     langswap train --preset PRESET --steps 50 (batch 4 x 1024 tokens, precision bf16, gradient checkpointing)
 
 printing tokens per second over the updates after the first 5 (the first ones include the allocator's warm-up; each
-update is timed from its start to its end by bench_train_speed.update_clock), peak GPU memory
-(torch.cuda.max_memory_allocated) and the training loss; and `langswap evaluate` of the trained model (its own
-dtype, batched), its wall time and peak GPU memory. One JSON line per measurement, also written to
+update is timed from its start to its end by bench_train_speed.update_clock), peak GPU memory (allocated,
+torch.cuda.max_memory_allocated, and reserved by the allocator, max_memory_reserved) and the training loss; and
+`langswap evaluate` of the trained model (its own dtype, batched), its wall time and peak GPU memory. One JSON line
+per measurement, also written to
 --workdir/results.jsonl.
 
     python benchmarks/bench_full_size_train.py                 # one H100 or H200: the 8B shape, 32 layers
@@ -110,6 +111,7 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
               "tokens_per_second": round(tokens / per_update, 1) if per_update else None,
               "train_wall_seconds": round(wall, 1),
               "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+              "peak_gpu_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2) if cuda else None,
               "peak_rss_gib": peak_rss_gib(),
               "phases": [(p["name"], p["trainable_parameters"], p["train_loss"]) for p in report.phases]}
     if cuda:

@@ -256,10 +256,18 @@ def main(argv=None) -> int:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
             start = time.perf_counter()
-            if options.get("bare"):
-                measured = bare_loop(model_folder, blocks, args, options)
-            else:
-                measured = langswap_run(model_folder, text, workdir / "run", args, options)
+            try:
+                if options.get("bare"):
+                    measured = bare_loop(model_folder, blocks, args, options)
+                else:
+                    measured = langswap_run(model_folder, text, workdir / "run", args, options)
+            except Exception as error:  # one variant's failure (a missing kernel, a compile error) is a figure too
+                import traceback
+
+                traceback.print_exc()
+                print(f"| {name} | failed: {type(error).__name__}: {str(error)[:200]} | | | |", flush=True)
+                results["variants"][name] = {"failed": f"{type(error).__name__}: {error}"[:2000]}
+                continue
             wall = measured.get("run_seconds") or time.perf_counter() - start
             timed = measured["times"][args.warmup:]
             median = statistics.median(timed)
