@@ -155,6 +155,7 @@ def main(argv=None) -> int:
             + (["--tiny"] if args.tiny else []) + (["--no-gradient-checkpointing"]
                                                    if args.no_gradient_checkpointing else [])
         done = subprocess.run(command, capture_output=True, text=True)
+        shutil.rmtree(args.workdir / f"run-{preset}", ignore_errors=True)  # a failed run's folders: 16 GB a copy
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode or not lines:
             print(f"{preset}: failed (exit {done.returncode})\n{done.stderr[-3000:]}", flush=True)

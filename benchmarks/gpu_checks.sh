@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# The GPU checks of docs/benchmarks.md ("On a GPU"), from the source tree, on a machine with one CUDA device and
-# nothing to download: every model is built there with random weights.
+# The GPU checks of docs/benchmarks.md ("On one GPU"), from the source tree, on a machine with one CUDA device and
+# nothing to download: every model is built there with random weights. Name the steps to run, in order:
 #
-#   bash benchmarks/gpu_checks.sh 1     # the GPU tests, training speed (SmolLM2-135M shape), FSDP launch and resume
-#   bash benchmarks/gpu_checks.sh 2     # the methods' steps at 128k tokens, then the Llama-3-8B shape
+#   bash benchmarks/gpu_checks.sh tests speed fsdp          # what fits one call of the device tool
+#   bash benchmarks/gpu_checks.sh methods full-size
 #
-# Logs and JSON results go to $OUT (default /tmp/gpu-checks). Each step has its own time limit, so that a step cut
-# short leaves the others their time; the 8B step takes what part 2 has left (GPU_CHECKS_SECONDS, default 600).
+# Steps and what each took on an H100 (2026-11-27):
+#   tests       pytest tests/test_gpu.py tests/test_adapters.py                                   75 s
+#   speed       bench_gpu_train.py, the variants without torch.compile (SmolLM2-135M shape)        about 90 s
+#   compile     bench_gpu_train.py, the torch.compile variants                                    about 85 s each
+#   fsdp        accelerate launch with examples/accelerate/fsdp.yaml, killed after a checkpoint,
+#               relaunched (it resumes), the saved folder loaded; DeepSpeed ZeRO-3 where installed  about 90 s
+#   methods     bench_speed.py --methods-only at 128,256 tokens, model dimension 4,096
+#   full-size   bench_full_size_train.py, the Llama-3-8B shape: 16 GB of checkpoint plus 16 GB per model folder on
+#               disk; what is left of GPU_CHECKS_SECONDS (default 600)
+#
+# Logs and JSON results go to $OUT (default /tmp/gpu-checks): the device tool brings back at most 8 files.
 set -u
-part=${1:?say which part: 1 or 2}
+[ $# -gt 0 ] || { echo "name the steps: tests speed compile fsdp methods full-size" >&2; exit 2; }
 OUT=${OUT:-/tmp/gpu-checks}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -16,79 +25,102 @@ work=${GPU_CHECKS_WORK:-/tmp/langswap-gpu-checks}
 mkdir -p "$work"
 start=$SECONDS
 left() { echo $(( ${GPU_CHECKS_SECONDS:-600} - (SECONDS - start) - 10 )); }
+quiet() { grep -v "Loading weights\|it/s\]\|Warning\|warnings.warn\|_init_core_state\|set_state_dict_type" "$@"; }
 
-if [ "$part" = 1 ]; then
-  {
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-    python3 -c "import sys, torch, transformers, accelerate, peft; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'peft', peft.__version__)"
-    for package in deepspeed liger_kernel flash_attn fasttext entmax; do
-      python3 -c "import $package" 2>/dev/null && echo "$package: installed" || echo "$package: missing"
-    done
-  } >"$OUT/0-environment.txt" 2>&1
-  cat "$OUT/0-environment.txt"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  df -h /tmp | tail -n 1
+  python3 -c "import sys, torch, transformers, accelerate, peft; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'peft', peft.__version__)"
+  for package in deepspeed liger_kernel flash_attn fasttext entmax; do
+    python3 -c "import $package" 2>/dev/null && echo "$package: installed" || echo "$package: missing"
+  done
+} >"$OUT/0-environment.txt" 2>&1
+cat "$OUT/0-environment.txt"
 
-  echo "== 1. the GPU tests"
-  timeout 150 python3 -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_adapters.py \
-    >"$OUT/1-tests.log" 2>&1
-  echo "exit $?"; tail -n 15 "$OUT/1-tests.log"
+speed_world() {  # the SmolLM2-135M-shaped model and text the speed and FSDP steps share
+  [ -f "$work/train/train.txt" ] || python3 -c "
+import sys; sys.path.insert(0, 'benchmarks')
+from pathlib import Path
+from bench_gpu_train import SHAPES, build_world
+build_world(Path('$work/train'), SHAPES['smollm2-135m'], 32 * 512 * 40)"
+}
 
-  echo "== 2. training speed, SmolLM2-135M shape"
-  timeout 250 python3 benchmarks/bench_gpu_train.py --workdir "$work/train" --steps 20 --warmup 8 \
-    --output "$OUT/2-train-speed.json" >"$OUT/2-train-speed.log" 2>&1
-  echo "exit $?"; grep -v "Loading weights" "$OUT/2-train-speed.log" | tail -n 20
-
-  echo "== 4. accelerate launch with FSDP (one process per GPU), killed after a checkpoint and resumed"
-  cat >"$work/fsdp.yaml" <<EOF
+for step in "$@"; do
+  case $step in
+  tests)
+    echo "== the GPU tests"
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_adapters.py \
+      >"$OUT/1-tests.log" 2>&1
+    echo "exit $?"; tail -n 15 "$OUT/1-tests.log" ;;
+  speed|compile)
+    echo "== training speed, SmolLM2-135M shape ($step)"
+    if [ "$step" = speed ]; then
+      variants=("bare eager" "langswap full" "langswap full, foreach AdamW" "langswap embeddings"
+                "langswap full + document mask" "langswap full, micro-batch / 4, accumulation 4"
+                "langswap full + liger")
+    else
+      variants=("bare fused+compile" "langswap full + compile" "langswap embeddings + compile")
+    fi
+    timeout 400 python3 benchmarks/bench_gpu_train.py --workdir "$work/train" --steps 20 --warmup 8 \
+      --variants "${variants[@]}" --output "$OUT/2-$step.json" >"$OUT/2-$step.log" 2>&1
+    echo "exit $?"; quiet "$OUT/2-$step.log" | tail -n 20 ;;
+  fsdp)
+    echo "== accelerate launch with FSDP (one process per GPU), killed after a checkpoint and resumed"
+    speed_world
+    cat >"$work/fsdp.yaml" <<EOF
 model: $work/train/model
 train_text: $work/train/train.txt
 output: $work/fsdp
-overwrite: false
 preset: full
-steps: 400
+steps: 120
 batch_size: 16
 sequence_length: 512
-save_steps: 100
-logging_steps: 50
+save_steps: 40
+logging_steps: 20
 EOF
-  gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
-  launch=(python3 -m accelerate.commands.launch --config_file examples/accelerate/fsdp.yaml --num_processes "$gpus"
-          -m langswap.cli train "$work/fsdp.yaml")
-  rm -rf "$work/fsdp"
-  {
-    setsid "${launch[@]}" &
-    pid=$!
-    for _ in $(seq 480); do
-      [ -n "$(find "$work/fsdp" -maxdepth 2 -name 'checkpoint-100' 2>/dev/null)" ] && break
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.25
-    done
-    echo "checkpoints when killed: $(find "$work/fsdp" -maxdepth 2 -name 'checkpoint-*' 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
-    kill -9 -- "-$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    echo "-- rerun"
-    timeout 150 "${launch[@]}"
-    echo "rerun exit $?"
-    python3 -c "from transformers import AutoModelForCausalLM; m = AutoModelForCausalLM.from_pretrained('$work/fsdp/model'); print('the saved folder loads:', type(m).__name__, sum(p.numel() for p in m.parameters()), 'parameters')"
-    if python3 -c "import deepspeed" 2>/dev/null; then
-      echo "-- DeepSpeed ZeRO-3"
-      sed -e "s#$work/fsdp\$#$work/zero3#" "$work/fsdp.yaml" >"$work/zero3.yaml"
-      timeout 120 python3 -m accelerate.commands.launch --config_file examples/accelerate/deepspeed-zero3.yaml \
-        --num_processes "$gpus" -m langswap.cli train "$work/zero3.yaml"
-      echo "zero3 exit $?"
-    else
-      echo "DeepSpeed ZeRO-3: not run, the deepspeed package is not installed"
-    fi
-  } >"$OUT/4-fsdp.log" 2>&1
-  grep -v "Loading weights\|it/s\]" "$OUT/4-fsdp.log" | tail -n 25
-else
-  echo "== 5. the methods' steps at 128,256 tokens, model dimension 4096"
-  timeout 90 python3 benchmarks/bench_speed.py --methods-only --device cuda --vocab 128256 --model-dim 4096 \
-    --skip-package >"$OUT/5-methods.log" 2>&1
-  echo "exit $?"; tail -n 12 "$OUT/5-methods.log"
-
-  echo "== 3. the Llama-3-8B shape: adapters, then embeddings (30 updates each)"
-  timeout "$(left)" python3 benchmarks/bench_full_size_train.py --workdir "$work/full" --steps 30 \
-    >"$OUT/3-full-size.log" 2>&1
-  echo "exit $?"; grep -v "Loading weights\|it/s\]" "$OUT/3-full-size.log" | tail -n 20
-  nvidia-smi --query-gpu=memory.used --format=csv
-fi
+    gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+    launch=(python3 -m accelerate.commands.launch --config_file examples/accelerate/fsdp.yaml --num_processes "$gpus"
+            -m langswap.cli train "$work/fsdp.yaml")
+    rm -rf "$work/fsdp"
+    {
+      "${launch[@]}" &
+      for _ in $(seq 480); do
+        [ -n "$(find "$work/fsdp" -maxdepth 2 -name 'checkpoint-40' 2>/dev/null)" ] && break
+        sleep 0.25
+      done
+      echo "checkpoints when killed: $(find "$work/fsdp" -maxdepth 2 -name 'checkpoint-*' | xargs -n1 basename | tr '\n' ' ')"
+      # torchrun's workers run in sessions of their own: kill them by their command line, the launcher with them
+      pkill -9 -f "langswap.cli train $work/fsdp.yaml"
+      wait
+      echo "-- rerun"
+      timeout 150 "${launch[@]}"
+      echo "rerun exit $?"
+      python3 -c "from transformers import AutoModelForCausalLM; m = AutoModelForCausalLM.from_pretrained('$work/fsdp/model'); print('the saved folder loads:', type(m).__name__, sum(p.numel() for p in m.parameters()), 'parameters')"
+      if python3 -c "import deepspeed" 2>/dev/null; then
+        echo "-- DeepSpeed ZeRO-3"
+        sed -e "s#$work/fsdp\$#$work/zero3#" "$work/fsdp.yaml" >"$work/zero3.yaml"
+        timeout 150 python3 -m accelerate.commands.launch --config_file examples/accelerate/deepspeed-zero3.yaml \
+          --num_processes "$gpus" -m langswap.cli train "$work/zero3.yaml"
+        echo "zero3 exit $?"
+      else
+        echo "DeepSpeed ZeRO-3: not run, the deepspeed package is not installed"
+      fi
+    } >"$OUT/4-fsdp.log" 2>&1
+    quiet "$OUT/4-fsdp.log" | grep -v "^\[RANK" | tail -n 25
+    rm -rf "$work/fsdp" ;;
+  methods)
+    echo "== the methods' steps at 128,256 tokens, model dimension 4096"
+    timeout 150 python3 benchmarks/bench_speed.py --methods-only --device cuda --vocab 128256 --model-dim 4096 \
+      --skip-package >"$OUT/5-methods.log" 2>&1
+    echo "exit $?"; tail -n 12 "$OUT/5-methods.log" ;;
+  full-size)
+    echo "== the Llama-3-8B shape: adapters, then embeddings (30 updates each)"
+    rm -rf "$work/train" "$work/fsdp"  # the disk: 16 GB of checkpoint and 16 GB per model folder
+    df -h /tmp | tail -n 1
+    timeout "$(left)" python3 benchmarks/bench_full_size_train.py --workdir "$work/full" --steps 30 \
+      >"$OUT/3-full-size.log" 2>&1
+    echo "exit $?"; quiet "$OUT/3-full-size.log" | tail -n 20 ;;
+  *)
+    echo "unknown step '$step': tests speed compile fsdp methods full-size" >&2; exit 2 ;;
+  esac
+done

@@ -302,6 +302,25 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_to_the_same_weights(m
     assert all(torch.equal(a[name], b[name]) for name in a)
 
 
+def test_a_phase_writes_no_checkpoint_at_its_end_and_a_run_stopped_there_resumes_to_the_same_weights(models, texts,
+                                                                                                      tmp_path):
+    """The phase's final folder replaces its checkpoints, so none is written at its last update (at 8B one would be
+    24 GB more on disk); a run stopped after the last update, before the final folder, resumes from the checkpoint
+    before and ends with the same weights."""
+    options = dict(preset="wechsel", steps=6, save_steps=3, eval_steps=100)
+    reference = train(_config(models["gpt2"], texts, tmp_path / "reference", **options))
+    config = _config(models["gpt2"], texts, tmp_path / "interrupted", **options)
+    with pytest.raises(Crash):
+        train(config, callbacks=[_crash_at(6, "on_train_end")])
+    phase = tmp_path / "interrupted" / "phase-1-full"
+    assert sorted(c.name for c in phase.glob("checkpoint-*")) == ["checkpoint-3"]
+    assert not (phase / "final").exists()
+    resumed = train(config)
+    assert resumed.resumed
+    a, b = _state(reference.model), _state(resumed.model)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
 def test_how_often_a_run_evaluates_does_not_change_its_weights(models, texts, tmp_path):
     """eval_steps may change when a run is resumed, so it must not change what the run trains (GPT-2 has dropout)."""
     often = train(_config(models["gpt2"], texts, tmp_path / "often", steps=6, eval_steps=1))

@@ -419,8 +419,8 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
             if bias is not None:
                 bias += delta.to(bias.device, bias.dtype)
             else:
-                direction = hidden / hidden.dot(hidden).clamp_min(1e-12)
-                weight += (delta[:, None] * direction[None, :]).to(weight.device, weight.dtype)
+                direction = (hidden / hidden.dot(hidden).clamp_min(1e-12)).to(weight.device)
+                weight += (delta.to(weight.device)[:, None] * direction[None, :]).to(weight.dtype)
         rounds.append({"mean_abs_distance": round(float(np.abs(distance[moved]).mean()), 4)})
     report = {"rows": int(moved.sum()), "strength": config.strength, "slope": config.slope,
               "through": "output bias" if bias is not None else "head rows along the mean hidden state",

@@ -184,6 +184,11 @@ class PhaseTrainer(Trainer):
     def _save_checkpoint(self, model, trial, *args, **kwargs):  # 4.x also passes `metrics`
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+        if self.state.max_steps and self.state.global_step >= self.state.max_steps:
+            # the phase's planned end: its final folder, written next, replaces every checkpoint, so this one would
+            # cost a second copy of the model and its optimizer state on disk (24 GB at 8B) for nothing; a run
+            # killed before the final folder is whole resumes from the checkpoint before and ends the same
+            return
         run_dir = self.args.output_dir
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         self._staging = os.path.join(run_dir, ".staging")
