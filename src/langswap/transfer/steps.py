@@ -282,6 +282,15 @@ def finish_context(config: TransferConfig, source: Source, target: Target, text:
     return FinishContext(config, target, text, calibration, line, source)
 
 
+def made_rows(mapping, kept: int = 0) -> np.ndarray:
+    """Rows the method made: neither special nor copied from a source token of the same form, and never one of the
+    first `kept` rows (an extended vocabulary's source rows)."""
+    from langswap.methods.mapping import Kind
+
+    kinds = mapping.kinds
+    return ~np.isin(kinds, [Kind.SPECIAL, Kind.COPIED]) & (np.arange(len(kinds)) >= kept)
+
+
 def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
                    line: tuple | None = None, kept: int = 0) -> dict:
     """Frequency calibration (`langswap.calibrate`) of a transferred model's output rows at `strength`: every
@@ -290,9 +299,10 @@ def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strengt
     from langswap.calibrate import calibrate
     from langswap.methods.mapping import Kind
 
-    kinds = mapping.kinds
-    moved = kinds != Kind.SPECIAL if config.rows == "all" else ~np.isin(kinds, [Kind.SPECIAL, Kind.COPIED])
-    moved = moved & (np.arange(len(kinds)) >= kept)
+    if config.rows == "all":
+        moved = (mapping.kinds != Kind.SPECIAL) & (np.arange(len(mapping.kinds)) >= kept)
+    else:
+        moved = made_rows(mapping, kept)
     return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line)
 
 
@@ -313,11 +323,9 @@ def distill_step(context: FinishContext, model, result: MethodResult) -> dict:
     copy from a source token of the same form, never an extended vocabulary's source rows; on the target text
     without the held-out lines candidates are judged on."""
     from langswap.distill import distill
-    from langswap.methods.mapping import Kind
 
     text = context.text
-    kinds = result.mapping.kinds
-    trainable = ~np.isin(kinds, [Kind.SPECIAL, Kind.COPIED]) & (np.arange(len(kinds)) >= context.target.kept)
+    trainable = made_rows(result.mapping, context.target.kept)
     lines = text.lines[:len(text.lines) - len(text.held_out)] if text.held_out else text.lines
     report = distill(model, context.source.matrices.embeddings, context.source.tokenizer, context.target.tokenizer,
                      lines, trainable, context.config.distill)
