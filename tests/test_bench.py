@@ -462,7 +462,8 @@ def test_a_bench_entry_can_distil_and_one_without_keeps_its_record(capsys, tmp_p
     path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0],
                        methods=[{"name": "overlap", "calibration": {"strength": 0}},
                                 {"name": "overlap", "label": "overlap distilled", "calibration": {"strength": 0},
-                                 "distill": {"tokens": 300, "layers": [1], "learning_rate": 0.01}}])
+                                 "distill": {"tokens": 300, "layers": [1], "learning_rate": 0.01,
+                                             "when": "always"}}])
     assert main(["-q", "bench", str(path)]) == 0
     runs = tmp_path / "bench" / "runs"
     record = json.loads((runs / "overlap_distilled" / "transfer" / "langswap.json").read_text())

@@ -11,6 +11,7 @@ all-ones direction never reaches it and cannot be recovered there.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -92,7 +93,7 @@ def test_relabelled_tokenizer_is_recovered_from_random_rows(kind, lines, source_
     source = random_rows(model, seed=5, keep=special)
     before = model.get_input_embeddings().weight.detach().clone()
     config = DistillConfig(tokens=40_000, learning_rate=1e-2, layers=(1,), batch_lines=16, held_out_lines=32,
-                           head="keep")
+                           head="keep", when="always")  # a random body: neither side reads the text
     report = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special, config)
 
     assert report["kept"] and report["loss_end"] < 0.01 * report["loss_start"], report
@@ -127,7 +128,8 @@ def test_only_trainable_rows_change_and_everything_is_restored(head, lines, sour
     flags = {name: parameter.requires_grad for name, parameter in model.named_parameters()}
     before = snapshot(model)
     source_before = source.clone()
-    config = DistillConfig(tokens=3_000, learning_rate=1e-2, batch_lines=8, held_out_lines=16, head=head)
+    config = DistillConfig(tokens=3_000, learning_rate=1e-2, batch_lines=8, held_out_lines=16, head=head,
+                           when="always")
     report = distill(model, source, source_tokenizer, target_tokenizer, lines[:120], trainable, config)
 
     assert report["kept"] and report["updates"] > 0 and report["tokens"] >= 3_000, report
@@ -167,7 +169,8 @@ def test_held_out_loss_goes_down_and_the_run_repeats_bitwise(lines, source_token
         source = torch.randn(len(source_tokenizer), 32, generator=torch.Generator().manual_seed(6)) * 0.02
         trainable = np.ones(len(target_tokenizer), dtype=bool)
         trainable[:3] = False  # <unk> <s> </s>
-        config = DistillConfig(tokens=6_000, learning_rate=3e-3, batch_lines=8, held_out_lines=24, seed=7)
+        config = DistillConfig(tokens=6_000, learning_rate=3e-3, batch_lines=8, held_out_lines=24, seed=7,
+                               when="always")
         report = distill(model, source, source_tokenizer, target_tokenizer, lines[:200], trainable, config)
         results.append((report, model.get_input_embeddings().weight.detach().clone()))
     report = results[0][0]
@@ -197,10 +200,69 @@ def test_rows_are_put_back_when_the_held_out_loss_rises(lines, source_tokenizer)
     model, source, target_tokenizer, trainable = _untied_setup(lines, source_tokenizer)
     before = snapshot(model)
     # rows 0.02 apart moved by about 1 per update: the first block's output (the raw residual stream) is far off
-    config = DistillConfig(tokens=1_000, learning_rate=1.0, layers=(1,), batch_lines=8, held_out_lines=16)
+    config = DistillConfig(tokens=1_000, learning_rate=1.0, layers=(1,), batch_lines=8, held_out_lines=16,
+                           when="always")
     report = distill(model, source, source_tokenizer, target_tokenizer, lines[:80], trainable, config)
     assert not report["kept"] and report["loss_end"] > report["loss_start"] and "put_back" in report
     assert all(torch.equal(tensor, before[name]) for name, tensor in snapshot(model).items())
+
+
+@pytest.fixture(scope="module")
+def reader(lines, source_tokenizer):
+    """A tiny GPT-2 trained for 150 updates on the lines (but the last 32) read by the source tokenizer: a model
+    that reads this text, unlike a random one."""
+    from langswap.batching import right_pad
+
+    model = tiny_model("gpt2", len(source_tokenizer), seed=4)
+    model.train()
+    encoded = [[0] + source_tokenizer(line, add_special_tokens=False)["input_ids"][:63] for line in lines[:-32]]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        ids, real = right_pad([np.array(encoded[index]) for index in rng.choice(len(encoded), 16)], 0)
+        labels = ids.masked_fill(real == 0, -100)
+        model(input_ids=ids, attention_mask=real, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    return model
+
+
+@pytest.mark.parametrize("teacher", ["better", "worse"])
+def test_a_teacher_that_reads_the_text_worse_than_the_student_is_not_followed(teacher, reader, lines,
+                                                                              source_tokenizer):
+    """The known answers: the relabelled tokenizer. A student with random rows reads the text worse than the trained
+    teacher, and learns; a student with the right rows reads it better than a teacher given random rows, and is
+    left bitwise as it was unless `when: always`."""
+    import copy
+
+    target_tokenizer, permutation = relabelled(source_tokenizer, seed=1)
+    trained = reader.get_input_embeddings().weight.detach().clone()
+    model = copy.deepcopy(reader)
+    special = np.zeros(len(source_tokenizer), dtype=bool)
+    special[0] = True
+    with torch.no_grad():  # the right rows for the relabelled ids: target id t is the source piece source_of[t]
+        model.get_input_embeddings().weight.copy_(trained[np.argsort(permutation)])
+    if teacher == "better":
+        random_rows(model, seed=5, keep=special)
+        source = trained
+    else:
+        source = torch.randn(trained.shape, generator=torch.Generator().manual_seed(6)) * trained.std()
+    before = snapshot(model)
+    config = DistillConfig(tokens=2_000, learning_rate=1e-2, layers=(1,), batch_lines=16, held_out_lines=32)
+    report = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special, config)
+    check = report["teacher_check"]
+    assert check["measured"] and check["chunks"] > 100
+    if teacher == "better":
+        assert not check["teacher_worse"] and check["teacher_nats_per_chunk"] < check["student_nats_per_chunk"]
+        assert report["updates"] > 0 and "skipped" not in report
+    else:
+        assert check["teacher_worse"] and check["teacher_nats_per_chunk"] > check["student_nats_per_chunk"]
+        assert "worse than the student" in report["skipped"] and report["updates"] == 0
+        assert all(torch.equal(tensor, before[name]) for name, tensor in snapshot(model).items())
+        forced = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special,
+                         DistillConfig(**{**dataclasses.asdict(config), "when": "always"}))
+        assert forced["updates"] > 0 and "skipped" not in forced and forced["teacher_check"]["teacher_worse"]
 
 
 def test_zero_tokens_skips_and_says_so(lines, source_tokenizer):
@@ -290,7 +352,8 @@ def test_a_transfer_distils_the_methods_rows_before_calibration_and_records_it(g
             "target_text": text, "calibration": {"strength": 0}}
     transfer(transfer_config({**base, "output": str(tmp_path / "plain")}))
     transfer(transfer_config({**base, "output": str(tmp_path / "distilled"),
-                              "distill": {"tokens": 600, "batch_lines": 4, "layers": [1], "learning_rate": 1e-2}}))
+                              "distill": {"tokens": 600, "batch_lines": 4, "layers": [1], "learning_rate": 1e-2,
+                                          "when": "always"}}))
     record = json.loads((tmp_path / "distilled" / "langswap.json").read_text(encoding="utf-8"))
     report = record["distillation"]
     assert report["tokens"] >= 600 and report["updates"] > 0 and report["text"] == text and report["kept"]

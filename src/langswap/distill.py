@@ -34,6 +34,11 @@ model's real positions never attend to the padding after them. The last `held_ou
 the distillation loss on them is measured the same way before and after, and the learned rows are written into the
 model only where it went down (otherwise the report says they were put back).
 
+A teacher that reads the language worse than the student can only hold it back: before training, the held-out
+lines are read by both (the teacher through the source model's head, the student through the model's), and with
+`when: teacher-better` (the default) distillation runs only where the teacher's summed next-token loss over the
+same chunks is lower (`teacher_check` in the report).
+
 Rows the text never shows get no gradient and stay bitwise as they were (AdamW with weight decay 0 moves no row
 whose gradient has always been zero). What the last layer cannot teach: a LayerNorm model (GPT-2) reads its stream
 through a LayerNorm in every block and after the last, so the component of an input row along the all-ones
@@ -98,6 +103,11 @@ class DistillConfig:
     held_out_lines: int = field(default=32, metadata={
         "help": "Last lines of the text kept out of training, on which the loss is measured before and after "
                 "(at most a quarter of the lines)."})
+    when: str = field(default="teacher-better", metadata={
+        "help": "teacher-better (distil only where the source model, reading the held-out lines with its own "
+                "tokenizer, gives them a higher likelihood than the transferred model does: a teacher that reads "
+                "the language worse can only hold the student back) or always.",
+        "choices": ("teacher-better", "always")})
     seed: int = field(default=0, metadata={"help": "Seed of the order in which lines are read."})
 
     def __post_init__(self):
@@ -130,6 +140,8 @@ class DistillConfig:
             raise ConfigError(f"distill.head is {self.head!r}; choose lm or keep.")
         if self.held_out_lines < 0:
             raise ConfigError(f"distill.held_out_lines is {self.held_out_lines}; give at least 0.")
+        if self.when not in ("teacher-better", "always"):
+            raise ConfigError(f"distill.when is {self.when!r}; choose teacher-better or always.")
 
 
 @dataclass(frozen=True)
@@ -151,7 +163,7 @@ class _Window:
 
 
 def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines: list[str], trainable,
-            config: DistillConfig, progress: bool = False) -> dict:
+            config: DistillConfig, progress: bool = False, source_head: tuple | None = None) -> dict:
     """Learn the `trainable` input rows of `model` (and, for an untied head with `head: lm`, its output rows) by
     token distillation on `lines`, as the module docstring says; returns the report.
 
@@ -160,14 +172,17 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
     source_tokenizer, target_tokenizer: fast tokenizers of the source model and of `model`.
     lines: target-language text, one line per item; the last `held_out_lines` are held out.
     trainable: (V_t,) bool, the rows that may change (a shorter mask is padded with False: padding rows stay).
+    source_head: (output matrix (V_s, d), bias (V_s,) or None) of the source model, with which the teacher's
+        likelihood of the held-out lines is read (`when`); None: `source_embeddings`, no bias (a tied head).
 
     The report: tokens (target tokens read), updates, loss_start / loss_end (distillation loss on the held-out
     lines before and with the learned rows; None without held-out lines), next_token_loss_start / _end (the mean
     next-token loss on them, nats, through the head's linear map), kept (whether the learned rows were written:
     the held-out distillation loss went down, or there was no held-out check) and put_back (why not),
     chunks_matched (first pass over the text), chunks_skipped (unencodable), chunks_too_long, held_out_chunks,
-    text_repeated (the budget outlasted the text), rows, head, layers, distance, seconds; or, when nothing is
-    done, `skipped` with the reason and no other change to the model.
+    text_repeated (the budget outlasted the text), rows, head, layers, distance, seconds, teacher_check (the
+    teacher's and the student's nats per held-out chunk); or, when nothing is done, `skipped` with the reason and
+    no other change to the model.
 
     Costs, besides the model: the trainable rows, their AdamW moments and (untied head, `head: lm`) the same for
     the output rows, in float32; per update, each side's hidden states of every layer for one batch.
@@ -274,6 +289,20 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         held_windows = [window for text in _aligned(aligner, held_lines)
                         for window in _windows(text, source_bos, target_bos, limits)[0]]
         loss_start, token_loss_start = measure(held_windows, False) if held_windows else (None, None)
+        check = _teacher_check(body, source, source_head, held_windows, config.batch_lines, device, dtype,
+                               lambda ids: student_inputs(ids, False), head_weight(False),
+                               getattr(output, "bias", None) if output is not None else None)
+        report["teacher_check"] = check
+        if check.get("teacher_worse") and config.when == "teacher-better":
+            logger.warning("token distillation skipped: the source model reads the %d held-out lines worse than "
+                           "the transferred model (%.3f against %.3f nats a chunk); distill.when: always distils "
+                           "anyway", len(held_lines), check["teacher_nats_per_chunk"],
+                           check["student_nats_per_chunk"])
+            report.update({"skipped": f"the teacher reads the held-out lines worse than the student "
+                                      f"({check['teacher_nats_per_chunk']} against {check['student_nats_per_chunk']} "
+                                      "nats a chunk): the rows are left as the transfer made them",
+                           "tokens": 0, "updates": 0, "seconds": round(time.perf_counter() - started, 2)})
+            return report
 
         optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, weight_decay=0.0)
         matched = unencodable = too_long = 0
@@ -515,7 +544,7 @@ class _Batch:
     def __init__(self, windows: list[_Window], device):
         from langswap.batching import right_pad
 
-        self.source_ids, _ = right_pad([w.source_ids for w in windows], 0)
+        self.source_ids, source_real = right_pad([w.source_ids for w in windows], 0)
         self.target_ids, target_real = right_pad([w.target_ids for w in windows], 0)
         source_length, target_length = self.source_ids.shape[1], self.target_ids.shape[1]
         self.source_at = torch.from_numpy(np.concatenate(
@@ -525,6 +554,7 @@ class _Batch:
         self.target_tokens = int(target_real.sum())
         # next-token pairs: position p predicts p + 1, both inside the window
         self.predicts = (target_real[:, 1:].bool()).to(device)
+        self.source_predicts = (source_real[:, 1:].bool()).to(device)
         self.source_ids = self.source_ids.to(device)
         self.target_ids = self.target_ids.to(device)
 
@@ -565,6 +595,41 @@ def _next_token_loss(hidden: torch.Tensor, batch: _Batch, weight: torch.Tensor, 
         return states.new_zeros(()), 0
     logits = F.linear(states, weight.to(torch.float32), None if bias is None else bias.to(torch.float32))
     return F.cross_entropy(logits, targets), len(targets)
+
+
+def _teacher_check(body, source: torch.Tensor, source_head, windows: list[_Window], batch_lines: int, device,
+                   dtype, student_inputs, student_weight, student_bias) -> dict:
+    """Whose likelihood of `windows` is higher: the teacher's (the body reading the source tokens through the
+    source model's rows and head) or the student's (the model as the transfer made it)? Each window holds whole
+    chunks, the same bytes on both sides, so the two sums of next-token losses are over the same text: the report
+    gives each per chunk, in nats, and `teacher_worse` where the teacher's is not lower."""
+    if not windows:
+        return {"measured": False, "why": "no held-out lines (fewer than 4 lines of text, or held_out_lines 0)"}
+    if student_weight is None:
+        return {"measured": False, "why": "the model has no output layer"}
+    weight, bias = source_head if source_head is not None else (source, None)
+    teacher_nats = student_nats = 0.0
+    chunks = 0
+    with torch.no_grad():
+        for start in range(0, len(windows), batch_lines):
+            part = windows[start:start + batch_lines]
+            batch = _Batch(part, device)
+            chunks += sum(len(window.target_at) + window.unencodable for window in part)
+            teacher_inputs = source[batch.source_ids.to(source.device)].to(device, dtype)
+            hidden = body(inputs_embeds=teacher_inputs, use_cache=False).last_hidden_state
+            states = hidden[:, :-1][batch.source_predicts].to(torch.float32)
+            logits = F.linear(states, weight.to(device, torch.float32),
+                              None if bias is None else bias.to(device, torch.float32))
+            teacher_nats += float(F.cross_entropy(logits, batch.source_ids[:, 1:][batch.source_predicts],
+                                                  reduction="sum"))
+            hidden = body(inputs_embeds=student_inputs(batch.target_ids), use_cache=False).last_hidden_state
+            states = hidden[:, :-1][batch.predicts].to(torch.float32)
+            logits = F.linear(states, student_weight.to(torch.float32),
+                              None if student_bias is None else student_bias.to(torch.float32))
+            student_nats += float(F.cross_entropy(logits, batch.target_ids[:, 1:][batch.predicts], reduction="sum"))
+    chunks = max(chunks, 1)
+    return {"measured": True, "chunks": chunks, "teacher_nats_per_chunk": round(teacher_nats / chunks, 4),
+            "student_nats_per_chunk": round(student_nats / chunks, 4), "teacher_worse": teacher_nats >= student_nats}
 
 
 def _round(value: float | None) -> float | None:

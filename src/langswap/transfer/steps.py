@@ -327,8 +327,10 @@ def distill_step(context: FinishContext, model, result: MethodResult) -> dict:
     text = context.text
     trainable = made_rows(result.mapping, context.target.kept)
     lines = text.lines[:len(text.lines) - len(text.held_out)] if text.held_out else text.lines
-    report = distill(model, context.source.matrices.embeddings, context.source.tokenizer, context.target.tokenizer,
-                     lines, trainable, context.config.distill)
+    matrices = context.source.matrices
+    head = matrices.embeddings if matrices.output_embeddings is None else matrices.output_embeddings
+    report = distill(model, matrices.embeddings, context.source.tokenizer, context.target.tokenizer, lines,
+                     trainable, context.config.distill, source_head=(head, matrices.output_bias))
     return {**report, "text": str(text.text)}
 
 
