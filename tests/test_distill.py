@@ -359,6 +359,9 @@ def test_a_transfer_distils_the_methods_rows_before_calibration_and_records_it(g
     assert report["tokens"] >= 600 and report["updates"] > 0 and report["text"] == text and report["kept"]
     assert report["loss_end"] < report["loss_start"]
     assert json.loads((tmp_path / "plain" / "langswap.json").read_text(encoding="utf-8"))["distillation"] is None
+    card = (tmp_path / "distilled" / "README.md").read_text(encoding="utf-8")
+    assert f"- Token distillation: {report['rows']:,} rows learned from the source model reading" in card
+    assert "Token distillation" not in (tmp_path / "plain" / "README.md").read_text(encoding="utf-8")
     plain, distilled = load_file(tmp_path / "plain" / "model.safetensors"), load_file(tmp_path / "distilled" /
                                                                                       "model.safetensors")
     name = next(key for key in plain if key.endswith("wte.weight"))

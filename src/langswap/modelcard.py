@@ -355,6 +355,9 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
         if record.tied_embeddings is not None:
             lines.append(f"- Input and output embeddings: {'tied' if record.tied_embeddings else 'untied'}"
                          + (", with an output bias" if getattr(record, "output_bias", None) else ""))
+        distillation = _distillation_line(getattr(record, "distillation", None))
+        if distillation:
+            lines.append(f"- Token distillation: {distillation}")
         calibration = _calibration_line(getattr(record, "calibration", None))
         if calibration:
             lines.append(f"- Frequency calibration: {calibration}")
@@ -441,6 +444,22 @@ def _extension_line(vocabulary: dict | None) -> str | None:
     if vocabulary.get("padding"):
         start, stop = vocabulary["padding"]
         line += f", {_count(stop - start + 1)} padding rows ({_count(vocabulary['rows'])} rows in all)"
+    return line
+
+
+def _distillation_line(report: dict | None) -> str | None:
+    """The transfer's token distillation (`langswap.distill`'s report), in one line."""
+    if not report:
+        return None
+    if report.get("skipped"):
+        return f"none ({report['skipped']})"
+    text = f" of `{_name(report['text'])}`" if report.get("text") else ""
+    line = (f"{_count(report.get('rows', 0))} rows learned from the source model reading {_count(report['tokens'])} "
+            f"target tokens{text} ({_count(report['updates'])} updates)")
+    if report.get("loss_start") is not None:
+        line += f"; held-out distillation loss {report['loss_start']} -> {report['loss_end']}"
+    if report.get("put_back"):
+        line += f"; put back: {report['put_back']}"
     return line
 
 
