@@ -322,6 +322,39 @@ def test_calibration_of_an_extension_moves_only_the_new_rows_even_through_a_tied
     assert torch.equal(_matrices(extended)["input"][:kept], _matrices(source)["input"][:kept])
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_distillation_into_an_extension_learns_only_the_new_rows(kind, extended_pairs, texts, tmp_path):
+    """Token Distillation's own setting: the teacher reads each new token as its old pieces; every source row, input
+    and output, and every body weight stays bitwise, and only new rows the text shows move."""
+    import torch
+
+    from langswap.models import load_model
+    from langswap.records import read_model_record
+
+    source_folder, target_folder, kept = extended_pairs[kind]
+    text = tmp_path / "xx.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    _transfer(source_folder, target_folder, tmp_path / "plain", method={"name": "fvt"},
+              calibration={"strength": 0}, target_text=str(text))
+    _transfer(source_folder, target_folder, tmp_path / "out", method={"name": "fvt"}, calibration={"strength": 0},
+              target_text=str(text), distill={"tokens": 800, "layers": [1], "learning_rate": 1e-2, "when": "always"})
+    report = read_model_record(tmp_path / "out").distillation
+    # the new rows the method did not copy from a source token of the same form
+    assert report["updates"] > 0 and 0 < report["rows"] <= 40 and report["chunks_matched"] > 0, report
+    plain, distilled = load_model(tmp_path / "plain"), load_model(tmp_path / "out")
+    before, after = _matrices(plain), _matrices(distilled)
+    for name in before:
+        if before[name] is not None:
+            assert torch.equal(after[name][:kept], before[name][:kept]), name
+            assert torch.equal(after[name][kept + 40:], before[name][kept + 40:]), name  # padding rows
+    assert not torch.equal(after["input"][kept:kept + 40], before["input"][kept:kept + 40])
+    tables = {id(t) for t in (plain.get_input_embeddings().weight, plain.get_output_embeddings().weight)}
+    body = [name for name, tensor in plain.state_dict().items() if id(tensor) not in tables
+            and "wte" not in name and "embed_tokens" not in name and "lm_head" not in name]
+    state = distilled.state_dict()
+    assert body and all(torch.equal(plain.state_dict()[name], state[name]) for name in body)
+
+
 def test_vocabulary_modes_refuse_a_target_that_is_no_extension_and_replace_on_request(extended_pairs, texts,
                                                                                      tmp_path):
     from langswap.models import save_tokenizer
