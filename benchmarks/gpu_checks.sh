@@ -17,14 +17,18 @@
 #
 # Logs and JSON results go to $OUT (default /tmp/gpu-checks): the device tool brings back at most 8 files.
 set -u
-[ $# -gt 0 ] || { echo "name the steps: tests speed compile fsdp methods full-size" >&2; exit 2; }
+steps="tests speed compile fsdp methods full-size"
+[ $# -gt 0 ] || { echo "name the steps: $steps" >&2; exit 2; }
+for step in "$@"; do  # every name checked before any device time is spent
+  [[ " $steps " == *" $step "* ]] || { echo "unknown step '$step': $steps" >&2; exit 2; }
+done
 OUT=${OUT:-/tmp/gpu-checks}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 work=${GPU_CHECKS_WORK:-/tmp/langswap-gpu-checks}
 mkdir -p "$work"
 start=$SECONDS
-left() { echo $(( ${GPU_CHECKS_SECONDS:-600} - (SECONDS - start) - 10 )); }
+left() { local seconds=$(( ${GPU_CHECKS_SECONDS:-600} - (SECONDS - start) - 10 )); echo $(( seconds > 1 ? seconds : 1 )); }
 quiet() { grep -v "Loading weights\|it/s\]\|Warning\|warnings.warn\|_init_core_state\|set_state_dict_type" "$@"; }
 
 {
@@ -37,7 +41,7 @@ quiet() { grep -v "Loading weights\|it/s\]\|Warning\|warnings.warn\|_init_core_s
 } >"$OUT/0-environment.txt" 2>&1
 cat "$OUT/0-environment.txt"
 
-speed_world() {  # the SmolLM2-135M-shaped model and text the speed and FSDP steps share
+speed_world() {  # the SmolLM2-135M-shaped model and a text (that of the speed steps where they ran first)
   [ -f "$work/train/train.txt" ] || python3 -c "
 import sys; sys.path.insert(0, 'benchmarks')
 from pathlib import Path
@@ -84,20 +88,25 @@ EOF
     rm -rf "$work/fsdp"
     {
       "${launch[@]}" &
+      pid=$!
       for _ in $(seq 480); do
         [ -n "$(find "$work/fsdp" -maxdepth 2 -name 'checkpoint-40' 2>/dev/null)" ] && break
+        kill -0 "$pid" 2>/dev/null || break
         sleep 0.25
       done
-      echo "checkpoints when killed: $(find "$work/fsdp" -maxdepth 2 -name 'checkpoint-*' | xargs -n1 basename | tr '\n' ' ')"
+      echo "checkpoints when killed: $(find "$work/fsdp" -maxdepth 2 -name 'checkpoint-*' | xargs -rn1 basename | tr '\n' ' ')"
       # torchrun's workers run in sessions of their own: kill them by their command line, the launcher with them
       pkill -9 -f "langswap.cli train $work/fsdp.yaml"
       wait
       echo "-- rerun"
-      timeout 150 "${launch[@]}"
-      echo "rerun exit $?"
+      timeout 150 "${launch[@]}" 2>&1 | tee "$work/fsdp-rerun.log"
+      echo "rerun exit ${PIPESTATUS[0]}"
+      grep -q "resuming phase 1-full from .*checkpoint-40" "$work/fsdp-rerun.log" \
+        && echo "the rerun resumed from checkpoint-40" || echo "FAILED: the rerun did not resume from checkpoint-40"
       python3 -c "from transformers import AutoModelForCausalLM; m = AutoModelForCausalLM.from_pretrained('$work/fsdp/model'); print('the saved folder loads:', type(m).__name__, sum(p.numel() for p in m.parameters()), 'parameters')"
       if python3 -c "import deepspeed" 2>/dev/null; then
         echo "-- DeepSpeed ZeRO-3"
+        rm -rf "$work/zero3"
         sed -e "s#$work/fsdp\$#$work/zero3#" "$work/fsdp.yaml" >"$work/zero3.yaml"
         timeout 150 python3 -m accelerate.commands.launch --config_file examples/accelerate/deepspeed-zero3.yaml \
           --num_processes "$gpus" -m langswap.cli train "$work/zero3.yaml"
@@ -120,7 +129,5 @@ EOF
     timeout "$(left)" python3 benchmarks/bench_full_size_train.py --workdir "$work/full" --steps 30 \
       >"$OUT/3-full-size.log" 2>&1
     echo "exit $?"; quiet "$OUT/3-full-size.log" | tail -n 20 ;;
-  *)
-    echo "unknown step '$step': tests speed compile fsdp methods full-size" >&2; exit 2 ;;
   esac
 done

@@ -97,6 +97,7 @@ def test_relabelled_tokenizer_is_recovered_from_random_rows(kind, lines, source_
     report = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special, config)
 
     assert report["kept"] and report["loss_end"] < 0.01 * report["loss_start"], report
+    assert report["teacher_check"] == {"measured": False, "why": "no source head was given (distill's source_head)"}
     assert report["chunks_skipped"] == report["chunks_too_long"] == 0
     learned = model.get_input_embeddings().weight.detach()
     counts = token_counts(target_tokenizer, lines[:-32])
@@ -250,7 +251,8 @@ def test_a_teacher_that_reads_the_text_worse_than_the_student_is_not_followed(te
         source = torch.randn(trained.shape, generator=torch.Generator().manual_seed(6)) * trained.std()
     before = snapshot(model)
     config = DistillConfig(tokens=2_000, learning_rate=1e-2, layers=(1,), batch_lines=16, held_out_lines=32)
-    report = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special, config)
+    report = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special, config,
+                     source_head=(source, None))
     check = report["teacher_check"]
     assert check["measured"] and check["chunks"] > 100
     if teacher == "better":
@@ -260,8 +262,10 @@ def test_a_teacher_that_reads_the_text_worse_than_the_student_is_not_followed(te
         assert check["teacher_worse"] and check["teacher_nats_per_chunk"] > check["student_nats_per_chunk"]
         assert "worse than the student" in report["skipped"] and report["updates"] == 0
         assert all(torch.equal(tensor, before[name]) for name, tensor in snapshot(model).items())
+        assert not model.training and all(parameter.requires_grad for parameter in model.parameters())
         forced = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special,
-                         DistillConfig(**{**dataclasses.asdict(config), "when": "always"}))
+                         DistillConfig(**{**dataclasses.asdict(config), "when": "always"}),
+                         source_head=(source, None))
         assert forced["updates"] > 0 and "skipped" not in forced and forced["teacher_check"]["teacher_worse"]
 
 
@@ -358,6 +362,7 @@ def test_a_transfer_distils_the_methods_rows_before_calibration_and_records_it(g
     report = record["distillation"]
     assert report["tokens"] >= 600 and report["updates"] > 0 and report["text"] == text and report["kept"]
     assert report["loss_end"] < report["loss_start"]
+    assert report["teacher_check"]["measured"] and report["teacher_check"]["chunks"] > 0  # the source head read
     assert json.loads((tmp_path / "plain" / "langswap.json").read_text(encoding="utf-8"))["distillation"] is None
     card = (tmp_path / "distilled" / "README.md").read_text(encoding="utf-8")
     assert f"- Token distillation: {report['rows']:,} rows learned from the source model reading" in card

@@ -172,8 +172,9 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
     source_tokenizer, target_tokenizer: fast tokenizers of the source model and of `model`.
     lines: target-language text, one line per item; the last `held_out_lines` are held out.
     trainable: (V_t,) bool, the rows that may change (a shorter mask is padded with False: padding rows stay).
-    source_head: (output matrix (V_s, d), bias (V_s,) or None) of the source model, with which the teacher's
-        likelihood of the held-out lines is read (`when`); None: `source_embeddings`, no bias (a tied head).
+    source_head: (output matrix (V_s, d), bias (V_s,) or None) of the source model (its input matrix where the
+        head is tied), with which the teacher's likelihood of the held-out lines is read for `when`; None: not
+        read, and the report's teacher_check says so (distillation then runs as with `when: always`).
 
     The report: tokens (target tokens read), updates, loss_start / loss_end (distillation loss on the held-out
     lines before and with the learned rows; None without held-out lines), next_token_loss_start / _end (the mean
@@ -291,7 +292,8 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         loss_start, token_loss_start = measure(held_windows, False) if held_windows else (None, None)
         check = _teacher_check(body, source, source_head, held_windows, config.batch_lines, device, dtype,
                                lambda ids: student_inputs(ids, False), head_weight(False),
-                               getattr(output, "bias", None) if output is not None else None)
+                               getattr(output, "bias", None) if output is not None else None,
+                               (len(source_tokenizer), len(target_tokenizer)))
         report["teacher_check"] = check
         if check.get("teacher_worse") and config.when == "teacher-better":
             logger.warning("token distillation skipped: the source model reads the %d held-out lines worse than "
@@ -598,37 +600,47 @@ def _next_token_loss(hidden: torch.Tensor, batch: _Batch, weight: torch.Tensor, 
 
 
 def _teacher_check(body, source: torch.Tensor, source_head, windows: list[_Window], batch_lines: int, device,
-                   dtype, student_inputs, student_weight, student_bias) -> dict:
+                   dtype, student_inputs, student_weight, student_bias, sizes: tuple[int, int]) -> dict:
     """Whose likelihood of `windows` is higher: the teacher's (the body reading the source tokens through the
     source model's rows and head) or the student's (the model as the transfer made it)? Each window holds whole
     chunks, the same bytes on both sides, so the two sums of next-token losses are over the same text: the report
-    gives each per chunk, in nats, and `teacher_worse` where the teacher's is not lower."""
-    if not windows:
-        return {"measured": False, "why": "no held-out lines (fewer than 4 lines of text, or held_out_lines 0)"}
+    gives each per chunk, in nats, and `teacher_worse` where the teacher's is not lower. Windows holding a chunk
+    either tokenizer cannot spell are left out (an unknown token stands for bytes the other side spells out), and
+    each side's softmax runs over its own tokenizer's tokens (`sizes`: source, target), not a matrix's padding
+    rows."""
+    if source_head is None:
+        return {"measured": False, "why": "no source head was given (distill's source_head)"}
     if student_weight is None:
         return {"measured": False, "why": "the model has no output layer"}
-    weight, bias = source_head if source_head is not None else (source, None)
+    clean = [window for window in windows if not window.unencodable]
+    if not clean:
+        why = "no held-out lines (fewer than 4 lines of text, or held_out_lines 0)" if not windows else \
+            "every held-out window holds a chunk one of the tokenizers cannot spell"
+        return {"measured": False, "why": why}
+    source_size, target_size = sizes
+    weight, bias = source_head
+    weight = weight[:source_size].to(device, torch.float32)
+    bias = None if bias is None else bias[:source_size].to(device, torch.float32)
+    student_weight = student_weight[:target_size].to(torch.float32)
+    student_bias = None if student_bias is None else student_bias[:target_size].to(torch.float32)
     teacher_nats = student_nats = 0.0
     chunks = 0
     with torch.no_grad():
-        for start in range(0, len(windows), batch_lines):
-            part = windows[start:start + batch_lines]
+        for start in range(0, len(clean), batch_lines):
+            part = clean[start:start + batch_lines]
             batch = _Batch(part, device)
-            chunks += sum(len(window.target_at) + window.unencodable for window in part)
+            chunks += sum(len(window.target_at) for window in part)
             teacher_inputs = source[batch.source_ids.to(source.device)].to(device, dtype)
             hidden = body(inputs_embeds=teacher_inputs, use_cache=False).last_hidden_state
             states = hidden[:, :-1][batch.source_predicts].to(torch.float32)
-            logits = F.linear(states, weight.to(device, torch.float32),
-                              None if bias is None else bias.to(device, torch.float32))
-            teacher_nats += float(F.cross_entropy(logits, batch.source_ids[:, 1:][batch.source_predicts],
-                                                  reduction="sum"))
+            teacher_nats += float(F.cross_entropy(F.linear(states, weight, bias),
+                                                  batch.source_ids[:, 1:][batch.source_predicts], reduction="sum"))
             hidden = body(inputs_embeds=student_inputs(batch.target_ids), use_cache=False).last_hidden_state
             states = hidden[:, :-1][batch.predicts].to(torch.float32)
-            logits = F.linear(states, student_weight.to(torch.float32),
-                              None if student_bias is None else student_bias.to(torch.float32))
-            student_nats += float(F.cross_entropy(logits, batch.target_ids[:, 1:][batch.predicts], reduction="sum"))
-    chunks = max(chunks, 1)
-    return {"measured": True, "chunks": chunks, "teacher_nats_per_chunk": round(teacher_nats / chunks, 4),
+            student_nats += float(F.cross_entropy(F.linear(states, student_weight, student_bias),
+                                                  batch.target_ids[:, 1:][batch.predicts], reduction="sum"))
+    return {"measured": True, "chunks": chunks, "windows_left_out": len(windows) - len(clean),
+            "teacher_nats_per_chunk": round(teacher_nats / chunks, 4),
             "student_nats_per_chunk": round(student_nats / chunks, 4), "teacher_worse": teacher_nats >= student_nats}
 
 
