@@ -214,6 +214,8 @@ def reader(lines, source_tokenizer):
     that reads this text, unlike a random one."""
     from langswap.batching import right_pad
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # module fixtures start before the autouse one-thread fixture
     model = tiny_model("gpt2", len(source_tokenizer), seed=4)
     model.train()
     encoded = [[0] + source_tokenizer(line, add_special_tokens=False)["input_ids"][:63] for line in lines[:-32]]
@@ -225,6 +227,7 @@ def reader(lines, source_tokenizer):
         model(input_ids=ids, attention_mask=real, labels=labels).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+    torch.set_num_threads(threads)
     model.eval()
     return model
 
