@@ -289,7 +289,6 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         model.eval()  # dropout off: the teacher and the student read through the same function
         held_windows = [window for text in _aligned(aligner, held_lines)
                         for window in _windows(text, source_bos, target_bos, limits)[0]]
-        loss_start, token_loss_start = measure(held_windows, False) if held_windows else (None, None)
         check = _teacher_check(body, source, source_head, held_windows, config.batch_lines, device, dtype,
                                lambda ids: student_inputs(ids, False), head_weight(False),
                                getattr(output, "bias", None) if output is not None else None,
@@ -305,6 +304,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
                                       "nats a chunk): the rows are left as the transfer made them",
                            "tokens": 0, "updates": 0, "seconds": round(time.perf_counter() - started, 2)})
             return report
+        loss_start, token_loss_start = measure(held_windows, False) if held_windows else (None, None)
 
         optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, weight_decay=0.0)
         matched = unencodable = too_long = 0

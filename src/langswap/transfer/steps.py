@@ -282,13 +282,15 @@ def finish_context(config: TransferConfig, source: Source, target: Target, text:
     return FinishContext(config, target, text, calibration, line, source)
 
 
-def made_rows(mapping, kept: int = 0) -> np.ndarray:
-    """Rows the method made: neither special nor copied from a source token of the same form, and never one of the
-    first `kept` rows (an extended vocabulary's source rows)."""
+def movable_rows(mapping, kept: int = 0, copied: bool = False) -> np.ndarray:
+    """Rows a finishing step may change: never a special token's, never one of the first `kept` rows (an extended
+    vocabulary's source rows), and a row copied from a source token of the same form only with `copied`; without
+    it, the rows the method made."""
     from langswap.methods.mapping import Kind
 
     kinds = mapping.kinds
-    return ~np.isin(kinds, [Kind.SPECIAL, Kind.COPIED]) & (np.arange(len(kinds)) >= kept)
+    fixed = [Kind.SPECIAL] if copied else [Kind.SPECIAL, Kind.COPIED]
+    return ~np.isin(kinds, fixed) & (np.arange(len(kinds)) >= kept)
 
 
 def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
@@ -297,12 +299,8 @@ def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strengt
     non-special row, or with `rows: new` those the method did not copy; never the first `kept` rows (an extended
     vocabulary's source rows). Returns calibrate's report."""
     from langswap.calibrate import calibrate
-    from langswap.methods.mapping import Kind
 
-    if config.rows == "all":
-        moved = (mapping.kinds != Kind.SPECIAL) & (np.arange(len(mapping.kinds)) >= kept)
-    else:
-        moved = made_rows(mapping, kept)
+    moved = movable_rows(mapping, kept, copied=config.rows == "all")
     return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line)
 
 
@@ -325,7 +323,7 @@ def distill_step(context: FinishContext, model, result: MethodResult) -> dict:
     from langswap.distill import distill
 
     text = context.text
-    trainable = made_rows(result.mapping, context.target.kept)
+    trainable = movable_rows(result.mapping, context.target.kept)
     lines = text.lines[:len(text.lines) - len(text.held_out)] if text.held_out else text.lines
     matrices = context.source.matrices
     head = matrices.embeddings if matrices.output_embeddings is None else matrices.output_embeddings
