@@ -9,9 +9,10 @@ bytes of the split (0: the whole split) less its last `--dev-lines` lines, which
 300 lines of the test split with the same trained snapshots, for reporting.
 
 Entries: the method's label, then `cal` (calibrated as `langswap transfer` does by default) or `raw` (strength 0),
-then calibration options, method options (`method.` before the name) and token distillation options (`distill.`
-before the name), e.g. `combined cal strength=0.5`, `combined cal method.mode=mix` or `combined cal
-distill.tokens=20000`; `--entries` picks a subset.
+then calibration options, method options (`method.` before the name), token distillation options (`distill.`
+before the name) and train options of the entry's runs (`train.` before the name), e.g. `combined cal strength=0.5`,
+`combined cal method.mode=mix`, `combined cal distill.tokens=20000` or `combined cal train.teacher.weight=1`;
+`--entries` picks a subset.
 
     python benchmarks/bench_calibration.py --language sw --slice-bytes 200000 --steps 0 200
     python benchmarks/bench_calibration.py --language sw --slice-bytes 200000 --steps 0 200 --eval test
@@ -73,9 +74,18 @@ def entry(text: str) -> dict:
             method_options = {key[len("method."):]: value for key, value in options.items()
                               if key.startswith("method.")}
             distill = {key[len("distill."):]: value for key, value in options.items() if key.startswith("distill.")}
-            options = {key: value for key, value in options.items() if not key.startswith(("method.", "distill."))}
+            train: dict = {}
+            for key, value in options.items():
+                if key.startswith("train."):  # train.teacher.weight=1 -> {"teacher": {"weight": 1}}
+                    *parents, last = key[len("train."):].split(".")
+                    node = train
+                    for parent in parents:
+                        node = node.setdefault(parent, {})
+                    node[last] = value
+            options = {key: value for key, value in options.items()
+                       if not key.startswith(("method.", "distill.", "train."))}
             return {**method, **method_options, "label": text, "calibration": {**calibration, **options},
-                    **({"distill": distill} if distill else {})}
+                    **({"distill": distill} if distill else {}), **({"train": train} if train else {})}
     raise SystemExit(f"unknown entry {text!r}; start it with one of: {', '.join(ENTRIES)}")
 
 

@@ -480,3 +480,33 @@ def test_a_bench_entry_can_distil_and_one_without_keeps_its_record(capsys, tmp_p
     assert "tokns" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="distill must be a mapping"):
         expand_variants([{"name": "overlap", "distill": 3}])
+
+
+def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, gpt2_folder, target_tokenizer_folder,
+                                                           cipher_vectors, corpus_dir, capsys):
+    """`train:` in a method entry (here the source model as a teacher) reaches that entry's runs and no other's, in
+    a training folder of its own; the bench's train options stay under it."""
+    train = {"batch_size": 2, "sequence_length": 32, "save_steps": 2}
+    taught = {"name": "random", "label": "random taught", "train": {"teacher": {"weight": 1.0}}}
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
+                       methods=["random", taught], steps=[0, 2], reference=False, train=train)
+    assert main(["-q", "bench", str(path)]) == 0
+    rows = {(row["variant"], row["step"]): row for row in
+            (json.loads(line) for line in (tmp_path / "bench" / "results.jsonl").read_text().splitlines())}
+    assert rows[("random taught", 2)]["setting"]["trained_with"]["teacher"]["weight"] == 1.0
+    assert rows[("random", 2)]["setting"]["trained_with"]["teacher"]["weight"] == 0.0
+    assert rows[("random taught", 2)]["setting"]["trained_with"]["batch_size"] == 2
+    assert rows[("random taught", 0)]["bits_per_byte"] == rows[("random", 0)]["bits_per_byte"]
+    assert rows[("random taught", 2)]["bits_per_byte"] != rows[("random", 2)]["bits_per_byte"]
+    (run,) = (tmp_path / "bench" / "runs" / "random_taught").glob("train-2steps-*")
+    record = json.loads((run / "langswap-train.json").read_text())
+    assert record["phases"][0]["teacher"]["teacher_matched"] > 0
+    (plain,) = (tmp_path / "bench" / "runs" / "random").glob("train-2steps-*")
+    assert "teacher" not in json.loads((plain / "langswap-train.json").read_text())["phases"][0]
+
+    bad = {"name": "random", "label": "bad", "train": {"steps": 3}}
+    (tmp_path / "second").mkdir()
+    path = _bench_yaml(tmp_path / "second", gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
+                       methods=[bad], steps=[0, 2], reference=False, train=train)
+    assert main(["-q", "bench", str(path)]) == 2
+    assert "train.steps is set by the bench itself" in capsys.readouterr().err

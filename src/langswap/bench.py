@@ -74,7 +74,8 @@ class BenchConfig(ModelPairConfig):
     methods: list[dict] = field(default_factory=_default_methods, metadata={
         "help": "Methods to compare: each {name: ..., options..., label: optional, grid: optional, calibration: "
                 "optional (frequency calibration options; on by default for causal LMs, {strength: 0} turns it "
-                "off), distill: optional (token distillation options, e.g. {tokens: 20000}; off by default)}."})
+                "off), distill: optional (token distillation options, e.g. {tokens: 20000}; off by default), train: optional "
+                "(train options of this entry's runs over the bench's `train:`, e.g. {teacher: {weight: 1}})}."})
     train: dict = field(default_factory=lambda: {"preset": "embeddings"}, metadata={
         "help": "langswap train options for every variant (`langswap init-config --for train` lists them); "
                 "preset is embeddings unless set here."})
@@ -113,6 +114,7 @@ class Variant:
     method: dict  # {"name": ..., options}
     calibration: dict = field(default_factory=dict)  # the transfer's calibration: section, where the entry sets one
     distill: dict = field(default_factory=dict)  # the transfer's distill: section, where the entry sets one
+    train: dict = field(default_factory=dict)  # train options over the bench's `train:`, where the entry sets some
 
 
 def _expand_grid(grid, where: str) -> list[dict]:
@@ -153,13 +155,16 @@ def expand_variants(methods: list) -> list[Variant]:
         if not isinstance(distill, dict):
             raise ConfigError(f"{where}.distill must be a mapping of distillation options (e.g. tokens: 20000).")
         from_dict(DistillConfig, distill, where=f"{where}.distill.")
+        train = entry.pop("train", None) or {}
+        if not isinstance(train, dict):
+            raise ConfigError(f"{where}.train must be a mapping of train options (e.g. teacher: {{weight: 1}}).")
         for point in _expand_grid(grid, where):
             method = {**entry, **point}
             TransferConfig.resolve_method(method, f"{where}.")  # unknown method or option: an error listing them
             name = label or method["name"]
             if point:
                 name += " " + ",".join(f"{key}={_format_value(value)}" for key, value in point.items())
-            variants.append(Variant(name, method, dict(calibration), dict(distill)))
+            variants.append(Variant(name, method, dict(calibration), dict(distill), dict(train)))
     labels = [variant.label for variant in variants]
     if REFERENCE in labels:
         raise ConfigError(f"the label '{REFERENCE}' is the reference row's; give that method another `label:`.")
@@ -173,18 +178,20 @@ def _folder_name(label: str) -> str:
     return "".join(char if char.isalnum() or char in "-_.=," else "_" for char in label)
 
 
-def _train_config(config: BenchConfig, run: Path):
-    """The langswap train config of one variant, in a folder named by its schedule length and options."""
+def _train_config(config: BenchConfig, run: Path, entry: dict | None = None):
+    """The langswap train config of one variant (`entry`: its own train options, over the bench's), in a folder
+    named by its schedule length and options."""
+    from langswap.config import merge_dicts
     from langswap.training.run import TrainConfig, comparable_config
 
-    overlap = RESERVED_TRAIN_KEYS & set(config.train)
+    overlap = RESERVED_TRAIN_KEYS & (set(config.train) | set(entry or {}))
     if overlap:
         raise ConfigError(f"train.{sorted(overlap)[0]} is set by the bench itself; remove it from `train:` (steps "
                           "come from the top-level `steps`).")
     final = max(config.steps)
     # a `train:` mapping without a preset keeps the bench's embeddings-only default (it used to fall back to
     # langswap train's own default, the full-model wechsel recipe)
-    options = {"save_steps": max(1, min(50, final)), "preset": "embeddings", **config.train,
+    options = {"save_steps": max(1, min(50, final)), "preset": "embeddings", **merge_dicts(config.train, entry or {}),
                "model": str(run / "transfer"),
                "train_text": config.train_text, "output": "", "steps": final,
                "snapshot_steps": sorted(step for step in set(config.steps) if 0 < step < final)}
@@ -379,7 +386,8 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     probe = _probe_config(config)
     output = Path(config.output)
     if max(config.steps) > 0:  # check the train options before anything slow starts
-        _train_config(config, output)
+        for variant in variants:
+            _train_config(config, output, variant.train)
     output.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output / "bench.yaml", dump_yaml(to_dict(config)))
     lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
@@ -405,7 +413,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         rows.append(results[key])
     for variant in variants:
         run = output / "runs" / _folder_name(variant.label)
-        train_config, train_key = _train_config(config, run) if steps[-1] > 0 else (None, None)
+        train_config, train_key = _train_config(config, run, variant.train) if steps[-1] > 0 else (None, None)
         # everything its transfer depends on: a measurement is reused only for the same (the digest in its setting);
         # of the resources, only the keys of the kinds the method reads, so another method's resource (or a kind
         # added to langswap) leaves it alone

@@ -148,11 +148,21 @@ class ChunkAligner:
         if not_text:
             raise TypeError(f"align_batch takes strings; {len(not_text)} of {len(texts)} texts are not "
                             f"(e.g. {not_text[0]})")
-        return [_pair(text, source, target)
+        return [pair(text, source, target)
                 for text, source, target in zip(texts, self.source.read(texts), self.target.read(texts))]
 
+    def read_source(self, texts: Sequence[str]) -> list[Tokenization]:
+        """Each text read by the source tokenizer alone."""
+        return self.source.read(list(texts))
 
-def _pair(text: str, source: Tokenization, target: Tokenization) -> AlignedText:
+    def read_target(self, texts: Sequence[str]) -> list[Tokenization]:
+        """Each text read by the target tokenizer alone."""
+        return self.target.read(list(texts))
+
+
+def pair(text: str, source: Tokenization, target: Tokenization) -> AlignedText:
+    """The chunk boundaries of two readings of `text` (each as `ChunkAligner.read_source` / `read_target` give
+    them, or cut from a longer text's reading with `cut`)."""
     source_ends, source_last = _boundary_tokens(source)
     target_ends, target_last = _boundary_tokens(target)
     boundaries, source_pick, target_pick = np.intersect1d(source_ends, target_ends, assume_unique=True,
@@ -163,6 +173,15 @@ def _pair(text: str, source: Tokenization, target: Tokenization) -> AlignedText:
     return AlignedText(text=text, source=source, target=target, boundaries=boundaries.astype(np.int64),
                        source_at=source_last[source_pick], target_at=target_last[target_pick],
                        unencodable=counts[boundaries] > counts[previous])
+
+
+def cut(reading: Tokenization, first: int, last: int, start: int, end: int) -> Tokenization:
+    """Tokens first .. last - 1 of `reading` as a reading of its text's bytes [start, end): spans shifted by
+    -start and kept within the cut, no prefix, the unencodable bytes of the cut."""
+    starts = np.clip(reading.starts[first:last] - start, 0, end - start)
+    ends = np.clip(reading.ends[first:last] - start, 0, end - start)
+    return Tokenization(ids=reading.ids[first:last], starts=starts, ends=ends, special=reading.special[first:last],
+                        unknown=reading.unknown[first:last], prefix=0, unencodable=reading.unencodable[start:end])
 
 
 def _boundary_tokens(reading: Tokenization) -> tuple[np.ndarray, np.ndarray]:

@@ -209,6 +209,15 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+def merge_dicts(base: dict, over: dict) -> dict:
+    """`base` with `over` laid on it, nested mappings merged key by key (a copy; neither is changed)."""
+    out = _deep_copy(base)
+    for key, value in over.items():
+        out[key] = (merge_dicts(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict)
+                    else _deep_copy(value) if isinstance(value, dict) else value)
+    return out
+
+
 def _deep_copy(data: dict) -> dict:
     return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in data.items()}
 

@@ -65,6 +65,8 @@ import torch
 import torch.nn.functional as F
 
 from langswap.errors import ConfigError, NumericalError, VocabularyError
+from langswap.kernels import hidden_state_distance
+from langswap.models import position_limit, resolve_layers
 from langswap.progress import bar as progress_bar
 
 logger = logging.getLogger(__name__)
@@ -201,7 +203,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         raise VocabularyError(f"source_embeddings has shape {tuple(source.shape)}; it must be (source vocabulary, "
                               f"{width}), the source model's input matrix, of the width of this model's body.")
     trainable = _row_mask(trainable, rows, "input")
-    layers = _resolve_layers(model, config.layers)
+    layers = resolve_layers(model.config, config.layers)
     output = model.get_output_embeddings()
     from langswap.models import is_tied
 
@@ -217,7 +219,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
     from langswap.chunks import ChunkAligner
 
     aligner = ChunkAligner(source_tokenizer, target_tokenizer)
-    limits = _Limits(config.max_length, _position_limit(model), len(source), rows)
+    limits = _Limits(config.max_length, position_limit(model.config), len(source), rows)
     if limits.positions is not None and config.max_length > limits.positions:
         raise ConfigError(f"distill.max_length is {config.max_length}, more than the {limits.positions} positions "
                           f"this model reads; give at most {limits.positions}.")
@@ -417,30 +419,6 @@ def _row_mask(mask, rows: int, which: str) -> np.ndarray:
     return np.concatenate([mask, np.zeros(rows - len(mask), dtype=bool)])
 
 
-def _resolve_layers(model, layers: tuple[int, ...]) -> tuple[int, ...]:
-    """Layer indices in 1 .. number of blocks, as `DistillConfig.layers` counts them."""
-    blocks = getattr(model.config, "num_hidden_layers", None)
-    if blocks is None:
-        raise ConfigError(f"the model's config ({type(model.config).__name__}) names no num_hidden_layers; "
-                          "distillation needs it to place distill.layers.")
-    resolved = []
-    for layer in layers:
-        index = layer + blocks + 1 if layer < 0 else layer
-        if not 1 <= index <= blocks:
-            raise ConfigError(f"distill.layers holds {layer}, but this model has {blocks} blocks: give layers from 1 "
-                              f"to {blocks}, or from -1 (the last) to -{blocks} (the first).")
-        resolved.append(index)
-    return tuple(dict.fromkeys(resolved))
-
-
-def _position_limit(model) -> int | None:
-    for key in ("max_position_embeddings", "n_positions"):
-        value = getattr(model.config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
 def _frame_id(tokenizer) -> int | None:
     """The token each window starts with: bos, or eos where there is none (GPT-2), as the evaluation reads lines."""
     return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
@@ -571,21 +549,8 @@ def _distill_loss(body, source: torch.Tensor, batch: _Batch, layers: tuple[int, 
         teacher = body(inputs_embeds=teacher_inputs, output_hidden_states=True, use_cache=False).hidden_states
     student = body(inputs_embeds=student_inputs(batch.target_ids), output_hidden_states=True,
                    use_cache=False).hidden_states
-    count = len(batch.target_at)
-    total = student[-1].new_zeros((), dtype=torch.float32)
-    if count:
-        for layer in layers:
-            width = student[layer].shape[-1]
-            wanted = teacher[layer].reshape(-1, width)[batch.source_at].to(torch.float32)
-            got = student[layer].reshape(-1, width)[batch.target_at].to(torch.float32)
-            if distance == "mse":
-                scale = wanted.pow(2).mean(0)
-                scale = scale + 1e-6 * scale.mean() + 1e-12  # a silent channel must not divide by zero
-                total = total + ((got - wanted).pow(2) / scale).mean()
-            else:
-                total = total + (1 - F.cosine_similarity(got, wanted, dim=-1, eps=1e-8)).mean()
-        total = total / len(layers)
-    return total, count, student[-1]
+    total = hidden_state_distance(student, teacher, batch.target_at, batch.source_at, layers, distance)
+    return total, len(batch.target_at), student[-1]
 
 
 def _next_token_loss(hidden: torch.Tensor, batch: _Batch, weight: torch.Tensor, bias) -> tuple[torch.Tensor, int]:

@@ -185,3 +185,26 @@ def mix_csr_rows(matrix: torch.Tensor, indptr, indices, weights, block_bytes: in
     if out is None:
         out = torch.zeros((total, table.shape[1]), dtype=dtype)
     return out[:, 0] if vector else out
+
+
+def hidden_state_distance(student, teacher, student_at: torch.Tensor, teacher_at: torch.Tensor,
+                          layers: tuple[int, ...], distance: str) -> torch.Tensor:
+    """The distance between the student's and the teacher's hidden states (tuples of (B, T, d) and (B, S, d), as
+    `output_hidden_states` gives them) at the matched flat positions `student_at` (into B*T) and `teacher_at` (into
+    B*S), a float32 scalar averaged over the positions and the `layers` (indices into the tuples); 0 where nothing
+    is matched. "mse": squared error divided channel by channel by the teacher's mean square over the matched
+    positions; "cosine": 1 - cosine similarity."""
+    total = student[-1].new_zeros((), dtype=torch.float32)
+    if not len(student_at):
+        return total
+    for layer in layers:
+        width = student[layer].shape[-1]
+        wanted = teacher[layer].reshape(-1, width)[teacher_at].to(torch.float32)
+        got = student[layer].reshape(-1, width)[student_at].to(torch.float32)
+        if distance == "mse":
+            scale = wanted.pow(2).mean(0)
+            scale = scale + 1e-6 * scale.mean() + 1e-12  # a silent channel must not divide by zero
+            total = total + ((got - wanted).pow(2) / scale).mean()
+        else:
+            total = total + (1 - torch.nn.functional.cosine_similarity(got, wanted, dim=-1, eps=1e-8)).mean()
+    return total / len(layers)

@@ -424,3 +424,29 @@ def portable_tokenizer_config(folder: str | Path) -> None:
     if config.get("tokenizer_class") != "PreTrainedTokenizerFast":
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
         config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def resolve_layers(model_config, layers: tuple[int, ...], option: str = "distill.layers") -> tuple[int, ...]:
+    """Layer indices in 1 .. number of blocks of a model with `model_config`, as `DistillConfig.layers` counts
+    them; `option` names the setting in errors."""
+    blocks = getattr(model_config, "num_hidden_layers", None)
+    if blocks is None:
+        raise ConfigError(f"the model's config ({type(model_config).__name__}) names no num_hidden_layers; "
+                          f"distillation needs it to place {option}.")
+    resolved = []
+    for layer in layers:
+        index = layer + blocks + 1 if layer < 0 else layer
+        if not 1 <= index <= blocks:
+            raise ConfigError(f"{option} holds {layer}, but this model has {blocks} blocks: give layers from 1 "
+                              f"to {blocks}, or from -1 (the last) to -{blocks} (the first).")
+        resolved.append(index)
+    return tuple(dict.fromkeys(resolved))
+
+
+def position_limit(model_config) -> int | None:
+    """The longest sequence the model's positions allow (None: no limit named)."""
+    for key in ("max_position_embeddings", "n_positions"):
+        value = getattr(model_config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

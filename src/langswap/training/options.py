@@ -9,6 +9,7 @@ from pathlib import Path
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.training.data import check_streams
 from langswap.training.sources import check_source
+from langswap.training.teacher import TeacherConfig
 from langswap.training.recipes.base import RecipeOptions, describe_recipes, make_recipe, recipe_options
 
 ATTENTION_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flex_attention")
@@ -76,6 +77,11 @@ class TrainConfig:
         "help": "Folder of token stores (the training text tokenised once, reused by reruns, resumes and every "
                 "process; `langswap prepare --list` shows them); default: token-stores/ in the langswap cache "
                 "($LANGSWAP_CACHE, else $XDG_CACHE_HOME/langswap, else ~/.cache/langswap)."})
+    teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={
+        "help": "The source model as a teacher (langswap.training.teacher): the training loss adds teacher.weight "
+                "times the distance between the model's hidden states and the teacher's reading the same text with "
+                "its own tokenizer, at the chunk boundaries; causal LMs, one text stream; off unless teacher.weight "
+                "is set."})
     # speed: what torch, transformers and accelerate provide (docs/design.md, "Training speed")
     attention: str = field(default="auto", metadata={
         "help": "Attention kernels: auto (transformers' default for the model, SDPA where it has it), sdpa, eager, "
@@ -99,6 +105,10 @@ class TrainConfig:
     def __post_init__(self):
         # the recipe: mapping becomes the named recipe's options (an unknown preset or option is an error here)
         object.__setattr__(self, "recipe", recipe_options(self.preset, self.recipe))
+        if isinstance(self.teacher, dict):  # TrainConfig(teacher={...}) as the YAML gives it
+            from langswap.config import from_dict
+
+            object.__setattr__(self, "teacher", from_dict(TeacherConfig, self.teacher, "teacher"))
 
     def validate(self, training: bool = True) -> None:
         """Every option checked; `training=False` checks what preparing the run's token stores needs (no output)."""
@@ -143,6 +153,15 @@ class TrainConfig:
         recipe = make_recipe(self)
         recipe.validate()
         check_streams(recipe.streams(), recipe.name, self.batch_size)
+        if self.teacher.enabled:
+            streams = recipe.streams()
+            if len(streams) > 1 or any(stream.tokenizer for stream in streams):
+                raise ConfigError(f"teacher.weight is set, but recipe '{recipe.name}' trains on several text streams "
+                                  "or on one in another tokenizer; the teacher reads one target-language stream. Use "
+                                  "a one-stream preset, or teacher.weight: 0.")
+            if self.teacher.model and not Path(self.teacher.model).is_dir():
+                raise MissingResourceError(f"teacher.model '{self.teacher.model}' is not a folder; give a model "
+                                           "folder with its tokenizer, or leave it unset for the source model.")
 
 
 def _require_module(name: str, message: str) -> None:

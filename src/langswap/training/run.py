@@ -338,6 +338,11 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                     f"{store.num_documents:,}", f"{store.num_tokens:,}", f"{sequences:,}", sequence_length,
                     f"{config.steps:,}", f"{data[stream.name]['epochs']:.3g}")
     collator = LMCollator(tokenizer, objective, config.mlm_probability, stream_tokenizers, config.document_mask)
+    precision_flags = _precision_flags(config.precision)
+    teacher = None
+    if config.teacher.enabled:
+        teacher, collator = _with_teacher(config, objective, model_config, tokenizer, train_sets, collator,
+                                          _autocast_dtype(precision_flags))
     training_sequences = sum(len(dataset) for dataset in train_sets.values())
     training_tokens = sum(stream_tokens.values())
     eval_set, bytes_per_token = None, None
@@ -353,7 +358,6 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         eval_set = (masked_eval_set(collator, eval_packed.blocks, config.seed) if objective == "masked"
                     else BlockDataset(eval_packed.blocks))
 
-    precision_flags = _precision_flags(config.precision)
     planned = recipe.phases(objective, [])
     record = TrainRecord(langswap_version=__version__, config=to_dict(config),
                          comparable_config=comparable_config(config), objective=objective,
@@ -443,6 +447,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                                data_collator=collator, processing_class=tokenizer, phase=phase, recipe=recipe,
                                phase_index=index, offset=offset, precision=_precision_name(precision_flags),
                                saved_state=_saved_state(recipe, phase, kept_dtype), saved_dtype=kept_dtype,
+                               teacher=teacher,
                                callbacks=phase_callbacks + list(callbacks or []))
         if not progress:
             from transformers.trainer_callback import PrinterCallback
@@ -482,7 +487,8 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                    **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
                                             else metrics.get("train_loss")),  # a phase shorter than logging_steps
                    # the loop's own speed: the updates' time, without evaluations and checkpoints
-                   **trainer.clock.summary(), "train_seconds": seconds}
+                   **trainer.clock.summary(), "train_seconds": seconds,
+                   **({"teacher": teacher.phase_summary()} if teacher is not None else {})}
         if trainer.clock.updates:
             logger.info("phase %s: %s updates read %s tokens in %s s of loop: %s tokens/s, %.1f%% of it waiting "
                         "for data", phase.name, f"{trainer.clock.updates:,}", f"{trainer.clock.tokens:,}",
@@ -522,6 +528,27 @@ def prepare(config: TrainConfig, progress: bool = False) -> list:
     objective = _resolve_objective(config, load_config(config.model))
     return [_stream_store(config, stream, _stream_tokenizer(stream, tokenizer), objective, progress)
             for stream in make_recipe(config).streams()]
+
+
+def _with_teacher(config: TrainConfig, objective: str, model_config, tokenizer, train_sets: dict, collator, dtype):
+    """(the teacher, the collator that pads its readings); each training set becomes its TeacherBlocks."""
+    from langswap.models import position_limit
+    from langswap.training.teacher import TeacherBlocks, TeacherCollator, load_teacher
+
+    if objective != "causal":
+        raise ConfigError("teacher.weight is for causal LMs, and this model is trained as a masked LM: its hidden "
+                          "state at a token reads the whole window, so the two readings of the same bytes need not "
+                          "agree at a chunk boundary. Set teacher.weight: 0.")
+    engine = sharding_engine()
+    if engine:
+        raise ConfigError(f"teacher.weight is set under {engine}, which shards the model; the teacher would be a "
+                          "whole unsharded copy on every process. Train with a teacher under DDP (`accelerate "
+                          "launch` without FSDP or DeepSpeed) or torchrun, or set teacher.weight: 0.")
+    teacher, teacher_tokenizer = load_teacher(config.teacher, config.model, model_config, dtype)
+    for name, blocks in train_sets.items():
+        train_sets[name] = TeacherBlocks(blocks, tokenizer, teacher_tokenizer, position_limit(teacher.model.config))
+    pad = teacher_tokenizer.pad_token_id if teacher_tokenizer.pad_token_id is not None else 0
+    return teacher, TeacherCollator(collator, pad)
 
 
 def _stream_tokenizer(stream, tokenizer):

@@ -34,8 +34,9 @@ class PhaseTrainer(Trainer):
     masks drawn per update, and checkpoints written under a temporary name."""
 
     def __init__(self, *args, phase: Phase, recipe, phase_index: int = 0, offset: int = 0, precision: str = "fp32",
-                 saved_state=None, saved_dtype=None, **kwargs):
+                 saved_state=None, saved_dtype=None, teacher=None, **kwargs):
         self.phase, self.recipe, self.phase_index, self.offset = phase, recipe, phase_index, offset
+        self.teacher = teacher  # training.teacher.Teacher, whose distance joins the loss, or None
         self.precision = precision
         self.saved_state = saved_state  # state dict -> what a model folder holds (`run._saved_state`)
         self.saved_dtype = saved_dtype  # the dtype `saved_state` casts to, which the folder's config.json names
@@ -68,6 +69,28 @@ class PhaseTrainer(Trainer):
         self._losses_finite = finite if self._losses_finite is None else self._losses_finite & finite
         return loss
 
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The Trainer's loss, plus the teacher's hidden-state distance where the batch carries the teacher's reading
+        (training batches of a run with a teacher; evaluation batches do not, so evaluation measures the
+        language-model loss alone). The distance, a mean over the micro-batch, is scaled as the Trainer scales the
+        language-model loss: divided by the accumulation steps where that loss is normalised over the whole
+        accumulated batch (the Trainer then does not divide it)."""
+        from langswap.training.teacher import COUNTS, KEYS
+
+        if self.teacher is None or "teacher_ids" not in inputs:
+            inputs = {key: value for key, value in inputs.items() if key not in KEYS + COUNTS}
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+        view = {key: inputs[key] for key in KEYS + COUNTS if key in inputs}
+        inputs = {key: value for key, value in inputs.items() if key not in KEYS + COUNTS}
+        loss, outputs = super().compute_loss(model, {**inputs, "output_hidden_states": True}, return_outputs=True,
+                                             num_items_in_batch=num_items_in_batch)
+        distance = self.teacher.distance(outputs.hidden_states, view)
+        scaled = self.model_accepts_loss_kwargs and num_items_in_batch is not None
+        steps = getattr(self, "current_gradient_accumulation_steps", None) or self.args.gradient_accumulation_steps
+        loss = loss + self.teacher.config.weight * (distance / steps if scaled else distance)
+        return (loss, outputs) if return_outputs else loss
+
     def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
         # called once per update, after the optimizer step and before logging, evaluation and checkpointing, so a
         # diverged update is never saved
@@ -76,8 +99,10 @@ class PhaseTrainer(Trainer):
         return super()._maybe_log_save_evaluate(tr_loss, grad_norm, *args, **kwargs)
 
     def log(self, logs: dict, *args, **kwargs) -> None:
-        if "loss" in logs:  # a training log: the loop's speed since the last one
+        if "loss" in logs:  # a training log: the loop's speed since the last one, the teacher's distance
             logs.update(self.clock.interval())
+            if self.teacher is not None:
+                logs.update(self.teacher.interval())
         return super().log(logs, *args, **kwargs)
 
     def _check_update(self, grad_norm) -> None:

@@ -1,0 +1,332 @@
+"""The source model as a teacher during training: the language-model loss plus the distance between the student's
+hidden states and the teacher's, at the chunk boundaries of the same text read by both tokenizers.
+
+`langswap.distill` does this once, at transfer time, for the new input rows; here it is a term of the training loss
+in every update of a phase, so it reaches whatever the phase trains:
+
+    loss = next-token cross-entropy + teacher.weight * distance(student states, teacher states)
+
+- **The teacher** is the source model named in the trained folder's record (`langswap.json`: the transfer's
+  `source_model`, read with its `source_tokenizer`), or the folder `teacher.model` names, which must be of the same
+  architecture (`model_type`) and width (`hidden_size`) as the student and have the blocks `teacher.layers` name.
+  It is loaded once, frozen, in evaluation mode (no dropout), in the run's precision (bf16 or fp16 weights where the
+  run uses them, else float32), and moved to the student's device at the first update. It is a copy, never the
+  student's own body: in a full phase the body trains, and a teacher sharing it would teach the student itself. In
+  an embedding-only phase the copy holds the same body weights, so its memory (one more model) is the whole cost.
+- **What each reads.** A block of the store's stream (`store.StoreBlocks`) holds pieces of one or more documents,
+  each framed [bos] text [eos] as the stream frames them. For every piece the document's text is read back from its
+  source (`TokenStore.document_text`) and read again by the target tokenizer, which must give the ids the store
+  holds (a piece where it does not is not matched and is counted in `teacher_mismatched`). The piece's bytes, from
+  the end of the token before the block's first token of the document (or from the document's start) to the end of
+  its last, are read by the source tokenizer, framed as the source tokenizer frames documents: both sides start at
+  the same byte, so at every chunk boundary (`langswap.chunks`) they have read the same text from the same place.
+  A cut inside a UTF-8 character moves the teacher's start to the next character (counted in
+  `teacher_inexact_starts`). The teacher's sequence is cut at its position limit; matches beyond are dropped.
+- **Distance** (`kernels.hidden_state_distance`, as `langswap.distill` uses it): at the matched positions of `teacher.layers` (default: the last
+  block's output), "mse" divided channel by channel by the teacher's mean square, or "cosine". Chunks holding bytes
+  one tokenizer cannot spell are not matched.
+- **Loss scaling** follows the language-model loss: where the Trainer normalises it over the whole accumulated batch,
+  the distance (a per-micro-batch mean) is divided by the accumulation steps too, so `teacher.weight` means the
+  same whatever the accumulation.
+- **Cost**: the teacher's forward pass on every micro-batch (its sequence is as long as the source tokenizer reads
+  the same text), reading each block's documents back from the source files and tokenising them again (both
+  grow with the length of the documents a block cuts through; a .gz source is decompressed up to each document).
+  The train log's tokens per second show it.
+
+Refused, with the reason: masked LMs (their hidden state at a token reads the whole window, so two readings of the
+same bytes need not agree at a boundary), recipes with several streams or a stream in another tokenizer (RAMEN's
+bilingual recipe), FSDP and DeepSpeed (the teacher would be a whole unsharded copy on every process), and a teacher
+of another architecture or width. Evaluation measures the language-model loss alone, so curves with and without a
+teacher compare.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from langswap.chunks import ChunkAligner, cut, pair
+from langswap.errors import ConfigError, MissingResourceError
+from langswap.training.data import stream_frame
+
+logger = logging.getLogger(__name__)
+
+KEYS = ("teacher_ids", "teacher_at", "student_at")  # what a batch carries for the teacher
+COUNTS = ("teacher_mismatched", "teacher_inexact_starts")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeacherConfig:
+    """The source model as a teacher during training (`langswap.training.teacher`)."""
+
+    weight: float = field(default=0.0, metadata={
+        "help": "Weight of the hidden-state distance to the teacher in the training loss (0: no teacher)."})
+    model: str | None = field(default=None, metadata={
+        "help": "Teacher model folder (with its tokenizer); default: the source model named in the model folder's "
+                "langswap.json. Same architecture and width as the model."})
+    layers: tuple[int, ...] = field(default=(-1,), metadata={
+        "help": "Hidden-state layers matched, as distill.layers counts them: 1 is the first block's output, -1 the "
+                "last one's; several are averaged."})
+    distance: str = field(default="mse", metadata={
+        "help": "mse (squared error divided channel by channel by the teacher's mean square) or cosine.",
+        "choices": ("mse", "cosine")})
+
+    def __post_init__(self):
+        layers = self.layers
+        if isinstance(layers, int) and not isinstance(layers, bool):
+            layers = (layers,)
+        if not isinstance(layers, (list, tuple)) or not layers or not all(
+                isinstance(layer, int) and not isinstance(layer, bool) for layer in layers) or 0 in layers:
+            raise ConfigError(f"teacher.layers is {self.layers!r}; give a list of block outputs, e.g. [-1] for the "
+                              "last block or [4, -1] (0, the input embeddings, is not allowed).")
+        object.__setattr__(self, "layers", tuple(dict.fromkeys(layers)))
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not self.weight >= 0 \
+                or self.weight == float("inf"):
+            raise ConfigError(f"teacher.weight is {self.weight!r}; give a finite number of at least 0 (0: no "
+                              "teacher).")
+        if self.distance not in ("mse", "cosine"):
+            raise ConfigError(f"teacher.distance is {self.distance!r}; choose mse or cosine.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.weight > 0
+
+
+def teacher_folders(config: TeacherConfig, model: str | Path) -> tuple[str, str]:
+    """(teacher model, teacher tokenizer) for a run training `model`: `config.model`, else the source model (and
+    source tokenizer) that the folder's record names."""
+    if config.model:
+        if not Path(config.model).is_dir():
+            raise MissingResourceError(f"teacher.model '{config.model}' is not a folder; give a model folder with "
+                                       "its tokenizer, of the same architecture and width as the model.")
+        return config.model, config.model
+    from langswap.records import has_model_record, read_model_record
+
+    record = read_model_record(model) if has_model_record(model) else None
+    source = (record.config or {}).get("source_model") if record is not None else None
+    if not source:
+        raise ConfigError(f"teacher.weight is set, but '{model}' records no source model (its langswap.json is "
+                          "missing or was not written by `langswap transfer`); name the teacher with "
+                          "teacher.model=FOLDER.")
+    return source, (record.config or {}).get("source_tokenizer") or source
+
+
+def check_teacher(teacher_config, student_config, layers: tuple[int, ...]) -> tuple[int, ...]:
+    """The layers resolved for both models; a teacher of another architecture, width or depth is refused."""
+    from langswap.models import resolve_layers
+
+    for key, what in (("model_type", "architecture"), ("hidden_size", "width")):
+        mine, theirs = getattr(student_config, key, None), getattr(teacher_config, key, None)
+        if mine != theirs:
+            raise ConfigError(f"the teacher's {what} ({key} {theirs!r}) is not the model's ({mine!r}): hidden states "
+                              "are matched layer by layer, so the teacher must be the model's source or one of the "
+                              "same architecture and width. Name another with teacher.model, or set "
+                              "teacher.weight: 0.")
+    resolved = resolve_layers(student_config, layers, "teacher.layers")
+    if resolve_layers(teacher_config, layers, "teacher.layers") != resolved:
+        raise ConfigError(f"teacher.layers {list(layers)} name other blocks in the teacher "
+                          f"({teacher_config.num_hidden_layers} blocks) than in the model "
+                          f"({student_config.num_hidden_layers}); give layers both have, counted from the first.")
+    return resolved
+
+
+class TeacherBlocks(torch.utils.data.Dataset):
+    """A store's blocks (`StoreBlocks`, causal) with the teacher's reading of each: `teacher_ids` (S,) the source
+    tokenizer's ids of the same text, `student_at` / `teacher_at` (M,) the matched positions in the block and in
+    `teacher_ids`, and the counts of COUNTS."""
+
+    def __init__(self, blocks, target_tokenizer, source_tokenizer, positions: int | None):
+        self.blocks, self.store, self.positions = blocks, blocks.store, positions
+        self.target_before, self.target_after, _frame, _body = stream_frame(target_tokenizer, "causal", 4)
+        self.source_before, self.source_after, _frame, _body = stream_frame(source_tokenizer, "causal", 4)
+        self.aligner = ChunkAligner(source_tokenizer, target_tokenizer)
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, index: int) -> dict:
+        item = self.blocks[index]
+        start = index * self.blocks.body
+        end = start + self.blocks.body
+        starts = self.store.documents[:, 0]
+        document = int(np.searchsorted(starts, start, side="right")) - 1
+        teacher: list[np.ndarray] = []
+        student_at: list[np.ndarray] = []
+        teacher_at: list[np.ndarray] = []
+        counts = dict.fromkeys(COUNTS, 0)
+        length = 0
+        while document < self.store.num_documents and int(starts[document]) < end:
+            piece = self._piece(document, start, end, length, counts)
+            for ids, matched_student, matched_teacher in piece:
+                teacher.append(ids)
+                student_at.append(matched_student)
+                teacher_at.append(matched_teacher)
+                length += len(ids)
+            document += 1
+        ids = np.concatenate(teacher) if teacher else np.zeros(0, dtype=np.int64)
+        student = np.concatenate(student_at) if student_at else np.zeros(0, dtype=np.int64)
+        matched = np.concatenate(teacher_at) if teacher_at else np.zeros(0, dtype=np.int64)
+        if self.positions is not None and len(ids) > self.positions:
+            keep = matched < self.positions
+            ids, student, matched = ids[:self.positions], student[keep], matched[keep]
+        return {**item, "teacher_ids": ids.astype(np.int64), "student_at": student.astype(np.int64),
+                "teacher_at": matched.astype(np.int64), **counts}
+
+    def _piece(self, document: int, start: int, end: int, offset: int, counts: dict):
+        """[(teacher ids, student positions, teacher positions)] of document `document`'s part of the block
+        [start, end) of the stream; `offset`: the teacher's tokens before it in the block."""
+        first = int(self.store.documents[document, 0])
+        last = (int(self.store.documents[document + 1, 0]) if document + 1 < self.store.num_documents
+                else self.store.num_tokens)
+        text_first, text_last = first + len(self.target_before), last - len(self.target_after)
+        out = []
+        if self.target_before and start <= first < end:
+            out.append((np.asarray(self.source_before, dtype=np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        a, b = max(start, text_first) - text_first, min(end, text_last) - text_first
+        if a < b:
+            out.append(self._text(document, text_first, a, b, start, offset + sum(len(p[0]) for p in out), counts))
+        if self.target_after and start <= last - 1 < end:
+            out.append((np.asarray(self.source_after, dtype=np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        return out
+
+    def _text(self, document: int, text_first: int, a: int, b: int, start: int, offset: int, counts: dict):
+        """The teacher's reading of the document's text tokens a .. b - 1, and the matched positions."""
+        empty = np.zeros(0, dtype=np.int64)
+        text = self.store.document_text(document)
+        reading = self.aligner.read_target([text])[0]
+        stored = np.asarray(self.store.tokens[text_first:text_first + len(reading.ids)], dtype=np.int64)
+        if len(reading.ids) != self.blocks_document_length(document) or not np.array_equal(reading.ids, stored):
+            counts["teacher_mismatched"] += 1
+            return empty, empty, empty
+        data = text.encode("utf-8")
+        byte_start = int(reading.ends[a - 1]) if a else 0
+        byte_end = int(reading.ends[b - 1])
+        while byte_start < byte_end and (data[byte_start] & 0xC0) == 0x80:  # inside a character
+            byte_start += 1
+            counts["teacher_inexact_starts"] += 1
+        while byte_end < len(data) and (data[byte_end] & 0xC0) == 0x80:
+            byte_end += 1
+        piece = data[byte_start:byte_end].decode("utf-8")
+        source = self.aligner.read_source([piece])[0]
+        aligned = pair(piece, source, cut(reading, a, b, byte_start, byte_end))
+        keep = ~aligned.unencodable
+        student = aligned.target_at[keep] + a + text_first - start
+        teacher = aligned.source_at[keep] + offset
+        return source.ids.astype(np.int64), student.astype(np.int64), teacher.astype(np.int64)
+
+    def blocks_document_length(self, document: int) -> int:
+        """The text tokens of `document` in the stream (its frame left out)."""
+        first = int(self.store.documents[document, 0])
+        last = (int(self.store.documents[document + 1, 0]) if document + 1 < self.store.num_documents
+                else self.store.num_tokens)
+        return last - first - len(self.target_before) - len(self.target_after)
+
+
+class TeacherCollator:
+    """The run's collator, with the teacher's readings of the blocks right-padded into `teacher_ids` (B, S) and the
+    matched positions flattened: `student_at` into B x L, `teacher_at` into B x S."""
+
+    def __init__(self, collator, pad_id: int = 0):
+        self.collator, self.pad_id = collator, pad_id
+        self.objective = getattr(collator, "objective", None)
+
+    def __call__(self, items: list[dict]) -> dict:
+        views = [{key: item.pop(key) for key in KEYS + COUNTS if key in item} for item in items]
+        batch = self.collator(items)
+        if not views or "teacher_ids" not in views[0]:
+            return batch
+        width = max(1, max(len(view["teacher_ids"]) for view in views))
+        length = batch["input_ids"].shape[1]
+        ids = np.full((len(views), width), self.pad_id, dtype=np.int64)
+        for row, view in enumerate(views):
+            ids[row, :len(view["teacher_ids"])] = view["teacher_ids"]
+        batch["teacher_ids"] = torch.from_numpy(ids)
+        batch["student_at"] = torch.from_numpy(np.concatenate(
+            [view["student_at"] + row * length for row, view in enumerate(views)]).astype(np.int64))
+        batch["teacher_at"] = torch.from_numpy(np.concatenate(
+            [view["teacher_at"] + row * width for row, view in enumerate(views)]).astype(np.int64))
+        for key in COUNTS:
+            batch[key] = sum(int(view.get(key, 0)) for view in views)
+        return batch
+
+    def __getattr__(self, name):  # mask() and the rest of the run's collator
+        if name == "collator":  # not set yet (unpickling in a data-loader worker)
+            raise AttributeError(name)
+        return getattr(self.collator, name)
+
+
+class Teacher:
+    """The frozen teacher model and what the loss needs of it; it counts, per log interval and over the phase, the
+    mean distance, the matched positions per micro-batch and the pieces of text not matched (COUNTS)."""
+
+    def __init__(self, model, config: TeacherConfig, layers: tuple[int, ...]):
+        self.model, self.config, self.layers = model, config, layers
+        self.model.requires_grad_(False)
+        self.model.eval()
+        self._interval = self._empty()
+        self._phase = self._empty()
+
+    @staticmethod
+    def _empty() -> dict:
+        return {"distance": 0.0, "micro_batches": 0, "matched": 0, **dict.fromkeys(COUNTS, 0)}
+
+    def distance(self, student_states, batch: dict) -> torch.Tensor:
+        """The hidden-state distance of one micro-batch (float32 scalar) to the teacher reading `batch`'s text."""
+        from langswap.kernels import hidden_state_distance
+
+        device = student_states[-1].device
+        if next(self.model.parameters()).device != device:
+            self.model.to(device)
+        with torch.no_grad():
+            states = self.model(input_ids=batch["teacher_ids"].to(device), output_hidden_states=True,
+                                use_cache=False).hidden_states
+        value = hidden_state_distance(student_states, states, batch["student_at"].to(device),
+                                      batch["teacher_at"].to(device), self.layers, self.config.distance)
+        for totals in (self._interval, self._phase):
+            totals["distance"] += float(value.detach())
+            totals["micro_batches"] += 1
+            totals["matched"] += len(batch["student_at"])
+            for key in COUNTS:
+                totals[key] += int(batch.get(key, 0))
+        return value
+
+    @staticmethod
+    def _report(totals: dict) -> dict:
+        count = totals["micro_batches"]
+        if not count:
+            return {}
+        return {"teacher_distance": round(totals["distance"] / count, 5),
+                "teacher_matched": round(totals["matched"] / count, 1),
+                **{key: totals[key] for key in COUNTS if totals[key]}}
+
+    def interval(self) -> dict:
+        """Mean distance and matched positions per micro-batch, and the COUNTS, since the last call."""
+        out, self._interval = self._report(self._interval), self._empty()
+        return out
+
+    def phase_summary(self) -> dict:
+        """The same over the phase so far (this process), with the teacher's settings; then starts again."""
+        out = {**self._report(self._phase), "weight": self.config.weight, "layers": list(self.layers),
+               "distance": self.config.distance}
+        self._phase = self._empty()
+        return out
+
+
+def load_teacher(config: TeacherConfig, model_folder: str | Path, student_config, dtype) -> tuple[Teacher, object]:
+    """(the Teacher, its tokenizer) for a run training `model_folder` (a model of `student_config`), its weights in
+    `dtype`."""
+    from langswap.models import load_config, load_model, load_tokenizer
+
+    folder, tokenizer_folder = teacher_folders(config, model_folder)
+    layers = check_teacher(load_config(folder), student_config, config.layers)
+    tokenizer = load_tokenizer(tokenizer_folder, f"teacher tokenizer '{tokenizer_folder}'")
+    model = load_model(folder)
+    if dtype is not None:
+        model = model.to(dtype)
+    logger.info("teacher: %s (tokenizer %s), weight %g, layers %s, %s", folder, tokenizer_folder, config.weight,
+                list(layers), config.distance)
+    return Teacher(model, config, layers), tokenizer

@@ -1,0 +1,207 @@
+"""The source model as a teacher during training (langswap.training.teacher): each block's text read again by the
+teacher's tokenizer from the same byte, matched positions that have read the same text, the distance joining the
+loss, resume, and refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import byte_level_tokenizer, english_lines, save_model, sentencepiece_tokenizer, tiny_model
+
+from langswap.errors import ConfigError, MissingResourceError
+from langswap.training.run import TrainConfig, train
+from langswap.training.store import StoreBlocks, token_store
+from langswap.training.teacher import TeacherBlocks, TeacherCollator, TeacherConfig
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("teacher-text")
+    lines = english_lines(120, seed=5) + ["Straße café naïve: déjà vu, über Ökonomie", "日本語 の テキスト"]
+    (folder / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "eval.txt").write_text("\n".join(english_lines(20, seed=6)) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    lines = english_lines(300, seed=5)
+    return {"source": byte_level_tokenizer(lines, 400), "byte_level": byte_level_tokenizer(lines, 300),
+            "sentencepiece": sentencepiece_tokenizer(lines, 300)}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tokenizers) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("teacher-models")
+    source = save_model(tiny_model("llama", len(tokenizers["source"]), seed=1), tokenizers["source"],
+                        root / "source")
+    student = save_model(tiny_model("llama", len(tokenizers["sentencepiece"]), seed=2), tokenizers["sentencepiece"],
+                         root / "student")
+    (student / "langswap.json").write_text(json.dumps({"kind": "transfer", "config": {"source_model": str(source)}}))
+    gpt2 = save_model(tiny_model("gpt2", len(tokenizers["source"])), tokenizers["source"], root / "gpt2")
+    return {"source": source, "student": student, "gpt2": gpt2}
+
+
+def _blocks(texts: Path, tokenizer, tmp_path: Path, length: int = 32) -> StoreBlocks:
+    store = token_store([str(texts / "train.txt")], tokenizer, "causal", data_dir=tmp_path / "stores")
+    return StoreBlocks(store, tokenizer, length, "causal")
+
+
+def _read(tokenizer, ids) -> str:
+    """The text of `ids` with special tokens left out and spaces dropped (SentencePiece's decoder strips the
+    space a text starts with, so a piece's first word reads without it)."""
+    return tokenizer.decode([int(i) for i in ids], skip_special_tokens=True).replace(" ", "")
+
+
+@pytest.mark.parametrize("target", ["byte_level", "sentencepiece"])
+def test_matched_positions_have_read_the_same_text(target, texts, tokenizers, tmp_path):
+    """Known answer: at every matched pair, the student's tokens up to its position and the teacher's up to its
+    spell the same text (from the block's start, documents' frames aside)."""
+    student_tokenizer, source = tokenizers[target], tokenizers["source"]
+    blocks = _blocks(texts, student_tokenizer, tmp_path)
+    view = TeacherBlocks(blocks, student_tokenizer, source, positions=None)
+    matched = checked = 0
+    for index in range(len(view)):
+        item = view[index]
+        assert item["teacher_mismatched"] == 0
+        ids, teacher = item["input_ids"].tolist(), item["teacher_ids"].tolist()
+        assert len(item["student_at"]) == len(item["teacher_at"])
+        assert np.all(np.diff(item["student_at"]) > 0) and np.all(np.diff(item["teacher_at"]) > 0)
+        for p, q in zip(item["student_at"].tolist(), item["teacher_at"].tolist()):
+            student_text, teacher_text = _read(student_tokenizer, ids[:p + 1]), _read(source, teacher[:q + 1])
+            if "\ufffd" in student_text + teacher_text:
+                continue  # a boundary inside a character: the decoders spell a cut character each their own way
+            assert student_text == teacher_text
+            checked += 1
+        matched += len(item["student_at"])
+        # the teacher reads the whole block: its text is the block's text, up to the end of a character the block
+        # cuts after its last byte
+        assert _read(source, teacher).startswith(_read(student_tokenizer, ids).rstrip("\ufffd"))
+    assert checked > 0.95 * matched and matched > 2 * len(view)  # more than a couple of boundaries a block
+
+
+def test_the_teacher_frames_each_document_as_its_tokenizer_frames_documents(texts, tokenizers, tmp_path):
+    """The student (SentencePiece) frames a document <s> text </s>, the GPT-2 style teacher text <|endoftext|>: one
+    teacher frame for each document end the block holds, and no other special token."""
+    student_tokenizer, source = tokenizers["sentencepiece"], tokenizers["source"]
+    view = TeacherBlocks(_blocks(texts, student_tokenizer, tmp_path), student_tokenizer, source, positions=None)
+    ends = 0
+    for index in range(len(view)):
+        item = view[index]
+        teacher = item["teacher_ids"].tolist()
+        assert teacher.count(source.eos_token_id) == item["input_ids"].tolist().count(student_tokenizer.eos_token_id)
+        ends += teacher.count(source.eos_token_id)
+    assert ends >= 100  # nearly every document ends inside a block
+
+
+def test_a_teacher_cut_at_its_position_limit_keeps_only_matches_inside(texts, tokenizers, tmp_path):
+    student_tokenizer, source = tokenizers["sentencepiece"], tokenizers["source"]
+    blocks = _blocks(texts, student_tokenizer, tmp_path)
+    whole = TeacherBlocks(blocks, student_tokenizer, source, positions=None)[3]
+    cut = TeacherBlocks(blocks, student_tokenizer, source, positions=10)[3]
+    assert len(cut["teacher_ids"]) == 10 and np.all(cut["teacher_at"] < 10)
+    keep = whole["teacher_at"] < 10
+    assert np.array_equal(cut["student_at"], whole["student_at"][keep])
+
+
+def test_the_same_model_and_tokenizer_as_teacher_gives_the_student_states_where_both_read_the_same_tokens(
+        texts, tokenizers, models, tmp_path):
+    """Known answer for the positions and the flattening: with the student as its own teacher, wherever the teacher
+    has read exactly the student's tokens up to the matched position, the distance there is zero."""
+    from langswap.kernels import hidden_state_distance
+    from langswap.models import load_model
+    from langswap.training.data import LMCollator
+
+    tokenizer = tokenizers["source"]
+    blocks = _blocks(texts, tokenizer, tmp_path)
+    view = TeacherBlocks(blocks, tokenizer, tokenizer, positions=None)
+    collator = TeacherCollator(LMCollator(tokenizer, "causal"))
+    collator = TeacherCollator(LMCollator(tokenizer, "causal"))
+    batch = collator([view[index] for index in range(6)])
+    model = load_model(models["source"])
+    with torch.no_grad():
+        student = model(input_ids=batch["input_ids"], output_hidden_states=True).hidden_states
+        teacher = model(input_ids=batch["teacher_ids"], output_hidden_states=True).hidden_states
+    length, width = batch["input_ids"].shape[1], batch["teacher_ids"].shape[1]
+    flat_student, flat_teacher = batch["input_ids"].reshape(-1), batch["teacher_ids"].reshape(-1)
+    pairs = []
+    for s, t in zip(batch["student_at"].tolist(), batch["teacher_at"].tolist()):
+        row_s, p = divmod(s, length)
+        row_t, q = divmod(t, width)
+        assert row_s == row_t  # a block's matches stay in its row
+        if p == q and torch.equal(flat_student[row_s * length:s + 1], flat_teacher[row_t * width:t + 1]):
+            pairs.append((s, t))
+    assert len(pairs) > 20
+    s, t = (torch.tensor(column) for column in zip(*pairs))
+    assert float(hidden_state_distance(student, teacher, s, t, (1, 2), "mse")) < 1e-8
+    # and a pairing off by one is far from it
+    assert float(hidden_state_distance(student, teacher, s, t.roll(1), (1, 2), "mse")) > 0.01
+
+
+def _config(models, texts, output: Path, **options) -> TrainConfig:
+    base = dict(model=str(models["student"]), train_text=str(texts / "train.txt"), eval_text=str(texts / "eval.txt"),
+                output=str(output), preset="embeddings", steps=4, batch_size=2, sequence_length=32, save_steps=2,
+                eval_steps=2, logging_steps=1, eval_sequences=2, data_dir=str(output.parent / "stores"))
+    base.update(options)
+    return TrainConfig(**base)
+
+
+def test_training_with_the_teacher_adds_its_distance_and_resumes_to_the_same_weights(models, texts, tmp_path):
+    from safetensors.torch import load_file
+
+    teacher = {"weight": 1.0, "layers": [1, -1]}
+    plain = train(_config(models, texts, tmp_path / "plain"))
+    taught = train(_config(models, texts, tmp_path / "taught", teacher=teacher))
+    summary = taught.phases[0]["teacher"]
+    assert summary["teacher_distance"] > 0 and summary["teacher_matched"] > 5 and summary["layers"] == [1, 2]
+    a, b = load_file(str(plain.model / "model.safetensors")), load_file(str(taught.model / "model.safetensors"))
+    changed = [name for name in a if not torch.equal(a[name], b[name])]
+    assert changed and all("embed" in name or "lm_head" in name for name in changed), changed
+
+    # killed after its first checkpoint, rerun: the same weights as the uninterrupted run
+    from transformers import TrainerCallback
+
+    class Crash(Exception):
+        pass
+
+    class CrashAt3(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 3:
+                raise Crash()
+
+    config = _config(models, texts, tmp_path / "resumed", teacher=teacher)
+    with pytest.raises(Crash):
+        train(config, callbacks=[CrashAt3()])
+    resumed = train(config)
+    c = load_file(str(resumed.model / "model.safetensors"))
+    assert all(torch.equal(b[name], c[name]) for name in b)
+
+
+def test_bad_teachers_are_refused(models, texts, tmp_path):
+    with pytest.raises(ConfigError, match="teacher.weight"):
+        TeacherConfig(weight=-1)
+    with pytest.raises(ConfigError, match="teacher.layers"):
+        TeacherConfig(weight=1, layers=[0])
+    with pytest.raises(MissingResourceError, match="teacher.model"):
+        _config(models, texts, tmp_path / "a", teacher={"weight": 1, "model": str(tmp_path / "nowhere")}).validate()
+    with pytest.raises(ConfigError, match="architecture"):
+        train(_config(models, texts, tmp_path / "b", teacher={"weight": 1, "model": str(models["gpt2"])}))
+    with pytest.raises(ConfigError, match="records no source model"):
+        train(_config(models, texts, tmp_path / "c", model=str(models["source"]), teacher={"weight": 1}))
+    with pytest.raises(ConfigError, match="blocks"):
+        train(_config(models, texts, tmp_path / "d", teacher={"weight": 1, "layers": [5]}))
+    with pytest.raises(ConfigError, match="several text streams"):
+        _config(models, texts, tmp_path / "e", preset="ramen", teacher={"weight": 1},
+                recipe={"source_model": str(models["source"]), "source_text": str(texts / "eval.txt")}).validate()
