@@ -498,6 +498,9 @@ def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, gpt2_folder
     assert rows[("random taught", 2)]["setting"]["trained_with"]["batch_size"] == 2
     assert rows[("random taught", 0)]["bits_per_byte"] == rows[("random", 0)]["bits_per_byte"]
     assert rows[("random taught", 2)]["bits_per_byte"] != rows[("random", 2)]["bits_per_byte"]
+    # the loop's time per update, to compare at equal time too
+    assert all(rows[(label, 2)]["seconds_per_update"] > 0 for label in ("random", "random taught"))
+    assert "seconds_per_update" not in rows[("random", 0)]
     (run,) = (tmp_path / "bench" / "runs" / "random_taught").glob("train-2steps-*")
     record = json.loads((run / "langswap-train.json").read_text())
     assert record["phases"][0]["teacher"]["teacher_matched"] > 0

@@ -463,8 +463,10 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
                 **shared})
             transfer(transfer_config, progress=progress)
         folders = {0: run / "transfer"}
+        timing = {}
         if any(step > 0 and keys[step] not in results for step in steps):
             report = train(train_config, progress=progress)
+            timing = _loop_timing(report.phases)
             snapshots = Path(train_config.output) / "snapshots"
             folders.update({step: snapshots / f"step-{step}" for step in steps if 0 < step})
             folders[steps[-1]] = report.model
@@ -478,13 +480,25 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
             if keys[step] not in results:
                 metrics = _measure(folders[step], lines, probe, progress, source_lines=source_lines)
                 row = {"variant": variant.label, "method": variant.method["name"], "step": step, **metrics,
-                       "setting": settings[step]}
+                       **(timing if step > 0 else {}), "setting": settings[step]}
                 _append_result(output, row)
                 results[keys[step]] = row
                 logger.info("%s step %d: %s", variant.label, step, metrics)
             rows.append(results[keys[step]])
     write_report(output, rows, [REFERENCE] * config.reference + [v.label for v in variants], steps)
     return {"output": output, "rows": rows}
+
+
+def _loop_timing(phases: list[dict]) -> dict:
+    """The training loop's seconds per update and tokens per second over the run's phases (updates only:
+    evaluations and checkpoints left out), so rows trained with and without extra work per update (a teacher) can be
+    compared at equal time as well as at equal steps; {} where the record has no loop timing."""
+    updates = sum(phase.get("loop_updates") or 0 for phase in phases)
+    seconds = sum(phase.get("loop_seconds") or 0.0 for phase in phases)
+    tokens = sum(phase.get("loop_tokens") or 0 for phase in phases)
+    if not updates or not seconds:
+        return {}
+    return {"seconds_per_update": round(seconds / updates, 4), "train_tokens_per_second": round(tokens / seconds, 1)}
 
 
 METRIC_NAMES = {"bits_per_byte": "bits per byte", "pseudo_bits_per_byte": "pseudo bits per byte",
