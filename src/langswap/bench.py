@@ -201,8 +201,11 @@ def _train_config(config: BenchConfig, run: Path, entry: dict | None = None):
 
 
 def _train_key(comparable: dict) -> dict:
-    """What a trained measurement depends on besides the variant: the train options minus this variant's paths."""
-    return {key: value for key, value in comparable.items() if key not in ("model", "output")}
+    """What a trained measurement depends on besides the variant: the train options minus this variant's paths, and
+    minus options that are off (a teacher of weight 0), so that measurements made before such an option existed
+    are still those of runs without it."""
+    return {key: value for key, value in comparable.items()
+            if key not in ("model", "output") and not (key == "teacher" and not (value or {}).get("weight"))}
 
 
 def _digest(value) -> str:
