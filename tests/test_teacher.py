@@ -51,7 +51,20 @@ def models(tmp_path_factory, tokenizers) -> dict[str, Path]:
                          root / "student")
     (student / "langswap.json").write_text(json.dumps({"kind": "transfer", "config": {"source_model": str(source)}}))
     gpt2 = save_model(tiny_model("gpt2", len(tokenizers["source"])), tokenizers["source"], root / "gpt2")
-    return {"source": source, "student": student, "gpt2": gpt2}
+    # models that read any text badly: a head 50 times as large makes confident random guesses
+    peaky_source = save_model(_peaky(tiny_model("llama", len(tokenizers["source"]), seed=1)), tokenizers["source"],
+                              root / "peaky-source")
+    peaky_student = save_model(_peaky(tiny_model("llama", len(tokenizers["sentencepiece"]), seed=2)),
+                               tokenizers["sentencepiece"], root / "peaky-student")
+    (peaky_student / "langswap.json").write_text((student / "langswap.json").read_text())
+    return {"source": source, "student": student, "gpt2": gpt2, "peaky_source": peaky_source,
+            "peaky_student": peaky_student}
+
+
+def _peaky(model):
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(50)
+    return model
 
 
 def _blocks(texts: Path, tokenizer, tmp_path: Path, length: int = 32) -> StoreBlocks:
@@ -161,7 +174,7 @@ def _config(models, texts, output: Path, **options) -> TrainConfig:
 def test_training_with_the_teacher_adds_its_distance_and_resumes_to_the_same_weights(models, texts, tmp_path):
     from safetensors.torch import load_file
 
-    teacher = {"weight": 1.0, "layers": [1, -1]}
+    teacher = {"weight": 1.0, "layers": [1, -1], "when": "always"}
     plain = train(_config(models, texts, tmp_path / "plain"))
     taught = train(_config(models, texts, tmp_path / "taught", teacher=teacher))
     summary = taught.phases[0]["teacher"]
@@ -189,11 +202,33 @@ def test_training_with_the_teacher_adds_its_distance_and_resumes_to_the_same_wei
     assert all(torch.equal(b[name], c[name]) for name in b)
 
 
+def test_a_teacher_that_reads_the_text_worse_than_the_model_is_not_used_unless_asked(models, texts, tmp_path):
+    """Before any update both read the first training blocks: a teacher with the higher loss is dropped (the run
+    is the run without it, bitwise), `when: always` keeps it, and a teacher with the lower loss teaches."""
+    from safetensors.torch import load_file
+
+    plain = train(_config(models, texts, tmp_path / "plain"))
+    worse = {"weight": 1.0, "model": str(models["peaky_source"])}
+    dropped = train(_config(models, texts, tmp_path / "dropped", teacher=worse))
+    assert dropped.phases[0]["teacher"]["used"] is False and dropped.phases[0]["teacher"]["check"]["teacher_worse"]
+    a, b = load_file(str(plain.model / "model.safetensors")), load_file(str(dropped.model / "model.safetensors"))
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    forced = train(_config(models, texts, tmp_path / "forced", teacher={**worse, "when": "always"}))
+    assert forced.phases[0]["teacher"]["check"] == {"measured": False, "why": "teacher.when is always"}
+    better = train(_config(models, texts, tmp_path / "better", model=str(models["peaky_student"]),
+                           teacher={"weight": 1.0}))
+    check = better.phases[0]["teacher"]["check"]
+    assert check["measured"] and not check["teacher_worse"] and check["blocks"] > 4
+    assert check["teacher_nats_per_block"] < check["student_nats_per_block"]
+
+
 def test_bad_teachers_are_refused(models, texts, tmp_path):
     with pytest.raises(ConfigError, match="teacher.weight"):
         TeacherConfig(weight=-1)
     with pytest.raises(ConfigError, match="teacher.layers"):
         TeacherConfig(weight=1, layers=[0])
+    with pytest.raises(ConfigError, match="teacher.when"):
+        TeacherConfig(weight=1, when="sometimes")
     with pytest.raises(MissingResourceError, match="teacher.model"):
         _config(models, texts, tmp_path / "a", teacher={"weight": 1, "model": str(tmp_path / "nowhere")}).validate()
     with pytest.raises(ConfigError, match="architecture"):

@@ -339,9 +339,9 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                     f"{config.steps:,}", f"{data[stream.name]['epochs']:.3g}")
     collator = LMCollator(tokenizer, objective, config.mlm_probability, stream_tokenizers, config.document_mask)
     precision_flags = _precision_flags(config.precision)
-    teacher = None
+    teacher, dropped = None, None  # the teacher, or the check that dropped it
     if config.teacher.enabled:
-        teacher, collator = _with_teacher(config, objective, model_config, tokenizer, train_sets, collator,
+        teacher, collator, dropped = _with_teacher(config, state, objective, model_config, tokenizer, train_sets, collator,
                                           _autocast_dtype(precision_flags))
     training_sequences = sum(len(dataset) for dataset in train_sets.values())
     training_tokens = sum(stream_tokens.values())
@@ -488,7 +488,8 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                                             else metrics.get("train_loss")),  # a phase shorter than logging_steps
                    # the loop's own speed: the updates' time, without evaluations and checkpoints
                    **trainer.clock.summary(), "train_seconds": seconds,
-                   **({"teacher": teacher.phase_summary()} if teacher is not None else {})}
+                   **({"teacher": {"used": True, **teacher.phase_summary()}} if teacher is not None
+                      else {"teacher": {"used": False, "check": dropped}} if dropped is not None else {})}
         if trainer.clock.updates:
             logger.info("phase %s: %s updates read %s tokens in %s s of loop: %s tokens/s, %.1f%% of it waiting "
                         "for data", phase.name, f"{trainer.clock.updates:,}", f"{trainer.clock.tokens:,}",
@@ -530,8 +531,9 @@ def prepare(config: TrainConfig, progress: bool = False) -> list:
             for stream in make_recipe(config).streams()]
 
 
-def _with_teacher(config: TrainConfig, objective: str, model_config, tokenizer, train_sets: dict, collator, dtype):
-    """(the teacher, the collator that pads its readings); each training set becomes its TeacherBlocks."""
+def _with_teacher(config: TrainConfig, state, objective: str, model_config, tokenizer, train_sets: dict, collator, dtype):
+    """(the teacher, the collator that pads its readings, None), each training set becoming its TeacherBlocks; or
+    (None, `collator`, the check) where the check drops the teacher."""
     from langswap.models import position_limit
     from langswap.training.teacher import TeacherBlocks, TeacherCollator, load_teacher
 
@@ -545,10 +547,43 @@ def _with_teacher(config: TrainConfig, objective: str, model_config, tokenizer, 
                           "whole unsharded copy on every process. Train with a teacher under DDP (`accelerate "
                           "launch` without FSDP or DeepSpeed) or torchrun, or set teacher.weight: 0.")
     teacher, teacher_tokenizer = load_teacher(config.teacher, config.model, model_config, dtype)
-    for name, blocks in train_sets.items():
-        train_sets[name] = TeacherBlocks(blocks, tokenizer, teacher_tokenizer, position_limit(teacher.model.config))
+    views = {name: TeacherBlocks(blocks, tokenizer, teacher_tokenizer, position_limit(teacher.model.config))
+             for name, blocks in train_sets.items()}
+    teacher.check = _check_teacher(config, state, teacher, next(iter(views.values())),
+                                   (len(teacher_tokenizer), len(tokenizer)))
+    if teacher.check.get("teacher_worse") and config.teacher.when == "teacher-better":
+        logger.warning("the teacher is not used: before any update it reads the first training blocks worse than "
+                       "the model does (%.2f against %.2f nats a block); teacher.when: always teaches anyway",
+                       teacher.check["teacher_nats_per_block"], teacher.check["student_nats_per_block"])
+        return None, collator, teacher.check
+    train_sets.update(views)
     pad = teacher_tokenizer.pad_token_id if teacher_tokenizer.pad_token_id is not None else 0
-    return teacher, TeacherCollator(collator, pad)
+    return teacher, TeacherCollator(collator, pad), None
+
+
+def _check_teacher(config: TrainConfig, state, teacher, view, sizes: tuple[int, int]) -> dict:
+    """`teacher_check` of the model the run starts from, decided by the main process and given to every other (two
+    GPUs need not round a near tie alike); not measured under `teacher.when: always`."""
+    from langswap.models import load_model
+    from langswap.training.teacher import teacher_check
+
+    if config.teacher.when == "always":
+        return {"measured": False, "why": "teacher.when is always"}
+    check = None
+    if state.is_main_process:
+        # both in the teacher's precision, on the run's device
+        dtype = next(teacher.model.parameters()).dtype
+        teacher.model.to(state.device)
+        student = load_model(config.model).to(state.device, dtype).eval()
+        check = teacher_check(teacher.model, student, view, sizes)
+        del student
+        logger.info("teacher check on %s training blocks: teacher %s, model %s nats a block",
+                    check.get("blocks"), check.get("teacher_nats_per_block"), check.get("student_nats_per_block"))
+    if state.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        check = broadcast_object_list([check])[0]
+    return check
 
 
 def _stream_tokenizer(stream, tokenizer):

@@ -33,6 +33,10 @@ in every update of a phase, so it reaches whatever the phase trains:
   grow with the length of the documents a block cuts through; a .gz source is decompressed up to each document).
   The train log's tokens per second show it.
 
+A teacher that reads the text worse than the student can only hold it back: before any update the first
+training blocks are read by both (`teacher_check`), and under `teacher.when: teacher-better` (the default) a teacher
+whose summed next-token loss over the same bytes is not lower is not used.
+
 Refused, with the reason: masked LMs (their hidden state at a token reads the whole window, so two readings of the
 same bytes need not agree at a boundary), recipes with several streams or a stream in another tokenizer (RAMEN's
 bilingual recipe), FSDP and DeepSpeed (the teacher would be a whole unsharded copy on every process), and a teacher
@@ -74,6 +78,11 @@ class TeacherConfig:
     distance: str = field(default="mse", metadata={
         "help": "mse (squared error divided channel by channel by the teacher's mean square) or cosine.",
         "choices": ("mse", "cosine")})
+    when: str = field(default="teacher-better", metadata={
+        "help": "teacher-better (teach only where the teacher, reading the first training blocks with its own "
+                "tokenizer before any update, gives their text a higher likelihood than the model does: a teacher "
+                "that reads the language worse can only hold it back) or always.",
+        "choices": ("teacher-better", "always")})
 
     def __post_init__(self):
         layers = self.layers
@@ -90,6 +99,8 @@ class TeacherConfig:
                               "teacher).")
         if self.distance not in ("mse", "cosine"):
             raise ConfigError(f"teacher.distance is {self.distance!r}; choose mse or cosine.")
+        if self.when not in ("teacher-better", "always"):
+            raise ConfigError(f"teacher.when is {self.when!r}; choose teacher-better or always.")
 
     @property
     def enabled(self) -> bool:
@@ -265,6 +276,7 @@ class Teacher:
 
     def __init__(self, model, config: TeacherConfig, layers: tuple[int, ...]):
         self.model, self.config, self.layers = model, config, layers
+        self.check: dict | None = None  # `teacher_check`'s report, where it ran
         self.model.requires_grad_(False)
         self.model.eval()
         self._interval = self._empty()
@@ -311,9 +323,47 @@ class Teacher:
     def phase_summary(self) -> dict:
         """The same over the phase so far (this process), with the teacher's settings; then starts again."""
         out = {**self._report(self._phase), "weight": self.config.weight, "layers": list(self.layers),
-               "distance": self.config.distance}
+               "distance": self.config.distance, "check": self.check}
         self._phase = self._empty()
         return out
+
+
+CHECK_BLOCKS = 16  # training blocks both models read before any update to decide whether the teacher teaches
+
+
+def teacher_check(teacher_model, student_model, view: TeacherBlocks, sizes: tuple[int, int],
+                  blocks: int = CHECK_BLOCKS, batch_size: int = 4) -> dict:
+    """Whose likelihood of the text of the first `blocks` training blocks is higher, the teacher's (reading
+    `teacher_ids`) or the student's (reading the block), before any update (neither has trained on them)? In each
+    block both sums of next-token losses run from its first matched position to its last, so they cover the same
+    bytes; each softmax runs over its own tokenizer's tokens (`sizes`: teacher's, student's). Gives nats per block
+    for each side and `teacher_worse` where the teacher's sum is not lower."""
+    items = [view[index] for index in range(min(blocks, len(view)))]
+    items = [item for item in items if len(item["student_at"]) >= 2]
+    if not items:
+        return {"measured": False, "why": "no training block has two matched positions"}
+    nats = {"teacher": 0.0, "student": 0.0}
+    device = next(student_model.parameters()).device
+    with torch.no_grad():
+        for start in range(0, len(items), batch_size):
+            part = items[start:start + batch_size]
+            for side, model, ids_key, at_key, size in (
+                    ("student", student_model, "input_ids", "student_at", sizes[1]),
+                    ("teacher", teacher_model, "teacher_ids", "teacher_at", sizes[0])):
+                rows = [torch.as_tensor(item[ids_key], dtype=torch.long) for item in part]
+                width = max(len(row) for row in rows)
+                ids = torch.zeros(len(rows), width, dtype=torch.long)
+                for index, row in enumerate(rows):
+                    ids[index, :len(row)] = row
+                logits = model(input_ids=ids.to(device), use_cache=False).logits[..., :size].float()
+                for index, item in enumerate(part):
+                    first, last = int(item[at_key][0]), int(item[at_key][-1])
+                    nats[side] += float(torch.nn.functional.cross_entropy(
+                        logits[index, first:last], ids[index, first + 1:last + 1].to(device), reduction="sum"))
+    count = len(items)
+    return {"measured": True, "blocks": count, "teacher_nats_per_block": round(nats["teacher"] / count, 4),
+            "student_nats_per_block": round(nats["student"] / count, 4),
+            "teacher_worse": nats["teacher"] >= nats["student"]}
 
 
 def load_teacher(config: TeacherConfig, model_folder: str | Path, student_config, dtype) -> tuple[Teacher, object]:
@@ -324,9 +374,7 @@ def load_teacher(config: TeacherConfig, model_folder: str | Path, student_config
     folder, tokenizer_folder = teacher_folders(config, model_folder)
     layers = check_teacher(load_config(folder), student_config, config.layers)
     tokenizer = load_tokenizer(tokenizer_folder, f"teacher tokenizer '{tokenizer_folder}'")
-    model = load_model(folder)
-    if dtype is not None:
-        model = model.to(dtype)
+    model = load_model(folder).to(dtype or torch.float32)
     logger.info("teacher: %s (tokenizer %s), weight %g, layers %s, %s", folder, tokenizer_folder, config.weight,
                 list(layers), config.distance)
     return Teacher(model, config, layers), tokenizer
