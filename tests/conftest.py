@@ -300,3 +300,15 @@ def tagged_sentences(count: int, seed: int, tag_of: dict[str, str], lengths: tup
         words = rng.choices(vocabulary, k=rng.randint(*lengths))
         out.append(Sentence(words, [tag_of[word] for word in words]))
     return out
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for the test: its models are tiny, and on a busy machine threads only wait for each
+    other."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

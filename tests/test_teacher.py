@@ -18,12 +18,7 @@ from langswap.training.store import StoreBlocks, token_store
 from langswap.training.teacher import TeacherBlocks, TeacherCollator, TeacherConfig
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

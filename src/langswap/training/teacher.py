@@ -54,6 +54,7 @@ import numpy as np
 import torch
 
 from langswap.chunks import ChunkAligner, cut, pair
+from langswap.config import check_choices
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.training.data import stream_frame
 
@@ -97,10 +98,7 @@ class TeacherConfig:
                 or self.weight == float("inf"):
             raise ConfigError(f"teacher.weight is {self.weight!r}; give a finite number of at least 0 (0: no "
                               "teacher).")
-        if self.distance not in ("mse", "cosine"):
-            raise ConfigError(f"teacher.distance is {self.distance!r}; choose mse or cosine.")
-        if self.when not in ("teacher-better", "always"):
-            raise ConfigError(f"teacher.when is {self.when!r}; choose teacher-better or always.")
+        check_choices(self, "teacher.")
 
     @property
     def enabled(self) -> bool:
