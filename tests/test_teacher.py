@@ -124,8 +124,9 @@ def test_a_teacher_cut_at_its_position_limit_keeps_only_matches_inside(texts, to
     assert np.array_equal(cut["student_at"], whole["student_at"][keep])
 
 
+@pytest.mark.parametrize("document_mask", [False, True])
 def test_the_same_model_and_tokenizer_as_teacher_gives_the_student_states_where_both_read_the_same_tokens(
-        texts, tokenizers, models, tmp_path):
+        document_mask, texts, tokenizers, models, tmp_path):
     """Known answer for the positions and the flattening: with the student as its own teacher, wherever the teacher
     has read exactly the student's tokens up to the matched position, the distance there is zero."""
     from langswap.kernels import hidden_state_distance
@@ -136,12 +137,18 @@ def test_the_same_model_and_tokenizer_as_teacher_gives_the_student_states_where_
     blocks = _blocks(texts, tokenizer, tmp_path)
     view = TeacherBlocks(blocks, tokenizer, tokenizer, positions=None)
     collator = TeacherCollator(LMCollator(tokenizer, "causal"))
-    collator = TeacherCollator(LMCollator(tokenizer, "causal"))
+    if document_mask:
+        pytest.importorskip("transformers.masking_utils", reason="packed documents need transformers 4.54 or later")
+    collator = TeacherCollator(LMCollator(tokenizer, "causal", document_mask=document_mask), 0,
+                               tokenizer.eos_token_id)
     batch = collator([view[index] for index in range(6)])
+    assert ("teacher_position_ids" in batch) == document_mask
     model = load_model(models["source"])
     with torch.no_grad():
-        student = model(input_ids=batch["input_ids"], output_hidden_states=True).hidden_states
-        teacher = model(input_ids=batch["teacher_ids"], output_hidden_states=True).hidden_states
+        student = model(input_ids=batch["input_ids"], position_ids=batch.get("position_ids"),
+                        output_hidden_states=True).hidden_states
+        teacher = model(input_ids=batch["teacher_ids"], position_ids=batch.get("teacher_position_ids"),
+                        output_hidden_states=True).hidden_states
     length, width = batch["input_ids"].shape[1], batch["teacher_ids"].shape[1]
     flat_student, flat_teacher = batch["input_ids"].reshape(-1), batch["teacher_ids"].reshape(-1)
     pairs = []

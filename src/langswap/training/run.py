@@ -558,7 +558,7 @@ def _with_teacher(config: TrainConfig, state, objective: str, model_config, toke
         return None, collator, teacher.check
     train_sets.update(views)
     pad = teacher_tokenizer.pad_token_id if teacher_tokenizer.pad_token_id is not None else 0
-    return teacher, TeacherCollator(collator, pad), None
+    return teacher, TeacherCollator(collator, pad, teacher_tokenizer.eos_token_id), None
 
 
 def _check_teacher(config: TrainConfig, state, teacher, view, sizes: tuple[int, int]) -> dict:

@@ -56,11 +56,11 @@ import torch
 from langswap.chunks import ChunkAligner, cut, pair
 from langswap.config import check_choices
 from langswap.errors import ConfigError, MissingResourceError
-from langswap.training.data import stream_frame
+from langswap.training.data import document_positions, stream_frame
 
 logger = logging.getLogger(__name__)
 
-KEYS = ("teacher_ids", "teacher_at", "student_at")  # what a batch carries for the teacher
+KEYS = ("teacher_ids", "teacher_at", "student_at", "teacher_position_ids")  # what a batch carries for the teacher
 COUNTS = ("teacher_mismatched", "teacher_inexact_starts")
 
 
@@ -239,9 +239,12 @@ class TeacherCollator:
     """The run's collator, with the teacher's readings of the blocks right-padded into `teacher_ids` (B, S) and the
     matched positions flattened: `student_at` into B x L, `teacher_at` into B x S."""
 
-    def __init__(self, collator, pad_id: int = 0):
+    def __init__(self, collator, pad_id: int = 0, end_id: int | None = None):
         self.collator, self.pad_id = collator, pad_id
         self.objective = getattr(collator, "objective", None)
+        # with the run's document mask, the teacher's documents are kept apart too: its positions restart after each
+        # of its end-of-text tokens
+        self.end_id = end_id if getattr(collator, "document_mask", False) else None
 
     def __call__(self, items: list[dict]) -> dict:
         views = [{key: item.pop(key) for key in KEYS + COUNTS if key in item} for item in items]
@@ -254,6 +257,8 @@ class TeacherCollator:
         for row, view in enumerate(views):
             ids[row, :len(view["teacher_ids"])] = view["teacher_ids"]
         batch["teacher_ids"] = torch.from_numpy(ids)
+        if self.end_id is not None:
+            batch["teacher_position_ids"] = document_positions(batch["teacher_ids"], self.end_id)["position_ids"]
         batch["student_at"] = torch.from_numpy(np.concatenate(
             [view["student_at"] + row * length for row, view in enumerate(views)]).astype(np.int64))
         batch["teacher_at"] = torch.from_numpy(np.concatenate(
@@ -292,8 +297,10 @@ class Teacher:
         if next(self.model.parameters()).device != device:
             self.model.to(device)
         with torch.no_grad():
+            positions = batch.get("teacher_position_ids")
+            extra = {} if positions is None else {"position_ids": positions.to(device)}
             states = self.model(input_ids=batch["teacher_ids"].to(device), output_hidden_states=True,
-                                use_cache=False).hidden_states
+                                use_cache=False, **extra).hidden_states
         value = hidden_state_distance(student_states, states, batch["student_at"].to(device),
                                       batch["teacher_at"].to(device), self.layers, self.config.distance)
         for totals in (self._interval, self._phase):
