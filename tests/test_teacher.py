@@ -165,6 +165,28 @@ def test_the_same_model_and_tokenizer_as_teacher_gives_the_student_states_where_
     assert float(hidden_state_distance(student, teacher, s, t.roll(1), (1, 2), "mse")) > 0.01
 
 
+def test_the_chunk_likelihood_match_is_the_binary_cross_entropy_of_each_chunk_s_probability():
+    """Known answer on hand-made logits: row 0 has matched positions 0 and 2 on the student's side (one chunk of
+    two tokens) and 0 and 1 on the teacher's (the same chunk as one token); row 1 one matched position (no chunk)."""
+    from langswap.training.teacher import chunk_likelihood_match
+
+    student_logits = torch.tensor([[[0.0, 1.0], [2.0, 0.0], [0.0, 0.0]], [[0.0, 0.0]] * 3])
+    student_ids = torch.tensor([[0, 1, 0], [0, 0, 0]])
+    teacher_logits = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], [[0.0, 0.0, 0.0]] * 2])
+    teacher_ids = torch.tensor([[0, 2], [0, 0]])
+    student_at, teacher_at = torch.tensor([0, 2, 3]), torch.tensor([0, 1, 2])  # row 1: position 0 of each
+    value = chunk_likelihood_match(student_logits, student_ids, teacher_logits, teacher_ids, student_at, teacher_at,
+                                   (3, 2))
+    log_s = torch.log_softmax(torch.tensor([0.0, 1.0]), 0)[1] + torch.log_softmax(torch.tensor([2.0, 0.0]), 0)[0]
+    p_t = torch.softmax(torch.tensor([1.0, 0.0, 0.0]), 0)[2]
+    expected = -(p_t * log_s + (1 - p_t) * torch.log1p(-log_s.exp()))
+    assert torch.allclose(value, expected)
+    # the teacher's softmax runs over its own tokenizer's tokens: a third logit the student's side lacks is cut
+    cut = chunk_likelihood_match(student_logits, student_ids, torch.cat([teacher_logits, torch.full((2, 2, 1), 9.0)],
+                                 -1), teacher_ids, student_at, teacher_at, (3, 2))
+    assert torch.allclose(cut, expected)
+
+
 def _config(models, texts, output: Path, **options) -> TrainConfig:
     base = dict(model=str(models["student"]), train_text=str(texts / "train.txt"), eval_text=str(texts / "eval.txt"),
                 output=str(output), preset="embeddings", steps=4, batch_size=2, sequence_length=32, save_steps=2,
@@ -176,11 +198,12 @@ def _config(models, texts, output: Path, **options) -> TrainConfig:
 def test_training_with_the_teacher_adds_its_distance_and_resumes_to_the_same_weights(models, texts, tmp_path):
     from safetensors.torch import load_file
 
-    teacher = {"weight": 1.0, "layers": [1, -1], "when": "always"}
+    teacher = {"weight": 1.0, "layers": [1, -1], "when": "always", "likelihood_weight": 0.5}
     plain = train(_config(models, texts, tmp_path / "plain"))
     taught = train(_config(models, texts, tmp_path / "taught", teacher=teacher))
     summary = taught.phases[0]["teacher"]
     assert summary["teacher_distance"] > 0 and summary["teacher_matched"] > 5 and summary["layers"] == [1, 2]
+    assert summary["teacher_likelihood"] > 0 and summary["used"]
     a, b = load_file(str(plain.model / "model.safetensors")), load_file(str(taught.model / "model.safetensors"))
     changed = [name for name in a if not torch.equal(a[name], b[name])]
     assert changed and all("embed" in name or "lm_head" in name for name in changed), changed

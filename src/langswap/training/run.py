@@ -549,6 +549,7 @@ def _with_teacher(config: TrainConfig, state, objective: str, model_config, toke
     teacher, teacher_tokenizer = load_teacher(config.teacher, config.model, model_config, dtype)
     views = {name: TeacherBlocks(blocks, tokenizer, teacher_tokenizer, position_limit(teacher.model.config))
              for name, blocks in train_sets.items()}
+    teacher.sizes = (len(teacher_tokenizer), len(tokenizer))
     teacher.check = _check_teacher(config, state, teacher, next(iter(views.values())),
                                    (len(teacher_tokenizer), len(tokenizer)))
     if teacher.check.get("teacher_worse") and config.teacher.when == "teacher-better":

@@ -5,6 +5,7 @@ hidden states and the teacher's, at the chunk boundaries of the same text read b
 in every update of a phase, so it reaches whatever the phase trains:
 
     loss = next-token cross-entropy + teacher.weight * distance(student states, teacher states)
+           + teacher.likelihood_weight * chunk_likelihood_match(student, teacher)
 
 - **The teacher** is the source model named in the trained folder's record (`langswap.json`: the transfer's
   `source_model`, read with its `source_tokenizer`), or the folder `teacher.model` names, which must be of the same
@@ -79,6 +80,9 @@ class TeacherConfig:
     distance: str = field(default="mse", metadata={
         "help": "mse (squared error divided channel by channel by the teacher's mean square) or cosine.",
         "choices": ("mse", "cosine")})
+    likelihood_weight: float = field(default=0.0, metadata={
+        "help": "Weight of the chunk-likelihood match (approximate likelihood matching, as tokenkit's ALM): each "
+                "chunk's probability under the model pushed towards the teacher's, by binary cross-entropy."})
     when: str = field(default="teacher-better", metadata={
         "help": "teacher-better (teach only where the teacher, reading the first training blocks with its own "
                 "tokenizer before any update, gives their text a higher likelihood than the model does: a teacher "
@@ -94,15 +98,16 @@ class TeacherConfig:
             raise ConfigError(f"teacher.layers is {self.layers!r}; give a list of block outputs, e.g. [-1] for the "
                               "last block or [4, -1] (0, the input embeddings, is not allowed).")
         object.__setattr__(self, "layers", tuple(dict.fromkeys(layers)))
-        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not self.weight >= 0 \
-                or self.weight == float("inf"):
-            raise ConfigError(f"teacher.weight is {self.weight!r}; give a finite number of at least 0 (0: no "
-                              "teacher).")
+        for name in ("weight", "likelihood_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
+                    or value == float("inf"):
+                raise ConfigError(f"teacher.{name} is {value!r}; give a finite number of at least 0 (0: off).")
         check_choices(self, "teacher.")
 
     @property
     def enabled(self) -> bool:
-        return self.weight > 0
+        return self.weight > 0 or self.likelihood_weight > 0
 
 
 def teacher_folders(config: TeacherConfig, model: str | Path) -> tuple[str, str]:
@@ -280,6 +285,7 @@ class Teacher:
     def __init__(self, model, config: TeacherConfig, layers: tuple[int, ...]):
         self.model, self.config, self.layers = model, config, layers
         self.check: dict | None = None  # `teacher_check`'s report, where it ran
+        self.sizes: tuple[int, int] | None = None  # (teacher's, model's) tokenizer sizes: each softmax's tokens
         self.model.requires_grad_(False)
         self.model.eval()
         self._interval = self._empty()
@@ -287,36 +293,51 @@ class Teacher:
 
     @staticmethod
     def _empty() -> dict:
-        return {"distance": 0.0, "micro_batches": 0, "matched": 0, **dict.fromkeys(COUNTS, 0)}
+        return {"distance": 0.0, "likelihood": 0.0, "micro_batches": 0, "matched": 0, **dict.fromkeys(COUNTS, 0)}
 
-    def distance(self, student_states, batch: dict) -> torch.Tensor:
-        """The hidden-state distance of one micro-batch (float32 scalar) to the teacher reading `batch`'s text."""
+    def loss(self, student, batch: dict) -> torch.Tensor:
+        """The teacher's term of one micro-batch's loss (float32 scalar): `weight` times the hidden-state distance
+        plus `likelihood_weight` times the chunk-likelihood match, the teacher reading `batch`'s text. `student`:
+        the model's output with its hidden states (and logits, for the likelihood term)."""
         from langswap.kernels import hidden_state_distance
 
-        device = student_states[-1].device
+        device = student.hidden_states[-1].device
         if next(self.model.parameters()).device != device:
             self.model.to(device)
         with torch.no_grad():
             positions = batch.get("teacher_position_ids")
             extra = {} if positions is None else {"position_ids": positions.to(device)}
-            states = self.model(input_ids=batch["teacher_ids"].to(device), output_hidden_states=True,
-                                use_cache=False, **extra).hidden_states
-        value = hidden_state_distance(student_states, states, batch["student_at"].to(device),
-                                      batch["teacher_at"].to(device), self.layers, self.config.distance)
+            teacher = self.model(input_ids=batch["teacher_ids"].to(device), output_hidden_states=True,
+                                 use_cache=False, **extra)
+        student_at, teacher_at = batch["student_at"].to(device), batch["teacher_at"].to(device)
+        distance = hidden_state_distance(student.hidden_states, teacher.hidden_states, student_at, teacher_at,
+                                         self.layers, self.config.distance)
+        term = self.config.weight * distance
+        likelihood = None
+        if self.config.likelihood_weight:
+            if getattr(student, "logits", None) is None:
+                raise ConfigError("teacher.likelihood_weight needs the model's logits, which this run does not "
+                                  "compute (liger_kernel's fused loss); turn liger_kernel off or set "
+                                  "teacher.likelihood_weight: 0.")
+            likelihood = chunk_likelihood_match(student.logits, batch_input_ids(batch, device), teacher.logits,
+                                                batch["teacher_ids"].to(device), student_at, teacher_at, self.sizes)
+            term = term + self.config.likelihood_weight * likelihood
         for totals in (self._interval, self._phase):
-            totals["distance"] += float(value.detach())
+            totals["distance"] += float(distance.detach())
+            totals["likelihood"] += 0.0 if likelihood is None else float(likelihood.detach())
             totals["micro_batches"] += 1
             totals["matched"] += len(batch["student_at"])
             for key in COUNTS:
                 totals[key] += int(batch.get(key, 0))
-        return value
+        return term
 
-    @staticmethod
-    def _report(totals: dict) -> dict:
+    def _report(self, totals: dict) -> dict:
         count = totals["micro_batches"]
         if not count:
             return {}
         return {"teacher_distance": round(totals["distance"] / count, 5),
+                **({"teacher_likelihood": round(totals["likelihood"] / count, 5)}
+                   if self.config.likelihood_weight else {}),
                 "teacher_matched": round(totals["matched"] / count, 1),
                 **{key: totals[key] for key in COUNTS if totals[key]}}
 
@@ -328,9 +349,49 @@ class Teacher:
     def phase_summary(self) -> dict:
         """The same over the phase so far (this process), with the teacher's settings; then starts again."""
         out = {**self._report(self._phase), "weight": self.config.weight, "layers": list(self.layers),
-               "distance": self.config.distance, "check": self.check}
+               "distance": self.config.distance, "likelihood_weight": self.config.likelihood_weight,
+               "check": self.check}
         self._phase = self._empty()
         return out
+
+
+def batch_input_ids(batch: dict, device) -> torch.Tensor:
+    """The model's input ids of a batch, on `device`."""
+    return batch["input_ids"].to(device)
+
+
+def _log1mexp(x: torch.Tensor) -> torch.Tensor:
+    """log(1 - exp(x)) for x < 0, stable at both ends."""
+    return torch.where(x > -0.6931, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+
+
+def chunk_likelihood_match(student_logits, student_ids, teacher_logits, teacher_ids, student_at, teacher_at,
+                           sizes: tuple[int, int] | None) -> torch.Tensor:
+    """Approximate likelihood matching (tokenkit's ALM, its binary cross-entropy form): the text between two
+    consecutive matched positions of a row is the same chunk of bytes on both sides; its probability under the
+    student, p_s, is pushed towards the teacher's, p_t, by -[p_t log p_s + (1 - p_t) log(1 - p_s)], averaged over the
+    chunks (float32; the teacher's side carries no gradient). Logits (B, T, V) and (B, S, V'), ids (B, T) and
+    (B, S), positions flat into B*T and B*S; each softmax runs over its own tokenizer's `sizes` (teacher, model)."""
+
+    def chunk_sums(logits, ids, at, size):
+        logits = logits[..., :size] if size else logits
+        rows, length = ids.shape
+        token = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+        running = torch.cat([token.new_zeros(rows, 1), token.cumsum(1)], dim=1).reshape(-1)  # sum before each pos
+        return running[at], at // length
+
+    teacher_size, student_size = sizes or (None, None)
+    student_sum, student_row = chunk_sums(student_logits, student_ids, student_at, student_size)
+    with torch.no_grad():
+        teacher_sum, teacher_row = chunk_sums(teacher_logits, teacher_ids, teacher_at, teacher_size)
+    same_row = (student_row[1:] == student_row[:-1]) & (teacher_row[1:] == teacher_row[:-1])
+    if not bool(same_row.any()):
+        return student_logits.new_zeros((), dtype=torch.float32)
+    # chunk k: the tokens after matched position k-1 up to position k, predicted from positions k-1 .. k-1 + n
+    log_student = (student_sum[1:] - student_sum[:-1])[same_row].clamp(max=-1e-6)
+    log_teacher = (teacher_sum[1:] - teacher_sum[:-1])[same_row].clamp(max=-1e-6)
+    p_teacher = log_teacher.exp()
+    return -(p_teacher * log_student + (1 - p_teacher) * _log1mexp(log_student)).mean()
 
 
 CHECK_BLOCKS = 16  # training blocks both models read before any update to decide whether the teacher teaches

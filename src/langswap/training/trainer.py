@@ -85,10 +85,10 @@ class PhaseTrainer(Trainer):
         inputs = {key: value for key, value in inputs.items() if key not in KEYS + COUNTS}
         loss, outputs = super().compute_loss(model, {**inputs, "output_hidden_states": True}, return_outputs=True,
                                              num_items_in_batch=num_items_in_batch)
-        distance = self.teacher.distance(outputs.hidden_states, view)
+        term = self.teacher.loss(outputs, {**view, "input_ids": inputs["input_ids"]})
         scaled = self.model_accepts_loss_kwargs and num_items_in_batch is not None
         steps = getattr(self, "current_gradient_accumulation_steps", None) or self.args.gradient_accumulation_steps
-        loss = loss + self.teacher.config.weight * (distance / steps if scaled else distance)
+        loss = loss + (term / steps if scaled else term)
         return (loss, outputs) if return_outputs else loss
 
     def _maybe_log_save_evaluate(self, tr_loss, grad_norm, *args, **kwargs):
