@@ -114,6 +114,33 @@ def test_the_teacher_frames_each_document_as_its_tokenizer_frames_documents(text
     assert ends >= 100  # nearly every document ends inside a block
 
 
+def _unknown_bpe(lines: list[str]):
+    """SentencePiece-style BPE with an unknown token and no byte fallback: characters it never saw read as <unk>."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tokenizer.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Strip(" ", 1, 0)])
+    tokenizer.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
+                                                             show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def test_chunks_one_tokenizer_cannot_spell_are_counted_not_matched(texts, tokenizers, tmp_path):
+    """The target reads 日本語 as <unk> (its training lines are ASCII): those chunks are left unmatched and counted."""
+    target = _unknown_bpe(english_lines(300, seed=5))
+    view = TeacherBlocks(_blocks(texts, target, tmp_path), target, tokenizers["source"], positions=None)
+    counted = sum(view[index]["teacher_unencodable_chunks"] for index in range(len(view)))
+    assert counted >= 1
+    for index in range(len(view)):
+        item = view[index]
+        ids = item["input_ids"].tolist()
+        for p in item["student_at"].tolist():  # no matched position is an unknown token
+            assert ids[p] != target.unk_token_id
+
+
 def test_a_teacher_cut_at_its_position_limit_keeps_only_matches_inside(texts, tokenizers, tmp_path):
     student_tokenizer, source = tokenizers["sentencepiece"], tokenizers["source"]
     blocks = _blocks(texts, student_tokenizer, tmp_path)

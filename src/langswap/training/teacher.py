@@ -23,9 +23,10 @@ in every update of a phase, so it reaches whatever the phase trains:
   the same byte, so at every chunk boundary (`langswap.chunks`) they have read the same text from the same place.
   A cut inside a UTF-8 character moves the teacher's start to the next character (counted in
   `teacher_inexact_starts`). The teacher's sequence is cut at its position limit; matches beyond are dropped.
-- **Distance** (`kernels.hidden_state_distance`, as `langswap.distill` uses it): at the matched positions of `teacher.layers` (default: the last
-  block's output), "mse" divided channel by channel by the teacher's mean square, or "cosine". Chunks holding bytes
-  one tokenizer cannot spell are not matched.
+- **Distance** (`kernels.hidden_state_distance`, as `langswap.distill` uses it): at the matched positions of
+  `teacher.layers` (default: the last block's output), "mse" divided channel by channel by the teacher's mean
+  square, or "cosine". Chunks holding bytes one tokenizer cannot spell are not matched, and are counted
+  (`teacher_unencodable_chunks` in the log and in each phase's summary).
 - **Loss scaling** follows the language-model loss: where the Trainer normalises it over the whole accumulated batch,
   the distance (a per-micro-batch mean) is divided by the accumulation steps too, so `teacher.weight` means the
   same whatever the accumulation.
@@ -62,7 +63,7 @@ from langswap.training.data import document_positions, stream_frame
 logger = logging.getLogger(__name__)
 
 KEYS = ("teacher_ids", "teacher_at", "student_at", "teacher_position_ids")  # what a batch carries for the teacher
-COUNTS = ("teacher_mismatched", "teacher_inexact_starts")
+COUNTS = ("teacher_mismatched", "teacher_inexact_starts", "teacher_unencodable_chunks")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,6 +229,7 @@ class TeacherBlocks(torch.utils.data.Dataset):
         source = self.aligner.read_source([piece])[0]
         aligned = pair(piece, source, cut(reading, a, b, byte_start, byte_end))
         keep = ~aligned.unencodable
+        counts["teacher_unencodable_chunks"] += int(aligned.unencodable.sum())
         student = aligned.target_at[keep] + a + text_first - start
         teacher = aligned.source_at[keep] + offset
         return source.ids.astype(np.int64), student.astype(np.int64), teacher.astype(np.int64)
