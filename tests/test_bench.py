@@ -482,34 +482,27 @@ def test_a_bench_entry_can_distil_and_one_without_keeps_its_record(capsys, tmp_p
         expand_variants([{"name": "overlap", "distill": 3}])
 
 
-def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, gpt2_folder, target_tokenizer_folder,
-                                                           cipher_vectors, corpus_dir, capsys):
+def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, corpus_dir):
     """`train:` in a method entry (here the source model as a teacher) reaches that entry's runs and no other's, in
-    a training folder of its own; the bench's train options stay under it."""
-    train = {"batch_size": 2, "sequence_length": 32, "save_steps": 2}
-    taught = {"name": "random", "label": "random taught", "train": {"teacher": {"weight": 1.0}}}
-    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
-                       methods=["random", taught], steps=[0, 2], reference=False, train=train)
-    assert main(["-q", "bench", str(path)]) == 0
-    rows = {(row["variant"], row["step"]): row for row in
-            (json.loads(line) for line in (tmp_path / "bench" / "results.jsonl").read_text().splitlines())}
-    assert rows[("random taught", 2)]["setting"]["trained_with"]["teacher"]["weight"] == 1.0
-    assert "teacher" not in rows[("random", 2)]["setting"]["trained_with"]  # off: keyed as before it existed
-    assert rows[("random taught", 2)]["setting"]["trained_with"]["batch_size"] == 2
-    assert rows[("random taught", 0)]["bits_per_byte"] == rows[("random", 0)]["bits_per_byte"]
-    assert rows[("random taught", 2)]["bits_per_byte"] != rows[("random", 2)]["bits_per_byte"]
-    # the loop's time per update, to compare at equal time too
-    assert all(rows[(label, 2)]["seconds_per_update"] > 0 for label in ("random", "random taught"))
-    assert "seconds_per_update" not in rows[("random", 0)]
-    (run,) = (tmp_path / "bench" / "runs" / "random_taught").glob("train-2steps-*")
-    record = json.loads((run / "langswap-train.json").read_text())
-    assert record["phases"][0]["teacher"]["teacher_matched"] > 0
-    (plain,) = (tmp_path / "bench" / "runs" / "random").glob("train-2steps-*")
-    assert "teacher" not in json.loads((plain / "langswap-train.json").read_text())["phases"][0]
+    a training folder of its own, over the bench's train options; a teacher that is off keys a run as before the
+    option existed. Trained rows carry the loop's time per update."""
+    from langswap.bench import _loop_timing, _train_config
 
-    bad = {"name": "random", "label": "bad", "train": {"steps": 3}}
-    (tmp_path / "second").mkdir()
-    path = _bench_yaml(tmp_path / "second", gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
-                       methods=[bad], steps=[0, 2], reference=False, train=train)
-    assert main(["-q", "bench", str(path)]) == 2
-    assert "train.steps is set by the bench itself" in capsys.readouterr().err
+    config = from_dict(BenchConfig, {"train_text": str(corpus_dir / "xx.txt"), "eval_text": str(corpus_dir / "xx.txt"),
+                                     "steps": [0, 2], "train": {"preset": "embeddings", "batch_size": 2}})
+    plain, plain_key = _train_config(config, tmp_path / "run")
+    taught, taught_key = _train_config(config, tmp_path / "run", {"teacher": {"weight": 1.0}, "batch_size": 4})
+    assert (taught.teacher.weight, taught.batch_size, taught.preset) == (1.0, 4, "embeddings")
+    assert (plain.teacher.weight, plain.batch_size) == (0.0, 2) and plain.output != taught.output
+    assert "teacher" not in plain_key and taught_key["teacher"]["weight"] == 1.0
+    assert config.train == {"preset": "embeddings", "batch_size": 2}  # an entry leaves the bench's options alone
+    with pytest.raises(ConfigError, match="train.steps is set by the bench itself"):
+        _train_config(config, tmp_path / "run", {"steps": 3})
+    (variant,) = expand_variants([{"name": "random", "train": {"teacher": {"weight": 1}}}])
+    assert variant.train == {"teacher": {"weight": 1}}
+    with pytest.raises(ConfigError, match="train must be a mapping"):
+        expand_variants([{"name": "random", "train": 3}])
+    phases = [{"loop_updates": 4, "loop_seconds": 2.0, "loop_tokens": 400}, {"loop_updates": 1, "loop_seconds": 0.5,
+                                                                             "loop_tokens": 100}]
+    assert _loop_timing(phases) == {"seconds_per_update": 0.5, "train_tokens_per_second": 200.0}
+    assert _loop_timing([{"name": "a phase of an older record"}]) == {}
