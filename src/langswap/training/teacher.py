@@ -203,18 +203,19 @@ class TeacherBlocks(torch.utils.data.Dataset):
             out.append((np.asarray(self.source_before, dtype=np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)))
         a, b = max(start, text_first) - text_first, min(end, text_last) - text_first
         if a < b:
-            out.append(self._text(document, text_first, a, b, start, offset + sum(len(p[0]) for p in out), counts))
+            out.append(self._text(document, text_first, text_last, a, b, start, offset + sum(len(p[0]) for p in out), counts))
         if self.target_after and start <= last - 1 < end:
             out.append((np.asarray(self.source_after, dtype=np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)))
         return out
 
-    def _text(self, document: int, text_first: int, a: int, b: int, start: int, offset: int, counts: dict):
+    def _text(self, document: int, text_first: int, text_last: int, a: int, b: int, start: int, offset: int,
+              counts: dict):
         """The teacher's reading of the document's text tokens a .. b - 1, and the matched positions."""
         empty = np.zeros(0, dtype=np.int64)
         text = self.store.document_text(document)
         reading = self.aligner.read_target([text])[0]
-        stored = np.asarray(self.store.tokens[text_first:text_first + len(reading.ids)], dtype=np.int64)
-        if len(reading.ids) != self.blocks_document_length(document) or not np.array_equal(reading.ids, stored):
+        stored = np.asarray(self.store.tokens[text_first:text_last], dtype=np.int64)
+        if not np.array_equal(reading.ids, stored):
             counts["teacher_mismatched"] += 1
             return empty, empty, empty
         data = text.encode("utf-8")
@@ -233,13 +234,6 @@ class TeacherBlocks(torch.utils.data.Dataset):
         student = aligned.target_at[keep] + a + text_first - start
         teacher = aligned.source_at[keep] + offset
         return source.ids.astype(np.int64), student.astype(np.int64), teacher.astype(np.int64)
-
-    def blocks_document_length(self, document: int) -> int:
-        """The text tokens of `document` in the stream (its frame left out)."""
-        first = int(self.store.documents[document, 0])
-        last = (int(self.store.documents[document + 1, 0]) if document + 1 < self.store.num_documents
-                else self.store.num_tokens)
-        return last - first - len(self.target_before) - len(self.target_after)
 
 
 class TeacherCollator:
@@ -321,7 +315,7 @@ class Teacher:
                 raise ConfigError("teacher.likelihood_weight needs the model's logits, which this run does not "
                                   "compute (liger_kernel's fused loss); turn liger_kernel off or set "
                                   "teacher.likelihood_weight: 0.")
-            likelihood = chunk_likelihood_match(student.logits, batch_input_ids(batch, device), teacher.logits,
+            likelihood = chunk_likelihood_match(student.logits, batch["input_ids"].to(device), teacher.logits,
                                                 batch["teacher_ids"].to(device), student_at, teacher_at, self.sizes)
             term = term + self.config.likelihood_weight * likelihood
         for totals in (self._interval, self._phase):
@@ -355,11 +349,6 @@ class Teacher:
                "check": self.check}
         self._phase = self._empty()
         return out
-
-
-def batch_input_ids(batch: dict, device) -> torch.Tensor:
-    """The model's input ids of a batch, on `device`."""
-    return batch["input_ids"].to(device)
 
 
 def _log1mexp(x: torch.Tensor) -> torch.Tensor:
