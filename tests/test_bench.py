@@ -41,7 +41,7 @@ def test_bench_writes_table_plots_and_resumes(capsys, tmp_path, gpt2_folder, tar
     assert table in out
     lines = table.splitlines()
     assert lines[0] == ("| method | bits per byte @ 0 | bits per byte @ 2 | bits per byte @ 4 | perplexity @ 0 | "
-                        "perplexity @ 2 | perplexity @ 4 | tokens per byte |")
+                        "perplexity @ 2 | perplexity @ 4 | tokens per byte | seconds per update |")
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| " + REFERENCE, "| random", "| overlap", "| wechsel"]
     rows = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
     assert [(r["variant"], r["step"]) for r in rows] == [(REFERENCE, 0)] + [
@@ -283,7 +283,7 @@ def test_bench_on_a_masked_lm_reports_pseudo_bits_per_byte_and_perplexity(tmp_pa
     assert record["objective"] == "masked"
     header = (tmp_path / "bench" / "table.md").read_text().splitlines()[0]
     assert header == ("| method | pseudo bits per byte @ 0 | pseudo bits per byte @ 2 | pseudo-perplexity @ 0 | "
-                      "pseudo-perplexity @ 2 | tokens per byte |")
+                      "pseudo-perplexity @ 2 | tokens per byte | seconds per update |")
     for metric in ("pseudo_bits_per_byte", "pseudo_perplexity"):
         assert (tmp_path / "bench" / f"{metric}.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -506,3 +506,54 @@ def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, corpus_dir)
                                                                              "loop_tokens": 100}]
     assert _loop_timing(phases) == {"seconds_per_update": 0.5, "train_tokens_per_second": 200.0}
     assert _loop_timing([{"name": "a phase of an older record"}]) == {}
+
+
+def test_teacher_twins_pair_a_taught_entry_with_the_same_entry_untaught():
+    from langswap.bench import teacher_twins
+
+    variants = expand_variants([
+        {"name": "overlap", "label": "plain"},
+        {"name": "overlap", "label": "taught", "train": {"teacher": {"weight": 1}}},
+        {"name": "overlap", "label": "off", "train": {"teacher": {"weight": 0}}},
+        {"name": "overlap", "label": "other rate", "train": {"learning_rate": 0.1}},
+        {"name": "overlap", "label": "taught, other rate", "train": {"learning_rate": 0.1, "teacher": {"weight": 2}}},
+        {"name": "random", "label": "random taught", "train": {"teacher": {"weight": 1}}},
+        {"name": "overlap", "label": "raw, taught", "calibration": {"strength": 0},
+         "train": {"teacher": {"weight": 1}}}])
+    pairs = [(taught.label, plain.label) for taught, plain in teacher_twins(variants)]
+    assert pairs == [("taught", "plain"), ("taught", "off"), ("taught, other rate", "other rate")]
+
+
+def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folder, target_tokenizer_folder,
+                                                             cipher_vectors, corpus_dir, monkeypatch):
+    """An entry trained with a teacher beside the same entry without one: the untaught one is trained again for as
+    many updates as fit in the taught run's time (by the two runs' seconds per update) and reported in the last
+    step's column under a label that says so; a rerun reuses it."""
+    raw = {"strength": 0}
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2],
+                       methods=[{"name": "overlap", "calibration": raw},
+                                {"name": "overlap", "label": "overlap taught", "calibration": raw,
+                                 "train": {"teacher": {"weight": 1, "when": "always"}}}])
+    assert main(["-q", "bench", str(path)]) == 0
+    bench = tmp_path / "bench"
+    rows = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
+    by = {(row["variant"], row["step"]): row for row in rows}
+    taught, plain = by[("overlap taught", 2)], by[("overlap", 2)]
+    assert taught["seconds_per_update"] > 0 and plain["seconds_per_update"] > 0
+    (row,) = [row for row in rows if row.get("equal_time_of") == "overlap taught"]
+    updates = max(1, round(2 * taught["seconds_per_update"] / plain["seconds_per_update"]))
+    assert (row["updates"], row["step"]) == (updates, 2)
+    assert row["variant"] == f"overlap, {updates} updates (the time of overlap taught)"
+    assert 0 < row["bits_per_byte"] < 20 and row["seconds_per_update"] > 0
+    (folder,) = (bench / "runs" / "overlap").glob(f"train-{updates}steps-*")
+    record = json.loads((folder / "langswap-train.json").read_text())
+    assert record["phases"][-1]["steps"] == updates and not (folder / "snapshots").exists()
+    table = (bench / "table.md").read_text()
+    assert f"| {row['variant']} |  | " in table and table.splitlines()[0].endswith("| seconds per update |")
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a rerun trained again")
+
+    monkeypatch.setattr("langswap.training.run.train", no_training)
+    assert main(["-q", "bench", str(path)]) == 0
+    assert (bench / "table.md").read_text() == table

@@ -84,6 +84,11 @@ class BenchConfig(ModelPairConfig):
     reference: bool = field(default=True, metadata={
         "help": "Also measure the untouched source model with its own tokenizer on the same text (and probe): a "
                 "reference row in the table and a dashed line in the plots."})
+    equal_time: bool = field(default=True, metadata={
+        "help": "For each entry trained with a teacher beside the same entry without one: also train the one "
+                "without it for as many updates as fit in the taught run's time (their measured seconds per update) "
+                "and report it in the last step's column, labelled with its updates: the comparison at equal wall "
+                "time beside the one at equal steps."})
     method_device: str = field(default="cpu", metadata={
         "help": "Where each transfer's method searches (the transfer's method_device: cpu, cuda, cuda:N or auto); "
                 "not part of what a measurement is keyed by."})
@@ -178,9 +183,10 @@ def _folder_name(label: str) -> str:
     return "".join(char if char.isalnum() or char in "-_.=," else "_" for char in label)
 
 
-def _train_config(config: BenchConfig, run: Path, entry: dict | None = None):
+def _train_config(config: BenchConfig, run: Path, entry: dict | None = None, updates: int | None = None):
     """The langswap train config of one variant (`entry`: its own train options, over the bench's), in a folder
-    named by its schedule length and options."""
+    named by its schedule length and options: to the last listed step with a snapshot at each, or, given `updates`,
+    a run of that many updates without snapshots."""
     from langswap.config import merge_dicts
     from langswap.training.run import TrainConfig, comparable_config
 
@@ -188,13 +194,13 @@ def _train_config(config: BenchConfig, run: Path, entry: dict | None = None):
     if overlap:
         raise ConfigError(f"train.{sorted(overlap)[0]} is set by the bench itself; remove it from `train:` (steps "
                           "come from the top-level `steps`).")
-    final = max(config.steps)
+    final = updates or max(config.steps)
     # a `train:` mapping without a preset keeps the bench's embeddings-only default (it used to fall back to
     # langswap train's own default, the full-model wechsel recipe)
     options = {"save_steps": max(1, min(50, final)), "preset": "embeddings", **merge_dicts(config.train, entry or {}),
                "model": str(run / "transfer"),
                "train_text": config.train_text, "output": "", "steps": final,
-               "snapshot_steps": sorted(step for step in set(config.steps) if 0 < step < final)}
+               "snapshot_steps": [] if updates else sorted(step for step in set(config.steps) if 0 < step < final)}
     train_config = from_dict(TrainConfig, options, where="train.")
     key = _train_key(comparable_config(train_config))
     return dataclasses.replace(train_config, output=str(run / f"train-{final}steps-{_digest(key)}")), key
@@ -403,7 +409,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
                                                   "target_text", "vocab_size")}
     measured_with = {"eval_text": config.eval_text, "eval_lines": config.eval_lines, "probe": config.probe,
                      **({"source_text": config.source_text} if config.source_text else {})}
-    rows = []
+    rows, digests = [], {}
     if config.reference:
         setting = {"measured_with": measured_with, "model": config.source_model,
                    "tokenizer": config.source_tokenizer}
@@ -434,7 +440,8 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         if variant.distill:  # a variant without distillation keeps the record (and the measurements) it had
             record.distill = dict(variant.distill)
             record.resolved["distill"] = to_dict(from_dict(DistillConfig, variant.distill, where="distill."))
-        settings = {step: {"measured_with": measured_with, "variant": _digest(record.digest_inputs()),
+        digests[variant.label] = _digest(record.digest_inputs())
+        settings = {step: {"measured_with": measured_with, "variant": digests[variant.label],
                            **({"trained_with": train_key} if step else {})} for step in steps}
         keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}
         before = read_bench_variant(run)
@@ -488,8 +495,68 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
                 results[keys[step]] = row
                 logger.info("%s step %d: %s", variant.label, step, metrics)
             rows.append(results[keys[step]])
-    write_report(output, rows, [REFERENCE] * config.reference + [v.label for v in variants], steps)
+    labels = [REFERENCE] * config.reference + [v.label for v in variants]
+    extra = []
+    if config.equal_time and steps[-1] > 0:
+        for taught, plain in teacher_twins(variants):
+            row = _at_equal_time(config, output, taught, plain, rows, results, digests[plain.label],
+                                 lambda folder: _measure(folder, lines, probe, progress, source_lines=source_lines),
+                                 {"measured_with": measured_with}, progress)
+            if row is not None:
+                rows.append(row)
+                extra.append(row["variant"])
+    write_report(output, rows, labels + extra, steps, plotted=labels)
     return {"output": output, "rows": rows}
+
+
+def _teacher_off(train: dict) -> dict:
+    """An entry's train options without a teacher that is off."""
+    return {key: value for key, value in train.items() if not (key == "teacher" and not (value or {}).get("weight"))}
+
+
+def teacher_twins(variants: list[Variant]) -> list[tuple[Variant, Variant]]:
+    """(taught, plain) pairs: an entry trained with a teacher and an entry that is the same without it (the same
+    method, calibration, distillation and other train options)."""
+    pairs = []
+    for taught in variants:
+        if not (taught.train.get("teacher") or {}).get("weight"):
+            continue
+        rest = {key: value for key, value in taught.train.items() if key != "teacher"}
+        pairs += [(taught, plain) for plain in variants
+                  if plain is not taught and _teacher_off(plain.train) == rest and plain.method == taught.method
+                  and plain.calibration == taught.calibration and plain.distill == taught.distill]
+    return pairs
+
+
+def _at_equal_time(config: BenchConfig, output: Path, taught: Variant, plain: Variant, rows: list[dict],
+                   results: dict, digest: str, measure, setting: dict, progress: bool) -> dict | None:
+    """The row of `plain` trained for as many updates as `taught`'s run took time to reach the last step (by
+    their loop's seconds per update), measured after them; None where either run has no loop time on record."""
+    from langswap.training.run import train
+
+    final = max(config.steps)
+    by_key = {(row["variant"], row["step"]): row for row in rows}
+    times = [by_key.get((variant.label, final), {}).get("seconds_per_update") for variant in (taught, plain)]
+    if not all(times):
+        logger.info("%s / %s: no loop time on record for both runs (measured by an older langswap); delete their "
+                    "train-* folders and rows to compare them at equal time", taught.label, plain.label)
+        return None
+    updates = max(1, round(final * times[0] / times[1]))
+    label = f"{plain.label}, {updates} updates (the time of {taught.label})"
+    train_config, train_key = _train_config(config, output / "runs" / _folder_name(plain.label), plain.train,
+                                            updates=updates)
+    setting = {**setting, "variant": digest, "trained_with": train_key}
+    key = _result_key(label, final, setting)
+    if key not in results:
+        logger.info("%s: %d updates, the time %s took for %d (%.3f against %.3f s an update)", plain.label, updates,
+                    taught.label, final, *times)
+        report = train(train_config, progress=progress)
+        row = {"variant": label, "method": plain.method["name"], "step": final, "updates": updates,
+               "equal_time_of": taught.label, **measure(report.model), **_loop_timing(report.phases),
+               "setting": setting}
+        _append_result(output, row)
+        results[key] = row
+    return results[key]
 
 
 def _loop_timing(phases: list[dict]) -> dict:
@@ -508,10 +575,11 @@ METRIC_NAMES = {"bits_per_byte": "bits per byte", "pseudo_bits_per_byte": "pseud
                 "pseudo_perplexity": "pseudo-perplexity", "pos_accuracy": "POS probe accuracy",
                 "perplexity": "perplexity", "source_bits_per_byte": "source-language bits per byte",
                 "source_pseudo_bits_per_byte": "source-language pseudo bits per byte",
-                "tokens_per_byte": "tokens per byte"}
+                "tokens_per_byte": "tokens per byte", "seconds_per_update": "seconds per update"}
 LOWER_IS_BETTER = {"bits_per_byte", "pseudo_bits_per_byte", "pseudo_perplexity", "perplexity",
-                   "source_bits_per_byte", "source_pseudo_bits_per_byte", "tokens_per_byte"}
+                   "source_bits_per_byte", "source_pseudo_bits_per_byte", "tokens_per_byte", "seconds_per_update"}
 ONCE = {"tokens_per_byte"}  # the same at every step (the tokenizer's): one column, no plot
+LAST = {"seconds_per_update"}  # of the training run: one column, at the last step, no plot
 
 
 def format_table(rows: list[dict], labels: list[str], steps: list[int]) -> str:
@@ -522,8 +590,10 @@ def format_table(rows: list[dict], labels: list[str], steps: list[int]) -> str:
     for row in rows:  # the untouched reference is the same at every step
         if row["variant"] == REFERENCE:
             by_key.update({(REFERENCE, step): row for step in steps})
-    columns = [(m, step) for m in metrics for step in (steps[:1] if m in ONCE else steps)]
-    header = ["method"] + [METRIC_NAMES[m] if m in ONCE else f"{METRIC_NAMES[m]} @ {step}" for m, step in columns]
+    columns = [(m, step) for m in metrics for step in (steps[:1] if m in ONCE else steps[-1:] if m in LAST
+                                                       else steps)]
+    header = ["method"] + [METRIC_NAMES[m] if m in ONCE | LAST else f"{METRIC_NAMES[m]} @ {step}"
+                           for m, step in columns]
     best = {}
     for metric, step in columns:
         values = [by_key[(label, step)].get(metric) for label in labels
@@ -542,16 +612,18 @@ def format_table(rows: list[dict], labels: list[str], steps: list[int]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_report(output: Path, rows: list[dict], labels: list[str], steps: list[int]) -> list[Path]:
+def write_report(output: Path, rows: list[dict], labels: list[str], steps: list[int],
+                 plotted: list[str] | None = None) -> list[Path]:
+    """table.md of `labels`' rows, and a plot per metric of `plotted`'s (default: every label)."""
     from langswap.plots import line_plot
     from langswap.files import atomic_write_text
 
     atomic_write_text(output / "table.md", format_table(rows, labels, steps))
     written = [output / "table.md"]
-    metrics = [m for m in METRIC_NAMES if any(m in row for row in rows) and m not in ONCE]
+    metrics = [m for m in METRIC_NAMES if any(m in row for row in rows) and m not in ONCE | LAST]
     for metric in metrics:
         series, hlines = {}, []
-        for label in labels:
+        for label in labels if plotted is None else plotted:
             points = [(row["step"], row[metric]) for row in rows if row["variant"] == label and metric in row]
             if points and label == REFERENCE:
                 hlines.append((points[0][1], label))
