@@ -495,6 +495,8 @@ def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, corpus_dir)
     assert (taught.teacher.weight, taught.batch_size, taught.preset) == (1.0, 4, "embeddings")
     assert (plain.teacher.weight, plain.batch_size) == (0.0, 2) and plain.output != taught.output
     assert "teacher" not in plain_key and taught_key["teacher"]["weight"] == 1.0
+    matched, matched_key = _train_config(config, tmp_path / "run", {"teacher": {"likelihood_weight": 1.0}})
+    assert matched_key["teacher"]["likelihood_weight"] == 1.0 and matched.output != plain.output
     assert config.train == {"preset": "embeddings", "batch_size": 2}  # an entry leaves the bench's options alone
     with pytest.raises(ConfigError, match="train.steps is set by the bench itself"):
         _train_config(config, tmp_path / "run", {"steps": 3})
@@ -518,10 +520,12 @@ def test_teacher_twins_pair_a_taught_entry_with_the_same_entry_untaught():
         {"name": "overlap", "label": "other rate", "train": {"learning_rate": 0.1}},
         {"name": "overlap", "label": "taught, other rate", "train": {"learning_rate": 0.1, "teacher": {"weight": 2}}},
         {"name": "random", "label": "random taught", "train": {"teacher": {"weight": 1}}},
+        {"name": "overlap", "label": "chunks matched", "train": {"teacher": {"likelihood_weight": 1}}},
         {"name": "overlap", "label": "raw, taught", "calibration": {"strength": 0},
          "train": {"teacher": {"weight": 1}}}])
     pairs = [(taught.label, plain.label) for taught, plain in teacher_twins(variants)]
-    assert pairs == [("taught", "plain"), ("taught", "off"), ("taught, other rate", "other rate")]
+    assert pairs == [("taught", "plain"), ("taught", "off"), ("taught, other rate", "other rate"),
+                     ("chunks matched", "plain"), ("chunks matched", "off")]
 
 
 def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folder, target_tokenizer_folder,

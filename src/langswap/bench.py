@@ -211,7 +211,12 @@ def _train_key(comparable: dict) -> dict:
     minus options that are off (a teacher of weight 0), so that measurements made before such an option existed
     are still those of runs without it."""
     return {key: value for key, value in comparable.items()
-            if key not in ("model", "output") and not (key == "teacher" and not (value or {}).get("weight"))}
+            if key not in ("model", "output") and not (key == "teacher" and not _teaches(value))}
+
+
+def _teaches(teacher: dict | None) -> bool:
+    """Whether train options' `teacher:` mapping turns the teacher on (a weight or a likelihood weight above 0)."""
+    return bool((teacher or {}).get("weight") or (teacher or {}).get("likelihood_weight"))
 
 
 def _digest(value) -> str:
@@ -511,7 +516,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
 
 def _teacher_off(train: dict) -> dict:
     """An entry's train options without a teacher that is off."""
-    return {key: value for key, value in train.items() if not (key == "teacher" and not (value or {}).get("weight"))}
+    return {key: value for key, value in train.items() if not (key == "teacher" and not _teaches(value))}
 
 
 def teacher_twins(variants: list[Variant]) -> list[tuple[Variant, Variant]]:
@@ -519,7 +524,7 @@ def teacher_twins(variants: list[Variant]) -> list[tuple[Variant, Variant]]:
     method, calibration, distillation and other train options)."""
     pairs = []
     for taught in variants:
-        if not (taught.train.get("teacher") or {}).get("weight"):
+        if not _teaches(taught.train.get("teacher")):
             continue
         rest = {key: value for key, value in taught.train.items() if key != "teacher"}
         pairs += [(taught, plain) for plain in variants
