@@ -23,7 +23,7 @@ everywhere; torch's threads follow OMP_NUM_THREADS as given.
 
 Everything is made in the work folder (default ~/.cache/langswap/bench-store) and reused, except the stores and
 runs that are measured, which are removed first. Figures go to --json, merged into what it holds by section
-(prepare, memory, memory_N_ranks, first_update), each with the command that printed it and the commands it timed.
+(prepare, memory_SIZEGB, memory_SIZEGB_N_ranks, first_update), each with the command that printed it and the commands it timed.
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def main(argv=None) -> int:
     if args.command in ("memory", "first-update", "all"):
         model = tiny_model(args.workdir, tokenizer_folder)
     if args.command in ("memory", "all"):
-        section = "memory" if args.ranks == 1 else f"memory_{args.ranks}_ranks"
+        section = f"memory_{args.gigabytes:g}GB" + (f"_{args.ranks}_ranks" if args.ranks > 1 else "")
         result = results[section] = {**base, **bench_memory(args, model, corpus, small)}
         ranks = f" ({args.ranks} ranks, max of all processes)" if args.ranks > 1 else ""
         for name in ("small", "large"):
