@@ -23,7 +23,8 @@ everywhere; torch's threads follow OMP_NUM_THREADS as given.
 
 Everything is made in the work folder (default ~/.cache/langswap/bench-store) and reused, except the stores and
 runs that are measured, which are removed first. Figures go to --json, merged into what it holds by section
-(prepare, memory_SIZEGB, memory_SIZEGB_N_ranks, first_update), each with the command that printed it and the commands it timed.
+(prepare, memory_SIZEGB, memory_SIZEGB_N_ranks, first_update), each with the command that printed it and the
+commands it timed.
 """
 
 from __future__ import annotations
