@@ -303,8 +303,11 @@ class Teacher:
         with torch.no_grad():
             positions = batch.get("teacher_position_ids")
             extra = {} if positions is None else {"position_ids": positions.to(device)}
-            teacher = self.model(input_ids=batch["teacher_ids"].to(device), output_hidden_states=True,
-                                 use_cache=False, **extra)
+            # without the likelihood term only hidden states are read: the body alone spares the teacher's head,
+            # whose logits over the source vocabulary cost as much as several layers of a small model
+            reader = self.model if self.config.likelihood_weight else self.model.base_model
+            teacher = reader(input_ids=batch["teacher_ids"].to(device), output_hidden_states=True, use_cache=False,
+                             **extra)
         student_at, teacher_at = batch["student_at"].to(device), batch["teacher_at"].to(device)
         distance = hidden_state_distance(student.hidden_states, teacher.hidden_states, student_at, teacher_at,
                                          self.layers, self.config.distance)
