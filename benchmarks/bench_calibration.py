@@ -42,6 +42,8 @@ ENTRIES = {
     "fvt length cal": ({"name": "fvt", "weighting": "length"}, {}),
     "tiktotok dictionary raw": ({"name": "tiktotok", "variant": "dictionary"}, {"strength": 0}),
     "tiktotok dictionary cal": ({"name": "tiktotok", "variant": "dictionary"}, {}),
+    "focus raw": ({"name": "focus"}, {"strength": 0}),
+    "focus cal": ({"name": "focus"}, {}),
 }
 
 
@@ -139,7 +141,7 @@ def main(argv=None) -> int:
         "train_text": str(train), "eval_text": str(dev if args.eval == "dev" else splits / f"{language}.test.txt"),
         "eval_lines": 300, "output": str(workdir / "bench"), "steps": args.steps,
         "methods": [entry(text) for text in args.entries],
-        "resources": {"dictionary": str(dictionary)},
+        "resources": {"dictionary": str(dictionary), "token_text": str(train)},  # token_text: FOCUS's vectors
         "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
                   "logging_steps": 10, "max_lines": 20000},
     }
