@@ -77,6 +77,25 @@ def test_blocks_read_from_a_store_are_the_blocks_pack_cuts(name, objective, toke
     assert store.document_tokens(len(documents) - 1).tolist()[-len(last) - 1:-1] == last
 
 
+@pytest.mark.parametrize("name", sorted(TOKENIZERS))
+def test_the_batch_encoder_gives_the_ids_of_the_tokenizer_s_call(name, tokenizers):
+    """The store's encoder (a fast tokenizer's backend, without transformers' call) against the call `pack` makes,
+    on text with a special token's text, characters outside the training lines and empty text; a backend set to
+    truncate goes through the call, which ignores that setting, so nothing is cut."""
+    import copy
+
+    from langswap.training.store import batch_encoder
+
+    tokenizer = tokenizers[name]
+    special = next(iter(tokenizer.all_special_tokens))
+    texts = english_lines(40, seed=3) + [f"a {special} b", "Ünïcödé wörds — and ✓ marks.", "", "  spaced  out  "]
+    expected = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert batch_encoder(tokenizer)(texts) == expected
+    truncating = copy.deepcopy(tokenizer)
+    truncating.backend_tokenizer.enable_truncation(max_length=2)
+    assert batch_encoder(truncating)(texts) == expected
+
+
 def test_the_integer_width_follows_the_vocabulary(tmp_path):
     """uint16 while every id fits in 16 bits, uint32 above: a word-level vocabulary of 70,000 words stores the ids of
     its last words (above 65,535) exactly."""
@@ -142,17 +161,19 @@ def test_a_killed_build_leaves_no_store_and_the_next_build_clears_its_leftovers(
     text.write_text("\n".join(english_lines(40, seed=1)) + "\n", encoding="utf-8")
     stores = tmp_path / "stores"
     monkeypatch.setattr(store_module, "BATCH_DOCUMENTS", 8)
-    calls = []
+    calls, encoder = [], store_module.batch_encoder
 
-    def interrupted(texts, **options):
+    def interrupted(texts):
         calls.append(len(texts))
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return tokenizer(texts, **options)
+        return encoder(tokenizer)(texts)
 
+    monkeypatch.setattr(store_module, "batch_encoder", lambda _tokenizer: interrupted)
     with pytest.raises(KeyboardInterrupt):
-        token_store([text], interrupted_tokenizer(tokenizer, interrupted), "causal", data_dir=stores)
-    assert not [path for path in stores.iterdir() if not path.name.startswith(".")]
+        token_store([text], tokenizer, "causal", data_dir=stores)
+    monkeypatch.setattr(store_module, "batch_encoder", encoder)
+    assert calls == [8, 8, 8] and not [path for path in stores.iterdir() if not path.name.startswith(".")]
     # a SIGKILL leaves its temporary folder: listed as unfinished, never read, removed by the next build
     name = token_store([text], tokenizer, "causal", data_dir=tmp_path / "elsewhere").name
     leftover = stores / f".{name}.partial-killed"
@@ -164,22 +185,6 @@ def test_a_killed_build_leaves_no_store_and_the_next_build_clears_its_leftovers(
         assert remove_stores(["all"], stores) == [] and leftover.exists()
     store = token_store([text], tokenizer, "causal", data_dir=stores)
     assert store.num_documents == 40 and not leftover.exists()
-
-
-def interrupted_tokenizer(tokenizer, call):
-    """`tokenizer` whose batch call is `call`; every attribute otherwise the same."""
-
-    class Wrapped:
-        def __getattr__(self, name):
-            return getattr(tokenizer, name)
-
-        def __len__(self):
-            return len(tokenizer)
-
-        def __call__(self, texts, **options):
-            return call(texts, **options)
-
-    return Wrapped()
 
 
 def test_blocks_pickle_without_their_tokens_and_an_empty_text_is_refused(tokenizers, tmp_path):

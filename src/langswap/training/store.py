@@ -37,9 +37,10 @@ shown by `langswap prepare --list`. A store whose files do not match its record 
 with the command that builds it again. Not checked: bit flips inside the token file (a checksum would read the whole
 store at every start).
 
-Tokenising: documents go to the tokenizer in batches (`tokenizer(batch)`, the call `pack` makes, so the ids are the
-same); a fast tokenizer spreads each batch over the machine's cores itself. Reading lines and writing ids take a
-small share of the tokenizer's time (about 5%), so one process feeds it.
+Tokenising: documents go to the tokenizer in batches (`batch_encoder`: a fast tokenizer's own batch encoder, which
+spreads each batch over the machine's cores and gives the ids of `tokenizer(batch)`, the call `pack` makes, without
+the attention masks that call also builds, a fifth of its time; other tokenizers through that call). One process
+feeds it.
 """
 
 from __future__ import annotations
@@ -263,6 +264,17 @@ def stale_reason(record: dict) -> str | None:
                                        record["sources"])
 
 
+def batch_encoder(tokenizer):
+    """texts -> [ids of each, no special tokens added], as `tokenizer(texts, add_special_tokens=False)["input_ids"]`
+    gives them: a fast tokenizer's backend encodes the batch itself (on every core, building no attention masks);
+    a slow tokenizer, or a backend set to truncate or pad (transformers' call would turn that off), goes through
+    the call."""
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is None or backend.truncation is not None or backend.padding is not None:
+        return lambda texts: tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return lambda texts: [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
+
+
 def token_store(sources: list[str | Path], tokenizer, objective: str, text_field: str = "text",
                 max_lines: int | None = None, data_dir: str | Path | None = None, progress: bool = False,
                 what: str = "training text") -> TokenStore:
@@ -342,11 +354,12 @@ def build_store(folder: Path, description: dict, tokenizer, progress: bool = Fal
                 unit="rows" if in_rows else "B", scale=True)
     counts = {"tokens": 0, "documents": 0, "bytes": 0}
     max_lines = options["max_lines"]
+    encode = batch_encoder(tokenizer)
     with atomic_directory(folder, overwrite=True) as temporary:
         with open(temporary / TOKENS, "wb") as tokens_out, open(temporary / DOCUMENTS, "wb") as documents_out:
 
             def flush(batch: list, source: int, batch_bytes: int) -> None:
-                encoded = tokenizer([document.text for document in batch], add_special_tokens=False)["input_ids"]
+                encoded = encode([document.text for document in batch])
                 lengths = np.fromiter((len(before) + len(ids) + len(after) for ids in encoded), np.int64,
                                       len(encoded))
                 total = int(lengths.sum())
