@@ -23,7 +23,7 @@ everywhere; torch's threads follow OMP_NUM_THREADS as given.
 
 Everything is made in the work folder (default ~/.cache/langswap/bench-store) and reused, except the stores and
 runs that are measured, which are removed first. Figures go to --json, merged into what it holds by section
-(prepare, memory_SIZEGB, memory_SIZEGB_N_ranks, first_update), each with the command that printed it and the
+(prepare_SIZEGB, memory_SIZEGB, memory_SIZEGB_N_ranks, first_update), each with the command that printed it and the
 commands it timed.
 """
 
@@ -286,7 +286,7 @@ def main(argv=None) -> int:
           f"{base['machine']}; tokenizer threads {args.threads}, torch threads {base['torch_threads']}", flush=True)
     results, rows = {}, []
     if args.command in ("prepare", "all"):
-        result = results["prepare"] = {**base, **bench_prepare(args, corpus, tokenizer_folder)}
+        result = results[f"prepare_{args.gigabytes:g}GB"] = {**base, **bench_prepare(args, corpus, tokenizer_folder)}
         rows += [(f"tokenizer alone, batched ({result['tokenizer_bytes'] / 1e6:,.0f} MB)",
                   f"{result['tokenizer_bytes_per_second'] / 1e6:.2f} MB/s", ""),
                  (f"token_store, fresh ({result['store_bytes'] / 1e6:,.0f} MB of text)",
