@@ -39,7 +39,7 @@ store at every start).
 
 Tokenising: documents go to the tokenizer in batches (`batch_encoder`: a fast tokenizer's own batch encoder, which
 spreads each batch over the machine's cores and gives the ids of `tokenizer(batch)`, the call `pack` makes, without
-the attention masks that call also builds, a fifth of its time; other tokenizers through that call). One process
+the attention masks that call also builds, a quarter of its time; other tokenizers through that call). One process
 feeds it.
 """
 
