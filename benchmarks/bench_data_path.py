@@ -66,6 +66,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.steps < args.skip + 3:
+        raise SystemExit(f"--steps {args.steps} leaves too few updates to time after --skip {args.skip}; give at "
+                         f"least {args.skip + 3}.")
     text = args.text or args.data / "splits" / "de.train.txt"
     if not text.is_file():
         print(f"bench_data_path: {text} is not there; give --data. Nothing was run.")

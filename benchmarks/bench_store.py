@@ -23,8 +23,8 @@ everywhere; torch's threads follow OMP_NUM_THREADS as given.
 
 Everything is made in the work folder (default ~/.cache/langswap/bench-store) and reused, except the stores and
 runs that are measured, which are removed first. Figures go to --json, merged into what it holds by section
-(prepare_SIZEGB, memory_SIZEGB, memory_SIZEGB_N_ranks, first_update), each with the command that printed it and the
-commands it timed.
+(prepare_SIZEGB, memory_SIZEGB, memory_SIZEGB_N_ranks, first_update_SIZEGB), each with the command that printed
+it and the commands it timed.
 """
 
 from __future__ import annotations
@@ -189,10 +189,10 @@ def bench_prepare(args, corpus: Path, tokenizer_folder: Path) -> dict:
     token_store of the whole corpus."""
     from langswap.models import load_tokenizer
     from langswap.training.data import iter_documents
-    from langswap.training.store import BATCH_BYTES, BATCH_DOCUMENTS, batch_encoder, token_store
+    from langswap.training.store import BATCH_BYTES, BATCH_DOCUMENTS, BatchEncoder, token_store
 
     tokenizer = load_tokenizer(tokenizer_folder)
-    encode = batch_encoder(tokenizer)  # the store's own call of the tokenizer: what it costs without the store
+    encode = BatchEncoder(tokenizer)  # the store's own call of the tokenizer: what it costs without the store
     batches, batch, size, sample = [], [], 0, 0
     for document in iter_documents(corpus):
         batch.append(document.text)
@@ -308,7 +308,7 @@ def main(argv=None) -> int:
         rows += [(f"  rank {rank}", f"{mb:,.0f} MB", "< 200 MB")
                  for rank, mb in result.get("rank_added_mb", {}).items()]
     if args.command in ("first-update", "all"):
-        result = results["first_update"] = {**base, **bench_first_update(args, model, corpus)}
+        result = results[f"first_update_{args.gigabytes:g}GB"] = {**base, **bench_first_update(args, model, corpus)}
         rows += [("rerun: langswap-train.json written (stores open, no model yet)",
                   f"{result.get('seconds_to_record', 0):.1f} s", ""),
                  ("rerun on a prepared store: first update done", f"{result['seconds_to_first_update']:.1f} s",

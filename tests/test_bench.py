@@ -10,7 +10,7 @@ import yaml
 
 from langswap.bench import REFERENCE, BenchConfig, expand_variants, format_table, run_bench
 from langswap.cli import main
-from langswap.config import from_dict
+from langswap.config import from_dict, to_dict
 from langswap.errors import ConfigError
 
 
@@ -510,9 +510,11 @@ def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, corpus_dir)
     assert _loop_timing([{"name": "a phase of an older record"}]) == {}
 
 
-def test_teacher_twins_pair_a_taught_entry_with_the_same_entry_untaught():
+def test_teacher_twins_pair_a_taught_entry_with_the_same_entry_untaught(corpus_dir):
     from langswap.bench import teacher_twins
 
+    config = from_dict(BenchConfig, {"train_text": str(corpus_dir / "xx.txt"), "eval_text": str(corpus_dir / "xx.txt"),
+                                     "steps": [0, 2], "train": {"preset": "embeddings", "batch_size": 2}})
     variants = expand_variants([
         {"name": "overlap", "label": "plain"},
         {"name": "overlap", "label": "taught", "train": {"teacher": {"weight": 1}}},
@@ -523,16 +525,35 @@ def test_teacher_twins_pair_a_taught_entry_with_the_same_entry_untaught():
         {"name": "overlap", "label": "chunks matched", "train": {"teacher": {"likelihood_weight": 1}}},
         {"name": "overlap", "label": "raw, taught", "calibration": {"strength": 0},
          "train": {"teacher": {"weight": 1}}}])
-    pairs = [(taught.label, plain.label) for taught, plain in teacher_twins(variants)]
+    pairs = [(taught.label, plain.label) for taught, plain in teacher_twins(config, variants)]
     assert pairs == [("taught", "plain"), ("taught", "off"), ("taught, other rate", "other rate"),
                      ("chunks matched", "plain"), ("chunks matched", "off")]
+    # a teacher in the bench's own `train:` teaches every entry that does not turn it off: only "off" is untaught
+    taught_bench = from_dict(BenchConfig, {**to_dict(config), "train": {**config.train, "teacher": {"weight": 1}}})
+    assert [(t.label, p.label) for t, p in teacher_twins(taught_bench, variants)] == [
+        ("plain", "off"), ("taught", "off"), ("chunks matched", "off")]
+    # options the bench sets and an entry repeats resolve to the same run
+    same = expand_variants([{"name": "overlap", "label": "plain"},
+                            {"name": "overlap", "label": "taught",
+                             "train": {"batch_size": 2, "teacher": {"weight": 1}}}])
+    assert [(t.label, p.label) for t, p in teacher_twins(config, same)] == [("taught", "plain")]
 
 
 def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folder, target_tokenizer_folder,
                                                              cipher_vectors, corpus_dir, monkeypatch):
     """An entry trained with a teacher beside the same entry without one: the untaught one is trained again for as
     many updates as fit in the taught run's time (by the two runs' seconds per update) and reported in the last
-    step's column under a label that says so; a rerun reuses it."""
+    step's column under a label that says so; a rerun reuses it. The loop's times are fixed here (a taught update
+    twice an untaught one's), so the run is 4 updates, not what this machine's load makes of it."""
+    import langswap.bench as bench_module
+
+    timing = bench_module._loop_timing
+
+    def fixed(phases):
+        taught = any((phase.get("teacher") or {}).get("used") for phase in phases)
+        return {**timing(phases), "seconds_per_update": 2.0 if taught else 1.0}
+
+    monkeypatch.setattr(bench_module, "_loop_timing", fixed)
     raw = {"strength": 0}
     path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2],
                        methods=[{"name": "overlap", "calibration": raw},
@@ -543,9 +564,9 @@ def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folde
     rows = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
     by = {(row["variant"], row["step"]): row for row in rows}
     taught, plain = by[("overlap taught", 2)], by[("overlap", 2)]
-    assert taught["seconds_per_update"] > 0 and plain["seconds_per_update"] > 0
+    assert (taught["seconds_per_update"], plain["seconds_per_update"]) == (2.0, 1.0)
     (row,) = [row for row in rows if row.get("equal_time_of") == "overlap taught"]
-    updates = max(1, round(2 * taught["seconds_per_update"] / plain["seconds_per_update"]))
+    updates = 4
     assert (row["updates"], row["step"]) == (updates, 2)
     assert row["variant"] == f"overlap, {updates} updates (the time of overlap taught)"
     assert 0 < row["bits_per_byte"] < 20 and row["seconds_per_update"] > 0

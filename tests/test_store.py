@@ -79,21 +79,28 @@ def test_blocks_read_from_a_store_are_the_blocks_pack_cuts(name, objective, toke
 
 @pytest.mark.parametrize("name", sorted(TOKENIZERS))
 def test_the_batch_encoder_gives_the_ids_of_the_tokenizer_s_call(name, tokenizers):
-    """The store's encoder (a fast tokenizer's backend, without transformers' call) against the call `pack` makes,
-    on text with a special token's text, characters outside the training lines and empty text; a backend set to
-    truncate goes through the call, which ignores that setting, so nothing is cut."""
+    """The store's encoder (a fast tokenizer's backend, checked against the call on its first batch) against the
+    call `pack` makes, on text with a special token's text, characters outside the training lines and empty text.
+    A backend set to truncate goes through the call, which ignores that setting, so nothing is cut; a tokenizer
+    whose call gives other ids than its backend (as one that prepares text in Python would) is read through the
+    call."""
     import copy
 
-    from langswap.training.store import batch_encoder
+    from langswap.training.store import BatchEncoder
 
     tokenizer = tokenizers[name]
     special = next(iter(tokenizer.all_special_tokens))
     texts = english_lines(40, seed=3) + [f"a {special} b", "Ünïcödé wörds — and ✓ marks.", "", "  spaced  out  "]
     expected = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    assert batch_encoder(tokenizer)(texts) == expected
+    encoder = BatchEncoder(tokenizer)
+    assert encoder(texts[:20]) == expected[:20] and encoder(texts[20:]) == expected[20:]
+    assert encoder.backend is not None and encoder.checked  # the backend path, not the call
     truncating = copy.deepcopy(tokenizer)
     truncating.backend_tokenizer.enable_truncation(max_length=2)
-    assert batch_encoder(truncating)(texts) == expected
+    assert BatchEncoder(truncating).backend is None and BatchEncoder(truncating)(texts) == expected
+    other = BatchEncoder(tokenizer)
+    other.call = lambda batch: [[0] * len(text) for text in batch]  # a call that prepares text otherwise
+    assert other(texts[:3]) == [[0] * len(text) for text in texts[:3]] and other.backend is None
 
 
 def test_the_integer_width_follows_the_vocabulary(tmp_path):
@@ -161,7 +168,7 @@ def test_a_killed_build_leaves_no_store_and_the_next_build_clears_its_leftovers(
     text.write_text("\n".join(english_lines(40, seed=1)) + "\n", encoding="utf-8")
     stores = tmp_path / "stores"
     monkeypatch.setattr(store_module, "BATCH_DOCUMENTS", 8)
-    calls, encoder = [], store_module.batch_encoder
+    calls, encoder = [], store_module.BatchEncoder
 
     def interrupted(texts):
         calls.append(len(texts))
@@ -169,10 +176,10 @@ def test_a_killed_build_leaves_no_store_and_the_next_build_clears_its_leftovers(
             raise KeyboardInterrupt
         return encoder(tokenizer)(texts)
 
-    monkeypatch.setattr(store_module, "batch_encoder", lambda _tokenizer: interrupted)
+    monkeypatch.setattr(store_module, "BatchEncoder", lambda _tokenizer: interrupted)
     with pytest.raises(KeyboardInterrupt):
         token_store([text], tokenizer, "causal", data_dir=stores)
-    monkeypatch.setattr(store_module, "batch_encoder", encoder)
+    monkeypatch.setattr(store_module, "BatchEncoder", encoder)
     assert calls == [8, 8, 8] and not [path for path in stores.iterdir() if not path.name.startswith(".")]
     # a SIGKILL leaves its temporary folder: listed as unfinished, never read, removed by the next build
     name = token_store([text], tokenizer, "causal", data_dir=tmp_path / "elsewhere").name

@@ -503,7 +503,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     labels = [REFERENCE] * config.reference + [v.label for v in variants]
     extra = []
     if config.equal_time and steps[-1] > 0:
-        for taught, plain in teacher_twins(variants):
+        for taught, plain in teacher_twins(config, variants):
             row = _at_equal_time(config, output, taught, plain, rows, results, digests[plain.label],
                                  lambda folder: _measure(folder, lines, probe, progress, source_lines=source_lines),
                                  {"measured_with": measured_with}, progress)
@@ -514,21 +514,18 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     return {"output": output, "rows": rows}
 
 
-def _teacher_off(train: dict) -> dict:
-    """An entry's train options without a teacher that is off."""
-    return {key: value for key, value in train.items() if not (key == "teacher" and not _teaches(value))}
-
-
-def teacher_twins(variants: list[Variant]) -> list[tuple[Variant, Variant]]:
+def teacher_twins(config: BenchConfig, variants: list[Variant]) -> list[tuple[Variant, Variant]]:
     """(taught, plain) pairs: an entry trained with a teacher and an entry that is the same without it (the same
-    method, calibration, distillation and other train options)."""
+    method, calibration and distillation, and train options that resolve, the bench's `train:` under the entry's, to
+    the same but for the teacher)."""
+    keys = {variant.label: _train_config(config, Path("runs"), variant.train)[1] for variant in variants}
     pairs = []
     for taught in variants:
-        if not _teaches(taught.train.get("teacher")):
+        if "teacher" not in keys[taught.label]:
             continue
-        rest = {key: value for key, value in taught.train.items() if key != "teacher"}
+        rest = {key: value for key, value in keys[taught.label].items() if key != "teacher"}
         pairs += [(taught, plain) for plain in variants
-                  if plain is not taught and _teacher_off(plain.train) == rest and plain.method == taught.method
+                  if plain is not taught and keys[plain.label] == rest and plain.method == taught.method
                   and plain.calibration == taught.calibration and plain.distill == taught.distill]
     return pairs
 
@@ -547,6 +544,14 @@ def _at_equal_time(config: BenchConfig, output: Path, taught: Variant, plain: Va
                     "train-* folders and rows to compare them at equal time", taught.label, plain.label)
         return None
     updates = max(1, round(final * times[0] / times[1]))
+    if updates == final:
+        logger.info("%s: %d updates in the time %s took for %d; its row at step %d is the one at equal time",
+                    plain.label, updates, taught.label, final, final)
+        return None
+    if not has_model_record(output / "runs" / _folder_name(plain.label) / "transfer"):
+        logger.info("%s: its transfer folder is gone, so it is not trained again for the time of %s; delete its "
+                    "rows from results.jsonl to transfer it again", plain.label, taught.label)
+        return None
     label = f"{plain.label}, {updates} updates (the time of {taught.label})"
     train_config, train_key = _train_config(config, output / "runs" / _folder_name(plain.label), plain.train,
                                             updates=updates)

@@ -37,7 +37,7 @@ shown by `langswap prepare --list`. A store whose files do not match its record 
 with the command that builds it again. Not checked: bit flips inside the token file (a checksum would read the whole
 store at every start).
 
-Tokenising: documents go to the tokenizer in batches (`batch_encoder`: a fast tokenizer's own batch encoder, which
+Tokenising: documents go to the tokenizer in batches (`BatchEncoder`: a fast tokenizer's own batch encoder, which
 spreads each batch over the machine's cores and gives the ids of `tokenizer(batch)`, the call `pack` makes, without
 the attention masks that call also builds, a quarter of its time; other tokenizers through that call). One process
 feeds it.
@@ -264,15 +264,39 @@ def stale_reason(record: dict) -> str | None:
                                        record["sources"])
 
 
-def batch_encoder(tokenizer):
+class BatchEncoder:
     """texts -> [ids of each, no special tokens added], as `tokenizer(texts, add_special_tokens=False)["input_ids"]`
-    gives them: a fast tokenizer's backend encodes the batch itself (on every core, building no attention masks);
-    a slow tokenizer, or a backend set to truncate or pad (transformers' call would turn that off), goes through
-    the call."""
-    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
-    if backend is None or backend.truncation is not None or backend.padding is not None:
-        return lambda texts: tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return lambda texts: [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
+    gives them. A fast tokenizer's backend encodes the batches itself (on every core, building no attention
+    masks); the first batch is also read through the call, and a tokenizer whose call gives other ids (a class that
+    prepares text in Python first) goes through the call from then on, with a warning. A slow tokenizer, or a
+    backend set to truncate or pad, or one whose special-token splitting differs from the tokenizer's (transformers'
+    call resets these), goes through the call."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.checked = tokenizer, False
+        backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+        if backend is not None and (backend.truncation is not None or backend.padding is not None
+                                    or bool(getattr(backend, "encode_special_tokens", False))
+                                    != bool(getattr(tokenizer, "split_special_tokens", False))):
+            backend = None
+        self.backend = backend
+
+    def call(self, texts: list[str]) -> list[list[int]]:
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+    def __call__(self, texts: list[str]) -> list[list[int]]:
+        if self.backend is None:
+            return self.call(texts)
+        ids = [encoding.ids for encoding in self.backend.encode_batch(texts, add_special_tokens=False)]
+        if not self.checked:
+            self.checked = True
+            called = self.call(texts)
+            if ids != called:
+                logger.warning("%s's call gives other ids than its backend tokenizer on the first batch; tokenising "
+                               "through the call (slower)", type(self.tokenizer).__name__)
+                self.backend = None
+                return called
+        return ids
 
 
 def token_store(sources: list[str | Path], tokenizer, objective: str, text_field: str = "text",
@@ -354,7 +378,7 @@ def build_store(folder: Path, description: dict, tokenizer, progress: bool = Fal
                 unit="rows" if in_rows else "B", scale=True)
     counts = {"tokens": 0, "documents": 0, "bytes": 0}
     max_lines = options["max_lines"]
-    encode = batch_encoder(tokenizer)
+    encode = BatchEncoder(tokenizer)
     with atomic_directory(folder, overwrite=True) as temporary:
         with open(temporary / TOKENS, "wb") as tokens_out, open(temporary / DOCUMENTS, "wb") as documents_out:
 
