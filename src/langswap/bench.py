@@ -548,16 +548,16 @@ def _at_equal_time(config: BenchConfig, output: Path, taught: Variant, plain: Va
         logger.info("%s: %d updates in the time %s took for %d; its row at step %d is the one at equal time",
                     plain.label, updates, taught.label, final, final)
         return None
-    if not has_model_record(output / "runs" / _folder_name(plain.label) / "transfer"):
-        logger.info("%s: its transfer folder is gone, so it is not trained again for the time of %s; delete its "
-                    "rows from results.jsonl to transfer it again", plain.label, taught.label)
-        return None
     label = f"{plain.label}, {updates} updates (the time of {taught.label})"
     train_config, train_key = _train_config(config, output / "runs" / _folder_name(plain.label), plain.train,
                                             updates=updates)
     setting = {**setting, "variant": digest, "trained_with": train_key}
     key = _result_key(label, final, setting)
     if key not in results:
+        if not has_model_record(output / "runs" / _folder_name(plain.label) / "transfer"):
+            logger.info("%s: its transfer folder is gone, so it is not trained again for the time of %s; delete "
+                        "its rows from results.jsonl to transfer it again", plain.label, taught.label)
+            return None
         logger.info("%s: %d updates, the time %s took for %d (%.3f against %.3f s an update)", plain.label, updates,
                     taught.label, final, *times)
         report = train(train_config, progress=progress)
