@@ -379,3 +379,74 @@ def test_a_transfer_distils_the_methods_rows_before_calibration_and_records_it(g
     with pytest.raises(ConfigError, match="token distillation"):
         transfer(transfer_config({**base, "output": str(tmp_path / "streamed"), "stream": "on",
                                   "distill": {"tokens": 100}}))
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_hidden_states_stop_after_the_deepest_layer_matched(kind):
+    from langswap.models import HiddenStates
+
+    model = tiny_model(kind, 50)
+    body = model.base_model
+    calls = Counter()
+    blocks = [module for module in body.modules() if isinstance(module, torch.nn.ModuleList)][0]
+    handles = [block.register_forward_hook(lambda module, args, output, index=index: calls.update([index]))
+               for index, block in enumerate(blocks)]
+    inputs = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    reader = HiddenStates(body, (1,), 2)
+    assert reader.stops_early
+    early = reader(inputs)
+    assert calls == Counter({0: 2, 1: 1})  # the check's whole forward, then block 0 alone
+    calls.clear()
+    early = reader(inputs)
+    assert calls == Counter({0: 1})
+    whole = body(inputs_embeds=inputs, output_hidden_states=True, use_cache=False).hidden_states
+    assert len(early) == 2 and torch.equal(early[1], whole[1])
+    gradient = torch.autograd.grad(early[1].square().sum(), inputs)[0]
+    assert torch.equal(gradient, torch.autograd.grad(whole[1].square().sum(), inputs)[0])
+    for handle in handles:
+        handle.remove()
+    assert not HiddenStates(body, (2,), 2).stops_early  # the last layer is the final norm's output
+
+
+def test_hidden_states_fall_back_where_a_state_is_not_its_blocks_output():
+    from langswap.models import HiddenStates
+
+    class Body(torch.nn.Module):
+        """Hidden state 1 is block 0's output doubled: not what transformers' models give."""
+
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)])
+
+        def forward(self, inputs_embeds, output_hidden_states=False, use_cache=False):
+            first = self.blocks[0](inputs_embeds)
+            last = self.blocks[1](first)
+            return type("Output", (), {"hidden_states": (inputs_embeds, 2 * first, last)})
+
+    body = Body()
+    reader = HiddenStates(body, (1,), 2)
+    assert reader.stops_early
+    inputs = torch.randn(1, 3, 4)
+    states = reader(inputs)
+    assert torch.equal(states[1], 2 * body.blocks[0](inputs)) and not reader.stops_early
+
+
+def test_distilling_an_early_layer_reads_only_the_blocks_below_it_and_learns_the_same_rows(lines, source_tokenizer,
+                                                                                          monkeypatch):
+    from langswap.models import HiddenStates
+
+    target_tokenizer, _ = relabelled(source_tokenizer, seed=2)
+    special = np.zeros(len(source_tokenizer), dtype=bool)
+    special[0] = True
+    config = DistillConfig(tokens=2_000, learning_rate=1e-2, layers=(1,), batch_lines=8, held_out_lines=16,
+                           head="keep", when="always")
+    rows = []
+    for early in (True, False):
+        if not early:
+            monkeypatch.setattr(HiddenStates, "_early", lambda self, inputs_embeds: None)
+        model = tiny_model("llama", len(source_tokenizer), seed=3)
+        source = random_rows(model, seed=4, keep=special)
+        report = distill(model, source, source_tokenizer, target_tokenizer, lines[:100], ~special, config)
+        assert report["kept"] and report["updates"] > 0, report
+        rows.append(model.get_input_embeddings().weight.detach().clone())
+    assert torch.equal(rows[0], rows[1])

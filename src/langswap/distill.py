@@ -66,7 +66,7 @@ import torch.nn.functional as F
 
 from langswap.errors import ConfigError, NumericalError, VocabularyError
 from langswap.kernels import hidden_state_distance
-from langswap.models import position_limit, resolve_layers
+from langswap.models import HiddenStates, position_limit, resolve_layers
 from langswap.progress import bar as progress_bar
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,8 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
     no other change to the model.
 
     Costs, besides the model: the trainable rows, their AdamW moments and (untied head, `head: lm`) the same for
-    the output rows, in float32; per update, each side's hidden states of every layer for one batch.
+    the output rows, in float32; per update, each side's hidden states for one batch, read only as deep as the
+    deepest matched layer (`models.HiddenStates`) unless an untied head learns from the last.
     """
     if config.tokens == 0:
         return {"skipped": "distill.tokens is 0: the rows are left as the transfer made them", "tokens": 0,
@@ -225,6 +226,8 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
                           f"this model reads; give at most {limits.positions}.")
     source_bos, target_bos = _frame_id(source_tokenizer), _frame_id(target_tokenizer)
     body = model.base_model
+    # training reads the body only as deep as the deepest matched layer unless an untied head learns from the last
+    states = HiddenStates(body, layers, model.config.num_hidden_layers)
     device = input_weight.device
     dtype = input_weight.dtype
     trained_ids = torch.from_numpy(np.flatnonzero(trainable)).to(device)
@@ -274,7 +277,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         with torch.no_grad():
             for start in range(0, len(windows), config.batch_lines):
                 batch = _Batch(windows[start:start + config.batch_lines], device)
-                loss, count, hidden = _distill_loss(body, source, batch, layers, config.distance,
+                loss, count, hidden = _distill_loss(states.whole, source, batch, layers, config.distance,
                                                     lambda ids: student_inputs(ids, learning), dtype)
                 distill_sum += float(loss) * count
                 matched += count
@@ -327,7 +330,8 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
             for group in optimizer.param_groups:
                 group["lr"] = config.learning_rate * scale
             with torch.enable_grad():
-                loss, _, hidden = _distill_loss(body, source, batch, layers, config.distance,
+                loss, _, hidden = _distill_loss(states if head_rows is None else states.whole, source, batch,
+                                                layers, config.distance,
                                                 lambda ids: student_inputs(ids, True), dtype)
                 total = loss
                 if head_rows is not None:
@@ -539,16 +543,17 @@ class _Batch:
         self.target_ids = self.target_ids.to(device)
 
 
-def _distill_loss(body, source: torch.Tensor, batch: _Batch, layers: tuple[int, ...], distance: str, student_inputs,
-                  dtype) -> tuple[torch.Tensor, int, torch.Tensor]:
-    """(loss, matched positions, the student's last hidden states (B, T, d)) for one batch; the loss is a float32
-    scalar averaged over matched positions and layers, with gradient to whatever `student_inputs` learns."""
+def _distill_loss(reader, source: torch.Tensor, batch: _Batch, layers: tuple[int, ...], distance: str,
+                  student_inputs, dtype) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """(loss, matched positions, the student's deepest hidden states read (B, T, d): the last layer's where
+    `reader` reads the whole body) for one batch; the loss is a float32 scalar averaged over matched positions and
+    layers, with gradient to whatever `student_inputs` learns. `reader` maps inputs_embeds to hidden states
+    (`models.HiddenStates`, or its `whole`)."""
     with torch.no_grad():
         # index the source matrix where it lies: only the rows read travel to the model's device
         teacher_inputs = source[batch.source_ids.to(source.device)].to(batch.source_ids.device, dtype)
-        teacher = body(inputs_embeds=teacher_inputs, output_hidden_states=True, use_cache=False).hidden_states
-    student = body(inputs_embeds=student_inputs(batch.target_ids), output_hidden_states=True,
-                   use_cache=False).hidden_states
+        teacher = reader(teacher_inputs)
+    student = reader(student_inputs(batch.target_ids))
     total = hidden_state_distance(student, teacher, batch.target_at, batch.source_at, layers, distance)
     return total, len(batch.target_at), student[-1]
 

@@ -450,3 +450,92 @@ def position_limit(model_config) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
+
+
+class _Stop(Exception):
+    """Raised by a block's forward hook once the deepest wanted state is computed."""
+
+
+class HiddenStates:
+    """A causal body's hidden states at `layers` (indices as `output_hidden_states` counts them, resolved by
+    `resolve_layers`), computed only as deep as the deepest of them.
+
+    `reader(inputs_embeds)` returns a list indexed like `output_hidden_states`, holding at least every index of
+    `layers` (the last entry is the deepest wanted state). Where the deepest layer is below the last block, forward
+    hooks on the blocks keep the wanted outputs and the one on the deepest block stops the forward, so the blocks
+    above it cost nothing, forward or backward. transformers' hidden state k, for k below the number of blocks, is
+    block k's output; the first call checks that against a whole forward with `output_hidden_states` and reads every
+    later batch the whole way (the fallback) where they differ or where no list of the model's blocks is found. The
+    last layer is always read the whole way: its state is the final norm's output."""
+
+    def __init__(self, body, layers: tuple[int, ...], blocks: int):
+        self.body = body
+        self.layers = tuple(layers)
+        self.deepest = max(self.layers)
+        self.blocks = None
+        if self.deepest < blocks:
+            import torch
+
+            found = [module for module in body.modules()
+                     if isinstance(module, torch.nn.ModuleList) and len(module) == blocks]
+            self.blocks = found[0] if len(found) == 1 else None
+        self.checked = False
+
+    @property
+    def stops_early(self) -> bool:
+        return self.blocks is not None
+
+    def whole(self, inputs_embeds):
+        return self.body(inputs_embeds=inputs_embeds, output_hidden_states=True, use_cache=False).hidden_states
+
+    def __call__(self, inputs_embeds):
+        import torch
+
+        if self.blocks is None:
+            return self.whole(inputs_embeds)
+        states = self._early(inputs_embeds)
+        if states is None:
+            logger.info("the body's forward did not reach block %d through its list of blocks; every batch is read "
+                        "through the whole body", self.deepest)
+            self.blocks = None
+            return self.whole(inputs_embeds)
+        if not self.checked:
+            self.checked = True
+            with torch.no_grad():
+                full = self.whole(inputs_embeds.detach())
+            for layer in self.layers:
+                got, wanted = states[layer].detach().float(), full[layer].float()
+                if got.shape != wanted.shape or not torch.allclose(
+                        got, wanted, rtol=1e-3, atol=1e-3 * float(wanted.abs().max()) + 1e-6):
+                    logger.info("hidden state %d is not block %d's output in this model; every batch is read "
+                                "through the whole body", layer, layer)
+                    self.blocks = None
+                    return self.whole(inputs_embeds)
+        return states
+
+    def _early(self, inputs_embeds):
+        captured = {}
+        wanted = {layer - 1: layer for layer in self.layers}
+
+        def keep(index):
+            def hook(module, args, output):
+                captured[wanted[index]] = output[0] if isinstance(output, tuple) else output
+                if index == self.deepest - 1:
+                    raise _Stop
+
+            return hook
+
+        handles = [self.blocks[index].register_forward_hook(keep(index)) for index in wanted]
+        try:
+            self.body(inputs_embeds=inputs_embeds, use_cache=False)
+        except _Stop:
+            pass
+        finally:
+            for handle in handles:
+                handle.remove()
+        if len(captured) != len(wanted):
+            return None
+        states = [None] * (self.deepest + 1)
+        for layer, state in captured.items():
+            states[layer] = state
+        return states
