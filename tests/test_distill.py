@@ -394,10 +394,10 @@ def test_hidden_states_stop_after_the_deepest_layer_matched(kind):
     inputs = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(0), requires_grad=True)
     reader = HiddenStates(body, (1,), 2)
     assert reader.stops_early
-    early = reader(inputs)
+    early = reader(inputs_embeds=inputs)
     assert calls == Counter({0: 2, 1: 1})  # the check's whole forward, then block 0 alone
     calls.clear()
-    early = reader(inputs)
+    early = reader(inputs_embeds=inputs)
     assert calls == Counter({0: 1})
     whole = body(inputs_embeds=inputs, output_hidden_states=True, use_cache=False).hidden_states
     assert len(early) == 2 and torch.equal(early[1], whole[1])
@@ -427,7 +427,7 @@ def test_hidden_states_fall_back_where_a_state_is_not_its_blocks_output():
     reader = HiddenStates(body, (1,), 2)
     assert reader.stops_early
     inputs = torch.randn(1, 3, 4)
-    states = reader(inputs)
+    states = reader(inputs_embeds=inputs)
     assert torch.equal(states[1], 2 * body.blocks[0](inputs)) and not reader.stops_early
 
 
@@ -443,7 +443,7 @@ def test_distilling_an_early_layer_reads_only_the_blocks_below_it_and_learns_the
     rows = []
     for early in (True, False):
         if not early:
-            monkeypatch.setattr(HiddenStates, "_early", lambda self, inputs_embeds: None)
+            monkeypatch.setattr(HiddenStates, "_early", lambda self, inputs: None)
         model = tiny_model("llama", len(source_tokenizer), seed=3)
         source = random_rows(model, seed=4, keep=special)
         report = distill(model, source, source_tokenizer, target_tokenizer, lines[:100], ~special, config)

@@ -264,6 +264,26 @@ def test_training_with_the_teacher_adds_its_distance_and_resumes_to_the_same_wei
     assert all(torch.equal(b[name], c[name]) for name in b)
 
 
+def test_a_teacher_matched_below_its_last_layer_is_read_only_that_deep_and_teaches_the_same(models, texts,
+                                                                                             tmp_path, monkeypatch):
+    """Matching block 1 of 2 without the likelihood term: the teacher's forward stops after block 1 and the run
+    ends on the weights of one whose teacher reads the whole body."""
+    from safetensors.torch import load_file
+
+    from langswap.models import HiddenStates
+
+    calls = []
+    early = HiddenStates._early
+    monkeypatch.setattr(HiddenStates, "_early", lambda self, inputs: calls.append(1) or early(self, inputs))
+    teacher = {"weight": 1.0, "layers": [1], "when": "always"}
+    stopped = train(_config(models, texts, tmp_path / "stopped", teacher=teacher))
+    assert len(calls) >= 4 and stopped.phases[0]["teacher"]["layers"] == [1]
+    monkeypatch.setattr(HiddenStates, "_early", lambda self, inputs: None)  # every batch through the whole body
+    whole = train(_config(models, texts, tmp_path / "whole", teacher=teacher))
+    a, b = load_file(str(stopped.model / "model.safetensors")), load_file(str(whole.model / "model.safetensors"))
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
 def test_a_teacher_that_reads_the_text_worse_than_the_model_is_not_used_unless_asked(models, texts, plain, tmp_path):
     """Before any update both read the first training blocks: a teacher with the higher loss is dropped (the run
     is the run without it, bitwise), and a teacher with the lower loss teaches (`when: always` keeps any teacher:

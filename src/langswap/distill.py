@@ -552,8 +552,8 @@ def _distill_loss(reader, source: torch.Tensor, batch: _Batch, layers: tuple[int
     with torch.no_grad():
         # index the source matrix where it lies: only the rows read travel to the model's device
         teacher_inputs = source[batch.source_ids.to(source.device)].to(batch.source_ids.device, dtype)
-        teacher = reader(teacher_inputs)
-    student = reader(student_inputs(batch.target_ids))
+        teacher = reader(inputs_embeds=teacher_inputs)
+    student = reader(inputs_embeds=student_inputs(batch.target_ids))
     total = hidden_state_distance(student, teacher, batch.target_at, batch.source_at, layers, distance)
     return total, len(batch.target_at), student[-1]
 

@@ -460,7 +460,8 @@ class HiddenStates:
     """A causal body's hidden states at `layers` (indices as `output_hidden_states` counts them, resolved by
     `resolve_layers`), computed only as deep as the deepest of them.
 
-    `reader(inputs_embeds)` returns a list indexed like `output_hidden_states`, holding at least every index of
+    `reader(**inputs)` (the body's inputs: `inputs_embeds` or `input_ids`, `position_ids`, ...) returns a sequence
+    indexed like `output_hidden_states`, holding at least every index of
     `layers` (the last entry is the deepest wanted state). Where the deepest layer is below the last block, forward
     hooks on the blocks keep the wanted outputs and the one on the deepest block stops the forward, so the blocks
     above it cost nothing, forward or backward. transformers' hidden state k, for k below the number of blocks, is
@@ -485,24 +486,24 @@ class HiddenStates:
     def stops_early(self) -> bool:
         return self.blocks is not None
 
-    def whole(self, inputs_embeds):
-        return self.body(inputs_embeds=inputs_embeds, output_hidden_states=True, use_cache=False).hidden_states
+    def whole(self, **inputs):
+        return self.body(**inputs, output_hidden_states=True, use_cache=False).hidden_states
 
-    def __call__(self, inputs_embeds):
+    def __call__(self, **inputs):
         import torch
 
         if self.blocks is None:
-            return self.whole(inputs_embeds)
-        states = self._early(inputs_embeds)
+            return self.whole(**inputs)
+        states = self._early(inputs)
         if states is None:
             logger.info("the body's forward did not reach block %d through its list of blocks; every batch is read "
                         "through the whole body", self.deepest)
             self.blocks = None
-            return self.whole(inputs_embeds)
+            return self.whole(**inputs)
         if not self.checked:
             self.checked = True
             with torch.no_grad():
-                full = self.whole(inputs_embeds.detach())
+                full = self.whole(**inputs)
             for layer in self.layers:
                 got, wanted = states[layer].detach().float(), full[layer].float()
                 if got.shape != wanted.shape or not torch.allclose(
@@ -510,10 +511,10 @@ class HiddenStates:
                     logger.info("hidden state %d is not block %d's output in this model; every batch is read "
                                 "through the whole body", layer, layer)
                     self.blocks = None
-                    return self.whole(inputs_embeds)
+                    return self.whole(**inputs)
         return states
 
-    def _early(self, inputs_embeds):
+    def _early(self, inputs: dict):
         captured = {}
         wanted = {layer - 1: layer for layer in self.layers}
 
@@ -527,7 +528,7 @@ class HiddenStates:
 
         handles = [self.blocks[index].register_forward_hook(keep(index)) for index in wanted]
         try:
-            self.body(inputs_embeds=inputs_embeds, use_cache=False)
+            self.body(**inputs, use_cache=False)
         except _Stop:
             pass
         finally:

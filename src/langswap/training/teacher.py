@@ -284,6 +284,9 @@ class Teacher:
         self.sizes: tuple[int, int] | None = None  # (teacher's, model's) tokenizer sizes: each softmax's tokens
         self.model.requires_grad_(False)
         self.model.eval()
+        from langswap.models import HiddenStates
+
+        self._states = HiddenStates(model.base_model, layers, model.config.num_hidden_layers)
         self._interval = self._empty()
         self._phase = self._empty()
 
@@ -303,13 +306,17 @@ class Teacher:
         with torch.no_grad():
             positions = batch.get("teacher_position_ids")
             extra = {} if positions is None else {"position_ids": positions.to(device)}
-            # without the likelihood term only hidden states are read: the body alone spares the teacher's head,
-            # whose logits over the source vocabulary cost as much as several layers of a small model
-            reader = self.model if self.config.likelihood_weight else self.model.base_model
-            teacher = reader(input_ids=batch["teacher_ids"].to(device), output_hidden_states=True, use_cache=False,
-                             **extra)
+            if self.config.likelihood_weight:
+                teacher = self.model(input_ids=batch["teacher_ids"].to(device), output_hidden_states=True,
+                                     use_cache=False, **extra)
+                teacher_states = teacher.hidden_states
+            else:
+                # without the likelihood term only hidden states are read: the body alone, and only up to the
+                # deepest matched block, spares the teacher's head (logits over the source vocabulary cost as much
+                # as several layers of a small model) and the blocks above that one
+                teacher_states = self._states(input_ids=batch["teacher_ids"].to(device), **extra)
         student_at, teacher_at = batch["student_at"].to(device), batch["teacher_at"].to(device)
-        distance = hidden_state_distance(student.hidden_states, teacher.hidden_states, student_at, teacher_at,
+        distance = hidden_state_distance(student.hidden_states, teacher_states, student_at, teacher_at,
                                          self.layers, self.config.distance)
         term = self.config.weight * distance
         likelihood = None
