@@ -59,6 +59,9 @@ def parse_args(argv=None):
     parser.add_argument("--teacher-weight", type=float, default=0.0,
                         help="Train with the source model as teacher (teacher.weight; --model must be a transferred "
                              "folder) and teacher.when=always, to time the teacher's cost.")
+    parser.add_argument("--teacher-layers", type=int, nargs="+", default=[-1],
+                        help="teacher.layers: the hidden states matched (below the last, the teacher's body runs "
+                             "only up to the deepest).")
     parser.add_argument("--runs", type=int, default=2, help="Runs in fresh output folders; the last is reported.")
     parser.add_argument("--json", type=Path, help="Append the figures to this JSON-lines file.")
     return parser.parse_args(argv)
@@ -82,7 +85,8 @@ def main(argv=None) -> int:
                             check=False, text=True).stdout.strip() or "unknown"
     model = args.model or str(smollm2_135m())
     tokens = args.batch_size * args.sequence_length
-    teacher = {"teacher": {"weight": args.teacher_weight, "when": "always"}} if args.teacher_weight else {}
+    teacher = {"teacher": {"weight": args.teacher_weight, "when": "always", "layers": args.teacher_layers}} \
+        if args.teacher_weight else {}
     before_first = []
     for _ in range(args.runs):
         ends = update_ends()
@@ -95,13 +99,14 @@ def main(argv=None) -> int:
     intervals = [b - a for a, b in zip(ends.ends[args.skip:], ends.ends[args.skip + 1:])]
     median = statistics.median(intervals)
     result = {"langswap": str(source), "commit": commit, "model": model, "text": str(text),
-              "teacher_weight": args.teacher_weight, "batch_size": args.batch_size,
+              "teacher_weight": args.teacher_weight,
+              "teacher_layers": args.teacher_layers if args.teacher_weight else None, "batch_size": args.batch_size,
               "sequence_length": args.sequence_length,
               "timed_intervals": len(intervals), "seconds_per_update_median": round(median, 4),
               "seconds_per_update_mean": round(statistics.mean(intervals), 4),
               "tokens_per_second": round(tokens / median, 1), "seconds_before_first_update": before_first,
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"}
-    taught = f", teacher weight {args.teacher_weight:g}" if args.teacher_weight else ""
+    taught = f", teacher weight {args.teacher_weight:g}, layers {args.teacher_layers}" if args.teacher_weight else ""
     print(f"langswap {commit} ({source}){taught}: {median:.3f} s per update of {tokens} tokens (median of "
           f"{len(intervals)} update-to-update intervals, data included) -> {tokens / median:,.0f} tokens/s; "
           f"seconds from the call to the first update, run by run: {before_first}")
