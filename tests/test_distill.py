@@ -381,6 +381,28 @@ def test_a_transfer_distils_the_methods_rows_before_calibration_and_records_it(g
                                   "distill": {"tokens": 100}}))
 
 
+def test_a_transfer_that_unties_a_tied_head_writes_the_methods_rows_as_the_head(gpt2_folder, corpus_dir,
+                                                                                target_tokenizer_folder, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from langswap.transfer import transfer, transfer_config
+
+    base = {"source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder), "method": "overlap",
+            "target_text": str(corpus_dir / "xx.txt"), "calibration": {"strength": 0}}
+    transfer(transfer_config({**base, "output": str(tmp_path / "plain")}))
+    transfer(transfer_config({**base, "output": str(tmp_path / "untied"),
+                              "distill": {"tokens": 600, "batch_lines": 4, "layers": [1], "learning_rate": 1e-2,
+                                          "when": "always", "tied_head": "untie", "head": "keep"}}))
+    assert json.loads((tmp_path / "untied" / "langswap.json").read_text(encoding="utf-8"))["distillation"]["untied"]
+    plain = load_file(tmp_path / "plain" / "model.safetensors")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "untied")
+    assert model.config.tie_word_embeddings is False
+    rows = plain[next(key for key in plain if key.endswith("wte.weight"))]
+    assert torch.equal(model.get_output_embeddings().weight.detach(), rows)  # the method's rows, for prediction
+    assert not torch.equal(model.get_input_embeddings().weight.detach(), rows)
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_hidden_states_stop_after_the_deepest_layer_matched(kind):
     from langswap.models import HiddenStates
@@ -450,3 +472,40 @@ def test_distilling_an_early_layer_reads_only_the_blocks_below_it_and_learns_the
         assert report["kept"] and report["updates"] > 0, report
         rows.append(model.get_input_embeddings().weight.detach().clone())
     assert torch.equal(rows[0], rows[1])
+
+
+@pytest.mark.parametrize("head", ["keep", "lm"])
+def test_a_tied_head_untied_keeps_the_methods_rows_for_prediction(head, lines, source_tokenizer):
+    """`tied_head: untie`: the input rows learn by distillation; the head gets its own matrix, the rows as they
+    were (`keep`), or with its trainable rows learned by next-token loss (`lm`); the model is untied only where
+    the learned rows are kept."""
+    from langswap.models import is_tied
+
+    target_tokenizer = sentencepiece_tokenizer(lines, 300)
+    model = tiny_model("gpt2", len(target_tokenizer), seed=4)
+    source = torch.randn(len(source_tokenizer), 32, generator=torch.Generator().manual_seed(6)) * 0.02
+    trainable = np.ones(len(target_tokenizer), dtype=bool)
+    trainable[:3] = False
+    before = model.get_input_embeddings().weight.detach().clone()
+    config = DistillConfig(tokens=3_000, learning_rate=3e-3, batch_lines=8, held_out_lines=24, when="always",
+                           tied_head="untie", head=head)
+    report = distill(model, source, source_tokenizer, target_tokenizer, lines[:200], trainable, config)
+
+    assert report["kept"] and report["untied"] and "untied" in report["head"], report
+    assert not is_tied(model) and model.config.tie_word_embeddings is False
+    inputs, outputs = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+    assert torch.equal(inputs[:3], before[:3]) and not torch.equal(inputs[3:], before[3:])
+    if head == "keep":
+        assert torch.equal(outputs, before)
+        assert report["next_token_loss_end"] == pytest.approx(report["next_token_loss_start"], abs=0.5)
+    else:
+        assert torch.equal(outputs[:3], before[:3]) and not torch.equal(outputs[3:], before[3:])
+        assert report["next_token_loss_end"] < report["next_token_loss_start"], report
+
+    # rows put back: the model stays tied, as it came
+    model = tiny_model("gpt2", len(target_tokenizer), seed=4)
+    bad = DistillConfig(tokens=1_000, learning_rate=1.0, layers=(1,), batch_lines=8, held_out_lines=24,
+                        when="always", tied_head="untie", head=head)  # as in the put-back test above
+    report = distill(model, source, source_tokenizer, target_tokenizer, lines[:200], trainable, bad)
+    assert not report["kept"] and not report["untied"] and is_tied(model)
+    assert torch.equal(model.get_input_embeddings().weight.detach(), before)

@@ -23,9 +23,11 @@ body computes reading the target tokenization match those it computes reading th
   warmed up linearly over the first 5% of the token budget and then decayed linearly to 0 at its end.
 - An untied output head with `head: lm`: the new output rows learn by the student's next-token cross-entropy on the
   target text, the gradient reaching only the output matrix (the head reads the student's last hidden state
-  detached), and only its `trainable` rows. With a tied head the input rows ARE the output rows: distillation moves
-  both, and the output rows end where the input side puts them, learned for what they make the body compute, not
-  for prediction; `head` does not apply.
+  detached), and only its `trainable` rows. With a tied head the input rows ARE the output rows: with `tied_head:
+  move` distillation moves both, and the output rows end where the input side puts them, learned for what they
+  make the body compute, not for prediction, and `head` does not apply; with `tied_head: untie` the head keeps
+  the rows as the method made them as a matrix of its own (written only where the learned rows are kept), and
+  `head` applies as for an untied head.
 
 Each line is read on its own, after the tokenizer's bos token (or eos where there is none, as GPT-2 does; as the
 evaluation reads lines), in windows of whole chunks of at most `max_length` target tokens; the source side reads
@@ -102,6 +104,12 @@ class DistillConfig:
         "help": "An untied output head: lm (the new output rows learn by the student's next-token cross-entropy "
                 "on the text, gradient only into the output matrix) or keep (the output matrix stays). A tied head "
                 "is the input matrix, moved by distillation itself.", "choices": ("lm", "keep")})
+    tied_head: str = field(default="move", metadata={
+        "help": "A tied head: move (the output rows are the distilled input rows) or untie (the head keeps the "
+                "method's rows as a matrix of its own, config.tie_word_embeddings false, so the input rows learn "
+                "for what they make the body compute and the output rows stay made for prediction; `head` then "
+                "applies as for an untied head). The head is untied only where the learned rows are kept.",
+        "choices": ("move", "untie")})
     held_out_lines: int = field(default=32, metadata={
         "help": "Last lines of the text kept out of training, on which the loss is measured before and after "
                 "(at most a quarter of the lines)."})
@@ -140,6 +148,8 @@ class DistillConfig:
             raise ConfigError(f"distill.distance is {self.distance!r}; choose mse or cosine.")
         if self.head not in ("lm", "keep"):
             raise ConfigError(f"distill.head is {self.head!r}; choose lm or keep.")
+        if self.tied_head not in ("move", "untie"):
+            raise ConfigError(f"distill.tied_head is {self.tied_head!r}; choose move or untie.")
         if self.held_out_lines < 0:
             raise ConfigError(f"distill.held_out_lines is {self.held_out_lines}; give at least 0.")
         if self.when not in ("teacher-better", "always"):
@@ -209,7 +219,8 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
     from langswap.models import is_tied
 
     tied = is_tied(model)
-    head_rule = "tied" if tied else "none" if output is None else config.head
+    untie = tied and config.tied_head == "untie"  # the head's rows, now the input matrix, become its own at the end
+    head_rule = "tied" if tied and not untie else "none" if output is None else config.head
     if not trainable.any():
         return {"skipped": "no row is trainable: nothing to distill", "tokens": 0, "updates": 0}
     if not lines:
@@ -247,7 +258,8 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
     report = {"rows": int(trainable.sum()), "head": {"tied": "tied (the distilled input rows are the output rows)",
                                                      "none": "none (the model has no output layer)",
                                                      "lm": "lm (new output rows learned by next-token loss)",
-                                                     "keep": "keep (output matrix unchanged)"}[head_rule],
+                                                     "keep": "keep (output matrix unchanged)"}[head_rule]
+              + (", untied (the head keeps its own rows where the learned ones are kept)" if untie else ""),
               "layers": list(layers), "distance": config.distance}
 
     def student_inputs(ids: torch.Tensor, learning: bool) -> torch.Tensor:
@@ -263,7 +275,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         """(V, d) the output matrix as the model has it, or (`learning`) with the learned rows in place."""
         if output is None:
             return None
-        if learning and tied:
+        if learning and head_rule == "tied":
             return input_weight.detach().index_copy(0, trained_ids, learned.detach().to(dtype))
         if learning and head_rows is not None:
             return output.weight.detach().index_copy(0, head_ids, head_rows.detach().to(output.weight.dtype))
@@ -363,6 +375,11 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         # few tokens); the held-out lines decide, and the model keeps its rows unless they improved
         kept = loss_start is None or loss_end < loss_start
         if kept:
+            if untie:
+                from langswap.calibrate import untie_head
+
+                untie_head(model)  # the head gets a copy of the rows as the method made them
+                output = model.get_output_embeddings()
             with torch.no_grad():
                 input_weight[trained_ids] = learned.detach().to(dtype)
                 if head_rows is not None:
@@ -378,7 +395,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         "tokens": read, "updates": updates, "lines": len(train_lines), "held_out_lines": len(held_lines),
         "loss_start": _round(loss_start), "loss_end": _round(loss_end), "last_train_loss": _round(train_loss),
         "next_token_loss_start": _round(token_loss_start), "next_token_loss_end": _round(token_loss_end),
-        "kept": kept, "chunks_matched": matched, "chunks_skipped": unencodable, "chunks_too_long": too_long,
+        "kept": kept, "untied": bool(untie and kept), "chunks_matched": matched, "chunks_skipped": unencodable, "chunks_too_long": too_long,
         "held_out_chunks": sum(len(window.target_at) for window in held_windows), "text_repeated": repeated,
         "seconds": round(time.perf_counter() - started, 2)})
     if not kept:

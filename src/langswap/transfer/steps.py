@@ -202,7 +202,8 @@ def load_target(config: TransferConfig, source: Source, text: TextSteps, progres
     target = Target(tokenizer, Vocabulary(tokenizer))
     target.growth = plan_growth(config, source, target)
     check_position_offset(source.model, target.vocabulary.roles)
-    untie = source.matrices.tied and text.strength > 0 and config.calibration.tied_head == "untie"
+    untie = source.matrices.tied and ((text.strength > 0 and config.calibration.tied_head == "untie")
+                                      or (text.distills and config.distill.tied_head == "untie"))
     check_output_space(Path(config.output), output_size(source.stored_bytes, source.matrices, target.rows,
                                                         source.dtype, untie))
     return target
