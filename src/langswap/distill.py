@@ -395,7 +395,8 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         "tokens": read, "updates": updates, "lines": len(train_lines), "held_out_lines": len(held_lines),
         "loss_start": _round(loss_start), "loss_end": _round(loss_end), "last_train_loss": _round(train_loss),
         "next_token_loss_start": _round(token_loss_start), "next_token_loss_end": _round(token_loss_end),
-        "kept": kept, "untied": bool(untie and kept), "chunks_matched": matched, "chunks_skipped": unencodable, "chunks_too_long": too_long,
+        "kept": kept, "untied": bool(untie and kept), "chunks_matched": matched, "chunks_skipped": unencodable,
+        "chunks_too_long": too_long,
         "held_out_chunks": sum(len(window.target_at) for window in held_windows), "text_repeated": repeated,
         "seconds": round(time.perf_counter() - started, 2)})
     if not kept:
