@@ -59,6 +59,20 @@ def test_half_strength_moves_half_way(text):
     assert np.allclose(after - start, 0.5 * (target - start), atol=0.03)
 
 
+def test_progress_shows_a_bar_on_each_pass_over_the_text_and_changes_nothing(text, capsys):
+    lines, tokenizer = text
+    config = CalibrationConfig(strength=1.0, lower_min_count=0, smoothing=0.5, check_lines=20)
+    moved = np.ones(len(tokenizer), dtype=bool)
+    quiet, shown = tiny_model("llama", len(tokenizer)), tiny_model("llama", len(tokenizer))
+    report = calibrate(quiet, tokenizer, lines, config, moved)
+    capsys.readouterr()
+    assert calibrate(shown, tokenizer, lines, config, moved, progress=True) == report
+    bars = capsys.readouterr().err
+    # the check before, the pass that reads the hidden states, the check after; each with its rate and time left
+    assert bars.count("held-out check") >= 2 and "calibration" in bars and "line/s" in bars and "<" in bars
+    assert torch.equal(quiet.get_output_embeddings().weight, shown.get_output_embeddings().weight)
+
+
 def test_a_tied_head_settles_over_rounds(text):
     lines, tokenizer = text
     model = tiny_model("gpt2", len(tokenizer))

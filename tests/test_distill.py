@@ -381,6 +381,47 @@ def test_a_transfer_distils_the_methods_rows_before_calibration_and_records_it(g
                                   "distill": {"tokens": 100}}))
 
 
+def test_a_transfer_that_will_not_fit_in_memory_is_refused_before_the_model_loads(gpt2_folder, corpus_dir,
+                                                                                  target_tokenizer_folder, tmp_path,
+                                                                                  monkeypatch):
+    """The estimate counts the weights as stored, the token matrices and distillation's rows, moments and
+    activations; where the machine has less free, the transfer stops before loading anything, says how much it needs
+    and what to turn off; the output is not started."""
+    import langswap.models
+    import langswap.transfer.steps as steps
+    from langswap.errors import ConfigError
+    from langswap.models import load_config
+    from langswap.transfer import transfer, transfer_config
+    from langswap.transfer.config import plan_text_steps
+
+    base = {"source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder), "method": "overlap",
+            "target_text": str(corpus_dir / "xx.txt"), "output": str(tmp_path / "out")}
+    model_config = load_config(str(gpt2_folder))
+    plain = transfer_config({**base, "calibration": {"strength": 0}, "eval_text": str(corpus_dir / "xx.test.txt")})
+    distilled = transfer_config({**base, "distill": {"tokens": 100}})
+    plain_need = steps.memory_needed(plain, plan_text_steps(plain, True), model_config)
+    need = steps.memory_needed(distilled, plan_text_steps(distilled, True), model_config)
+    weights = (gpt2_folder / "model.safetensors").stat().st_size
+    assert plain_need["weights"] == need["weights"] == weights and plain_need["distillation"] == 0
+    assert need["distillation"] > 4 * model_config.vocab_size * model_config.n_embd * 4  # moments and activations
+    assert need["total"] == weights + need["tokens"] + need["distillation"] + steps.LIBRARIES
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(steps, "available_memory", lambda: need["total"] - 1)
+    monkeypatch.setattr(langswap.models, "load_model", no_loading)
+    with pytest.raises(ConfigError, match=r"needs about .* GiB of memory .*token distillation .* GiB is free\. Turn "
+                                          r"those steps off"):
+        transfer(distilled)
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(steps, "available_memory", lambda: need["total"])  # enough: it loads
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        transfer(distilled)
+    assert steps.memory_needed(transfer_config({**base, "source_model": "org/not-a-folder"}), plan_text_steps(
+        plain, True), model_config) is None  # a hub name: nothing to measure before it downloads
+
+
 def test_a_transfer_that_unties_a_tied_head_writes_the_methods_rows_as_the_head(gpt2_folder, corpus_dir,
                                                                                 target_tokenizer_folder, tmp_path):
     from safetensors.torch import load_file

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from langswap.errors import ConfigError, LangswapError
+from langswap.progress import bar as progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -293,7 +294,8 @@ class _HeadReached(Exception):
 
 
 @torch.no_grad()
-def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_tokens: int = 4096) -> torch.Tensor:
+def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_tokens: int = 4096,
+                    progress: bool = False) -> torch.Tensor:
     """(d,) float32 mean of the hidden states the output head reads, over every position of `lines` (each read up to
     `max_length` tokens, with the tokenizer's special tokens). Lines are read in batches of about `batch_tokens`
     tokens, right-padded (a causal model's real positions never see the padding); the forward stops where the head
@@ -315,6 +317,7 @@ def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_t
     handle = head.register_forward_pre_hook(record)
     was_training = model.training
     model.eval()
+    bar = progress_bar(progress, len(encoded), "calibration", "line")
     try:
         device = next(model.parameters()).device
         for start, stop in length_batches([len(ids) for ids in encoded], batch_tokens):
@@ -324,7 +327,11 @@ def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_t
                 model(input_ids=input_ids.to(device), attention_mask=attention.to(device))
             except _HeadReached:
                 pass
+            if bar is not None:
+                bar.update(stop - start)
     finally:
+        if bar is not None:
+            bar.close()
         handle.remove()
         model.train(was_training)
     if not count:
@@ -332,15 +339,16 @@ def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_t
     return total / count
 
 
-def mean_token_loss(model, tokenizer, lines: list[str], max_length: int) -> float:
+def mean_token_loss(model, tokenizer, lines: list[str], max_length: int, progress: bool = False) -> float:
     """Mean next-token cross-entropy (nats) of `model`, in eval mode, over the tokens of `lines`, each read in windows
-    of up to `max_length` (`causal_lm_score`)."""
+    of up to `max_length` (`causal_lm_score`; `progress`: a bar labelled "held-out check")."""
     from langswap.evaluation.language_modeling import causal_lm_score
 
     was_training = model.training
     model.eval()
     try:
-        score = causal_lm_score(model, tokenizer, lines, max_length=max_length)
+        score = causal_lm_score(model, tokenizer, lines, max_length=max_length, progress=progress,
+                                label="held-out check")
     finally:
         model.train(was_training)
     return score.nll / max(score.tokens, 1)
@@ -371,11 +379,11 @@ def input_row_moves(before: torch.Tensor, after: torch.Tensor, moved: np.ndarray
 
 
 def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray,
-              line: tuple[np.ndarray, dict, np.ndarray] | None = None) -> dict:
+              line: tuple[np.ndarray, dict, np.ndarray] | None = None, progress: bool = False) -> dict:
     """Move the output rows `moved` (a boolean mask over the vocabulary) of `model` as the module docstring says;
     returns a report (rows moved, mean |move| of the mean logits before and after, per round; with the check, the
     held-out loss of the model as left, unrounded, under "held_out_loss"). `line`: `frequency_line`'s result for
-    these lines and config, where the caller has it already."""
+    these lines and config, where the caller has it already. `progress`: a bar on each pass over the text."""
     assert config.strength is not None, "calibrate() takes a resolved strength (CalibrationConfig.plan)"
     if not calibratable(model):
         raise ConfigError("frequency calibration is for causal LMs (a masked LM's mean logit over unmasked "
@@ -401,13 +409,13 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     up_only = counts < config.lower_min_count
     assert len(logf) == size, (len(logf), size)
     lines, held = split_check_lines(lines, config)
-    before = mean_token_loss(model, tokenizer, held, config.max_length) if held else None
+    before = mean_token_loss(model, tokenizer, held, config.max_length, progress) if held else None
     moves_inputs = bias is None and is_tied(model)
     saved = (weight.detach().clone(), None if bias is None else bias.detach().clone()) \
         if held or moves_inputs else None
     rounds = []
     for _ in range(config.rounds):
-        hidden = mean_head_input(model, tokenizer, lines[:config.hidden_lines], config.max_length)
+        hidden = mean_head_input(model, tokenizer, lines[:config.hidden_lines], config.max_length, progress=progress)
         with torch.no_grad():
             current = (weight.detach().to(torch.float32) @ hidden.to(weight.device)).cpu().numpy()
             if bias is not None:
@@ -428,7 +436,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
               "up_only_rows": {"rows": int((up_only & moved).sum()), "below_count": config.lower_min_count},
               "input_rows": input_row_moves(saved[0], weight, moved) if moves_inputs else {"moved": 0}}
     if held:
-        after = mean_token_loss(model, tokenizer, held, config.max_length)
+        after = mean_token_loss(model, tokenizer, held, config.max_length, progress)
         report["check"] = {"lines": len(held), "loss_before": round(before, 4), "loss_after": round(after, 4)}
         report["held_out_loss"] = min(before, after)
         if not after < before:

@@ -114,7 +114,7 @@ def _check_stride(stride: int | None, window: int) -> int:
 
 @torch.no_grad()
 def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None = None, batch_tokens: int = 4096,
-                    progress: bool = False, stride: int | None = None) -> LMScore:
+                    progress: bool = False, stride: int | None = None, label: str = "scoring") -> LMScore:
     """Perplexity and bits per byte of a causal LM on `lines` (each scored on its own).
 
     A line longer than the window (the model's context, or `max_length` where smaller) is read in windows that
@@ -138,7 +138,7 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     pieces.sort(key=lambda piece: len(piece[0]))
     device = next(model.parameters()).device
     total_nll, total_tokens = 0.0, 0
-    bar = progress_bar(progress, len(pieces), "scoring")
+    bar = progress_bar(progress, len(pieces), label)
     # a batch's logits stay within LOGIT_BUDGET (4,096 tokens of a 128k vocabulary would be 2 GiB, held three times
     # over below); a window alone is always a batch
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

@@ -124,6 +124,7 @@ class FinishContext:
     calibration: CalibrationConfig  # its check lines the held-out lines candidates are judged on
     line: tuple | None  # calibrate.frequency_line's result, where calibration runs
     source: Source | None = None  # the teacher's tokenizer and input rows, for distillation
+    progress: bool = False  # a bar on each step's passes over the text
 
 
 def plan_text(config: TransferConfig) -> TextSteps:
@@ -175,6 +176,7 @@ def load_source(config: TransferConfig, text: TextSteps) -> Source:
     if checkpoint is not None:
         return Source(tokenizer, vocabulary, checkpoint.model, checkpoint, checkpoint.read_matrices(len(vocabulary)),
                       checkpoint.dtype, checkpoint.stored_bytes())
+    check_memory(memory_needed(config, text, load_config(config.source_model)), text)
     model = load_model(config.source_model)
     refuse_non_finite(model, f"source model '{config.source_model}'", SOURCE_FIX)
     matrices = read_source_matrices(model, len(vocabulary), stored_dtype=True)
@@ -269,7 +271,8 @@ def load_inputs(config: TransferConfig, source: Source, target: Target) -> Input
                   reports)
 
 
-def finish_context(config: TransferConfig, source: Source, target: Target, text: TextSteps) -> FinishContext:
+def finish_context(config: TransferConfig, source: Source, target: Target, text: TextSteps,
+                   progress: bool = False) -> FinishContext:
     """What the finishing steps share across candidates, computed once: the calibration's frequency line (its
     check lines are the held-out lines candidates are judged on, kept out of its counts)."""
     calibration = config.calibration
@@ -280,7 +283,7 @@ def finish_context(config: TransferConfig, source: Source, target: Target, text:
         from langswap.calibrate import frequency_line
 
         line = frequency_line(target.tokenizer, text.lines, target.rows, calibration)
-    return FinishContext(config, target, text, calibration, line, source)
+    return FinishContext(config, target, text, calibration, line, source, progress)
 
 
 def movable_rows(mapping, kept: int = 0, copied: bool = False) -> np.ndarray:
@@ -295,21 +298,21 @@ def movable_rows(mapping, kept: int = 0, copied: bool = False) -> np.ndarray:
 
 
 def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
-                   line: tuple | None = None, kept: int = 0) -> dict:
+                   line: tuple | None = None, kept: int = 0, progress: bool = False) -> dict:
     """Frequency calibration (`langswap.calibrate`) of a transferred model's output rows at `strength`: every
     non-special row, or with `rows: new` those the method did not copy; never the first `kept` rows (an extended
     vocabulary's source rows). Returns calibrate's report."""
     from langswap.calibrate import calibrate
 
     moved = movable_rows(mapping, kept, copied=config.rows == "all")
-    return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line)
+    return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line, progress)
 
 
 def calibrate_step(context: FinishContext, model, result: MethodResult) -> dict:
     """Frequency calibration as the text plan says."""
     text = context.text
     report = calibrate_rows(model, context.target.tokenizer, result.mapping, context.calibration, text.strength,
-                            text.lines, context.line, context.target.kept)
+                            text.lines, context.line, context.target.kept, context.progress)
     return {**report, "text": str(text.text)}
 
 
@@ -329,7 +332,8 @@ def distill_step(context: FinishContext, model, result: MethodResult) -> dict:
     matrices = context.source.matrices
     head = matrices.embeddings if matrices.output_embeddings is None else matrices.output_embeddings
     report = distill(model, matrices.embeddings, context.source.tokenizer, context.target.tokenizer, lines,
-                     trainable, context.config.distill, source_head=(head, matrices.output_bias))
+                     trainable, context.config.distill, progress=context.progress,
+                     source_head=(head, matrices.output_bias))
     return {**report, "text": str(text.text)}
 
 
@@ -417,7 +421,7 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
                 losses = [report.pop("held_out_loss") for report in reports.values()
                           if isinstance(report, dict) and "held_out_loss" in report]
                 loss = losses[-1] if losses else mean_token_loss(model, inputs.target.tokenizer, held_out,
-                                                                 HELD_OUT_TOKENS)
+                                                                 HELD_OUT_TOKENS, progress)
                 ranked = loss if math.isfinite(loss) else math.inf
                 if finish is not None and (not best or ranked < best["loss"]):
                     best.update(loss=ranked, result=result, matrices=token_matrices(model, "cpu"), reports=reports)
@@ -454,7 +458,7 @@ def make_embeddings(config: TransferConfig, source: Source, target: Target, text
         return Made(source.model, result, {"calibration": {"skipped": text.skipped, "strength": 0.0}})
     seconds = {}
     start = time.perf_counter()
-    context = finish_context(config, source, target, text)
+    context = finish_context(config, source, target, text, progress)
     if context.line is not None:
         seconds["frequencies"] = time.perf_counter() - start
     steps = {name: step for name, (step, runs) in FINISHING.items() if runs(context)}
@@ -554,6 +558,75 @@ def output_size(source_bytes: int, matrices, target_rows: int, dtype, untie: boo
     bias = 4 * target_rows if matrices.output_bias is not None else 0
     tokens = target_rows * dim * itemsize * (matrices_count + int(untie)) + bias
     return {"body": body, "tokens": tokens, "total": body + tokens + 16 * 2**20}
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+LIBRARIES = 2**30  # torch, transformers and the tokenizers once imported
+
+
+def memory_needed(config: TransferConfig, text: TextSteps, model_config) -> dict[str, int] | None:
+    """About how many bytes of memory a transfer that loads the whole source model needs at its peak: the weights
+    as stored (the model loads in the dtype it was saved in), the token matrices twice more (the source's copied out,
+    the method's) and, where candidates are judged, a third time (the best one's, kept while the others are judged),
+    and for token distillation its
+    rows in float32 with their gradient and AdamW's two moments, plus the activations of one batch through the body
+    ({"weights", "tokens", "distillation", "total"}, the total with `LIBRARIES`). None where the source is not a
+    local folder of weight files (nothing to measure before downloading it)."""
+    folder = Path(config.source_model)
+    if not folder.is_dir():
+        return None
+    files = next((found for pattern in WEIGHT_FILES if (found := list(folder.glob(pattern)))), [])
+    if not files:
+        return None
+    weights = sum(path.stat().st_size for path in files)
+    hidden = getattr(model_config, "hidden_size", None) or getattr(model_config, "n_embd", None)
+    vocab = getattr(model_config, "vocab_size", None)
+    if not hidden or not vocab:
+        return None
+    layers = getattr(model_config, "num_hidden_layers", None) or getattr(model_config, "n_layer", None) or 1
+    inner = getattr(model_config, "intermediate_size", None) or getattr(model_config, "n_inner", None) or 4 * hidden
+    itemsize = 2 if str(getattr(model_config, "torch_dtype", "")).endswith(("float16", "bfloat16")) else 4
+    heads = 1 if getattr(model_config, "tie_word_embeddings", True) else 2
+    tokens = (2 + int(text.judges_candidates)) * vocab * hidden * itemsize * heads
+    distillation = 0
+    if text.distills:
+        distill = config.distill
+        positions = distill.batch_lines * distill.max_length
+        # per position and block: the saved inputs of the attention and MLP products (about 12 hidden-wide and 4
+        # inner-wide values) for the backward pass to the input rows; the teacher's pass keeps nothing
+        activations = positions * layers * (12 * hidden + 4 * inner) * itemsize
+        head_logits = positions * vocab * 4 * 3 if heads == 2 and distill.head == "lm" else 0
+        distillation = 4 * vocab * hidden * 4 + activations + head_logits
+    return {"weights": weights, "tokens": tokens, "distillation": distillation,
+            "total": weights + tokens + distillation + LIBRARIES}
+
+
+def available_memory() -> int | None:
+    """Bytes of memory a new allocation can have without swapping anything out (Linux's MemAvailable, plus free
+    swap); None where the system does not say."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        return (int(fields["MemAvailable"].split()[0]) + int(fields.get("SwapFree", "0 kB").split()[0])) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def check_memory(needed: dict[str, int] | None, text: TextSteps) -> None:
+    """Refuse, before the model loads, a transfer whose whole source model and working copies need more memory than
+    the machine has free, with the estimate and what to turn off so that it streams instead."""
+    free = available_memory()
+    if needed is None or free is None or needed["total"] <= free:
+        return
+    gb = 2**30
+    parts = f"the weights {needed['weights'] / gb:.2f} GiB, token matrices {needed['tokens'] / gb:.2f} GiB"
+    if needed["distillation"]:
+        parts += f", token distillation {needed['distillation'] / gb:.2f} GiB"
+    raise ConfigError(
+        f"this transfer loads the whole source model, because it runs it on text ({'; '.join(text.model_runs())}), "
+        f"and needs about {needed['total'] / gb:.2f} GiB of memory ({parts}, libraries {LIBRARIES / gb:.0f} GiB), "
+        f"but {free / gb:.2f} GiB is free. Turn those steps off so that the checkpoint streams (a method that needs "
+        "no text then runs in little more than the new token matrices), lower distill.batch_lines or "
+        "distill.max_length, or run it on a machine with more memory.")
 
 
 def check_output_space(output: Path, size: dict[str, int]) -> None:
