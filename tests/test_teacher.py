@@ -320,3 +320,33 @@ def test_bad_teachers_are_refused(models, texts, tmp_path):
     with pytest.raises(ConfigError, match="several text streams"):
         _config(models, texts, tmp_path / "e", preset="ramen", teacher={"weight": 1},
                 recipe={"source_model": str(models["source"]), "source_text": str(texts / "eval.txt")}).validate()
+
+
+def test_teachers_the_run_cannot_use_are_refused_with_the_reason(models, texts, tokenizers, tmp_path, monkeypatch):
+    """Another width (hidden states are matched entry by entry), a masked LM (its state at a token reads the whole
+    window), and a sharded run (the teacher would be a whole copy on every process): each refused before any
+    update, saying why and what to set."""
+    import transformers
+    from conftest import wordpiece_tokenizer
+
+    import langswap.training.run as run
+
+    wide = transformers.LlamaConfig(vocab_size=len(tokenizers["source"]), hidden_size=48, intermediate_size=64,
+                                    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                    max_position_embeddings=128, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    wider = save_model(transformers.LlamaForCausalLM(wide), tokenizers["source"], tmp_path / "wider")
+    with pytest.raises(ConfigError, match=r"teacher's width \(hidden_size 48\) is not the model's \(32\)"):
+        train(_config(models, texts, tmp_path / "a", teacher={"weight": 1, "model": str(wider)}))
+    assert not (tmp_path / "a" / "model").exists()
+
+    wordpiece = wordpiece_tokenizer(english_lines(300, seed=5), 300)
+    masked = save_model(tiny_model("bert", len(wordpiece)), wordpiece, tmp_path / "bert")
+    with pytest.raises(ConfigError, match="teacher.weight is for causal LMs.*Set teacher.weight: 0"):
+        train(_config(models, texts, tmp_path / "b", model=str(masked),
+                      teacher={"weight": 1, "model": str(masked)}))
+
+    monkeypatch.setattr(run, "sharding_engine", lambda: "FSDP")
+    with pytest.raises(ConfigError, match="teacher.weight is set under FSDP.*whole unsharded copy on every process"):
+        train(_config(models, texts, tmp_path / "c", teacher={"weight": 1}))
+
