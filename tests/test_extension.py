@@ -256,16 +256,24 @@ def _matrices(model) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "bert"])
-@pytest.mark.parametrize("method", ["overlap", "fvt"])
+@pytest.mark.parametrize("method", ["overlap", "fvt", "combined"])
 def test_a_transfer_into_an_extension_copies_every_source_row_bitwise_and_makes_only_the_new_ones(
-        kind, method, extended_pairs, tmp_path):
+        kind, method, extended_pairs, texts, tmp_path):
     import torch
 
     from langswap.models import load_model
     from langswap.records import read_model_record
 
     source_folder, target_folder, kept = extended_pairs[kind]
-    report = _transfer(source_folder, target_folder, tmp_path / "out", method={"name": method})
+    options = {}
+    if method == "combined":  # the default, with a dictionary of the cipher: translations for the new tokens too
+        words = sorted({word for line in texts["source"][:200] for word in line.split()})
+        (tmp_path / "dictionary.tsv").write_text("".join(f"{word}\t{cipher_word(word)}\n" for word in words),
+                                                 encoding="utf-8")
+        options["resources"] = {"dictionary": str(tmp_path / "dictionary.tsv")}
+    report = _transfer(source_folder, target_folder, tmp_path / "out", method={"name": method}, **options)
+    if method == "combined":
+        assert report.counts.get("translated", 0) > 0
     source, extended = load_model(source_folder), load_model(tmp_path / "out")
     before, after = _matrices(source), _matrices(extended)
     rows = -(-(kept + 40) // 64) * 64
