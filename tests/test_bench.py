@@ -582,3 +582,36 @@ def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folde
     monkeypatch.setattr("langswap.training.run.train", no_training)
     assert main(["-q", "bench", str(path)]) == 0
     assert (bench / "table.md").read_text() == table
+
+
+def test_a_distilled_entry_is_compared_at_equal_wall_time_counting_its_distillation(
+        tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, monkeypatch):
+    """An entry whose transfer distils beside the same entry without distillation: the plain one is trained again
+    for as many updates as fit in the distilled one's distillation and training time. Times are fixed here (1 s an
+    update for both, 3 s of distillation), so that is 2 + 3 = 5 updates whatever this machine's load."""
+    import langswap.bench as bench_module
+
+    timing = bench_module._loop_timing
+    monkeypatch.setattr(bench_module, "_loop_timing", lambda phases: {**timing(phases), "seconds_per_update": 1.0})
+    seconds = bench_module._distillation_seconds
+    looked_up = []
+
+    def fixed(output, variant):
+        looked_up.append(seconds(output, variant))  # the record's own figure, before it is fixed
+        return 3.0
+
+    monkeypatch.setattr(bench_module, "_distillation_seconds", fixed)
+    raw = {"strength": 0}
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2],
+                       methods=[{"name": "overlap", "calibration": raw},
+                                {"name": "overlap", "label": "overlap distilled", "calibration": raw,
+                                 "distill": {"tokens": 300, "layers": [1], "learning_rate": 0.01, "when": "always"}}])
+    assert main(["-q", "bench", str(path)]) == 0
+    assert len(looked_up) == 1 and looked_up[0] > 0  # the distilled transfer's record holds its seconds
+    rows = [json.loads(line) for line in (tmp_path / "bench" / "results.jsonl").read_text().splitlines()]
+    (row,) = [row for row in rows if row.get("equal_time_of") == "overlap distilled"]
+    assert (row["updates"], row["step"]) == (5, 2)
+    assert row["variant"] == "overlap, 5 updates (the time of overlap distilled)"
+    assert 0 < row["bits_per_byte"] < 20
+    assert f"| {row['variant']} |" in (tmp_path / "bench" / "table.md").read_text()
+

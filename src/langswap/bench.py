@@ -85,10 +85,11 @@ class BenchConfig(ModelPairConfig):
         "help": "Also measure the untouched source model with its own tokenizer on the same text (and probe): a "
                 "reference row in the table and a dashed line in the plots."})
     equal_time: bool = field(default=True, metadata={
-        "help": "For each entry trained with a teacher beside the same entry without one: also train the one "
-                "without it for as many updates as fit in the taught run's time (their measured seconds per update) "
-                "and report it in the last step's column, labelled with its updates: the comparison at equal wall "
-                "time beside the one at equal steps."})
+        "help": "For each entry trained with a teacher, or transferred with token distillation, beside the same "
+                "entry without it: also train the one without it for as many updates as fit in the other's time "
+                "(their measured seconds per update, and the distillation's seconds from its transfer's record) and "
+                "report it in the last step's column, labelled with its updates: the comparison at equal wall time "
+                "beside the one at equal steps."})
     method_device: str = field(default="cpu", metadata={
         "help": "Where each transfer's method searches (the transfer's method_device: cpu, cuda, cuda:N or auto); "
                 "not part of what a measurement is keyed by."})
@@ -503,10 +504,15 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     labels = [REFERENCE] * config.reference + [v.label for v in variants]
     extra = []
     if config.equal_time and steps[-1] > 0:
-        for taught, plain in teacher_twins(config, variants):
+        twins = [(taught, plain, None) for taught, plain in teacher_twins(config, variants)]
+        twins += [(distilled, plain, _distillation_seconds(output, distilled))
+                  for distilled, plain in distillation_twins(config, variants)]
+        for taught, plain, spent in twins:
+            if spent is not None and not spent:
+                continue  # the distillation was skipped (its teacher check) or its record is gone
             row = _at_equal_time(config, output, taught, plain, rows, results, digests[plain.label],
                                  lambda folder: _measure(folder, lines, probe, progress, source_lines=source_lines),
-                                 {"measured_with": measured_with}, progress)
+                                 {"measured_with": measured_with}, progress, spent or 0.0)
             if row is not None:
                 rows.append(row)
                 extra.append(row["variant"])
@@ -530,10 +536,38 @@ def teacher_twins(config: BenchConfig, variants: list[Variant]) -> list[tuple[Va
     return pairs
 
 
+def distillation_twins(config: BenchConfig, variants: list[Variant]) -> list[tuple[Variant, Variant]]:
+    """(distilled, plain) pairs: an entry whose transfer distils and an entry that is the same without distillation
+    (the same method, calibration and resolved train options)."""
+    keys = {variant.label: _train_config(config, Path("runs"), variant.train)[1] for variant in variants}
+    return [(distilled, plain) for distilled in variants if (distilled.distill or {}).get("tokens")
+            for plain in variants if plain is not distilled and not (plain.distill or {}).get("tokens")
+            and plain.method == distilled.method and plain.calibration == distilled.calibration
+            and keys[plain.label] == keys[distilled.label]]
+
+
+def _distillation_seconds(output: Path, variant: Variant) -> float:
+    """Seconds the variant's transfer spent distilling, every candidate of the method together (its record's
+    `seconds["method: distillation"]`, or the kept candidate's own report where that is missing); 0 where it did not
+    distil (a teacher check that skipped it) or its transfer folder is gone."""
+    from langswap.records import read_model_record
+
+    folder = output / "runs" / _folder_name(variant.label) / "transfer"
+    if not has_model_record(folder):
+        return 0.0
+    record = read_model_record(folder)
+    report = record.distillation or {}
+    if not report.get("updates"):
+        return 0.0
+    return float((record.seconds or {}).get("method: distillation") or report.get("seconds") or 0.0)
+
+
 def _at_equal_time(config: BenchConfig, output: Path, taught: Variant, plain: Variant, rows: list[dict],
-                   results: dict, digest: str, measure, setting: dict, progress: bool) -> dict | None:
-    """The row of `plain` trained for as many updates as `taught`'s run took time to reach the last step (by
-    their loop's seconds per update), measured after them; None where either run has no loop time on record."""
+                   results: dict, digest: str, measure, setting: dict, progress: bool,
+                   extra_seconds: float = 0.0) -> dict | None:
+    """The row of `plain` trained for as many updates as `taught` took time to reach the last step (by their loop's
+    seconds per update, plus `extra_seconds` `taught` spent before training: its distillation), measured after them;
+    None where either run has no loop time on record."""
     from langswap.training.run import train
 
     final = max(config.steps)
@@ -543,7 +577,7 @@ def _at_equal_time(config: BenchConfig, output: Path, taught: Variant, plain: Va
         logger.info("%s / %s: no loop time on record for both runs (measured by an older langswap); delete their "
                     "train-* folders and rows to compare them at equal time", taught.label, plain.label)
         return None
-    updates = max(1, round(final * times[0] / times[1]))
+    updates = max(1, round((extra_seconds + final * times[0]) / times[1]))
     if updates == final:
         logger.info("%s: %d updates in the time %s took for %d; its row at step %d is the one at equal time",
                     plain.label, updates, taught.label, final, final)
