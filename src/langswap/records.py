@@ -13,6 +13,11 @@ Every record has a `version` (RECORD_VERSION when written; 0 for a record writte
 the keys it does not know in `extra`, written back unchanged, so a record from a newer langswap survives a rewrite.
 Nested reports (an alignment's, a calibration's, metrics) stay mappings: they are written by the module that
 measures them and read where they are shown. This module is the only one that names a record file.
+
+Not records in this sense, and named where they are kept: a token store's own `store.json` (what the store was
+built from, read only by `training/store.py` to decide whether the store is current), a training run's working
+files (`phase.json`, `eval-step0.json`, `curve.json`, inside the run's folder, read back only by `langswap train`
+when it resumes or reports), a fine-tuning run's `finetune.json` and the demo's row cache `demo-rows.json`.
 """
 
 from __future__ import annotations
