@@ -52,7 +52,7 @@ class DemoConfig:
                 "with the dictionary); default: none (--full: joint).", "choices": ("none", "joint", "procrustes")})
     full: bool = field(default=False, metadata={
         "help": "The full comparison: the methods " + FULL_METHODS + " with joint word vectors, each also "
-                "uncalibrated (takes about an hour on 2 cores)."})
+                "uncalibrated (takes about half an hour on 2 cores)."})
     fallback: str | None = field(default=None, metadata={"help": "Fallback of every method (random, mean, subword);"
                                                                  " default: the methods' own default."})
     eval_lines: int = field(default=300, metadata={"help": "Held-out German lines scored."})
