@@ -513,6 +513,52 @@ def test_the_extension_recipe_refuses_a_model_whose_vocabulary_was_not_extended(
     assert not (tmp_path / "run").exists()
 
 
+def test_the_extension_recipe_refuses_a_sharded_run_and_says_what_to_use(extended_pairs, texts, tmp_path,
+                                                                        monkeypatch):
+    import langswap.training.recipes.extension as extension_recipe
+    from langswap.training.run import TrainConfig, train
+
+    source_folder, target_folder, _ = extended_pairs["gpt2"]
+    _transfer(source_folder, target_folder, tmp_path / "transferred", method={"name": "fvt"})
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    monkeypatch.setattr(extension_recipe, "sharding_engine", lambda: "FSDP")
+    with pytest.raises(ConfigError, match="masks the gradients of the source rows.*plain DDP"):
+        train(TrainConfig(model=str(tmp_path / "transferred"), train_text=str(text), output=str(tmp_path / "run"),
+                          preset="extension", steps=2, batch_size=4, sequence_length=32, eval_text=None))
+    assert not (tmp_path / "run" / "model").exists()
+
+
+def test_the_teacher_teaches_an_extended_model_whose_source_rows_stay(extended_pairs, texts, tmp_path):
+    """The setting Token Distillation was made for: the extension recipe's first phase with the source model as a
+    teacher, which reads each new token's text as its own pieces. The teacher is used and adds its distance, the
+    new rows learn, and every source row, padding row and body weight is bitwise the transfer's."""
+    import torch
+    from safetensors.torch import load_file
+
+    from langswap.training.run import TrainConfig, train
+
+    source_folder, target_folder, kept = extended_pairs["llama"]
+    _transfer(source_folder, target_folder, tmp_path / "transferred", method={"name": "fvt"})
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    report = train(TrainConfig(model=str(tmp_path / "transferred"), train_text=str(text), output=str(tmp_path / "run"),
+                               preset="extension", recipe={"then": "none"}, steps=4, batch_size=4,
+                               sequence_length=32, save_steps=100, logging_steps=1, learning_rate=0.01,
+                               eval_text=None, teacher={"weight": 1.0, "when": "always"}))
+    taught = report.phases[0]["teacher"]
+    assert taught["used"] and taught["teacher_distance"] > 0 and taught["teacher_matched"] > 0
+    start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
+    after = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
+    matrices = [name for name, tensor in start.items() if tensor.dim() >= 1 and tensor.shape[0] >= kept + 40]
+    for name in matrices:
+        assert torch.equal(after[name][:kept], start[name][:kept]), name
+        assert torch.equal(after[name][kept + 40:], start[name][kept + 40:]), name
+    learned = "model.embed_tokens.weight"
+    assert not torch.equal(after[learned][kept:kept + 40], start[learned][kept:kept + 40])
+    assert all(torch.equal(after[name], start[name]) for name in start if name not in matrices)
+
+
 def test_evaluate_reads_source_language_text_too_and_an_extension_keeps_it_better_than_a_replacement(
         extended_pairs, texts, tmp_path, capsys):
     from langswap.cli import main
