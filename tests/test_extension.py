@@ -90,16 +90,20 @@ def test_a_replacement_tokenizer_is_told_apart_by_its_first_moved_id(texts):
     assert first_differing_id(source, source) is None
 
 
-def test_unigram_added_tokens_beyond_the_pieces_keep_their_ids(texts):
-    from langswap.resources.extension import extend_tokenizer
+@pytest.mark.parametrize("family", ["unigram", "byte_level", "wordpiece"])
+def test_added_tokens_beyond_the_vocabulary_keep_their_ids(family, texts):
+    """As T5's extra ids, Llama-3's 256 reserved tokens or Qwen2.5's: added tokens after the model's vocabulary keep
+    their ids, and the new tokens follow them."""
+    from langswap.resources.extension import extend_tokenizer, first_differing_id
 
-    source = unigram_tokenizer(texts["source"])
+    source = FAMILIES[family](texts["source"])
     source.add_special_tokens({"additional_special_tokens": ["<extra_id_0>", "<extra_id_1>"]})
     extra = source.convert_tokens_to_ids(["<extra_id_0>", "<extra_id_1>"])
     extension = extend_tokenizer(source, texts["target"], 40)
     assert extension.first_id == max(extra) + 1
     assert extension.tokenizer.convert_tokens_to_ids(["<extra_id_0>", "<extra_id_1>"]) == extra
     assert extension.tokenizer("a <extra_id_1> b")["input_ids"].count(extra[1]) == 1
+    assert first_differing_id(source, extension.tokenizer) is None and len(extension.tokenizer) == len(source) + 40
 
 
 def test_the_saved_folder_loads_with_auto_tokenizer_and_keeps_the_chat_template(texts, tmp_path):

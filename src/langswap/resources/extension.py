@@ -285,7 +285,16 @@ def _extended_spec(spec: dict, new, count: int, first_id: int) -> dict:
             lowest = min(score for _, score in vocab) if vocab else 0.0
             vocab.extend([by_id.get(index, f"<unused_{index}>"), lowest - 10.0] for index in range(len(vocab), first_id))
         vocab.extend([piece, score] for piece, score in new[:count])
-    elif model["type"] == "WordPiece":
+        return spec
+    # The library gives an added token that its model's vocabulary lacks the id after the vocabulary's size, whatever
+    # tokenizer.json says; a source whose added tokens follow its vocabulary (Llama-3's 256 reserved tokens, Qwen2.5's)
+    # would see them moved behind the new tokens. Entered in the vocabulary at their own ids, they keep them; the model
+    # never makes them (no merge spells them, and added tokens are split off before the model reads the text).
+    taken = set(model["vocab"].values())
+    for entry in spec.get("added_tokens") or []:
+        if entry["id"] not in taken and entry["content"] not in model["vocab"]:
+            model["vocab"][entry["content"]] = entry["id"]
+    if model["type"] == "WordPiece":
         model["vocab"].update({token: first_id + offset for offset, token in enumerate(new[:count])})
     else:
         tokens, pairs = new
