@@ -504,15 +504,14 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     labels = [REFERENCE] * config.reference + [v.label for v in variants]
     extra = []
     if config.equal_time and steps[-1] > 0:
-        twins = [(taught, plain, None) for taught, plain in teacher_twins(config, variants)]
-        twins += [(distilled, plain, _distillation_seconds(output, distilled))
-                  for distilled, plain in distillation_twins(config, variants)]
+        twins = [(taught, plain, 0.0) for taught, plain in teacher_twins(config, variants)]
+        # a distillation its teacher check skipped (or whose record is gone) spent nothing to compare
+        twins += [(distilled, plain, spent) for distilled, plain in distillation_twins(config, variants)
+                  if (spent := _distillation_seconds(output, distilled))]
         for taught, plain, spent in twins:
-            if spent is not None and not spent:
-                continue  # the distillation was skipped (its teacher check) or its record is gone
             row = _at_equal_time(config, output, taught, plain, rows, results, digests[plain.label],
                                  lambda folder: _measure(folder, lines, probe, progress, source_lines=source_lines),
-                                 {"measured_with": measured_with}, progress, spent or 0.0)
+                                 {"measured_with": measured_with}, progress, spent)
             if row is not None:
                 rows.append(row)
                 extra.append(row["variant"])
@@ -520,11 +519,16 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     return {"output": output, "rows": rows}
 
 
+def _train_keys(config: BenchConfig, variants: list[Variant]) -> dict[str, dict]:
+    """Each variant's train options as they resolve (the bench's `train:` under the entry's), by label."""
+    return {variant.label: _train_config(config, Path("runs"), variant.train)[1] for variant in variants}
+
+
 def teacher_twins(config: BenchConfig, variants: list[Variant]) -> list[tuple[Variant, Variant]]:
     """(taught, plain) pairs: an entry trained with a teacher and an entry that is the same without it (the same
     method, calibration and distillation, and train options that resolve, the bench's `train:` under the entry's, to
     the same but for the teacher)."""
-    keys = {variant.label: _train_config(config, Path("runs"), variant.train)[1] for variant in variants}
+    keys = _train_keys(config, variants)
     pairs = []
     for taught in variants:
         if "teacher" not in keys[taught.label]:
@@ -539,7 +543,7 @@ def teacher_twins(config: BenchConfig, variants: list[Variant]) -> list[tuple[Va
 def distillation_twins(config: BenchConfig, variants: list[Variant]) -> list[tuple[Variant, Variant]]:
     """(distilled, plain) pairs: an entry whose transfer distils and an entry that is the same without distillation
     (the same method, calibration and resolved train options)."""
-    keys = {variant.label: _train_config(config, Path("runs"), variant.train)[1] for variant in variants}
+    keys = _train_keys(config, variants)
     return [(distilled, plain) for distilled in variants if (distilled.distill or {}).get("tokens")
             for plain in variants if plain is not distilled and not (plain.distill or {}).get("tokens")
             and plain.method == distilled.method and plain.calibration == distilled.calibration

@@ -172,11 +172,12 @@ def load_source(config: TransferConfig, text: TextSteps) -> Source:
 
     tokenizer = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
     vocabulary = Vocabulary(tokenizer)
-    checkpoint = streamed_checkpoint(config, text, load_config(config.source_model))
+    model_config = load_config(config.source_model)
+    checkpoint = streamed_checkpoint(config, text, model_config)
     if checkpoint is not None:
         return Source(tokenizer, vocabulary, checkpoint.model, checkpoint, checkpoint.read_matrices(len(vocabulary)),
                       checkpoint.dtype, checkpoint.stored_bytes())
-    check_memory(memory_needed(config, text, load_config(config.source_model)), text)
+    check_memory(memory_needed(config, text, model_config), text)
     model = load_model(config.source_model)
     refuse_non_finite(model, f"source model '{config.source_model}'", SOURCE_FIX)
     matrices = read_source_matrices(model, len(vocabulary), stored_dtype=True)
@@ -568,10 +569,9 @@ def memory_needed(config: TransferConfig, text: TextSteps, model_config) -> dict
     """About how many bytes of memory a transfer that loads the whole source model needs at its peak: the weights
     as stored (the model loads in the dtype it was saved in), the token matrices twice more (the source's copied out,
     the method's) and, where candidates are judged, a third time (the best one's, kept while the others are judged),
-    and for token distillation its
-    rows in float32 with their gradient and AdamW's two moments, plus the activations of one batch through the body
-    ({"weights", "tokens", "distillation", "total"}, the total with `LIBRARIES`). None where the source is not a
-    local folder of weight files (nothing to measure before downloading it)."""
+    and for token distillation its rows in float32 with their gradient and AdamW's two moments, plus the activations
+    of one batch through the body ({"weights", "tokens", "distillation", "total"}, the total with `LIBRARIES`). None
+    where the source is not a local folder of weight files (nothing to measure before downloading it)."""
     folder = Path(config.source_model)
     if not folder.is_dir():
         return None
@@ -579,11 +579,12 @@ def memory_needed(config: TransferConfig, text: TextSteps, model_config) -> dict
     if not files:
         return None
     weights = sum(path.stat().st_size for path in files)
-    hidden = getattr(model_config, "hidden_size", None) or getattr(model_config, "n_embd", None)
+    # transformers' attribute_map gives every config these names (GPT-2's n_embd and n_layer among them)
+    hidden = getattr(model_config, "hidden_size", None)
     vocab = getattr(model_config, "vocab_size", None)
     if not hidden or not vocab:
         return None
-    layers = getattr(model_config, "num_hidden_layers", None) or getattr(model_config, "n_layer", None) or 1
+    layers = getattr(model_config, "num_hidden_layers", None) or 1
     inner = getattr(model_config, "intermediate_size", None) or getattr(model_config, "n_inner", None) or 4 * hidden
     itemsize = 2 if str(getattr(model_config, "torch_dtype", "")).endswith(("float16", "bfloat16")) else 4
     heads = 1 if getattr(model_config, "tie_word_embeddings", True) else 2
