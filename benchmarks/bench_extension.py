@@ -8,10 +8,13 @@ training text (`langswap tokenizer --extend N --keep-text en.train.txt`), transf
 the new rows made; calibrated the same way). Each is a `langswap bench` run of its own (one target tokenizer per
 bench): embedding-only updates (batch 2 x 128), measured at `--steps` on 300 lines (the last 300 lines of the
 training split, held out of everything, with `--eval dev`; the first 300 test lines with `--eval test`) and on the
-first 300 lines of the English test split (read with each model's own tokenizer: what English keeps).
+first 300 lines of the English test split (read with each model's own tokenizer: what English keeps). With
+`--source-shares`, each extension method also trains with the `extension` recipe (new rows first), with that share
+of every batch English training text (`recipe.source_text`; 0: none), as rows of their own.
 
     python benchmarks/bench_extension.py --language de --sizes 5000 10000 20000 --steps 0 200
     python benchmarks/bench_extension.py --language sw --sizes 5000 10000 --steps 0 200 --eval test
+    python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --source-shares 0 0.5
 
 The work folder (default ~/.cache/langswap/bench-extension-LANG) is resumable; each bench's table and results are
 copied to benchmarks/results/extension-LANG-EVAL-TOKENIZER/.
@@ -41,6 +44,9 @@ def parse_args(argv=None):
                                                                   "German, 16,000 for Swahili).")
     parser.add_argument("--methods", nargs="+", default=["combined", "fvt"], help="Methods of the extensions.")
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 200])
+    parser.add_argument("--source-shares", type=float, nargs="*", default=[],
+                        help="Also train each extension method with the extension recipe and this share of every "
+                             "batch English (0: the recipe alone); rows of their own.")
     parser.add_argument("--eval", choices=("dev", "test"), default="dev")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
@@ -93,7 +99,11 @@ def main(argv=None) -> int:
             "eval_lines": 300, "source_text": str(splits / "en.test.txt"), "output": str(workdir / f"bench-{name}"),
             "steps": args.steps, "reference": name == next(iter(tokenizers)),
             # calibrated as a transfer with target text is (an empty section keeps the default)
-            "methods": [{"name": method, "calibration": {}} for method in methods],
+            "methods": [{"name": method, "calibration": {}} for method in methods] + [
+                {"name": method, "calibration": {}, "label": f"{method}, extension recipe + {share:.0%} English",
+                 "train": {"preset": "extension", "recipe": {
+                     **({"source_text": str(splits / "en.train.txt"), "source_share": share} if share else {})}}}
+                for method in methods for share in (args.source_shares if name.startswith("extend") else [])],
             "resources": {"dictionary": str(dictionary)},
             "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
                       "logging_steps": 10, "max_lines": 20000},

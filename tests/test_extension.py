@@ -11,7 +11,7 @@ import pytest
 
 from conftest import (SHARED_DATA, byte_level_tokenizer, cipher_word, english_lines, sentencepiece_tokenizer,
                       wordpiece_tokenizer)
-from langswap.errors import ConfigError, VocabularyError
+from langswap.errors import ConfigError, MissingResourceError, VocabularyError
 
 
 def unigram_tokenizer(lines: list[str], vocab_size: int = 400):
@@ -507,6 +507,70 @@ def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind
         assert not torch.equal(after_two[name][:kept], start[name][:kept]), name
     body = [name for name in start if name not in matrices]
     assert all(torch.equal(after_two[name], start[name]) for name in body)
+
+
+def test_source_language_text_in_the_batches_trains_the_new_tokens_down_where_that_language_is_read(
+        extended_pairs, texts, tmp_path):
+    """recipe.source_text: both texts are in every micro-batch, the source rows stay bitwise in phase 1, and the new
+    tokens take less of the probability on source-language text than after the same updates on target text alone."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from langswap.records import read_train_record
+    from langswap.training.run import TrainConfig, train
+
+    source_folder, target_folder, kept = extended_pairs["llama"]
+    _transfer(source_folder, target_folder, tmp_path / "transferred", method={"name": "fvt"})
+    target, source = tmp_path / "target.txt", tmp_path / "source.txt"
+    target.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    source.write_text("\n".join(texts["source"]) + "\n", encoding="utf-8")
+
+    def run(name, **recipe):
+        train(TrainConfig(model=str(tmp_path / "transferred"), train_text=str(target), output=str(tmp_path / name),
+                          preset="extension", recipe={"then": "none", **recipe}, steps=8, batch_size=4,
+                          sequence_length=32, save_steps=100, logging_steps=1, learning_rate=0.02, eval_text=None))
+        return read_train_record(tmp_path / name).training_data, tmp_path / name / "model"
+
+    alone, alone_model = run("alone")
+    mixed, mixed_model = run("mixed", source_text=str(source), source_share=0.5)
+    assert sorted(mixed) == ["source", "train"] and mixed["source"]["source"] == str(source)
+    start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
+    after = load_file(str(mixed_model / "model.safetensors"))
+    learned = "model.embed_tokens.weight"
+    assert torch.equal(after[learned][:kept], start[learned][:kept])
+    assert not torch.equal(after[learned][kept:kept + 40], start[learned][kept:kept + 40])
+
+    def new_token_mass(folder):
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder).eval()
+        masses = []
+        for line in texts["source_test"][:40]:
+            with torch.no_grad():
+                probabilities = model(**tokenizer(line, return_tensors="pt")).logits.softmax(-1)
+            masses.append(probabilities[0, :, kept:kept + 40].sum(-1))
+        return float(torch.cat(masses).mean())
+
+    assert new_token_mass(mixed_model) < new_token_mass(alone_model)
+
+
+def test_the_extension_recipe_refuses_a_source_share_outside_0_1_and_a_teacher_beside_source_text(
+        extended_pairs, texts, tmp_path):
+    from langswap.training.run import TrainConfig, train
+
+    source_folder, target_folder, _ = extended_pairs["gpt2"]
+    _transfer(source_folder, target_folder, tmp_path / "transferred", method={"name": "fvt"})
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    options = dict(model=str(tmp_path / "transferred"), train_text=str(text), output=str(tmp_path / "run"),
+                   preset="extension", steps=2, batch_size=4, sequence_length=32, eval_text=None)
+    with pytest.raises(ConfigError, match="recipe.source_share is 1.0; give a share between 0 and 1"):
+        train(TrainConfig(**options, recipe={"source_text": str(text), "source_share": 1.0}))
+    with pytest.raises(MissingResourceError, match="recipe.source_text .*missing.txt' does not exist"):
+        train(TrainConfig(**options, recipe={"source_text": str(tmp_path / "missing.txt")}))
+    with pytest.raises(ConfigError, match="several text streams"):
+        train(TrainConfig(**options, recipe={"source_text": str(text)}, teacher={"weight": 1.0}))
+    assert not (tmp_path / "run").exists()
 
 
 def test_the_extension_recipe_refuses_a_model_whose_vocabulary_was_not_extended(extended_pairs, texts, tmp_path):

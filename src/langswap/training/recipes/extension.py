@@ -8,7 +8,12 @@ zero and the source rows, and the padding rows after the new ones, stay bit for 
 body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or `none` (no phase 2).
 
 The rows come from the model folder's record (`langswap.json`, `vocabulary`); a folder whose vocabulary was not
-extended is refused. Resume, accelerate and torchrun work as for every recipe: the hook is registered on the model
+extended is refused.
+
+`source_text` (source-language text) mixes that text into every micro-batch at `source_share`, read by the extended
+tokenizer as the model reads it. Target text alone teaches the new rows only where they belong, and every update
+raises them; the source-language sequences are where they must stay unlikely, so their probability mass on the
+source language is trained down in phase 1 and the source rows are held to the source language in phase 2. Resume, accelerate and torchrun work as for every recipe: the hook is registered on the model
 each process loads, and under DDP the zeroed gradients are what is averaged. Sharding engines that flatten the
 parameters (FSDP, DeepSpeed ZeRO-3) would hand the hook a shard, so phase 1 refuses to run under them.
 """
@@ -20,9 +25,11 @@ from dataclasses import dataclass, field
 import torch
 
 from langswap.errors import ConfigError
+from langswap.training.data import Stream
 from langswap.training.phases import Phase, embedding_parameters, sharding_engine
 from langswap.training.recipes.base import Recipe, RecipeOptions, register_recipe
 from langswap.training.recipes.transinner import check_fraction
+from langswap.training.sources import check_source
 
 NEW_ROWS = "new-rows"
 
@@ -34,6 +41,12 @@ class ExtensionOptions(RecipeOptions):
     then: str = field(default="embeddings", metadata={
         "help": "What the rest of the steps train: embeddings (every row), full (the whole model) or none.",
         "choices": ("embeddings", "full", "none")})
+    source_text: str | None = field(default=None, metadata={
+        "help": "Source-language text (e.g. English, for an English model) mixed into every micro-batch, read by the "
+                "extended tokenizer; it trains the new tokens down where the source language is read, so that "
+                "language keeps more of what it had. Unset: target text only."})
+    source_share: float = field(default=0.25, metadata={
+        "help": "Share of every micro-batch that is source_text (when it is set)."})
 
 
 def extended_rows(folder: str) -> tuple[int, int]:
@@ -58,7 +71,18 @@ class Extension(Recipe):
         check_fraction(self.options, "new_rows_fraction")
         if self.options.then not in ("embeddings", "full", "none"):
             raise ConfigError(f"recipe.then is {self.options.then!r}; choose embeddings, full or none.")
+        if self.options.source_text:
+            check_source(self.options.source_text, "recipe.source_text")
+            if not 0 < self.options.source_share < 1:
+                raise ConfigError(f"recipe.source_share is {self.options.source_share}; give a share between 0 and 1 "
+                                  "(0.25: a quarter of every micro-batch is source_text).")
         extended_rows(self.config.model)
+
+    def streams(self) -> list[Stream]:
+        if not self.options.source_text:
+            return super().streams()
+        return [Stream("train", self.config.train_text, 1 - self.options.source_share),
+                Stream("source", self.options.source_text, self.options.source_share)]
 
     def phases(self, objective: str, done: list[int] = ()) -> list[Phase]:
         peak, steps = self.peak(objective), self.config.steps
