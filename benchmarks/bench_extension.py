@@ -100,7 +100,7 @@ def main(argv=None) -> int:
             "steps": args.steps, "reference": name == next(iter(tokenizers)),
             # calibrated as a transfer with target text is (an empty section keeps the default)
             "methods": [{"name": method, "calibration": {}} for method in methods] + [
-                {"name": method, "calibration": {}, "label": f"{method}, extension recipe + {share:.0%} English",
+                {"name": method, "calibration": {}, "label": f"{method}, extension recipe" + (f" + {share:.0%} English" if share else ""),
                  "train": {"preset": "extension", "recipe": {
                      **({"source_text": str(splits / "en.train.txt"), "source_share": share} if share else {})}}}
                 for method in methods for share in (args.source_shares if name.startswith("extend") else [])],
