@@ -19,6 +19,7 @@ And how well one direction of the head's input tells the two languages apart, po
 shrunk linear discriminant of 100 lines of each, scored on 40 other lines of each.
 
     python benchmarks/bench_extension_rows.py --language de --size 10000
+    python benchmarks/bench_extension_rows.py --language de --size 10000 --rules calibrated --direction 1 2
 
 Figures print; the work folder (default ~/.cache/langswap/bench-extension-rows-LANG-SIZE) keeps the tokenizer and
 the transfer.
@@ -45,6 +46,9 @@ def parse_args(argv=None):
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--size", type=int, default=10000)
     parser.add_argument("--rules", nargs="+", choices=RULES, default=RULES)
+    parser.add_argument("--direction", type=float, nargs="*", default=[],
+                        help="Also: calibrated rows moved by these amounts along the discriminant direction (a logit "
+                             "change of +amount at the target text's mean head input, -amount at English's).")
     parser.add_argument("--workdir", type=Path, default=None)
     return parser.parse_args(argv)
 
@@ -94,7 +98,8 @@ def head_inputs(model, tokenizer, lines: list[str], max_length: int = 128):
 
 
 def separation(model, tokenizer, lines: dict) -> dict:
-    """Accuracy of the shrunk linear discriminant between target and English head inputs on held-out positions."""
+    """Accuracy of the shrunk linear discriminant between target and English head inputs on held-out positions, and
+    that direction, scaled so that it separates the two texts' means by 2."""
     import torch
 
     fit = {name: head_inputs(model, tokenizer, lines[name][:100]) for name in ("target", "english")}
@@ -107,8 +112,10 @@ def separation(model, tokenizer, lines: dict) -> dict:
     middle = float(direction @ (means["target"] + means["english"])) / 2
     correct = {name: float(((states @ direction - middle > 0) == (name == "target")).float().mean())
                for name, states in test.items()}
-    return {"positions_fitted": {name: len(states) for name, states in fit.items()},
-            "accuracy_held_out": round((correct["target"] + correct["english"]) / 2, 3), "per_language": correct}
+    half = float(direction @ (means["target"] - means["english"])) / 2
+    report = {"positions_fitted": {name: len(states) for name, states in fit.items()},
+              "accuracy_held_out": round((correct["target"] + correct["english"]) / 2, 3), "per_language": correct}
+    return report, direction / half  # the logit of a row moved by it changes by +1 at the German mean, -1 at English
 
 
 def main(argv=None) -> int:
@@ -189,8 +196,22 @@ def main(argv=None) -> int:
         print(f"{rule:20s} target {results[rule]['target_dev']:.4f}  English {results[rule]['english_dev']:.4f}  "
               f"({time.time() - began:.0f} s)", flush=True)
     place(np.zeros(size), None)
-    results["separation"] = separation(model, tokenizer, lines)
+    results["separation"], direction = separation(model, tokenizer, lines)
     print("target/English positions told apart by one direction:", results["separation"], flush=True)
+    for amount in args.direction:
+        # calibrated rows, then every new row moved by `amount` along the discriminant, and back to its calibrated
+        # mean logit on target text along h_t
+        place(plans["calibrated"][0], None)
+        with torch.no_grad():
+            aim = (rows.detach() @ hidden["target"]).clone()
+            rows[torch.from_numpy(new)] += amount * direction
+            back = (aim - rows.detach() @ hidden["target"]) * torch.from_numpy(new).float()
+            rows += back[:, None] * (hidden["target"] / hidden["target"].dot(hidden["target"]))[None, :]
+        rule = f"calibrated+direction {amount:g}"
+        results[rule] = {name: causal_lm_score(model, tokenizer, lines[name][:300]).bits_per_byte
+                         for name in ("target_dev", "english_dev")}
+        print(f"{rule:20s} target {results[rule]['target_dev']:.4f}  English {results[rule]['english_dev']:.4f}",
+              flush=True)
     print("| rows | target bits per byte | English bits per byte |\n|---|---|---|")
     for label, figures in results.items():
         if "target_dev" in figures:
