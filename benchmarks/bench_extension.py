@@ -53,6 +53,13 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def recipe_entry(method: str, share: float, english: Path) -> dict:
+    """A bench entry of `method` trained with the extension recipe, `share` of every batch `english` (0: none)."""
+    recipe = {"source_text": str(english), "source_share": share} if share else {}
+    return {"name": method, "calibration": {}, "label": f"{method}, extension recipe" + (
+        f" + {share:.0%} English" if share else ""), "train": {"preset": "extension", "recipe": recipe}}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     language, splits = args.language, args.data / "splits"
@@ -100,9 +107,7 @@ def main(argv=None) -> int:
             "steps": args.steps, "reference": name == next(iter(tokenizers)),
             # calibrated as a transfer with target text is (an empty section keeps the default)
             "methods": [{"name": method, "calibration": {}} for method in methods] + [
-                {"name": method, "calibration": {}, "label": f"{method}, extension recipe" + (f" + {share:.0%} English" if share else ""),
-                 "train": {"preset": "extension", "recipe": {
-                     **({"source_text": str(splits / "en.train.txt"), "source_share": share} if share else {})}}}
+                recipe_entry(method, share, splits / "en.train.txt")
                 for method in methods for share in (args.source_shares if name.startswith("extend") else [])],
             "resources": {"dictionary": str(dictionary)},
             "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,

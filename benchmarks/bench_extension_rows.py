@@ -53,8 +53,8 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def prepare(args, workdir: Path) -> tuple[Path, dict]:
-    """The extended tokenizer, the uncalibrated `fvt` transfer and the texts' lines."""
+def prepare(args, workdir: Path) -> tuple[Path, Path, dict]:
+    """(the source model folder, the uncalibrated `fvt` transfer into the extended tokenizer, the texts' lines)."""
     from langswap.demo.smollm2 import smollm2_135m
     from langswap.files import atomic_directory
     from langswap.models import load_tokenizer, save_tokenizer
@@ -97,7 +97,7 @@ def head_inputs(model, tokenizer, lines: list[str], max_length: int = 128):
     return torch.cat(states)
 
 
-def separation(model, tokenizer, lines: dict) -> dict:
+def separation(model, tokenizer, lines: dict) -> tuple[dict, "torch.Tensor"]:
     """Accuracy of the shrunk linear discriminant between target and English head inputs on held-out positions, and
     that direction, scaled so that it separates the two texts' means by 2."""
     import torch
@@ -138,8 +138,13 @@ def main(argv=None) -> int:
     results = {}
     source_tokenizer = AutoTokenizer.from_pretrained(source_folder)
     source = AutoModelForCausalLM.from_pretrained(source_folder, dtype=torch.float32).eval()
-    results["source model"] = {name: causal_lm_score(source, source_tokenizer, lines[name][:300]).bits_per_byte
-                               for name in ("target_dev", "english_dev")}
+
+    def measure(model, tokenizer) -> dict:
+        """Bits per byte on the first 300 development lines of each language."""
+        return {name: causal_lm_score(model, tokenizer, lines[name][:300]).bits_per_byte
+                for name in ("target_dev", "english_dev")}
+
+    results["source model"] = measure(source, source_tokenizer)
     del source
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
@@ -156,13 +161,14 @@ def main(argv=None) -> int:
     counts = {name: token_counts(tokenizer, lines[name][:20000], size) for name in hidden}
     logf = {name: np.log((count + 0.5) / (count + 0.5).sum()) for name, count in counts.items()}
     logits = {name: (start @ state).numpy() for name, state in hidden.items()}
+    english_rows = kept & (counts["english"] >= 3)
     offsets = {"new": float((logits["target"] - logf["target"])[new].mean()),
                "kept": float((logits["target"] - logf["target"])[kept & (counts["target"] >= 3)].mean()),
-               "english": float((logits["english"] - logf["english"])[kept & (counts["english"] >= 3)].mean())}
+               "english": float((logits["english"] - logf["english"])[english_rows].mean())}
     cosine = float(hidden["target"] @ hidden["english"] / hidden["target"].norm() / hidden["english"].norm())
     print(f"cos(h_t, h_e) {cosine:.3f}; offsets {offsets}; new rows' mean logit on English text "
-          f"{logits['english'][new].mean():.2f}, of source rows English uses {logits['english'][kept & (counts['english'] >= 3)].mean():.2f}",
-          flush=True)
+          f"{logits['english'][new].mean():.2f}, of source rows English uses "
+          f"{logits['english'][english_rows].mean():.2f}", flush=True)
 
     def target_move(offset: float) -> np.ndarray:
         move = np.where(new, logf["target"] + offset - logits["target"], 0.0)
@@ -189,8 +195,7 @@ def main(argv=None) -> int:
     for rule in args.rules:
         began = time.time()
         place(*plans[rule])
-        results[rule] = {name: causal_lm_score(model, tokenizer, lines[name][:300]).bits_per_byte
-                         for name in ("target_dev", "english_dev")}
+        results[rule] = measure(model, tokenizer)
         results[rule]["new_rows_mean_logit"] = {name: round(float((rows.detach() @ state).numpy()[new].mean()), 2)
                                                 for name, state in hidden.items()}
         print(f"{rule:20s} target {results[rule]['target_dev']:.4f}  English {results[rule]['english_dev']:.4f}  "
@@ -208,8 +213,7 @@ def main(argv=None) -> int:
             back = (aim - rows.detach() @ hidden["target"]) * torch.from_numpy(new).float()
             rows += back[:, None] * (hidden["target"] / hidden["target"].dot(hidden["target"]))[None, :]
         rule = f"calibrated+direction {amount:g}"
-        results[rule] = {name: causal_lm_score(model, tokenizer, lines[name][:300]).bits_per_byte
-                         for name in ("target_dev", "english_dev")}
+        results[rule] = measure(model, tokenizer)
         print(f"{rule:20s} target {results[rule]['target_dev']:.4f}  English {results[rule]['english_dev']:.4f}",
               flush=True)
     print("| rows | target bits per byte | English bits per byte |\n|---|---|---|")

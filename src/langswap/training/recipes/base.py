@@ -38,6 +38,7 @@ from langswap.errors import ConfigError
 from langswap.registry import Registry
 from langswap.training.data import Stream
 from langswap.training.phases import PEAK_LEARNING_RATE, Phase, embedding_parameters, warmup_for
+from langswap.training.sources import check_source
 
 
 
@@ -58,6 +59,14 @@ class RunConfig(Protocol):
     adam_epsilon: float
     logging_steps: int
     seed: int
+
+
+def check_source_stream(options) -> None:
+    """A recipe's second stream of source-language text: `recipe.source_text` there to read (`sources.check_source`)
+    and `recipe.source_share` a share of every micro-batch strictly between 0 and 1."""
+    check_source(options.source_text, "recipe.source_text")
+    if not 0 < options.source_share < 1:
+        raise ConfigError(f"recipe.source_share is {options.source_share}; give a share between 0 and 1.")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,9 +13,11 @@ extended is refused.
 `source_text` (source-language text) mixes that text into every micro-batch at `source_share`, read by the extended
 tokenizer as the model reads it. Target text alone teaches the new rows only where they belong, and every update
 raises them; the source-language sequences are where they must stay unlikely, so their probability mass on the
-source language is trained down in phase 1 and the source rows are held to the source language in phase 2. Resume, accelerate and torchrun work as for every recipe: the hook is registered on the model
-each process loads, and under DDP the zeroed gradients are what is averaged. Sharding engines that flatten the
-parameters (FSDP, DeepSpeed ZeRO-3) would hand the hook a shard, so phase 1 refuses to run under them.
+source language is trained down in phase 1 and the source rows are held to the source language in phase 2.
+
+Resume, accelerate and torchrun work as for every recipe: the hook is registered on the model each process loads,
+and under DDP the zeroed gradients are what is averaged. Sharding engines that flatten the parameters (FSDP,
+DeepSpeed ZeRO-3) would hand the hook a shard, so phase 1 refuses to run under them.
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ import torch
 from langswap.errors import ConfigError
 from langswap.training.data import Stream
 from langswap.training.phases import Phase, embedding_parameters, sharding_engine
-from langswap.training.recipes.base import Recipe, RecipeOptions, register_recipe
+from langswap.training.recipes.base import Recipe, RecipeOptions, check_source_stream, register_recipe
 from langswap.training.recipes.transinner import check_fraction
-from langswap.training.sources import check_source
 
 NEW_ROWS = "new-rows"
 
@@ -72,10 +73,7 @@ class Extension(Recipe):
         if self.options.then not in ("embeddings", "full", "none"):
             raise ConfigError(f"recipe.then is {self.options.then!r}; choose embeddings, full or none.")
         if self.options.source_text:
-            check_source(self.options.source_text, "recipe.source_text")
-            if not 0 < self.options.source_share < 1:
-                raise ConfigError(f"recipe.source_share is {self.options.source_share}; give a share between 0 and 1 "
-                                  "(0.25: a quarter of every micro-batch is source_text).")
+            check_source_stream(self.options)
         extended_rows(self.config.model)
 
     def streams(self) -> list[Stream]:

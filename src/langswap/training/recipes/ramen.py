@@ -21,9 +21,8 @@ from pathlib import Path
 
 from langswap.errors import ConfigError
 from langswap.training.data import Stream
-from langswap.training.sources import check_source
 from langswap.training.phases import SCHEDULES, Phase, register_schedule
-from langswap.training.recipes.base import Recipe, RecipeOptions, register_recipe
+from langswap.training.recipes.base import Recipe, RecipeOptions, check_source_stream, register_recipe
 
 RAMEN_PEAK = 1e-4
 SOURCE_FOLDER = "source-model"
@@ -73,9 +72,7 @@ class Ramen(Recipe):
                 raise ConfigError(f"recipe.{name} is not set: the bilingual recipe trains on source-language text "
                                   "with the source model's token tables (--set recipe.source_model=MODEL --set "
                                   "recipe.source_text=en.txt).")
-        check_source(options.source_text, "recipe.source_text")
-        if not 0 < options.source_share < 1:
-            raise ConfigError(f"recipe.source_share is {options.source_share}; give a share between 0 and 1.")
+        check_source_stream(options)
         if options.warmup_updates < 0 or not 0 < options.start_rate:
             raise ConfigError("recipe.warmup_updates must be 0 or more and recipe.start_rate positive.")
         if options.lookahead_k < 1 or not 0 < options.lookahead_alpha <= 1:
