@@ -10,11 +10,14 @@ bench): embedding-only updates (batch 2 x 128), measured at `--steps` on 300 lin
 training split, held out of everything, with `--eval dev`; the first 300 test lines with `--eval test`) and on the
 first 300 lines of the English test split (read with each model's own tokenizer: what English keeps). With
 `--source-shares`, each extension method also trains with the `extension` recipe (new rows first), with that share
-of every batch English training text (`recipe.source_text`; 0: none), as rows of their own.
+of every batch English training text (`recipe.source_text`; 0: none), as rows of their own. With `--separate`, each
+extension method also has its new rows kept off English at transfer time (`calibration.source_text`: the first lines
+of the English training split), a row of its own.
 
     python benchmarks/bench_extension.py --language de --sizes 5000 10000 20000 --steps 0 200
     python benchmarks/bench_extension.py --language sw --sizes 5000 10000 --steps 0 200 --eval test
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --source-shares 0 0.5
+    python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --separate --steps 0
 
 The work folder (default ~/.cache/langswap/bench-extension-LANG) is resumable; each bench's table and results are
 copied to benchmarks/results/extension-LANG-EVAL-TOKENIZER/.
@@ -47,6 +50,9 @@ def parse_args(argv=None):
     parser.add_argument("--source-shares", type=float, nargs="*", default=[],
                         help="Also train each extension method with the extension recipe and this share of every "
                              "batch English (0: the recipe alone); rows of their own.")
+    parser.add_argument("--separate", action="store_true",
+                        help="Also each extension method with its new rows kept off English at transfer time "
+                             "(calibration.source_text: the English training split); rows of their own.")
     parser.add_argument("--eval", choices=("dev", "test"), default="dev")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
@@ -108,7 +114,10 @@ def main(argv=None) -> int:
             # calibrated as a transfer with target text is (an empty section keeps the default)
             "methods": [{"name": method, "calibration": {}} for method in methods] + [
                 recipe_entry(method, share, splits / "en.train.txt")
-                for method in methods for share in (args.source_shares if name.startswith("extend") else [])],
+                for method in methods for share in (args.source_shares if name.startswith("extend") else [])] + [
+                {"name": method, "calibration": {"source_text": str(splits / "en.train.txt")},
+                 "label": f"{method}, kept off English"}
+                for method in (methods if args.separate and name.startswith("extend") else [])],
             "resources": {"dictionary": str(dictionary)},
             "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
                       "logging_steps": 10, "max_lines": 20000},

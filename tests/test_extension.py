@@ -660,3 +660,88 @@ def test_evaluate_reads_source_language_text_too_and_an_extension_keeps_it_bette
     assert extended["source_language_modeling"]["bits_per_byte"] < 1.1 * source_bits
     assert replaced["source_language_modeling"]["bits_per_byte"] > extended["source_language_modeling"]["bits_per_byte"]
     assert 0 < extended["language_modeling"]["tokens_per_byte"] < 1
+
+
+def test_the_discriminant_parts_two_clouds_by_two_and_points_across_their_noise():
+    """Two clouds that differ along axis 0 and are noisiest along axis 1 (which both share): the discriminant parts
+    their means by exactly 2 and points along axis 0, where the shared noise is weakest."""
+    import torch
+
+    from langswap.calibrate import discriminant, held_out_accuracy
+
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.tensor([0.3, 3.0, 0.3, 0.3])
+    shared = torch.tensor([0.0, 1.0, 0.0, 0.0])
+    target = torch.randn(2000, 4, generator=generator) * noise + torch.tensor([1.0, 0, 0, 0]) + shared
+    source = torch.randn(2000, 4, generator=generator) * noise + shared
+    direction = discriminant(target, source)
+    assert float(direction @ (target.mean(0) - source.mean(0))) == pytest.approx(2.0, abs=1e-4)
+    assert abs(float(direction[0])) > 10 * abs(float(direction[1]))
+    assert held_out_accuracy(target, source) > 0.9
+
+
+def _separation_transfer(source_folder, target_folder, text, source_text, output, **calibration):
+    calibration = {"strength": 0, "hidden_lines": 60, **calibration}
+    return _transfer(source_folder, target_folder, output, method={"name": "fvt"}, target_text=str(text),
+                     held_out_lines=30, calibration={"source_text": str(source_text), **calibration} if source_text else calibration)
+
+
+def test_source_language_text_moves_an_extensions_new_rows_by_one_vector_that_keeps_their_target_mean_logit(
+        extended_pairs, texts, tmp_path):
+    """calibration.source_text with separation 1: every new head row gets the same vector, orthogonal to the target
+    text's mean head input (so the rows' mean logit on target text stays), the source rows stay bitwise; the
+    record and the card say so. Unset, the amount is the best of 0, 0.5, 1 and 2 on both texts' check lines."""
+    import torch
+
+    from langswap.calibrate import mean_head_input
+    from langswap.models import load_model, load_tokenizer
+    from langswap.records import read_model_record
+
+    source_folder, target_folder, kept = extended_pairs["llama"]
+    text, source_text = tmp_path / "xx.txt", tmp_path / "en.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    source_text.write_text("\n".join(texts["source"]) + "\n", encoding="utf-8")
+    _separation_transfer(source_folder, target_folder, text, None, tmp_path / "plain")
+    _separation_transfer(source_folder, target_folder, text, source_text, tmp_path / "moved", separation=1.0)
+    plain, moved = load_model(tmp_path / "plain"), load_model(tmp_path / "moved")
+    source = load_model(source_folder)
+    head = {name: model.get_output_embeddings().weight.detach() for name, model in
+            (("plain", plain), ("moved", moved), ("source", source))}
+    assert torch.equal(head["moved"][:kept], head["source"])
+    assert torch.equal(moved.get_input_embeddings().weight, plain.get_input_embeddings().weight)
+    shifts = head["moved"][kept:kept + 40] - head["plain"][kept:kept + 40]
+    assert float(shifts[0].norm()) > 0
+    torch.testing.assert_close(shifts, shifts[0].expand_as(shifts), rtol=0, atol=1e-5)
+    hidden = mean_head_input(plain, load_tokenizer(tmp_path / "plain"), texts["target"][:60], 128)
+    assert abs(float(shifts[0] @ hidden)) < 1e-4 * float(shifts[0].norm() * hidden.norm())
+    record = read_model_record(tmp_path / "moved")
+    assert record.separation["amount"] == 1.0 and record.separation["rows"] == 40
+    assert sorted(record.separation["losses"]) == ["0", "1"]
+    assert "Kept off the source language: the new rows moved 1.0" in (tmp_path / "moved" / "README.md").read_text()
+    assert read_model_record(tmp_path / "plain").separation is None
+
+    _separation_transfer(source_folder, target_folder, text, source_text, tmp_path / "chosen")
+    chosen = read_model_record(tmp_path / "chosen").separation
+    losses = chosen["losses"]
+    assert sorted(losses) == ["0", "0.5", "1", "2"]
+    ranked = {amount: sum(loss[name] / losses["0"][name] for name in loss) for amount, loss in losses.items()}
+    assert ranked[f"{chosen['amount']:g}"] <= min(ranked.values()) + 1e-3
+
+
+def test_source_language_text_is_refused_for_a_replacement_a_masked_lm_a_missing_file_and_a_negative_amount(
+        extended_pairs, texts, tmp_path):
+    source_folder, target_folder, kept = extended_pairs["llama"]
+    text, source_text = tmp_path / "xx.txt", tmp_path / "en.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    source_text.write_text("\n".join(texts["source"]) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="replaces the vocabulary"):
+        _transfer(source_folder, target_folder, tmp_path / "a", method={"name": "fvt"}, target_text=str(text),
+                  vocabulary="replace", calibration={"source_text": str(source_text)})
+    bert_source, bert_target, _ = extended_pairs["bert"]
+    with pytest.raises(ConfigError, match="causal LMs"):
+        _separation_transfer(bert_source, bert_target, text, source_text, tmp_path / "b")
+    with pytest.raises(MissingResourceError, match="calibration.source_text"):
+        _separation_transfer(source_folder, target_folder, text, tmp_path / "missing.txt", tmp_path / "c")
+    with pytest.raises(ConfigError, match="calibration.separation is -1"):
+        _separation_transfer(source_folder, target_folder, text, source_text, tmp_path / "d", separation=-1.0)
+    assert not any((tmp_path / name).exists() for name in "abcd")

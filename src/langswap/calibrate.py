@@ -87,6 +87,15 @@ class CalibrationConfig:
     check_lines: int = field(default=100, metadata={
         "help": "Lines of the text, kept out of the counts, on which the calibrated model must predict better than "
                 "before; otherwise the rows are put back (0: no check)."})
+    source_text: str | None = field(default=None, metadata={
+        "help": "Source-language text, for a transfer into an extended vocabulary: the new rows then also move along "
+                "the direction of the head's input that best tells target-language positions from source-language "
+                "ones (`separate`), their mean logit on target text kept, so that they take less of the source "
+                "language's probability. Off unless set; a causal LM only."})
+    separation: float | None = field(default=None, metadata={
+        "help": "How far the new rows move along that direction (the direction is scaled to part the two texts' "
+                "mean head inputs by 2 logits); unset: chosen among 0, 0.5, 1 and 2 on the check lines of both "
+                "texts, as the lowest sum of the two mean token losses each relative to no move."})
 
     def __post_init__(self):
         if self.strength is not None and not 0 <= self.strength <= 1:
@@ -106,6 +115,9 @@ class CalibrationConfig:
         if self.frequencies == "held-out" and self.smoothing is not None:
             raise ConfigError("calibration.smoothing is add-k's pseudo-count; with frequencies: held-out leave it "
                               "unset.")
+        if self.separation is not None and not (self.separation >= 0 and math.isfinite(self.separation)):
+            raise ConfigError(f"calibration.separation is {self.separation}; give a finite amount of at least 0 (0: no "
+                              "move), or leave it unset to have it chosen on the check lines.")
         if self.rounds < 1 or self.lines < 1 or self.hidden_lines < 1 or self.max_length < 2 or self.check_lines < 0:
             raise ConfigError("calibration.rounds, lines and hidden_lines must be at least 1, max_length at least 2, "
                               "check_lines at least 0.")
@@ -294,30 +306,29 @@ class _HeadReached(Exception):
 
 
 @torch.no_grad()
-def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_tokens: int = 4096,
-                    progress: bool = False) -> torch.Tensor:
-    """(d,) float32 mean of the hidden states the output head reads, over every position of `lines` (each read up to
-    `max_length` tokens, with the tokenizer's special tokens). Lines are read in batches of about `batch_tokens`
-    tokens, right-padded (a causal model's real positions never see the padding); the forward stops where the head
-    would start."""
+def read_head_inputs(model, tokenizer, lines: list[str], max_length: int, take, batch_tokens: int = 4096,
+                     progress: bool = False, label: str = "calibration") -> None:
+    """Call `take((positions, d) float32 tensor)` with the hidden states the output head reads at every position of
+    `lines` (each read up to `max_length` tokens, with the tokenizer's special tokens), a batch of about
+    `batch_tokens` tokens at a time, right-padded (a causal model's real positions never see the padding); the
+    forward stops where the head would start."""
     from langswap.batching import length_batches, right_pad
 
     head = model.get_output_embeddings()
-    total, count, mask = None, 0, None
+    mask = None
 
     def record(module, args):
-        nonlocal total, count
-        hidden = args[0].detach().to(torch.float32)[mask.to(args[0].device)]
-        total = hidden.sum(dim=0) if total is None else total + hidden.sum(dim=0)
-        count += hidden.shape[0]
+        take(args[0].detach().to(torch.float32)[mask.to(args[0].device)])
         raise _HeadReached
 
     encoded = [ids for ids in tokenizer(lines, truncation=True, max_length=max_length)["input_ids"] if ids]
     encoded.sort(key=len)
+    if not encoded:
+        raise ConfigError(f"{label} text gave no tokens to read; give text in the language it is for.")
     handle = head.register_forward_pre_hook(record)
     was_training = model.training
     model.eval()
-    bar = progress_bar(progress, len(encoded), "calibration", "line")
+    bar = progress_bar(progress, len(encoded), label, "line")
     try:
         device = next(model.parameters()).device
         for start, stop in length_batches([len(ids) for ids in encoded], batch_tokens):
@@ -334,9 +345,28 @@ def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_t
             bar.close()
         handle.remove()
         model.train(was_training)
-    if not count:
-        raise ConfigError("calibration text gave no tokens to read; give target-language text.")
-    return total / count
+
+
+def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_tokens: int = 4096,
+                    progress: bool = False) -> torch.Tensor:
+    """(d,) float32 mean of the hidden states the output head reads, over every position of `lines`
+    (`read_head_inputs`)."""
+    sums = []
+
+    def take(hidden):
+        sums.append((hidden.sum(dim=0), hidden.shape[0]))
+
+    read_head_inputs(model, tokenizer, lines, max_length, take, batch_tokens, progress)
+    return sum(total for total, _ in sums) / sum(count for _, count in sums)
+
+
+def head_input_states(model, tokenizer, lines: list[str], max_length: int, progress: bool = False,
+                      label: str = "calibration") -> torch.Tensor:
+    """(positions, d) float32 hidden states the output head reads at every position of `lines`, on the CPU."""
+    states = []
+    read_head_inputs(model, tokenizer, lines, max_length, lambda hidden: states.append(hidden.cpu()),
+                     progress=progress, label=label)
+    return torch.cat(states)
 
 
 def mean_token_loss(model, tokenizer, lines: list[str], max_length: int, progress: bool = False) -> float:
@@ -455,3 +485,112 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
                 f"{report['rows']:,}", ", ".join(str(r["mean_abs_distance"]) for r in rounds),
                 f"; held-out token loss {before:.4f} -> {after:.4f}" if held else "")
     return report
+
+
+SEPARATIONS = (0.0, 0.5, 1.0, 2.0)  # amounts `separate` chooses among on the check lines
+SHRINKAGE = 0.1  # of the covariance's mean variance, added to its diagonal
+
+
+def discriminant(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """(d,) the shrunk linear discriminant between two sets of head inputs ((positions, d) each): the within-class
+    covariance (its diagonal raised by `SHRINKAGE` of its mean variance) solved against the difference of the two
+    means, scaled so that it parts the means by 2 (w . m_target - w . m_source = 2)."""
+    means = target.mean(0), source.mean(0)
+    centred = torch.cat([target - means[0], source - means[1]]).double()
+    covariance = centred.T @ centred / len(centred)
+    covariance += SHRINKAGE * covariance.diagonal().mean() * torch.eye(len(covariance), dtype=torch.float64)
+    gap = (means[0] - means[1]).double()
+    direction = torch.linalg.solve(covariance, gap)
+    return (2 * direction / direction.dot(gap)).float()
+
+
+def separation_accuracy(direction: torch.Tensor, target: torch.Tensor, source: torch.Tensor) -> float:
+    """Share of positions (the mean of the two texts' shares) on the right side of the midpoint between the two
+    texts' mean projections on `direction`."""
+    middle = float(direction @ (target.mean(0) + source.mean(0))) / 2
+    right = float((target @ direction > middle).float().mean()), float((source @ direction <= middle).float().mean())
+    return sum(right) / 2
+
+
+def held_out_accuracy(target: torch.Tensor, source: torch.Tensor, share: float = 0.2) -> float:
+    """`separation_accuracy` on a random `share` of each set's positions (seed 0) of the discriminant of the rest."""
+    generator = torch.Generator().manual_seed(0)
+    parts = []
+    for states in (target, source):
+        order = torch.randperm(len(states), generator=generator)
+        held = max(1, int(len(states) * share))
+        parts.append((states[order[held:]], states[order[:held]]))
+    return separation_accuracy(discriminant(parts[0][0], parts[1][0]), parts[0][1], parts[1][1])
+
+
+@torch.no_grad()
+def separate(model, tokenizer, target_lines: list[str], source_lines: list[str], config: CalibrationConfig,
+             moved: np.ndarray, progress: bool = False) -> dict:
+    """Move the output rows `moved` of an extended model along the direction of the head's input that tells target
+    positions from source-language ones (`discriminant` of the first `hidden_lines` lines of each text less its
+    check lines), projected off the target text's mean head input h_t so that each row's mean logit on target text
+    stays as it is: every moved row gets the same vector `a (w - (w . h_t) h_t / |h_t|^2)`. `a` is
+    `config.separation`, or, unset, the one of `SEPARATIONS` with the lowest sum of the mean token losses on the two
+    texts' check lines, each relative to its loss at 0. Returns a report (the amount, the losses per amount, the
+    held-out accuracy of the direction, "held_out_loss": the target check loss as left)."""
+    from langswap.models import is_tied
+
+    if not calibratable(model):
+        raise ConfigError("calibration.source_text is for causal LMs; leave it unset for this model.")
+    tied = is_tied(model)
+    if tied and config.tied_head == "skip":
+        return {"rows": 0, "skipped": "the head is tied (calibration.tied_head: skip)"}
+    if tied and config.tied_head == "untie":
+        untie_head(model)
+    target_fit, target_check = split_check_lines(target_lines, config)
+    source_fit, source_check = split_check_lines(source_lines, config)
+    checked = bool(target_check) and bool(source_check)
+    if config.separation is None and not checked:
+        return {"rows": 0, "skipped": "no check lines to choose the amount on (each text needs at least twice "
+                                      "calibration.check_lines lines); set calibration.separation"}
+    states = {name: head_input_states(model, tokenizer, lines[:config.hidden_lines], config.max_length, progress,
+                                      label=f"{name} head inputs")
+              for name, lines in (("target", target_fit), ("source", source_fit))}
+    direction = discriminant(states["target"], states["source"])
+    accuracy = held_out_accuracy(states["target"], states["source"])
+    hidden = states["target"].mean(0)
+    step = direction - direction.dot(hidden) / hidden.dot(hidden) * hidden
+    weight = model.get_output_embeddings().weight
+    rows = torch.from_numpy(np.flatnonzero(np.asarray(moved, dtype=bool)[:weight.shape[0]]))
+    start = weight[rows.to(weight.device)].detach().clone()
+    before_inputs = model.get_input_embeddings().weight.detach().clone() if is_tied(model) else None
+    step = step.to(weight.device)
+
+    def place(amount: float) -> None:
+        weight[rows.to(weight.device)] = (start.to(torch.float32) + amount * step).to(weight.dtype)
+
+    amounts = [config.separation] if config.separation is not None else list(SEPARATIONS)
+    losses = {}
+    if checked:
+        for amount in amounts if 0.0 in amounts else [0.0, *amounts]:
+            place(amount)
+            losses[amount] = {name: mean_token_loss(model, tokenizer, lines, config.max_length, progress)
+                              for name, lines in (("target", target_check), ("source", source_check))}
+        base = losses[0.0]
+        ranked = {amount: sum(loss[name] / base[name] for name in base) for amount, loss in losses.items()}
+        chosen = config.separation if config.separation is not None else min(amounts, key=lambda a: ranked[a])
+    else:
+        chosen = config.separation
+    place(chosen)
+    report = {"rows": int(len(rows)) if chosen else 0, "amount": chosen,
+              "chosen": "set (calibration.separation)" if config.separation is not None else
+              f"on {len(target_check)} target and {len(source_check)} source-language check lines",
+              "positions": {name: len(value) for name, value in states.items()},
+              "direction_accuracy_held_out": round(accuracy, 3),
+              "losses": {f"{amount:g}": {name: round(value, 4) for name, value in loss.items()}
+                         for amount, loss in losses.items()}}
+    if before_inputs is not None:
+        report["input_rows"] = input_row_moves(before_inputs, model.get_input_embeddings().weight,
+                                               np.isin(np.arange(len(before_inputs)), rows.numpy()))
+    if checked:
+        report["held_out_loss"] = losses[chosen]["target"]
+    logger.info("new rows moved %g along the direction that tells target from source-language positions (held-out "
+                "accuracy %.3f)%s", chosen, accuracy, "; check losses (target, source) " + ", ".join(
+                    f"{a:g}: {v['target']:.4f} {v['source']:.4f}" for a, v in losses.items()) if losses else "")
+    return report
+

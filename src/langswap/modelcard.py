@@ -361,6 +361,9 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
         calibration = _calibration_line(getattr(record, "calibration", None))
         if calibration:
             lines.append(f"- Frequency calibration: {calibration}")
+        separation = _separation_line(getattr(record, "separation", None))
+        if separation:
+            lines.append(f"- Kept off the source language: {separation}")
     lines.append("")
 
     figures = _transfer_figures(getattr(record, "metrics", None), config)
@@ -460,6 +463,28 @@ def _distillation_line(report: dict | None) -> str | None:
         line += f"; held-out distillation loss {report['loss_start']} -> {report['loss_end']}"
     if report.get("put_back"):
         line += f"; put back: {report['put_back']}"
+    return line
+
+
+def _separation_line(report: dict | None) -> str | None:
+    """What `langswap.calibrate.separate` did to an extension's new rows, in one line."""
+    if not report:
+        return None
+    if report.get("skipped"):
+        return f"none ({report['skipped']})"
+    text = f" of `{_name(report['source_text'])}`" if report.get("source_text") else ""
+    accuracy = f"held-out accuracy {_value(report.get('direction_accuracy_held_out'))}"
+    if report.get("amount"):
+        line = (f"the new rows moved {_value(report['amount'])} along the direction that tells target-language "
+                f"positions from source-language ones{text} ({accuracy}), their mean logit on target text kept; "
+                f"amount {report.get('chosen', 'set')}")
+    else:
+        line = (f"no move: along the direction that tells target-language positions from source-language "
+                f"ones{text} ({accuracy}), none did better, judged {report.get('chosen', '')}")
+    losses = report.get("losses") or {}
+    if losses:
+        line += " (check losses target / source: " + ", ".join(
+            f"{amount}: {_value(loss['target'])} / {_value(loss['source'])}" for amount, loss in losses.items()) + ")"
     return line
 
 

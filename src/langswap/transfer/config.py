@@ -137,6 +137,13 @@ class TransferConfig(ModelPairConfig):
                               "distill.tokens=0.")
         if self.distill.tokens and not Path(text).is_file():
             raise MissingResourceError(f"target text '{text}' for distillation does not exist.")
+        if self.calibration.source_text:
+            if not text:
+                raise ConfigError("calibration.source_text keeps the new rows' mean logit on target-language text: "
+                                  "set calibration.text (or target_text) too.")
+            if not Path(self.calibration.source_text).is_file():
+                raise MissingResourceError(f"calibration.source_text '{self.calibration.source_text}' does not exist "
+                                           "or is not a file.")
         if self.held_out_lines < 0:
             raise ConfigError(f"held_out_lines is {self.held_out_lines}; give 0 or more lines.")
         check_choices(self)
@@ -172,6 +179,7 @@ class TextSteps:
     eval_text: str | None
     method_name: str
     distills: bool = False
+    source_lines: list[str] = field(default_factory=list)  # source-language text (calibration.source_text)
 
     def model_runs(self) -> list[str]:
         """The steps that run the model on text (so need the whole model in memory), each with the setting that
@@ -181,6 +189,8 @@ class TextSteps:
             steps.append("token distillation (distill.tokens=0 turns it off)")
         if self.strength > 0:
             steps.append("frequency calibration (calibration.strength=0 turns it off)")
+        if self.source_lines:
+            steps.append("moving the new rows off the source language (leave calibration.source_text unset)")
         if self.eval_text:
             steps.append("scoring eval_text (leave eval_text unset; `langswap evaluate` scores the output)")
         if self.judges_candidates:
@@ -198,13 +208,21 @@ def plan_text_steps(config: TransferConfig, causal: bool) -> TextSteps:
     if distills and not causal:
         raise ConfigError("token distillation is for causal LMs (a masked LM's hidden state at a token describes "
                           "the whole window, not the text read up to it); set distill.tokens=0 for this model.")
+    separates = bool(config.calibration.source_text)
+    if separates and not causal:
+        raise ConfigError("calibration.source_text moves an extension's new rows off the source language by their "
+                          "logits, which is for causal LMs; leave it unset for this model.")
     lines = read_text_lines(text, "target text", max_lines=config.calibration.lines) \
-        if text and (strength > 0 or distills or (config.held_out_lines and Path(text).is_file())) else []
+        if text and (strength > 0 or distills or separates or (config.held_out_lines and Path(text).is_file())) \
+        else []
+    source_lines = read_text_lines(config.calibration.source_text, "source-language text (calibration.source_text)",
+                                   max_lines=config.calibration.hidden_lines + config.calibration.check_lines) \
+        if separates else []
     held_out = lines[-config.held_out_lines:] if config.held_out_lines and len(lines) >= 2 * config.held_out_lines \
         else None
     judges = bool(held_out) and causal and config.method.offers_candidates()
     return TextSteps(strength, skipped, text, lines, held_out, judges, config.eval_text, config.method.method_name,
-                     distills)
+                     distills, source_lines)
 
 
 def transfer_config(data: dict) -> TransferConfig:

@@ -204,6 +204,11 @@ def load_target(config: TransferConfig, source: Source, text: TextSteps, progres
         tokenizer = train_tokenizer(source.tokenizer, config.target_text, config.vocab_size, progress=progress)
     target = Target(tokenizer, Vocabulary(tokenizer))
     target.growth = plan_growth(config, source, target)
+    if config.calibration.source_text and target.growth is None:
+        raise ConfigError("calibration.source_text keeps an extension's new rows off the source language, and this "
+                          "transfer replaces the vocabulary (the target tokenizer does not keep every source id, or "
+                          "vocabulary: replace); leave it unset, or give a tokenizer made with `langswap tokenizer "
+                          "--extend N`.")
     check_position_offset(source.model, target.vocabulary.roles)
     untie = source.matrices.tied and ((text.strength > 0 and config.calibration.tied_head == "untie")
                                       or (text.distills and config.distill.tied_head == "untie"))
@@ -342,10 +347,27 @@ def distills(context: FinishContext) -> bool:
     return context.text.distills
 
 
+def separate_step(context: FinishContext, model, result: MethodResult) -> dict:
+    """An extension's new rows moved off the source language (`langswap.calibrate.separate`), the rows calibration
+    moves."""
+    from langswap.calibrate import separate
+
+    config = context.calibration
+    moved = movable_rows(result.mapping, context.target.kept, copied=config.rows == "all")
+    report = separate(model, context.target.tokenizer, context.text.lines, context.text.source_lines, config, moved,
+                      context.progress)
+    return {**report, "source_text": str(config.source_text)}
+
+
+def separates(context: FinishContext) -> bool:
+    return bool(context.text.source_lines)
+
+
 # name -> (step, whether it runs for a transfer), in the order they run on each candidate; a report may carry
 # "held_out_loss", the candidate's loss measured on the held-out lines as it leaves it, which spares measuring it
 # again (the last one given counts)
-FINISHING = {"distillation": (distill_step, distills), "calibration": (calibrate_step, calibrates)}
+FINISHING = {"distillation": (distill_step, distills), "calibration": (calibrate_step, calibrates),
+             "separation": (separate_step, separates)}
 
 
 def token_matrices(model, device=None) -> dict:
@@ -537,7 +559,8 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
             streamed=written, alignment=inputs.alignment, resources=inputs.reports,
             resource_keys=keys_in_use(spec.kinds(config), config.resources), metrics=metrics,
             method_choice=result.choice, calibration=made.finished.get("calibration"),
-            distillation=made.finished.get("distillation"), correspondence=rows,
+            distillation=made.finished.get("distillation"), separation=made.finished.get("separation"),
+            correspondence=rows,
             vocabulary=target.growth.report() if target.growth else {"mode": "replaced"},
             seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, demo_key=demo_key)
         write_model_record(folder, record)
