@@ -337,6 +337,16 @@ def _record_inputs(folder: Path, inputs: dict) -> None:
     (folder / BENCH_SHARED_INPUTS).write_text(json.dumps(inputs, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
+def _resolved_calibration(calibration: dict) -> dict:
+    """Every calibration option as it resolves; the separation's options only where it runs (calibration.source_text
+    set), so a variant without it keeps the measurements it had."""
+    resolved = to_dict(from_dict(CalibrationConfig, calibration, where="calibration."))
+    if not resolved.get("source_text"):
+        resolved.pop("source_text", None)
+        resolved.pop("separation", None)
+    return resolved
+
+
 def _result_key(label: str, step: int, setting: dict) -> tuple[str, int, str]:
     return label, step, json.dumps(setting, sort_keys=True)
 
@@ -441,8 +451,9 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         calibration = {**variant.calibration, "text": text}
         if variant.calibration.get("strength") != 0:  # an uncalibrated variant's record is as it always was
             record.calibration = calibration
-        record.resolved = {"method": _resolved_method(variant.method), "calibration": to_dict(from_dict(
-            CalibrationConfig, calibration, where="calibration.")) if record.calibration is not None else None}
+        record.resolved = {"method": _resolved_method(variant.method),
+                           "calibration": _resolved_calibration(calibration) if record.calibration is not None
+                           else None}
         if variant.distill:  # a variant without distillation keeps the record (and the measurements) it had
             record.distill = dict(variant.distill)
             record.resolved["distill"] = to_dict(from_dict(DistillConfig, variant.distill, where="distill."))

@@ -28,6 +28,10 @@ The premise (a model whose logits track log-frequencies) holds for trained model
 is lower than before, the rows are put back and the report says so (`skipped`).
 
 Causal LMs only: a masked LM's mean logit over unmasked positions is not its prior over tokens.
+
+`separate` is the extension's step after it: given source-language text, it moves the new rows along the direction
+of the head's input that tells target positions from source-language ones, keeping their mean logit on target text,
+so that they take less of the source language's probability (docs/design.md, "Extending a vocabulary").
 """
 
 from __future__ import annotations
