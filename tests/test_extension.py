@@ -709,6 +709,7 @@ def test_source_language_text_moves_an_extensions_new_rows_by_one_vector_that_ke
             (("plain", plain), ("moved", moved), ("source", source))}
     assert torch.equal(head["moved"][:kept], head["source"])
     assert torch.equal(moved.get_input_embeddings().weight, plain.get_input_embeddings().weight)
+    assert torch.equal(head["moved"][kept + 40:], head["plain"][kept + 40:])  # the padding rows
     shifts = head["moved"][kept:kept + 40] - head["plain"][kept:kept + 40]
     assert float(shifts[0].norm()) > 0
     torch.testing.assert_close(shifts, shifts[0].expand_as(shifts), rtol=0, atol=1e-5)
@@ -745,3 +746,42 @@ def test_source_language_text_is_refused_for_a_replacement_a_masked_lm_a_missing
     with pytest.raises(ConfigError, match="calibration.separation is -1"):
         _separation_transfer(source_folder, target_folder, text, source_text, tmp_path / "d", separation=-1.0)
     assert not any((tmp_path / name).exists() for name in "abcd")
+
+
+def test_after_calibration_through_a_tied_head_the_separation_starts_from_the_calibrated_rows(
+        extended_pairs, texts, tmp_path):
+    """gpt2 (tied): calibration, then the amount chosen; the separation's loss at 0 is calibration's loss as it left
+    the rows, the source rows (input and output, one matrix) stay bitwise."""
+    import torch
+
+    from langswap.models import load_model
+    from langswap.records import read_model_record
+
+    source_folder, target_folder, kept = extended_pairs["gpt2"]
+    text, source_text = tmp_path / "xx.txt", tmp_path / "en.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    source_text.write_text("\n".join(texts["source"]) + "\n", encoding="utf-8")
+    _separation_transfer(source_folder, target_folder, text, source_text, tmp_path / "out", strength=1.0)
+    record = read_model_record(tmp_path / "out")
+    check = record.calibration.get("check")
+    assert check is not None and record.separation["check_lines"] == {"target": 30, "source": 30}
+    calibrated = check["loss_after"] if record.calibration["rows"] else check["loss_before"]
+    assert record.separation["losses"]["0"]["target"] == pytest.approx(calibrated, abs=2e-4)
+    weight = load_model(tmp_path / "out").get_input_embeddings().weight
+    assert torch.equal(weight[:kept], load_model(source_folder).get_input_embeddings().weight)
+
+
+def test_texts_too_short_to_choose_the_amount_on_and_a_trained_tokenizer_are_refused_before_any_work(
+        extended_pairs, texts, tmp_path):
+    from langswap.transfer import transfer, transfer_config
+
+    source_folder, target_folder, kept = extended_pairs["llama"]
+    text, source_text = tmp_path / "xx.txt", tmp_path / "en.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    source_text.write_text("\n".join(texts["source"][:40]) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="source-language text 40"):
+        _separation_transfer(source_folder, target_folder, text, source_text, tmp_path / "a")
+    with pytest.raises(ConfigError, match="target_text trains a new tokenizer"):
+        transfer(transfer_config({"source_model": str(source_folder), "target_text": str(text), "vocab_size": 300,
+                                  "output": str(tmp_path / "b"), "calibration": {"source_text": str(source_text)}}))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -449,7 +449,8 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
         text = (variant.calibration.get("text") or config.train_text or config.target_text
                 or config.resources.token_text)
         calibration = {**variant.calibration, "text": text}
-        if variant.calibration.get("strength") != 0:  # an uncalibrated variant's record is as it always was
+        # an uncalibrated variant's record is as it always was
+        if variant.calibration.get("strength") != 0 or variant.calibration.get("source_text"):
             record.calibration = calibration
         record.resolved = {"method": _resolved_method(variant.method),
                            "calibration": _resolved_calibration(calibration) if record.calibration is not None

@@ -328,7 +328,7 @@ def read_head_inputs(model, tokenizer, lines: list[str], max_length: int, take, 
     encoded = [ids for ids in tokenizer(lines, truncation=True, max_length=max_length)["input_ids"] if ids]
     encoded.sort(key=len)
     if not encoded:
-        raise ConfigError(f"{label} text gave no tokens to read; give text in the language it is for.")
+        raise ConfigError(f"{label}: the text gave no tokens to read; give text in the language it is for.")
     handle = head.register_forward_pre_hook(record)
     was_training = model.training
     model.eval()
@@ -505,7 +505,11 @@ def discriminant(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     covariance += SHRINKAGE * covariance.diagonal().mean() * torch.eye(len(covariance), dtype=torch.float64)
     gap = (means[0] - means[1]).double()
     direction = torch.linalg.solve(covariance, gap)
-    return (2 * direction / direction.dot(gap)).float()
+    spread = float(direction.dot(gap))
+    if not (spread > 0 and math.isfinite(spread)):
+        raise LangswapError("the two texts give the model the same mean head input, so no direction tells them apart; "
+                            "give source-language text that is not the target text.")
+    return (2 * direction / spread).float()
 
 
 def separation_accuracy(direction: torch.Tensor, target: torch.Tensor, source: torch.Tensor) -> float:
@@ -516,8 +520,11 @@ def separation_accuracy(direction: torch.Tensor, target: torch.Tensor, source: t
     return sum(right) / 2
 
 
-def held_out_accuracy(target: torch.Tensor, source: torch.Tensor, share: float = 0.2) -> float:
-    """`separation_accuracy` on a random `share` of each set's positions (seed 0) of the discriminant of the rest."""
+def held_out_accuracy(target: torch.Tensor, source: torch.Tensor, share: float = 0.2) -> float | None:
+    """`separation_accuracy` on a random `share` of each set's positions (seed 0) of the discriminant of the rest;
+    None where a set has fewer than 10 positions."""
+    if min(len(target), len(source)) < 10:
+        return None
     generator = torch.Generator().manual_seed(0)
     parts = []
     for states in (target, source):
@@ -533,7 +540,8 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     """Move the output rows `moved` of an extended model along the direction of the head's input that tells target
     positions from source-language ones (`discriminant` of the first `hidden_lines` lines of each text less its
     check lines), projected off the target text's mean head input h_t so that each row's mean logit on target text
-    stays as it is: every moved row gets the same vector `a (w - (w . h_t) h_t / |h_t|^2)`. `a` is
+    stays as it is (nearly, where a tied head moves the input rows too): the same vector
+    `a (w - (w . h_t) h_t / |h_t|^2)` is added to every moved row. `a` is
     `config.separation`, or, unset, the one of `SEPARATIONS` with the lowest sum of the mean token losses on the two
     texts' check lines, each relative to its loss at 0. Returns a report (the amount, the losses per amount, the
     held-out accuracy of the direction, "held_out_loss": the target check loss as left)."""
@@ -550,10 +558,12 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     source_fit, source_check = split_check_lines(source_lines, config)
     checked = bool(target_check) and bool(source_check)
     if config.separation is None and not checked:
-        return {"rows": 0, "skipped": "no check lines to choose the amount on (each text needs at least twice "
-                                      "calibration.check_lines lines); set calibration.separation"}
+        why = ("no check lines to choose the amount on (each text needs at least twice calibration.check_lines "
+               "lines); set calibration.separation")
+        logger.warning("new rows not moved off the source language: %s", why)
+        return {"rows": 0, "skipped": why}
     states = {name: head_input_states(model, tokenizer, lines[:config.hidden_lines], config.max_length, progress,
-                                      label=f"{name} head inputs")
+                                      label=f"{name}-language head inputs")
               for name, lines in (("target", target_fit), ("source", source_fit))}
     direction = discriminant(states["target"], states["source"])
     accuracy = held_out_accuracy(states["target"], states["source"])
@@ -562,7 +572,7 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     weight = model.get_output_embeddings().weight
     rows = torch.from_numpy(np.flatnonzero(np.asarray(moved, dtype=bool)[:weight.shape[0]]))
     start = weight[rows.to(weight.device)].detach().clone()
-    before_inputs = model.get_input_embeddings().weight.detach().clone() if is_tied(model) else None
+    tied = is_tied(model)
     step = step.to(weight.device)
 
     def place(amount: float) -> None:
@@ -582,19 +592,21 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
         chosen = config.separation
     place(chosen)
     report = {"rows": int(len(rows)) if chosen else 0, "amount": chosen,
-              "chosen": "set (calibration.separation)" if config.separation is not None else
-              f"on {len(target_check)} target and {len(source_check)} source-language check lines",
+              "chosen_by": "calibration.separation" if config.separation is not None else "check lines",
+              "check_lines": {"target": len(target_check), "source": len(source_check)},
               "positions": {name: len(value) for name, value in states.items()},
-              "direction_accuracy_held_out": round(accuracy, 3),
+              "direction_accuracy_held_out": None if accuracy is None else round(accuracy, 3),
               "losses": {f"{amount:g}": {name: round(value, 4) for name, value in loss.items()}
                          for amount, loss in losses.items()}}
-    if before_inputs is not None:
-        report["input_rows"] = input_row_moves(before_inputs, model.get_input_embeddings().weight,
-                                               np.isin(np.arange(len(before_inputs)), rows.numpy()))
+    if tied:
+        shifted = (weight[rows.to(weight.device)].detach().to(torch.float32) - start.to(torch.float32)).norm(dim=1)
+        relative = (shifted / start.to(torch.float32).norm(dim=1).clamp_min(1e-12)).cpu()
+        report["input_rows"] = {"moved": int((shifted > 0).sum()), "relative_shift_max": round(float(
+            relative.max()), 4) if len(relative) else 0.0}
     if checked:
         report["held_out_loss"] = losses[chosen]["target"]
     logger.info("new rows moved %g along the direction that tells target from source-language positions (held-out "
-                "accuracy %.3f)%s", chosen, accuracy, "; check losses (target, source) " + ", ".join(
+                "accuracy %s)%s", chosen, accuracy, "; check losses (target, source) " + ", ".join(
                     f"{a:g}: {v['target']:.4f} {v['source']:.4f}" for a, v in losses.items()) if losses else "")
     return report
 

@@ -474,13 +474,17 @@ def _separation_line(report: dict | None) -> str | None:
         return f"none ({report['skipped']})"
     text = f" of `{_name(report['source_text'])}`" if report.get("source_text") else ""
     accuracy = f"held-out accuracy {_value(report.get('direction_accuracy_held_out'))}"
+    lines = report.get("check_lines") or {}
+    how = ("set by calibration.separation" if report.get("chosen_by") == "calibration.separation" else
+           f"chosen on {_count(lines.get('target', 0))} target and {_count(lines.get('source', 0))} source-language "
+           "check lines")
     if report.get("amount"):
         line = (f"the new rows moved {_value(report['amount'])} along the direction that tells target-language "
                 f"positions from source-language ones{text} ({accuracy}), their mean logit on target text kept; "
-                f"amount {report.get('chosen', 'set')}")
+                f"the amount {how}")
     else:
-        line = (f"no move: along the direction that tells target-language positions from source-language "
-                f"ones{text} ({accuracy}), none did better, judged {report.get('chosen', '')}")
+        line = (f"no move along the direction that tells target-language positions from source-language "
+                f"ones{text} ({accuracy}): the amount 0, {how}")
     losses = report.get("losses") or {}
     if losses:
         line += " (check losses target / source: " + ", ".join(

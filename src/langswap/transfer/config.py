@@ -138,6 +138,12 @@ class TransferConfig(ModelPairConfig):
         if self.distill.tokens and not Path(text).is_file():
             raise MissingResourceError(f"target text '{text}' for distillation does not exist.")
         if self.calibration.source_text:
+            if self.vocabulary == "replace" or not self.target_tokenizer:
+                raise ConfigError("calibration.source_text keeps an extension's new rows off the source language, and "
+                                  "this transfer replaces the vocabulary (" + (
+                                      "vocabulary: replace" if self.vocabulary == "replace" else
+                                      "target_text trains a new tokenizer") + "); leave it unset, or give a tokenizer "
+                                  "made with `langswap tokenizer --extend N` as target_tokenizer.")
             if not text:
                 raise ConfigError("calibration.source_text keeps the new rows' mean logit on target-language text: "
                                   "set calibration.text (or target_text) too.")
@@ -199,6 +205,31 @@ class TextSteps:
         return steps
 
 
+def check_line_count(config: TransferConfig, held_out: list[str] | None) -> int:
+    """The check lines calibration and the separation keep out of each text: the held-out lines candidates are
+    judged on, where there are any and calibration.check_lines is not 0; otherwise calibration.check_lines."""
+    return len(held_out) if held_out and config.calibration.check_lines else config.calibration.check_lines
+
+
+def read_separation_lines(config: TransferConfig, lines: list[str], held_out: list[str] | None) -> list[str]:
+    """The source-language lines the separation reads (`calibration.source_text`): `hidden_lines` to fit on and the
+    check lines; refused before any slow work where the amount is to be chosen and either text has too few lines
+    to keep check lines out."""
+    from langswap.resources.text import read_text_lines
+
+    calibration = config.calibration
+    check = check_line_count(config, held_out)
+    source = read_text_lines(calibration.source_text, "source-language text (calibration.source_text)",
+                             max_lines=max(calibration.hidden_lines + check, 2 * check))
+    if calibration.separation is None and not (check and len(lines) >= 2 * check and len(source) >= 2 * check):
+        raise ConfigError(
+            f"calibration.separation is chosen on check lines of both texts ({check} of each, kept out of texts of "
+            f"at least {2 * check} lines), and the target text has {len(lines)} lines, the source-language text "
+            f"{len(source)}: give longer texts, or set calibration.separation (an amount, 1 for instance; 0: no "
+            "move).")
+    return source
+
+
 def plan_text_steps(config: TransferConfig, causal: bool) -> TextSteps:
     from langswap.resources.text import read_text_lines
 
@@ -215,11 +246,9 @@ def plan_text_steps(config: TransferConfig, causal: bool) -> TextSteps:
     lines = read_text_lines(text, "target text", max_lines=config.calibration.lines) \
         if text and (strength > 0 or distills or separates or (config.held_out_lines and Path(text).is_file())) \
         else []
-    source_lines = read_text_lines(config.calibration.source_text, "source-language text (calibration.source_text)",
-                                   max_lines=config.calibration.hidden_lines + config.calibration.check_lines) \
-        if separates else []
     held_out = lines[-config.held_out_lines:] if config.held_out_lines and len(lines) >= 2 * config.held_out_lines \
         else None
+    source_lines = read_separation_lines(config, lines, held_out) if separates else []
     judges = bool(held_out) and causal and config.method.offers_candidates()
     return TextSteps(strength, skipped, text, lines, held_out, judges, config.eval_text, config.method.method_name,
                      distills, source_lines)

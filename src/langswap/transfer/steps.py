@@ -35,7 +35,7 @@ from langswap.methods.base import MethodConfig, MethodResult, TransferInputs, ge
 from langswap.methods.provenance import refuse_non_finite_rows, write_provenance
 from langswap.records import TransferRecord, write_model_record
 from langswap.resources.kinds import keys_in_use
-from langswap.transfer.config import HELD_OUT_TOKENS, TextSteps, TransferConfig, plan_text_steps
+from langswap.transfer.config import HELD_OUT_TOKENS, TextSteps, TransferConfig, check_line_count, plan_text_steps
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +210,8 @@ def load_target(config: TransferConfig, source: Source, text: TextSteps, progres
                           "vocabulary: replace); leave it unset, or give a tokenizer made with `langswap tokenizer "
                           "--extend N`.")
     check_position_offset(source.model, target.vocabulary.roles)
-    untie = source.matrices.tied and ((text.strength > 0 and config.calibration.tied_head == "untie")
+    untie = source.matrices.tied and (((text.strength > 0 or text.source_lines)
+                                       and config.calibration.tied_head == "untie")
                                       or (text.distills and config.distill.tied_head == "untie"))
     check_output_space(Path(config.output), output_size(source.stored_bytes, source.matrices, target.rows,
                                                         source.dtype, untie))
@@ -281,9 +282,7 @@ def finish_context(config: TransferConfig, source: Source, target: Target, text:
                    progress: bool = False) -> FinishContext:
     """What the finishing steps share across candidates, computed once: the calibration's frequency line (its
     check lines are the held-out lines candidates are judged on, kept out of its counts)."""
-    calibration = config.calibration
-    if text.held_out and calibration.check_lines:
-        calibration = dataclasses.replace(calibration, check_lines=len(text.held_out))
+    calibration = dataclasses.replace(config.calibration, check_lines=check_line_count(config, text.held_out))
     line = None
     if text.strength > 0 and not (source.matrices.tied and config.calibration.tied_head == "skip"):
         from langswap.calibrate import frequency_line
