@@ -606,7 +606,7 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     if checked:
         report["held_out_loss"] = losses[chosen]["target"]
     logger.info("new rows moved %g along the direction that tells target from source-language positions (held-out "
-                "accuracy %s)%s", chosen, accuracy, "; check losses (target, source) " + ", ".join(
+                "accuracy %s)%s", chosen, "-" if accuracy is None else f"{accuracy:.3f}", "; check losses (target, source) " + ", ".join(
                     f"{a:g}: {v['target']:.4f} {v['source']:.4f}" for a, v in losses.items()) if losses else "")
     return report
 
