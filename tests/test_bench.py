@@ -615,3 +615,17 @@ def test_a_distilled_entry_is_compared_at_equal_wall_time_counting_its_distillat
     assert 0 < row["bits_per_byte"] < 20
     assert f"| {row['variant']} |" in (tmp_path / "bench" / "table.md").read_text()
 
+
+
+def test_the_separation_s_options_enter_a_variant_s_digest_only_where_it_runs():
+    """A calibrated variant without calibration.source_text resolves to the options it had before the separation
+    existed (so its cached measurements stay); one with it names both the text and the amount."""
+    from langswap.bench import _resolved_calibration
+    from langswap.calibrate import CalibrationConfig
+
+    plain = _resolved_calibration({"text": "de.txt"})
+    assert "source_text" not in plain and "separation" not in plain
+    assert set(plain) == set(to_dict(CalibrationConfig())) - {"source_text", "separation"}
+    separated = _resolved_calibration({"text": "de.txt", "source_text": "en.txt", "separation": 1.0})
+    assert separated["source_text"] == "en.txt" and separated["separation"] == 1.0
+    assert _resolved_calibration({"text": "de.txt", "source_text": "en.txt"})["separation"] is None
