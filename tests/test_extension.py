@@ -690,7 +690,7 @@ def test_source_language_text_moves_an_extensions_new_rows_by_one_vector_that_ke
         extended_pairs, texts, tmp_path):
     """calibration.source_text with separation 1: every new head row gets the same vector, orthogonal to the target
     text's mean head input (so the rows' mean logit on target text stays), the source rows stay bitwise; the
-    record and the card say so. Unset, the amount is the best of 0, 0.5, 1 and 2 on both texts' check lines."""
+    record and the card say so."""
     import torch
 
     from langswap.calibrate import mean_head_input
@@ -721,13 +721,6 @@ def test_source_language_text_moves_an_extensions_new_rows_by_one_vector_that_ke
     assert "Kept off the source language: the new rows moved 1.0" in (tmp_path / "moved" / "README.md").read_text()
     assert read_model_record(tmp_path / "plain").separation is None
 
-    _separation_transfer(source_folder, target_folder, text, source_text, tmp_path / "chosen")
-    chosen = read_model_record(tmp_path / "chosen").separation
-    losses = chosen["losses"]
-    assert sorted(losses) == ["0", "0.5", "1", "2"]
-    ranked = {amount: sum(loss[name] / losses["0"][name] for name in loss) for amount, loss in losses.items()}
-    assert ranked[f"{chosen['amount']:g}"] <= min(ranked.values()) + 1e-3
-
 
 def test_source_language_text_is_refused_for_a_replacement_a_masked_lm_a_missing_file_and_a_negative_amount(
         extended_pairs, texts, tmp_path):
@@ -750,8 +743,9 @@ def test_source_language_text_is_refused_for_a_replacement_a_masked_lm_a_missing
 
 def test_after_calibration_through_a_tied_head_the_separation_starts_from_the_calibrated_rows(
         extended_pairs, texts, tmp_path):
-    """gpt2 (tied): calibration, then the amount chosen; the separation's loss at 0 is calibration's loss as it left
-    the rows, the source rows (input and output, one matrix) stay bitwise."""
+    """gpt2 (tied): calibration, then the amount chosen as the best of 0, 0.5, 1 and 2 on both texts' check lines;
+    the separation's loss at 0 is calibration's loss as it left the rows, the source rows (input and output, one
+    matrix) stay bitwise."""
     import torch
 
     from langswap.models import load_model
@@ -767,6 +761,10 @@ def test_after_calibration_through_a_tied_head_the_separation_starts_from_the_ca
     assert check is not None and record.separation["check_lines"] == {"target": 30, "source": 30}
     calibrated = check["loss_after"] if record.calibration["rows"] else check["loss_before"]
     assert record.separation["losses"]["0"]["target"] == pytest.approx(calibrated, abs=2e-4)
+    losses = record.separation["losses"]  # the amount unset: the best of four on the check lines
+    assert sorted(losses) == ["0", "0.5", "1", "2"]
+    ranked = {amount: sum(loss[name] / losses["0"][name] for name in loss) for amount, loss in losses.items()}
+    assert ranked[f"{record.separation['amount']:g}"] <= min(ranked.values()) + 1e-3
     weight = load_model(tmp_path / "out").get_input_embeddings().weight
     assert torch.equal(weight[:kept], load_model(source_folder).get_input_embeddings().weight)
 
