@@ -47,8 +47,9 @@ def parse_args(argv=None):
     parser.add_argument("--size", type=int, default=10000)
     parser.add_argument("--rules", nargs="+", choices=RULES, default=RULES)
     parser.add_argument("--direction", type=float, nargs="*", default=[],
-                        help="Also: calibrated rows moved by these amounts along the discriminant direction (a logit "
-                             "change of +amount at the target text's mean head input, -amount at English's).")
+                        help="Also: calibrated rows moved by these amounts along the discriminant direction (scaled "
+                             "so that a row's logit rises by 2 x amount more at the target text's mean head input "
+                             "than at English's).")
     parser.add_argument("--workdir", type=Path, default=None)
     return parser.parse_args(argv)
 
@@ -81,41 +82,19 @@ def prepare(args, workdir: Path) -> tuple[Path, Path, dict]:
     return model, folder, lines
 
 
-def head_inputs(model, tokenizer, lines: list[str], max_length: int = 128):
-    """(positions, d) float32 hidden states the output head reads, every position of each line."""
-    import torch
-
-    states = []
-    hook = model.get_output_embeddings().register_forward_hook(lambda module, inputs, output:
-                                                                states.append(inputs[0][0].float()))
-    try:
-        with torch.no_grad():
-            for line in lines:
-                model(**tokenizer(line, return_tensors="pt", truncation=True, max_length=max_length))
-    finally:
-        hook.remove()
-    return torch.cat(states)
-
-
 def separation(model, tokenizer, lines: dict) -> tuple[dict, "torch.Tensor"]:
     """Accuracy of the shrunk linear discriminant between target and English head inputs on held-out positions, and
-    that direction, scaled so that it separates the two texts' means by 2."""
-    import torch
+    that direction, scaled so that it separates the two texts' means by 2 (`langswap.calibrate.discriminant`)."""
+    from langswap.calibrate import discriminant, head_input_states, separation_accuracy
 
-    fit = {name: head_inputs(model, tokenizer, lines[name][:100]) for name in ("target", "english")}
-    test = {name: head_inputs(model, tokenizer, lines[name][100:140]) for name in ("target", "english")}
-    means = {name: states.mean(0) for name, states in fit.items()}
-    centred = torch.cat([fit[name] - means[name] for name in fit]).double()
-    covariance = centred.T @ centred / len(centred)
-    covariance += 0.1 * covariance.diagonal().mean() * torch.eye(len(covariance), dtype=torch.float64)
-    direction = torch.linalg.solve(covariance, (means["target"] - means["english"]).double()).float()
-    middle = float(direction @ (means["target"] + means["english"])) / 2
-    correct = {name: float(((states @ direction - middle > 0) == (name == "target")).float().mean())
-               for name, states in test.items()}
-    half = float(direction @ (means["target"] - means["english"])) / 2
+    fit = {name: head_input_states(model, tokenizer, lines[name][:100], 128) for name in ("target", "english")}
+    test = {name: head_input_states(model, tokenizer, lines[name][100:140], 128) for name in ("target", "english")}
+    direction = discriminant(fit["target"], fit["english"])
+    correct = separation_accuracy(direction, test["target"], test["english"])
+    correct = {"target": correct["target"], "english": correct["source"]}
     report = {"positions_fitted": {name: len(states) for name, states in fit.items()},
               "accuracy_held_out": round((correct["target"] + correct["english"]) / 2, 3), "per_language": correct}
-    return report, direction / half  # the logit of a row moved by it changes by +1 at the German mean, -1 at English
+    return report, direction  # the logit of a row moved by it changes by 2 more at the German mean than at English's
 
 
 def main(argv=None) -> int:

@@ -512,17 +512,17 @@ def discriminant(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     return (2 * direction / spread).float()
 
 
-def separation_accuracy(direction: torch.Tensor, target: torch.Tensor, source: torch.Tensor) -> float:
-    """Share of positions (the mean of the two texts' shares) on the right side of the midpoint between the two
-    texts' mean projections on `direction`."""
+def separation_accuracy(direction: torch.Tensor, target: torch.Tensor, source: torch.Tensor) -> dict[str, float]:
+    """Share of each set's positions on its own side of the midpoint between the two sets' mean projections on
+    `direction` ({"target": ..., "source": ...})."""
     middle = float(direction @ (target.mean(0) + source.mean(0))) / 2
-    right = float((target @ direction > middle).float().mean()), float((source @ direction <= middle).float().mean())
-    return sum(right) / 2
+    return {"target": float((target @ direction > middle).float().mean()),
+            "source": float((source @ direction <= middle).float().mean())}
 
 
 def held_out_accuracy(target: torch.Tensor, source: torch.Tensor, share: float = 0.2) -> float | None:
-    """`separation_accuracy` on a random `share` of each set's positions (seed 0) of the discriminant of the rest;
-    None where a set has fewer than 10 positions."""
+    """The mean of `separation_accuracy`'s two shares on a random `share` of each set's positions (seed 0), for the
+    discriminant of the rest; None where a set has fewer than 10 positions."""
     if min(len(target), len(source)) < 10:
         return None
     generator = torch.Generator().manual_seed(0)
@@ -531,7 +531,8 @@ def held_out_accuracy(target: torch.Tensor, source: torch.Tensor, share: float =
         order = torch.randperm(len(states), generator=generator)
         held = max(1, int(len(states) * share))
         parts.append((states[order[held:]], states[order[:held]]))
-    return separation_accuracy(discriminant(parts[0][0], parts[1][0]), parts[0][1], parts[1][1])
+    right = separation_accuracy(discriminant(parts[0][0], parts[1][0]), parts[0][1], parts[1][1])
+    return sum(right.values()) / 2
 
 
 @torch.no_grad()

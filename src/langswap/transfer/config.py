@@ -139,11 +139,8 @@ class TransferConfig(ModelPairConfig):
             raise MissingResourceError(f"target text '{text}' for distillation does not exist.")
         if self.calibration.source_text:
             if self.vocabulary == "replace" or not self.target_tokenizer:
-                raise ConfigError("calibration.source_text keeps an extension's new rows off the source language, and "
-                                  "this transfer replaces the vocabulary (" + (
-                                      "vocabulary: replace" if self.vocabulary == "replace" else
-                                      "target_text trains a new tokenizer") + "); leave it unset, or give a tokenizer "
-                                  "made with `langswap tokenizer --extend N` as target_tokenizer.")
+                raise separation_needs_extension("vocabulary: replace" if self.vocabulary == "replace" else
+                                                 "target_text trains a new tokenizer")
             if not text:
                 raise ConfigError("calibration.source_text keeps the new rows' mean logit on target-language text: "
                                   "set calibration.text (or target_text) too.")
@@ -203,6 +200,13 @@ class TextSteps:
             steps.append(f"choosing among {self.method_name}'s candidates on held-out lines (held_out_lines=0 "
                          "keeps the first)")
         return steps
+
+
+def separation_needs_extension(why: str) -> ConfigError:
+    """The error for calibration.source_text in a transfer that replaces the vocabulary (`why`: how it does)."""
+    return ConfigError(f"calibration.source_text keeps an extension's new rows off the source language, and this "
+                       f"transfer replaces the vocabulary ({why}); leave it unset, or give a tokenizer made with "
+                       "`langswap tokenizer --extend N` as target_tokenizer.")
 
 
 def check_line_count(config: TransferConfig, held_out: list[str] | None) -> int:

@@ -35,7 +35,8 @@ from langswap.methods.base import MethodConfig, MethodResult, TransferInputs, ge
 from langswap.methods.provenance import refuse_non_finite_rows, write_provenance
 from langswap.records import TransferRecord, write_model_record
 from langswap.resources.kinds import keys_in_use
-from langswap.transfer.config import HELD_OUT_TOKENS, TextSteps, TransferConfig, check_line_count, plan_text_steps
+from langswap.transfer.config import (HELD_OUT_TOKENS, TextSteps, TransferConfig, check_line_count, plan_text_steps,
+                                     separation_needs_extension)
 
 logger = logging.getLogger(__name__)
 
@@ -205,10 +206,7 @@ def load_target(config: TransferConfig, source: Source, text: TextSteps, progres
     target = Target(tokenizer, Vocabulary(tokenizer))
     target.growth = plan_growth(config, source, target)
     if config.calibration.source_text and target.growth is None:
-        raise ConfigError("calibration.source_text keeps an extension's new rows off the source language, and this "
-                          "transfer replaces the vocabulary (the target tokenizer does not keep every source id, or "
-                          "vocabulary: replace); leave it unset, or give a tokenizer made with `langswap tokenizer "
-                          "--extend N`.")
+        raise separation_needs_extension("the target tokenizer does not keep every source id")
     check_position_offset(source.model, target.vocabulary.roles)
     untie = source.matrices.tied and (((text.strength > 0 or text.source_lines)
                                        and config.calibration.tied_head == "untie")
