@@ -12,12 +12,17 @@ first 300 lines of the English test split (read with each model's own tokenizer:
 `--source-shares`, each extension method also trains with the `extension` recipe (new rows first), with that share
 of every batch English training text (`recipe.source_text`; 0: none), as rows of their own. With `--separate`, each
 extension method also has its new rows kept off English at transfer time (`calibration.source_text`: the first lines
-of the English training split), a row of its own.
+of the English training split), a row of its own. With `--distill TOKENS`, each extension method also has its new
+input rows learnt from the source model reading the same text with its own tokenizer (token distillation over TOKENS
+target tokens at the last layer, learning rate 1e-2; the teacher reads each new token as its old pieces), its head
+untied and kept as the method made it; beside it the same transfer with the head untied and no distillation (the
+control), and the control trained for as many updates as fit in the distilled row's time (the bench's equal_time).
 
     python benchmarks/bench_extension.py --language de --sizes 5000 10000 20000 --steps 0 200
     python benchmarks/bench_extension.py --language sw --sizes 5000 10000 --steps 0 200 --eval test
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --source-shares 0 0.5
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --separate --steps 0
+    python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --distill 20000
 
 The work folder (default ~/.cache/langswap/bench-extension-LANG) is resumable; each bench's table and results are
 copied to benchmarks/results/extension-LANG-EVAL-TOKENIZER/.
@@ -53,6 +58,9 @@ def parse_args(argv=None):
     parser.add_argument("--separate", action="store_true",
                         help="Also each extension method with its new rows kept off English at transfer time "
                              "(calibration.source_text: the English training split); rows of their own.")
+    parser.add_argument("--distill", type=int, default=0, metavar="TOKENS",
+                        help="Also each extension method distilled from the source model over TOKENS target tokens "
+                             "(head untied and kept), beside the same with the head untied alone; rows of their own.")
     parser.add_argument("--eval", choices=("dev", "test"), default="dev")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
@@ -64,6 +72,15 @@ def recipe_entry(method: str, share: float, english: Path) -> dict:
     recipe = {"source_text": str(english), "source_share": share} if share else {}
     return {"name": method, "calibration": {}, "label": f"{method}, extension recipe" + (
         f" + {share:.0%} English" if share else ""), "train": {"preset": "extension", "recipe": recipe}}
+
+
+def distill_entries(method: str, tokens: int) -> list[dict]:
+    """Bench entries of `method` with its tied head untied: without distillation (the control) and distilled over
+    `tokens` target tokens, the untied head kept as the method and calibration made it."""
+    untied = {"name": method, "calibration": {"tied_head": "untie"}, "label": f"{method}, head untied"}
+    distilled = {**untied, "label": f"{method}, distilled, head untied",
+                 "distill": {"tokens": tokens, "learning_rate": 1e-2, "tied_head": "untie", "head": "keep"}}
+    return [untied, distilled] if tokens else []
 
 
 def main(argv=None) -> int:
@@ -117,7 +134,9 @@ def main(argv=None) -> int:
                 for method in methods for share in (args.source_shares if name.startswith("extend") else [])] + [
                 {"name": method, "calibration": {"source_text": str(splits / "en.train.txt")},
                  "label": f"{method}, kept off English"}
-                for method in (methods if args.separate and name.startswith("extend") else [])],
+                for method in (methods if args.separate and name.startswith("extend") else [])] + [
+                entry for method in (methods if name.startswith("extend") else [])
+                for entry in distill_entries(method, args.distill)],
             "resources": {"dictionary": str(dictionary)},
             "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
                       "logging_steps": 10, "max_lines": 20000},
