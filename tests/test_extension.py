@@ -744,11 +744,14 @@ def test_source_language_text_is_refused_for_a_replacement_a_masked_lm_a_missing
 def test_after_calibration_through_a_tied_head_the_separation_starts_from_the_calibrated_rows(
         extended_pairs, texts, tmp_path):
     """gpt2 (tied): calibration, then the amount chosen as the best of 0, 0.5, 1 and 2 on both texts' check lines;
-    the separation's loss at 0 is calibration's loss as it left the rows, the source rows (input and output, one
+    the separation's target loss at 0, which it takes from calibration rather than measuring it again, is the
+    calibrated model's loss on the separation's own check lines (measured here on a transfer whose amount is set to
+    0), and the recorded loss at the chosen amount is the written model's; the source rows (input and output, one
     matrix) stay bitwise."""
     import torch
 
-    from langswap.models import load_model
+    from langswap.calibrate import CalibrationConfig, mean_token_loss
+    from langswap.models import load_model, load_tokenizer
     from langswap.records import read_model_record
 
     source_folder, target_folder, kept = extended_pairs["gpt2"]
@@ -756,11 +759,24 @@ def test_after_calibration_through_a_tied_head_the_separation_starts_from_the_ca
     text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
     source_text.write_text("\n".join(texts["source"]) + "\n", encoding="utf-8")
     _separation_transfer(source_folder, target_folder, text, source_text, tmp_path / "out", strength=1.0)
+    _separation_transfer(source_folder, target_folder, text, source_text, tmp_path / "zero", strength=1.0,
+                         separation=0.0)
     record = read_model_record(tmp_path / "out")
     check = record.calibration.get("check")
     assert check is not None and record.separation["check_lines"] == {"target": 30, "source": 30}
     calibrated = check["loss_after"] if record.calibration["rows"] else check["loss_before"]
     assert record.separation["losses"]["0"]["target"] == pytest.approx(calibrated, abs=2e-4)
+    target_check = texts["target"][-30:]
+    max_length = CalibrationConfig().max_length
+
+    def check_loss(folder):
+        return mean_token_loss(load_model(folder), load_tokenizer(folder), target_check, max_length)
+
+    zero = read_model_record(tmp_path / "zero").separation
+    assert zero["amount"] == 0.0 and zero["losses"]["0"] == record.separation["losses"]["0"]
+    assert check_loss(tmp_path / "zero") == pytest.approx(zero["losses"]["0"]["target"], abs=2e-4)
+    chosen = f"{record.separation['amount']:g}"
+    assert check_loss(tmp_path / "out") == pytest.approx(record.separation["losses"][chosen]["target"], abs=2e-4)
     losses = record.separation["losses"]  # the amount unset: the best of four on the check lines
     assert sorted(losses) == ["0", "0.5", "1", "2"]
     ranked = {amount: sum(loss[name] / losses["0"][name] for name in loss) for amount, loss in losses.items()}

@@ -537,7 +537,7 @@ def held_out_accuracy(target: torch.Tensor, source: torch.Tensor, share: float =
 
 @torch.no_grad()
 def separate(model, tokenizer, target_lines: list[str], source_lines: list[str], config: CalibrationConfig,
-             moved: np.ndarray, progress: bool = False) -> dict:
+             moved: np.ndarray, progress: bool = False, target_loss: float | None = None) -> dict:
     """Move the output rows `moved` of an extended model along the direction of the head's input that tells target
     positions from source-language ones (`discriminant` of the first `hidden_lines` lines of each text less its
     check lines), projected off the target text's mean head input h_t so that each row's mean logit on target text
@@ -545,7 +545,9 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     `a (w - (w . h_t) h_t / |h_t|^2)` is added to every moved row. `a` is
     `config.separation`, or, unset, the one of `SEPARATIONS` with the lowest sum of the mean token losses on the two
     texts' check lines, each relative to its loss at 0. Returns a report (the amount, the losses per amount, the
-    held-out accuracy of the direction, "held_out_loss": the target check loss as left)."""
+    held-out accuracy of the direction, "held_out_loss": the target check loss as left). `target_loss`: the mean
+    token loss of the model as it is on the target check lines (`calibrate`'s "held_out_loss" with the same config
+    and lines), which is then not measured again; None: measured."""
     from langswap.models import is_tied
 
     if not calibratable(model):
@@ -584,7 +586,8 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     if checked:
         for amount in amounts if 0.0 in amounts else [0.0, *amounts]:
             place(amount)
-            losses[amount] = {name: mean_token_loss(model, tokenizer, lines, config.max_length, progress)
+            losses[amount] = {name: target_loss if name == "target" and amount == 0.0 and target_loss is not None
+                              else mean_token_loss(model, tokenizer, lines, config.max_length, progress)
                               for name, lines in (("target", target_check), ("source", source_check))}
         base = losses[0.0]
         ranked = {amount: sum(loss[name] / base[name] for name in base) for amount, loss in losses.items()}

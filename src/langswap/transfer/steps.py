@@ -311,7 +311,7 @@ def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strengt
     return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line, progress)
 
 
-def calibrate_step(context: FinishContext, model, result: MethodResult) -> dict:
+def calibrate_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> dict:
     """Frequency calibration as the text plan says."""
     text = context.text
     report = calibrate_rows(model, context.target.tokenizer, result.mapping, context.calibration, text.strength,
@@ -323,7 +323,7 @@ def calibrates(context: FinishContext) -> bool:
     return context.text.strength > 0
 
 
-def distill_step(context: FinishContext, model, result: MethodResult) -> dict:
+def distill_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> dict:
     """Token distillation (`langswap.distill`) of the rows the method made: every non-special row the method did not
     copy from a source token of the same form, never an extended vocabulary's source rows; on the target text
     without the held-out lines candidates are judged on."""
@@ -344,15 +344,15 @@ def distills(context: FinishContext) -> bool:
     return context.text.distills
 
 
-def separate_step(context: FinishContext, model, result: MethodResult) -> dict:
+def separate_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> dict:
     """An extension's new rows moved off the source language (`langswap.calibrate.separate`), the rows calibration
-    moves."""
+    moves; the target check loss calibration left is not measured again (the same check lines)."""
     from langswap.calibrate import separate
 
     config = context.calibration
     moved = movable_rows(result.mapping, context.target.kept, copied=config.rows == "all")
     report = separate(model, context.target.tokenizer, context.text.lines, context.text.source_lines, config, moved,
-                      context.progress)
+                      context.progress, target_loss=(earlier.get("calibration") or {}).get("held_out_loss"))
     return {**report, "source_text": str(config.source_text)}
 
 
@@ -360,7 +360,8 @@ def separates(context: FinishContext) -> bool:
     return bool(context.text.source_lines)
 
 
-# name -> (step, whether it runs for a transfer), in the order they run on each candidate; a report may carry
+# name -> (step, whether it runs for a transfer), in the order they run on each candidate, each step given the reports
+# of the steps before it (`earlier`); a report may carry
 # "held_out_loss", the candidate's loss measured on the held-out lines as it leaves it, which spares measuring it
 # again (the last one given counts)
 FINISHING = {"distillation": (distill_step, distills), "calibration": (calibrate_step, calibrates),
@@ -487,7 +488,7 @@ def make_embeddings(config: TransferConfig, source: Source, target: Target, text
         reports = {}
         for name, step in steps.items():
             start = time.perf_counter()
-            reports[name] = step(context, model, result)
+            reports[name] = step(context, model, result, reports)
             seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
         return reports
 
