@@ -412,6 +412,20 @@ def input_row_moves(before: torch.Tensor, after: torch.Tensor, moved: np.ndarray
         "max": round(float(relative.max()), 4)}}
 
 
+def head_as_configured(model, config: CalibrationConfig) -> tuple[bool, dict | None]:
+    """(whether a tied head was untied here, as `tied_head: untie` asks; the report of a step skipped because the
+    head is tied and `tied_head` is skip, else None)."""
+    from langswap.models import is_tied
+
+    tied = is_tied(model)
+    if tied and config.tied_head == "skip":
+        return False, {"rows": 0, "skipped": "the head is tied (calibration.tied_head: skip)"}
+    if tied and config.tied_head == "untie":
+        untie_head(model)
+        return True, None
+    return False, None
+
+
 def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray,
               line: tuple[np.ndarray, dict, np.ndarray] | None = None, progress: bool = False) -> dict:
     """Move the output rows `moved` (a boolean mask over the vocabulary) of `model` as the module docstring says;
@@ -424,12 +438,9 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
                           "positions is not its prior); set calibration.strength: 0 for this model.")
     from langswap.models import is_tied
 
-    tied = is_tied(model)
-    if tied and config.tied_head == "skip":
-        return {"rows": 0, "skipped": "the head is tied (calibration.tied_head: skip)"}
-    untied = tied and config.tied_head == "untie"
-    if untied:
-        untie_head(model)
+    untied, skipped = head_as_configured(model, config)
+    if skipped:
+        return skipped
     head = model.get_output_embeddings()
     weight = head.weight
     bias = getattr(head, "bias", None)
@@ -552,11 +563,9 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
 
     if not calibratable(model):
         raise ConfigError("calibration.source_text is for causal LMs; leave it unset for this model.")
-    tied = is_tied(model)
-    if tied and config.tied_head == "skip":
-        return {"rows": 0, "skipped": "the head is tied (calibration.tied_head: skip)"}
-    if tied and config.tied_head == "untie":
-        untie_head(model)
+    _, skipped = head_as_configured(model, config)
+    if skipped:
+        return skipped
     target_fit, target_check = split_check_lines(target_lines, config)
     source_fit, source_check = split_check_lines(source_lines, config)
     checked = bool(target_check) and bool(source_check)
