@@ -8,15 +8,16 @@ training text (`langswap tokenizer --extend N --keep-text en.train.txt`), transf
 the new rows made; calibrated the same way). Each is a `langswap bench` run of its own (one target tokenizer per
 bench): embedding-only updates (batch 2 x 128), measured at `--steps` on 300 lines (the last 300 lines of the
 training split, held out of everything, with `--eval dev`; the first 300 test lines with `--eval test`) and on the
-first 300 lines of the English test split (read with each model's own tokenizer: what English keeps). With
-`--source-shares`, each extension method also trains with the `extension` recipe (new rows first), with that share
-of every batch English training text (`recipe.source_text`; 0: none), as rows of their own. With `--separate`, each
-extension method also has its new rows kept off English at transfer time (`calibration.source_text`: the first lines
-of the English training split), a row of its own. With `--distill TOKENS`, each extension method also has its new
-input rows learnt from the source model reading the same text with its own tokenizer (token distillation over TOKENS
-target tokens at the last layer, learning rate 1e-2; the teacher reads each new token as its old pieces), its head
-untied and kept as the method made it; beside it the same transfer with the head untied and no distillation (the
-control), and the control trained for as many updates as fit in the distilled row's time (the bench's equal_time).
+first 300 lines of the English test split (read with each model's own tokenizer: what English keeps). With `--source-
+shares`, each extension method also trains with the `extension` recipe (new rows first), with that share of every
+batch English training text (`recipe.source_text`; 0: none), as rows of their own. With `--separate`, each extension
+method also has its new rows kept off English at transfer time (`calibration.source_text`: the first lines of the
+English training split), a row of its own, and with `--source-shares` too, each recipe row has a twin kept off
+English. With `--distill TOKENS`, each extension method also has its new input rows learnt from the source model
+reading the same text with its own tokenizer (token distillation over TOKENS target tokens at the last layer,
+learning rate 1e-2; the teacher reads each new token as its old pieces), its head untied and kept as the method made
+it; beside it the same transfer with the head untied and no distillation (the control), and the control trained for
+as many updates as fit in the distilled row's time (the bench's equal_time).
 
     python benchmarks/bench_extension.py --language de --sizes 5000 10000 20000 --steps 0 200
     python benchmarks/bench_extension.py --language sw --sizes 5000 10000 --steps 0 200 --eval test
@@ -67,11 +68,18 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def recipe_entry(method: str, share: float, english: Path) -> dict:
-    """A bench entry of `method` trained with the extension recipe, `share` of every batch `english` (0: none)."""
+def recipe_entry(method: str, share: float, english: Path, separate: bool = False) -> dict:
+    """A bench entry of `method` trained with the extension recipe, `share` of every batch `english` (0: none); with
+    `separate`, its new rows kept off English at transfer time first (`separated_entry`)."""
     recipe = {"source_text": str(english), "source_share": share} if share else {}
-    return {"name": method, "calibration": {}, "label": f"{method}, extension recipe" + (
-        f" + {share:.0%} English" if share else ""), "train": {"preset": "extension", "recipe": recipe}}
+    entry = separated_entry(method, english) if separate else {"name": method, "calibration": {}, "label": method}
+    return {**entry, "label": entry["label"] + ", extension recipe" + (f" + {share:.0%} English" if share else ""),
+            "train": {"preset": "extension", "recipe": recipe}}
+
+
+def separated_entry(method: str, english: Path) -> dict:
+    """A bench entry of `method` with its new rows kept off English at transfer time (`calibration.source_text`)."""
+    return {"name": method, "calibration": {"source_text": str(english)}, "label": f"{method}, kept off English"}
 
 
 def distill_entries(method: str, tokens: int) -> list[dict]:
@@ -130,10 +138,10 @@ def main(argv=None) -> int:
             "steps": args.steps, "reference": name == next(iter(tokenizers)),
             # calibrated as a transfer with target text is (an empty section keeps the default)
             "methods": [{"name": method, "calibration": {}} for method in methods] + [
-                recipe_entry(method, share, splits / "en.train.txt")
-                for method in methods for share in (args.source_shares if name.startswith("extend") else [])] + [
-                {"name": method, "calibration": {"source_text": str(splits / "en.train.txt")},
-                 "label": f"{method}, kept off English"}
+                recipe_entry(method, share, splits / "en.train.txt", separate)
+                for method in methods for share in (args.source_shares if name.startswith("extend") else [])
+                for separate in ([False, True] if args.separate else [False])] + [
+                separated_entry(method, splits / "en.train.txt")
                 for method in (methods if args.separate and name.startswith("extend") else [])] + [
                 entry for method in (methods if name.startswith("extend") else [])
                 for entry in distill_entries(method, args.distill)],
