@@ -8,11 +8,11 @@ training text (`langswap tokenizer --extend N --keep-text en.train.txt`), transf
 the new rows made; calibrated the same way). Each is a `langswap bench` run of its own (one target tokenizer per
 bench): embedding-only updates (batch 2 x 128), measured at `--steps` on 300 lines (the last 300 lines of the
 training split, held out of everything, with `--eval dev`; the first 300 test lines with `--eval test`) and on the
-first 300 lines of the English test split (read with each model's own tokenizer: what English keeps). With `--source-
-shares`, each extension method also trains with the `extension` recipe (new rows first), with that share of every
-batch English training text (`recipe.source_text`; 0: none), as rows of their own. With `--separate`, each extension
-method also has its new rows kept off English at transfer time (`calibration.source_text`: the first lines of the
-English training split), a row of its own, and with `--source-shares` too, each recipe row has a twin kept off
+first 300 lines of the English test split (read with each model's own tokenizer: what English keeps). With
+`--source-shares`, each extension method also trains with the `extension` recipe (new rows first), with that share of
+every batch English training text (`recipe.source_text`; 0: none), as rows of their own. With `--separate`, each
+extension method also has its new rows kept off English at transfer time (`calibration.source_text`: the first lines
+of the English training split), a row of its own, and with `--source-shares` too, each recipe row has a twin kept off
 English. With `--distill TOKENS`, each extension method also has its new input rows learnt from the source model
 reading the same text with its own tokenizer (token distillation over TOKENS target tokens at the last layer,
 learning rate 1e-2; the teacher reads each new token as its old pieces), its head untied and kept as the method made
