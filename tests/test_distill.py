@@ -154,6 +154,27 @@ def test_only_trainable_rows_change_and_everything_is_restored(head, lines, sour
     assert model.get_input_embeddings().weight.dtype == torch.float32
 
 
+def test_the_heads_own_learning_rate_moves_only_the_output_rows(lines, source_tokenizer):
+    """head: lm with head_learning_rate: the same as learning_rate gives the run without it bitwise; a far lower one
+    leaves the input rows bitwise as they were learnt (the head reads the states detached) and moves the output rows
+    less."""
+    runs = {}
+    for name, rate in (("default", None), ("same", 1e-2), ("low", 1e-5)):
+        model, source, target_tokenizer, trainable = _untied_setup(lines, source_tokenizer)
+        before = snapshot(model)
+        config = DistillConfig(tokens=2_000, learning_rate=1e-2, head_learning_rate=rate, batch_lines=8,
+                               held_out_lines=16, head="lm", when="always")
+        report = distill(model, source, source_tokenizer, target_tokenizer, lines[:120], trainable, config)
+        assert report["kept"], report
+        after = snapshot(model)
+        runs[name] = {which: (after[which], (after[which] - before[which]).abs().max().item())
+                      for which in ("model.embed_tokens.weight", "lm_head.weight")}
+    for which in ("model.embed_tokens.weight", "lm_head.weight"):
+        assert torch.equal(runs["same"][which][0], runs["default"][which][0])
+    assert torch.equal(runs["low"]["model.embed_tokens.weight"][0], runs["default"]["model.embed_tokens.weight"][0])
+    assert 0 < runs["low"]["lm_head.weight"][1] < runs["default"]["lm_head.weight"][1] / 20
+
+
 def test_held_out_loss_goes_down_and_the_run_repeats_bitwise(lines, source_tokenizer):
     """A GPT-2 body (tied) read through a SentencePiece-style target tokenizer whose rows start random; the
     teacher is the body with the source tokenizer's rows."""
@@ -286,7 +307,8 @@ def test_a_masked_lm_is_refused(lines, source_tokenizer):
 @pytest.mark.parametrize("fields, message", [
     ({"layers": (0,)}, "input embeddings"), ({"layers": ()}, "list of layer indices"),
     ({"distance": "l1"}, "mse or cosine"), ({"head": "untie"}, "lm or keep"), ({"tokens": -1}, "at least 0"),
-    ({"learning_rate": 0.0}, "above 0"), ({"max_length": 1}, "at least 2")])
+    ({"learning_rate": 0.0}, "above 0"), ({"max_length": 1}, "at least 2"),
+    ({"head_learning_rate": float("nan")}, "head_learning_rate is nan")])
 def test_bad_config_values_say_what_to_give(fields, message):
     with pytest.raises(ConfigError, match=message):
         DistillConfig(**fields)

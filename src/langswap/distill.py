@@ -23,7 +23,7 @@ body computes reading the target tokenization match those it computes reading th
   warmed up linearly over the first 5% of the token budget and then decayed linearly to 0 at its end.
 - An untied output head with `head: lm`: the new output rows learn by the student's next-token cross-entropy on the
   target text, the gradient reaching only the output matrix (the head reads the student's last hidden state
-  detached), and only its `trainable` rows. With a tied head the input rows ARE the output rows: with `tied_head:
+  detached), and only its `trainable` rows, at a peak rate of their own where `head_learning_rate` is set. With a tied head the input rows ARE the output rows: with `tied_head:
   move` distillation moves both, and the output rows end where the input side puts them, learned for what they
   make the body compute, not for prediction, and `head` does not apply; with `tied_head: untie` the head keeps
   the rows as the method made them as a matrix of its own (written only where the learned rows are kept), and
@@ -92,6 +92,10 @@ class DistillConfig:
     learning_rate: float = field(default=3e-4, metadata={
         "help": "AdamW's peak learning rate (weight decay 0), reached after 5% of the tokens, then decayed "
                 "linearly to 0."})
+    head_learning_rate: float | None = field(default=None, metadata={
+        "help": "AdamW's peak learning rate for the output rows `head: lm` learns, on the same schedule (unset: "
+                "learning_rate). The input rows learn where the output rows are used, and a rate that suits them "
+                "can raise the output rows of the few tokens a short text shows far above the rest."})
     layers: tuple[int, ...] = field(default=(-1,), metadata={
         "help": "Hidden-state layers matched, indices into the model's hidden states (transformers' "
                 "output_hidden_states) of a model of L blocks: 1 is the first block's output, L or -1 the last "
@@ -145,6 +149,11 @@ class DistillConfig:
                 and self.learning_rate > 0):
             raise ConfigError(f"distill.learning_rate is {self.learning_rate!r}; give a finite number above 0, "
                               "e.g. 3e-4.")
+        if self.head_learning_rate is not None and not (
+                isinstance(self.head_learning_rate, (int, float)) and not isinstance(self.head_learning_rate, bool)
+                and math.isfinite(self.head_learning_rate) and self.head_learning_rate > 0):
+            raise ConfigError(f"distill.head_learning_rate is {self.head_learning_rate!r}; give a finite number above "
+                              "0, e.g. 3e-4, or leave it unset to use distill.learning_rate.")
         if self.distance not in ("mse", "cosine"):
             raise ConfigError(f"distill.distance is {self.distance!r}; choose mse or cosine.")
         if self.head not in ("lm", "keep"):
@@ -246,13 +255,13 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
     slot_of = torch.full((rows,), -1, dtype=torch.long, device=device)
     slot_of[trained_ids] = torch.arange(len(trained_ids), device=device)
     learned = torch.nn.Parameter(input_weight.detach()[trained_ids].to(torch.float32).clone())
-    parameters = [learned]
+    parameters = [{"params": [learned], "peak": config.learning_rate}]
     head_ids = head_rows = None
     if head_rule == "lm":
         # the same tokens' output rows; an output matrix of another size (padding rows) keeps its extra rows
         head_ids = torch.from_numpy(np.flatnonzero(trainable[:output.weight.shape[0]])).to(output.weight.device)
         head_rows = torch.nn.Parameter(output.weight.detach()[head_ids].to(torch.float32).clone())
-        parameters.append(head_rows)
+        parameters.append({"params": [head_rows], "peak": config.head_learning_rate or config.learning_rate})
 
     flags = [(parameter, parameter.requires_grad) for parameter in model.parameters()]
     was_training = model.training
@@ -341,7 +350,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
             scale = min((read + batch.target_tokens) / warmup, 1.0,
                         max(config.tokens - read, 0) / (config.tokens - warmup))
             for group in optimizer.param_groups:
-                group["lr"] = config.learning_rate * scale
+                group["lr"] = group["peak"] * scale
             with torch.enable_grad():
                 loss, _, hidden = _distill_loss(states if head_rows is None else states.whole, source, batch,
                                                 layers, config.distance,
