@@ -94,8 +94,7 @@ class DistillConfig:
                 "linearly to 0."})
     head_learning_rate: float | None = field(default=None, metadata={
         "help": "AdamW's peak learning rate for the output rows `head: lm` learns, on the same schedule (unset: "
-                "learning_rate). The input rows learn where the output rows are used, and a rate that suits them "
-                "can raise the output rows of the few tokens a short text shows far above the rest."})
+                "learning_rate): the rate at which the input rows learn best need not suit the output rows."})
     layers: tuple[int, ...] = field(default=(-1,), metadata={
         "help": "Hidden-state layers matched, indices into the model's hidden states (transformers' "
                 "output_hidden_states) of a model of L blocks: 1 is the first block's output, L or -1 the last "
