@@ -91,6 +91,15 @@ def distill_entries(method: str, tokens: int) -> list[dict]:
     return [untied, distilled] if tokens else []
 
 
+def extension_entries(methods: list[str], args, english: Path) -> list[dict]:
+    """The rows an extension's bench has beside its plain methods: the recipe rows of `--source-shares` (each with a
+    twin kept off English under `--separate`), the `--separate` rows, and the `--distill` rows."""
+    recipes = [recipe_entry(method, share, english, separate) for method in methods for share in args.source_shares
+               for separate in ([False, True] if args.separate else [False])]
+    separated = [separated_entry(method, english) for method in methods] if args.separate else []
+    return recipes + separated + [entry for method in methods for entry in distill_entries(method, args.distill)]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     language, splits = args.language, args.data / "splits"
@@ -137,14 +146,8 @@ def main(argv=None) -> int:
             "eval_lines": 300, "source_text": str(splits / "en.test.txt"), "output": str(workdir / f"bench-{name}"),
             "steps": args.steps, "reference": name == next(iter(tokenizers)),
             # calibrated as a transfer with target text is (an empty section keeps the default)
-            "methods": [{"name": method, "calibration": {}} for method in methods] + [
-                recipe_entry(method, share, splits / "en.train.txt", separate)
-                for method in methods for share in (args.source_shares if name.startswith("extend") else [])
-                for separate in ([False, True] if args.separate else [False])] + [
-                separated_entry(method, splits / "en.train.txt")
-                for method in (methods if args.separate and name.startswith("extend") else [])] + [
-                entry for method in (methods if name.startswith("extend") else [])
-                for entry in distill_entries(method, args.distill)],
+            "methods": [{"name": method, "calibration": {}} for method in methods] + (
+                extension_entries(methods, args, splits / "en.train.txt") if name.startswith("extend") else []),
             "resources": {"dictionary": str(dictionary)},
             "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
                       "logging_steps": 10, "max_lines": 20000},

@@ -616,7 +616,6 @@ def test_a_distilled_entry_is_compared_at_equal_wall_time_counting_its_distillat
     assert f"| {row['variant']} |" in (tmp_path / "bench" / "table.md").read_text()
 
 
-
 def test_the_separation_s_options_enter_a_variant_s_digest_only_where_it_runs():
     """A calibrated variant without calibration.source_text resolves to the options it had before the separation
     existed (so its cached measurements stay); one with it names both the text and the amount."""

@@ -308,7 +308,7 @@ def test_a_masked_lm_is_refused(lines, source_tokenizer):
     ({"layers": (0,)}, "input embeddings"), ({"layers": ()}, "list of layer indices"),
     ({"distance": "l1"}, "mse or cosine"), ({"head": "untie"}, "lm or keep"), ({"tokens": -1}, "at least 0"),
     ({"learning_rate": 0.0}, "above 0"), ({"max_length": 1}, "at least 2"),
-    ({"head_learning_rate": float("nan")}, "head_learning_rate is nan")])
+    ({"head_learning_rate": float("nan")}, "head_learning_rate is nan"), ({"learning_rate": True}, "is True")])
 def test_bad_config_values_say_what_to_give(fields, message):
     with pytest.raises(ConfigError, match=message):
         DistillConfig(**fields)

@@ -618,8 +618,9 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
             relative.max()), 4) if len(relative) else 0.0}
     if checked:
         report["held_out_loss"] = losses[chosen]["target"]
+    checks = "; check losses (target, source) " + ", ".join(
+        f"{a:g}: {v['target']:.4f} {v['source']:.4f}" for a, v in losses.items()) if losses else ""
     logger.info("new rows moved %g along the direction that tells target from source-language positions (held-out "
-                "accuracy %s)%s", chosen, "-" if accuracy is None else f"{accuracy:.3f}", "; check losses (target, source) " + ", ".join(
-                    f"{a:g}: {v['target']:.4f} {v['source']:.4f}" for a, v in losses.items()) if losses else "")
+                "accuracy %s)%s", chosen, "-" if accuracy is None else f"{accuracy:.3f}", checks)
     return report
 

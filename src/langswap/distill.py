@@ -23,11 +23,11 @@ body computes reading the target tokenization match those it computes reading th
   warmed up linearly over the first 5% of the token budget and then decayed linearly to 0 at its end.
 - An untied output head with `head: lm`: the new output rows learn by the student's next-token cross-entropy on the
   target text, the gradient reaching only the output matrix (the head reads the student's last hidden state
-  detached), and only its `trainable` rows, at a peak rate of their own where `head_learning_rate` is set. With a tied head the input rows ARE the output rows: with `tied_head:
-  move` distillation moves both, and the output rows end where the input side puts them, learned for what they
-  make the body compute, not for prediction, and `head` does not apply; with `tied_head: untie` the head keeps
-  the rows as the method made them as a matrix of its own (written only where the learned rows are kept), and
-  `head` applies as for an untied head.
+  detached), and only its `trainable` rows, at a peak rate of their own where `head_learning_rate` is set. With a
+  tied head the input rows ARE the output rows: with `tied_head: move` distillation moves both, and the output rows
+  end where the input side puts them, learned for what they make the body compute, not for prediction, and `head`
+  does not apply; with `tied_head: untie` the head keeps the rows as the method made them as a matrix of its own
+  (written only where the learned rows are kept), and `head` applies as for an untied head.
 
 Each line is read on its own, after the tokenizer's bos token (or eos where there is none, as GPT-2 does; as the
 evaluation reads lines), in windows of whole chunks of at most `max_length` target tokens; the source side reads
@@ -144,13 +144,10 @@ class DistillConfig:
             raise ConfigError(f"distill.max_length is {self.max_length}; give at least 2 (a bos and a token).")
         if self.batch_lines < 1:
             raise ConfigError(f"distill.batch_lines is {self.batch_lines}; give at least 1.")
-        if not (isinstance(self.learning_rate, (int, float)) and math.isfinite(self.learning_rate)
-                and self.learning_rate > 0):
+        if not _is_rate(self.learning_rate):
             raise ConfigError(f"distill.learning_rate is {self.learning_rate!r}; give a finite number above 0, "
                               "e.g. 3e-4.")
-        if self.head_learning_rate is not None and not (
-                isinstance(self.head_learning_rate, (int, float)) and not isinstance(self.head_learning_rate, bool)
-                and math.isfinite(self.head_learning_rate) and self.head_learning_rate > 0):
+        if self.head_learning_rate is not None and not _is_rate(self.head_learning_rate):
             raise ConfigError(f"distill.head_learning_rate is {self.head_learning_rate!r}; give a finite number above "
                               "0, e.g. 3e-4, or leave it unset to use distill.learning_rate.")
         if self.distance not in ("mse", "cosine"):
@@ -163,6 +160,11 @@ class DistillConfig:
             raise ConfigError(f"distill.held_out_lines is {self.held_out_lines}; give at least 0.")
         if self.when not in ("teacher-better", "always"):
             raise ConfigError(f"distill.when is {self.when!r}; choose teacher-better or always.")
+
+
+def _is_rate(value) -> bool:
+    """Whether `value` is a usable learning rate: a finite number above 0 (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 @dataclass(frozen=True)

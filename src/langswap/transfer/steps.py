@@ -11,8 +11,8 @@
 Finishing steps (`FINISHING`) run on the model after the method has installed a candidate's matrices and before the
 candidate is judged: what the candidate choice compares is each candidate as it would be saved. Frequency
 calibration is one; a refinement is another entry, a function `(context, model, result, earlier) -> report`
-(`earlier`: the reports of the steps before it on this candidate) and when it runs. The best finished candidate's matrices are kept (on the CPU) while the others are judged, and restored rather
-than finished again.
+(`earlier`: the reports of the steps before it on this candidate) and when it runs. The best finished candidate's
+matrices are kept (on the CPU) while the others are judged, and restored rather than finished again.
 """
 
 from __future__ import annotations
