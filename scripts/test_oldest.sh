@@ -47,4 +47,4 @@ if [[ $# -eq 0 ]]; then
         tests/test_methods_contract.py tests/test_bad_input.py tests/test_cli.py tests/test_tokens.py \
         tests/test_streaming.py tests/test_adapters.py tests/test_extension.py tests/test_teacher.py
 fi
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+exec "$venv/bin/python" -m pytest -q -n auto -p no:cacheprovider "$@"

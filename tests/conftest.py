@@ -17,6 +17,18 @@ import pytest
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under pytest-xdist (`-n auto`, the README's test command) every worker runs tests of its own, one per core: a
+    # worker's torch, and the processes its tests start, take one intra-op thread, not all of the machine's cores each.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per core this process may run on, at most 4 (each worker imports torch and transformers
+    and builds the session's fixtures again; beyond 4 the suite gains little and memory grows)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, 4))
+
 WORDS = ("the of and to in is was for on that with as by at from his her they this have are not but had which one "
          "all were when there been their would more will if what about into some time could them than other then "
          "people house water river stone garden window mother father child letter music winter summer morning "

@@ -257,7 +257,7 @@ def test_prepare_lists_and_removes_stores_and_train_reads_the_prepared_one(gpt2_
     listing = capsys.readouterr().out
     assert f"token stores in {stores}: 1," in listing and f"{folder.name}" in listing and "ready" in listing
     assert main(["prepare", "--remove", "nosuch", "--data-dir", str(stores)]) == 2
-    assert "no token store nosuch" in capsys.readouterr().err
+    assert "no token store nosuch" in " ".join(capsys.readouterr().err.split())
     assert main(["prepare", "--remove", folder.name, "--data-dir", str(stores)]) == 0
     assert not folder.exists() and remove_stores(["all"], stores) == []
 
