@@ -10,7 +10,8 @@ bench): embedding-only updates (batch 2 x 128), measured at `--steps` on 300 lin
 training split, held out of everything, with `--eval dev`; the first 300 test lines with `--eval test`) and on the
 first 300 lines of the English test split (read with each model's own tokenizer: what English keeps). With
 `--source-shares`, each extension method also trains with the `extension` recipe (new rows first), with that share of
-every batch English training text (`recipe.source_text`; 0: none), as rows of their own. With `--separate`, each
+every batch English training text (`recipe.source_text`; 0: none), as rows of their own; `--then none` trains the
+new rows alone for every step (`recipe.then`), so the source rows never move. With `--separate`, each
 extension method also has its new rows kept off English at transfer time (`calibration.source_text`: the first lines
 of the English training split), a row of its own, and with `--source-shares` too, each recipe row has a twin kept off
 English. With `--distill TOKENS`, each extension method also has its new input rows learnt from the source model
@@ -22,6 +23,7 @@ as many updates as fit in the distilled row's time (the bench's equal_time).
     python benchmarks/bench_extension.py --language de --sizes 5000 10000 20000 --steps 0 200
     python benchmarks/bench_extension.py --language sw --sizes 5000 10000 --steps 0 200 --eval test
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --source-shares 0 0.5
+    python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --source-shares 0.5 --then none
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --separate --steps 0
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --distill 20000
 
@@ -56,6 +58,9 @@ def parse_args(argv=None):
     parser.add_argument("--source-shares", type=float, nargs="*", default=[],
                         help="Also train each extension method with the extension recipe and this share of every "
                              "batch English (0: the recipe alone); rows of their own.")
+    parser.add_argument("--then", choices=("embeddings", "none", "full"), default="embeddings",
+                        help="What the recipe rows of --source-shares train after the new rows alone "
+                             "(recipe.then; none: the new rows alone for every step, the source rows never move).")
     parser.add_argument("--separate", action="store_true",
                         help="Also each extension method with its new rows kept off English at transfer time "
                              "(calibration.source_text: the English training split); rows of their own.")
@@ -68,12 +73,16 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def recipe_entry(method: str, share: float, english: Path, separate: bool = False) -> dict:
-    """A bench entry of `method` trained with the extension recipe, `share` of every batch `english` (0: none); with
-    `separate`, its new rows kept off English at transfer time first (`separated_entry`)."""
+def recipe_entry(method: str, share: float, english: Path, separate: bool = False, then: str = "embeddings") -> dict:
+    """A bench entry of `method` trained with the extension recipe, `share` of every batch `english` (0: none), then
+    `then` after the new rows alone (the recipe's default, embeddings, or none or full); with `separate`, its new
+    rows kept off English at transfer time first (`separated_entry`)."""
     recipe = {"source_text": str(english), "source_share": share} if share else {}
+    recipe.update({"then": then} if then != "embeddings" else {})
     entry = separated_entry(method, english) if separate else {"name": method, "calibration": {}, "label": method}
-    return {**entry, "label": entry["label"] + ", extension recipe" + (f" + {share:.0%} English" if share else ""),
+    label = ", extension recipe" + (" (new rows only)" if then == "none" else f" (then {then})" if then == "full"
+                                    else "")
+    return {**entry, "label": entry["label"] + label + (f" + {share:.0%} English" if share else ""),
             "train": {"preset": "extension", "recipe": recipe}}
 
 
@@ -94,7 +103,8 @@ def distill_entries(method: str, tokens: int) -> list[dict]:
 def extension_entries(methods: list[str], args, english: Path) -> list[dict]:
     """The rows an extension's bench has beside its plain methods: the recipe rows of `--source-shares` (each with a
     twin kept off English under `--separate`), the `--separate` rows, and the `--distill` rows."""
-    recipes = [recipe_entry(method, share, english, separate) for method in methods for share in args.source_shares
+    recipes = [recipe_entry(method, share, english, separate, args.then) for method in methods
+               for share in args.source_shares
                for separate in ([False, True] if args.separate else [False])]
     separated = [separated_entry(method, english) for method in methods] if args.separate else []
     return recipes + separated + [entry for method in methods for entry in distill_entries(method, args.distill)]
