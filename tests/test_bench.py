@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import unwrapped
 from langswap.bench import REFERENCE, BenchConfig, expand_variants, format_table, run_bench
 from langswap.cli import main
 from langswap.config import from_dict, to_dict
@@ -101,14 +102,14 @@ def test_bench_writes_table_plots_and_resumes(capsys, tmp_path, gpt2_folder, tar
     # a step the finished 4-step run has passed without a snapshot: a clear error, nothing retrained
     extra = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 1, 2, 4])
     assert main(["-q", "bench", str(extra)]) == 2
-    err = " ".join(capsys.readouterr().err.split())
+    err = unwrapped(capsys.readouterr().err)
     assert "no model was saved at step(s) [1]" in err and "train-4steps-" in err
 
     # the same label with other options is refused
     changed = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
                           methods=[{"name": "wechsel", "neighbors": 5}])
     assert main(["-q", "bench", str(changed)]) == 2
-    assert "variant 'wechsel'" in " ".join(capsys.readouterr().err.split())
+    assert "variant 'wechsel'" in unwrapped(capsys.readouterr().err)
 
 
 def test_a_bench_killed_while_training_resumes_to_the_same_figures(tmp_path, gpt2_folder, target_tokenizer_folder,
@@ -207,11 +208,11 @@ def test_bench_refuses_bad_train_options_before_working(tmp_path, gpt2_folder, t
     path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
                        train={"presett": "embeddings"})
     assert main(["-q", "bench", str(path)]) == 2
-    assert "unknown key 'train.presett'. Did you mean 'preset'" in " ".join(capsys.readouterr().err.split())
+    assert "unknown key 'train.presett'. Did you mean 'preset'" in unwrapped(capsys.readouterr().err)
     path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir,
                        train={"steps": 10})
     assert main(["-q", "bench", str(path)]) == 2
-    assert "train.steps is set by the bench itself" in " ".join(capsys.readouterr().err.split())
+    assert "train.steps is set by the bench itself" in unwrapped(capsys.readouterr().err)
     assert not (tmp_path / "bench" / "runs").exists()
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import unwrapped
 from langswap.cli import build_parser, main
 from langswap.config import from_dict, to_dict
 from langswap.methods.base import config_fields, get_method, method_names
@@ -26,10 +27,9 @@ def run_raw(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
-    """As run_raw, with stderr's whitespace collapsed: the CLI wraps an error at 110 columns, so where a line breaks
-    depends on the length of the paths in it."""
+    """As run_raw, with stderr unwrapped (`conftest.unwrapped`)."""
     code, out, err = run_raw(capsys, *argv)
-    return code, out, " ".join(err.split())
+    return code, out, unwrapped(err)
 
 
 def wechsel_sets(cipher_vectors, corpus_dir) -> list[str]:
@@ -341,7 +341,7 @@ def test_bad_input_exits_2_with_one_paragraph(capsys, case, bad_files, gpt2_fold
     assert start >= 0, err
     message = err[start:].strip()
     assert "\n\n" not in message and message == err.strip()[err.strip().find("langswap " + command + ": error"):]
-    assert words in " ".join(message.split()), message
+    assert words in unwrapped(message), message
     assert not output.exists() or not any(output.iterdir())
     assert not any(".partial" in p.name for p in tmp_path.iterdir())
     assert sorted(p.name for p in bad_files["existing"].iterdir()) == before

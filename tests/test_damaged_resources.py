@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import WORDS, cipher_word, english_lines, write_vec
+from conftest import WORDS, cipher_word, english_lines, unwrapped, write_vec
 from langswap.cli import main
 from langswap.errors import LangswapError, MissingResourceError, ResourceFormatError
 from langswap.models import load_model, load_tokenizer
@@ -31,7 +31,7 @@ BUCKET = 1000
 
 def assert_message(error: pytest.ExceptionInfo, *words: str) -> None:
     assert isinstance(error.value, LangswapError)
-    message = " ".join(str(error.value).split())
+    message = unwrapped(str(error.value))
     for word in words:
         assert word.lower() in message.lower(), f"{word!r} not in message: {message}"
 
@@ -126,7 +126,7 @@ def test_align_from_a_truncated_bin_exits_2_and_writes_nothing(capsys, fasttext_
     output = tmp_path / "aligned"
     code = main(["-q", "align", "--source-vectors", str(source), "--target-vectors", str(fasttext_bin),
                  "--dictionary", str(dictionary), "--output", str(output)])
-    err = " ".join(capsys.readouterr().err.split())
+    err = unwrapped(capsys.readouterr().err)
     assert code == 2 and "Traceback" not in err
     assert f"'{source}' is not a complete fastText .bin model" in err and "ends inside its input matrix" in err
     assert not output.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["cut.bin", "en-en.tsv"]

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import WORDS, cipher_word
+from conftest import WORDS, cipher_word, unwrapped
 from langswap.errors import ConfigError, VocabularyError
 from langswap.resources.dictionary import Dictionary
 from langswap.resources.joint import JointConfig, load_joint_vectors, write_code_switched_corpus
@@ -112,4 +112,4 @@ def test_joint_vectors_serve_wechsel_as_one_space(tmp_path, texts, gpt2_folder, 
     assert main(["transfer", "--source-model", str(gpt2_folder), "--target-tokenizer", str(target_tokenizer_folder),
                  "--method", "wechsel", "--output", str(tmp_path / "out2"), "--set", f"resources.joint_vectors={model}",
                  "--set", f"resources.source_vectors={model}"]) == 2
-    assert "remove resources.source_vectors" in " ".join(capsys.readouterr().err.split())
+    assert "remove resources.source_vectors" in unwrapped(capsys.readouterr().err)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import byte_level_tokenizer, english_lines, save_model, tiny_model
+from conftest import byte_level_tokenizer, english_lines, save_model, tiny_model, unwrapped
 from langswap.errors import OutputLockedError
 from langswap.locking import OutputLock, lock_path
 
@@ -124,7 +124,7 @@ def test_transfer_is_refused_while_another_process_writes_its_output(small, tmp_
         child.kill()
         child.wait()
     assert done.returncode == 2
-    error = " ".join(done.stderr.split())
+    error = unwrapped(done.stderr)
     assert "transfer output folder" in error and f"pid {child.pid}" in error
     assert not output.exists() and not list(tmp_path.glob(".transferred*partial*"))
 
@@ -159,5 +159,5 @@ def test_resource_builders_are_refused_while_another_process_writes_their_output
     }[command]
     with OutputLock(output, "output"):
         assert main(["-q"] + arguments) == 2
-    assert "is being written by another langswap process" in " ".join(capsys.readouterr().err.split())
+    assert "is being written by another langswap process" in unwrapped(capsys.readouterr().err)
     assert not output.exists()

@@ -11,6 +11,7 @@ import json
 import pytest
 import yaml
 
+from conftest import unwrapped
 from langswap.cli import build_parser, main
 from langswap.config import apply_overrides, as_number, from_dict
 from langswap.errors import ConfigError
@@ -81,7 +82,7 @@ def test_cli_count_flags_take_counts_as_written(capsys):
     assert args.steps == 2000
     with pytest.raises(SystemExit):
         parser.parse_args(["train", "--steps", "2.5"])
-    assert "not a whole number" in " ".join(capsys.readouterr().err.split())
+    assert "not a whole number" in unwrapped(capsys.readouterr().err)
 
 
 def test_a_yaml_learning_rate_reaches_the_run(tmp_path, capsys):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import byte_level_tokenizer, english_lines, save_model, tiny_model
+from conftest import byte_level_tokenizer, english_lines, save_model, tiny_model, unwrapped
 from langswap.errors import NumericalError, TrainingDivergedError
 from langswap.numerics import non_finite_parameters, prepare_embeddings_for_training
 from langswap.training.run import TrainConfig, train
@@ -180,7 +180,7 @@ def test_a_learning_rate_that_diverges_stops_the_cli_with_exit_code_2(llama_fold
                  "--output", str(output), "--preset", "full", "--steps", "6", "--set", "batch_size=2",
                  "--set", "sequence_length=32", "--set", "learning_rate=1e12", "--set", "logging_steps=1"])
     assert code == 2
-    error = " ".join(capsys.readouterr().err.split())
+    error = unwrapped(capsys.readouterr().err)
     assert "training stopped at update" in error and "1e+12" in error
     assert json.loads((output / "langswap-train.json").read_text())["status"] == "failed"
     assert not (output / "model").exists()
@@ -207,7 +207,7 @@ def test_evaluate_reports_a_non_finite_model_as_an_error(infinite_folder, short_
 
     code = main(["-q", "evaluate", str(infinite_folder), "--text", str(short_texts / "eval.txt")])
     assert code == 2
-    error = " ".join(capsys.readouterr().err.split())
+    error = unwrapped(capsys.readouterr().err)
     assert "not a number" in error and "up_proj.weight" in error
 
 

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from conftest import unwrapped
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.methods.base import get_method, register_method, run_method
 from langswap.resources.kinds import get_resource, resource_names
@@ -201,4 +202,4 @@ def test_a_plugin_that_is_not_a_python_file_is_named(capsys, tmp_path):
     assert "plugin '" in capsys.readouterr().err
     (tmp_path / "notes.txt").write_text("x")
     assert main(["--plugin", str(tmp_path / "notes.txt"), "recipes"]) == 2
-    assert "is not a Python file" in " ".join(capsys.readouterr().err.split())
+    assert "is not a Python file" in unwrapped(capsys.readouterr().err)

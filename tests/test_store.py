@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import byte_level_tokenizer, english_lines, sentencepiece_tokenizer, wordpiece_tokenizer
+from conftest import byte_level_tokenizer, english_lines, sentencepiece_tokenizer, unwrapped, wordpiece_tokenizer
 from langswap.errors import ResourceFormatError
 from langswap.training.data import StreamSlice, pack, read_documents
 from langswap.training.store import StoreBlocks, TokenStore, list_stores, remove_stores, token_store
@@ -257,7 +257,7 @@ def test_prepare_lists_and_removes_stores_and_train_reads_the_prepared_one(gpt2_
     listing = capsys.readouterr().out
     assert f"token stores in {stores}: 1," in listing and f"{folder.name}" in listing and "ready" in listing
     assert main(["prepare", "--remove", "nosuch", "--data-dir", str(stores)]) == 2
-    assert "no token store nosuch" in " ".join(capsys.readouterr().err.split())
+    assert "no token store nosuch" in unwrapped(capsys.readouterr().err)
     assert main(["prepare", "--remove", folder.name, "--data-dir", str(stores)]) == 0
     assert not folder.exists() and remove_stores(["all"], stores) == []
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CIPHER, WORDS, byte_level_tokenizer, cipher_line, cipher_word, english_lines
+from conftest import CIPHER, WORDS, byte_level_tokenizer, cipher_line, cipher_word, english_lines, unwrapped
 from langswap.errors import ConfigError, MissingResourceError, VocabularyError
 from langswap.methods import Kind, TransferInputs, make_config, run_method
 from langswap.methods.tiktotok import candidate_weights
@@ -218,13 +218,13 @@ def test_a_missing_or_reversed_dictionary_is_named_before_anything_is_written(tm
     base = ["transfer", "--source-model", str(gpt2_folder), "--target-tokenizer", str(target_tokenizer_folder),
             "--method", "tiktotok", "--output", str(tmp_path / "out")]
     assert main(base) == 2
-    assert "needs resource 'bilingual_vectors'" in " ".join(capsys.readouterr().err.split())
+    assert "needs resource 'bilingual_vectors'" in unwrapped(capsys.readouterr().err)
     reversed_ = tmp_path / "xx-en.tsv"
     reversed_.write_text("".join(f"{cipher_word(w)}\t{w}\n" for w in WORDS), encoding="utf-8")
     model = train_bilingual_fasttext(reversed_, tmp_path / "xx-en.bin", options=dataclasses.replace(SMALL, epoch=1))
     assert main(base + ["--set", f"resources.dictionary={reversed_}",
                         "--set", f"resources.bilingual_vectors={model}"]) == 2
-    assert "looks reversed" in " ".join(capsys.readouterr().err.split())
+    assert "looks reversed" in unwrapped(capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
     with pytest.raises(VocabularyError, match="none of the 1 pairs"):
         from langswap.resources.dictionary import check_direction

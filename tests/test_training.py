@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import byte_level_tokenizer, english_lines, save_model, tiny_model, wordpiece_tokenizer
+from conftest import byte_level_tokenizer, english_lines, save_model, tiny_model, unwrapped, wordpiece_tokenizer
 from langswap.errors import ConfigError, MissingResourceError, OutputExistsError, ResourceFormatError
 from langswap.training.phases import Phase, embedding_parameters
 from langswap.training.recipes import plan_phases
@@ -687,7 +687,7 @@ def test_torchrun_with_two_cpu_processes_trains_resumes_and_saves_once(models, t
     command = torchrun + command[command.index("train"):]
     with OutputLock(config.output):
         refused = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert refused.returncode != 0 and "is being written by another langswap process" in " ".join(refused.stderr.split())
+    assert refused.returncode != 0 and "is being written by another langswap process" in unwrapped(refused.stderr)
     assert not (tmp_path / "ddp").exists()
 
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -706,7 +706,7 @@ def test_torchrun_with_two_cpu_processes_trains_resumes_and_saves_once(models, t
     assert lock_path(config.output).exists() and not (tmp_path / "ddp" / "model").exists()
     done = subprocess.run([part for part in command if part != "-q"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "took over the lock" in " ".join(done.stderr.split())
+    assert "took over the lock" in unwrapped(done.stderr)
     assert not lock_path(config.output).exists()
     assert done.stdout.count("wrote ") == 1  # one summary, from rank 0
     state = _state(tmp_path / "ddp" / "model")
