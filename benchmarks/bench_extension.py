@@ -44,6 +44,8 @@ from bench_german_training import DEFAULT_DATA, REPO, run_and_record, shared_dat
 from bench_tiktotok import DICTIONARIES  # noqa: E402
 
 REPLACEMENT_SIZE = {"de": 49152, "sw": 16000}
+# what a recipe row's label adds for each `--then` (the recipe's default adds nothing, so earlier rows keep their labels)
+THEN_LABELS = {"embeddings": "", "none": " (new rows only)", "full": " (then full)"}
 
 
 def parse_args(argv=None):
@@ -58,7 +60,7 @@ def parse_args(argv=None):
     parser.add_argument("--source-shares", type=float, nargs="*", default=[],
                         help="Also train each extension method with the extension recipe and this share of every "
                              "batch English (0: the recipe alone); rows of their own.")
-    parser.add_argument("--then", choices=("embeddings", "none", "full"), default="embeddings",
+    parser.add_argument("--then", choices=tuple(THEN_LABELS), default="embeddings",
                         help="What the recipe rows of --source-shares train after the new rows alone "
                              "(recipe.then; none: the new rows alone for every step, the source rows never move).")
     parser.add_argument("--separate", action="store_true",
@@ -78,12 +80,11 @@ def recipe_entry(method: str, share: float, english: Path, separate: bool = Fals
     `then` after the new rows alone (the recipe's default, embeddings, or none or full); with `separate`, its new
     rows kept off English at transfer time first (`separated_entry`)."""
     recipe = {"source_text": str(english), "source_share": share} if share else {}
-    recipe.update({"then": then} if then != "embeddings" else {})
+    if then != "embeddings":
+        recipe["then"] = then
     entry = separated_entry(method, english) if separate else {"name": method, "calibration": {}, "label": method}
-    label = ", extension recipe" + (" (new rows only)" if then == "none" else f" (then {then})" if then == "full"
-                                    else "")
-    return {**entry, "label": entry["label"] + label + (f" + {share:.0%} English" if share else ""),
-            "train": {"preset": "extension", "recipe": recipe}}
+    label = entry["label"] + ", extension recipe" + THEN_LABELS[then] + (f" + {share:.0%} English" if share else "")
+    return {**entry, "label": label, "train": {"preset": "extension", "recipe": recipe}}
 
 
 def separated_entry(method: str, english: Path) -> dict:
