@@ -10,15 +10,16 @@ bench): embedding-only updates (batch 2 x 128), measured at `--steps` on 300 lin
 training split, held out of everything, with `--eval dev`; the first 300 test lines with `--eval test`) and on the
 first 300 lines of the English test split (read with each model's own tokenizer: what English keeps). With
 `--source-shares`, each extension method also trains with the `extension` recipe (new rows first), with that share of
-every batch English training text (`recipe.source_text`; 0: none), as rows of their own; `--then none` trains the
-new rows alone for every step (`recipe.then`), so the source rows never move. With `--separate`, each
-extension method also has its new rows kept off English at transfer time (`calibration.source_text`: the first lines
-of the English training split), a row of its own, and with `--source-shares` too, each recipe row has a twin kept off
-English. With `--distill TOKENS`, each extension method also has its new input rows learnt from the source model
-reading the same text with its own tokenizer (token distillation over TOKENS target tokens at the last layer,
-learning rate 1e-2; the teacher reads each new token as its old pieces), its head untied and kept as the method made
-it; beside it the same transfer with the head untied and no distillation (the control), and the control trained for
-as many updates as fit in the distilled row's time (the bench's equal_time).
+every batch English training text (`recipe.source_text`; 0: none), as rows of their own; `--then none` trains the new
+rows alone for every step (`recipe.then`), so the source rows never move, and `--rate` sets their peak rate. With
+`--separate`, each extension method also has its new rows kept off English at transfer time
+(`calibration.source_text`: the first lines of the English training split), a row of its own, and with
+`--source-shares` too, each recipe row has a twin kept off English. With `--distill TOKENS`, each extension method
+also has its new input rows learnt from the source model reading the same text with its own tokenizer (token
+distillation over TOKENS target tokens at the last layer, learning rate 1e-2; the teacher reads each new token as its
+old pieces), its head untied and kept as the method made it (`--distill-head lm`: its new output rows learn the next
+token, at `--distill-head-rate`); beside it the same transfer with the head untied and no distillation (the control),
+and the control trained for as many updates as fit in the distilled row's time (the bench's equal_time).
 
     python benchmarks/bench_extension.py --language de --sizes 5000 10000 20000 --steps 0 200
     python benchmarks/bench_extension.py --language sw --sizes 5000 10000 --steps 0 200 --eval test
@@ -26,6 +27,9 @@ as many updates as fit in the distilled row's time (the bench's equal_time).
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --source-shares 0.5 --then none
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --separate --steps 0
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --distill 20000
+    python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --source-shares 0.5 --then none \
+        --rate 5e-3
+    python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --distill 20000 --distill-head lm
 
 The work folder (default ~/.cache/langswap/bench-extension-LANG) is resumable; each bench's table and results are
 copied to benchmarks/results/extension-LANG-EVAL-TOKENIZER/.
@@ -63,28 +67,41 @@ def parse_args(argv=None):
     parser.add_argument("--then", choices=tuple(THEN_LABELS), default="embeddings",
                         help="What the recipe rows of --source-shares train after the new rows alone "
                              "(recipe.then; none: the new rows alone for every step, the source rows never move).")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="Peak learning rate of the recipe rows of --source-shares (default: the bench's, 5e-4).")
     parser.add_argument("--separate", action="store_true",
                         help="Also each extension method with its new rows kept off English at transfer time "
                              "(calibration.source_text: the English training split); rows of their own.")
     parser.add_argument("--distill", type=int, default=0, metavar="TOKENS",
                         help="Also each extension method distilled from the source model over TOKENS target tokens "
                              "(head untied and kept), beside the same with the head untied alone; rows of their own.")
+    parser.add_argument("--distill-head", choices=("keep", "lm"), default="keep",
+                        help="The distilled rows' untied head: keep (as the method and calibration made it) or lm (its "
+                             "new output rows learn the next token during distillation, distill.head).")
+    parser.add_argument("--distill-head-rate", type=float, default=None,
+                        help="With --distill-head lm: the head's own peak rate (distill.head_learning_rate; default: "
+                             "the distillation's 1e-2).")
     parser.add_argument("--eval", choices=("dev", "test"), default="dev")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
     return parser.parse_args(argv)
 
 
-def recipe_entry(method: str, share: float, english: Path, separate: bool = False, then: str = "embeddings") -> dict:
+def recipe_entry(method: str, share: float, english: Path, separate: bool = False, then: str = "embeddings",
+                 rate: float | None = None) -> dict:
     """A bench entry of `method` trained with the extension recipe, `share` of every batch `english` (0: none), then
-    `then` after the new rows alone (the recipe's default, embeddings, or none or full); with `separate`, its new
-    rows kept off English at transfer time first (`separated_entry`)."""
+    `then` after the new rows alone (the recipe's default, embeddings, or none or full), at peak rate `rate` (None:
+    the bench's); with `separate`, its new rows kept off English at transfer time first (`separated_entry`)."""
     recipe = {"source_text": str(english), "source_share": share} if share else {}
     if then != "embeddings":
         recipe["then"] = then
     entry = separated_entry(method, english) if separate else {"name": method, "calibration": {}, "label": method}
     label = entry["label"] + ", extension recipe" + THEN_LABELS[then] + (f" + {share:.0%} English" if share else "")
-    return {**entry, "label": label, "train": {"preset": "extension", "recipe": recipe}}
+    train = {"preset": "extension", "recipe": recipe}
+    if rate is not None:
+        label += f", peak rate {rate:g}"
+        train["learning_rate"] = rate
+    return {**entry, "label": label, "train": train}
 
 
 def separated_entry(method: str, english: Path) -> dict:
@@ -92,23 +109,31 @@ def separated_entry(method: str, english: Path) -> dict:
     return {"name": method, "calibration": {"source_text": str(english)}, "label": f"{method}, kept off English"}
 
 
-def distill_entries(method: str, tokens: int) -> list[dict]:
+def distill_entries(method: str, tokens: int, head: str = "keep", head_rate: float | None = None) -> list[dict]:
     """Bench entries of `method` with its tied head untied: without distillation (the control) and distilled over
-    `tokens` target tokens, the untied head kept as the method and calibration made it."""
+    `tokens` target tokens, the untied head kept as the method and calibration made it (`head` keep) or its new
+    output rows learning the next token (`head` lm, at `head_rate`; None: the distillation's rate)."""
     untied = {"name": method, "calibration": {"tied_head": "untie"}, "label": f"{method}, head untied"}
-    distilled = {**untied, "label": f"{method}, distilled, head untied",
-                 "distill": {"tokens": tokens, "learning_rate": 1e-2, "tied_head": "untie", "head": "keep"}}
+    distill = {"tokens": tokens, "learning_rate": 1e-2, "tied_head": "untie", "head": head}
+    label = f"{method}, distilled, head untied"
+    if head == "lm":
+        label += ", head learns the next token" + (f" at {head_rate:g}" if head_rate is not None else "")
+        if head_rate is not None:
+            distill["head_learning_rate"] = head_rate
+    distilled = {**untied, "label": label, "distill": distill}
     return [untied, distilled] if tokens else []
 
 
 def extension_entries(methods: list[str], args, english: Path) -> list[dict]:
     """The rows an extension's bench has beside its plain methods: the recipe rows of `--source-shares` (each with a
     twin kept off English under `--separate`), the `--separate` rows, and the `--distill` rows."""
-    recipes = [recipe_entry(method, share, english, separate, args.then) for method in methods
+    recipes = [recipe_entry(method, share, english, separate, args.then, args.rate) for method in methods
                for share in args.source_shares
                for separate in ([False, True] if args.separate else [False])]
     separated = [separated_entry(method, english) for method in methods] if args.separate else []
-    return recipes + separated + [entry for method in methods for entry in distill_entries(method, args.distill)]
+    distilled = [entry for method in methods
+                 for entry in distill_entries(method, args.distill, args.distill_head, args.distill_head_rate)]
+    return recipes + separated + distilled
 
 
 def main(argv=None) -> int:
