@@ -1,4 +1,4 @@
-"""Replacing SmolLM2's vocabulary against extending it: target bits per byte, English bits per byte and target tokens
+r"""Replacing SmolLM2's vocabulary against extending it: target bits per byte, English bits per byte and target tokens
 per byte, at step 0 and after embedding-only training.
 
 For a language (German or Swahili from the shared data): a replacement tokenizer of `--vocab` tokens trained on the
@@ -9,17 +9,17 @@ the new rows made; calibrated the same way). Each is a `langswap bench` run of i
 bench): embedding-only updates (batch 2 x 128), measured at `--steps` on 300 lines (the last 300 lines of the
 training split, held out of everything, with `--eval dev`; the first 300 test lines with `--eval test`) and on the
 first 300 lines of the English test split (read with each model's own tokenizer: what English keeps). With
-`--source-shares`, each extension method also trains with the `extension` recipe (new rows first), with that share of
-every batch English training text (`recipe.source_text`; 0: none), as rows of their own; `--then none` trains the new
-rows alone for every step (`recipe.then`), so the source rows never move, and `--rate` sets their peak rate. With
 `--separate`, each extension method also has its new rows kept off English at transfer time
-(`calibration.source_text`: the first lines of the English training split), a row of its own, and with
-`--source-shares` too, each recipe row has a twin kept off English. With `--distill TOKENS`, each extension method
-also has its new input rows learnt from the source model reading the same text with its own tokenizer (token
-distillation over TOKENS target tokens at the last layer, learning rate 1e-2; the teacher reads each new token as its
-old pieces), its head untied and kept as the method made it (`--distill-head lm`: its new output rows learn the next
-token, at `--distill-head-rate`); beside it the same transfer with the head untied and no distillation (the control),
-and the control trained for as many updates as fit in the distilled row's time (the bench's equal_time).
+(`calibration.source_text`: the first lines of the English training split), a row of its own. With `--distill
+TOKENS`, each extension method also has its new input rows learnt from the source model reading the same text with
+its own tokenizer (token distillation over TOKENS target tokens at the last layer, learning rate 1e-2; the teacher
+reads each new token as its old pieces), its head untied and kept as the method made it (`--distill-head lm`: its new
+output rows learn the next token, at `--distill-head-rate`); beside it the same transfer with the head untied and no
+distillation (the control), and the control trained for as many updates as fit in the distilled row's time (the
+bench's equal_time). With `--source-shares`, each of these transfers, and each method's plain one, also trains with
+the `extension` recipe (new rows first), with that share of every batch English training text (`recipe.source_text`;
+0: none), as rows of their own; `--then none` trains the new rows alone for every step (`recipe.then`), so the source
+rows never move, and `--rate` sets the recipe rows' peak rate.
 
     python benchmarks/bench_extension.py --language de --sizes 5000 10000 20000 --steps 0 200
     python benchmarks/bench_extension.py --language sw --sizes 5000 10000 --steps 0 200 --eval test
@@ -87,21 +87,19 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def recipe_entry(method: str, share: float, english: Path, separate: bool = False, then: str = "embeddings",
-                 rate: float | None = None) -> dict:
-    """A bench entry of `method` trained with the extension recipe, `share` of every batch `english` (0: none), then
-    `then` after the new rows alone (the recipe's default, embeddings, or none or full), at peak rate `rate` (None:
-    the bench's); with `separate`, its new rows kept off English at transfer time first (`separated_entry`)."""
+def recipe_entry(base: dict, share: float, english: Path, then: str = "embeddings", rate: float | None = None) -> dict:
+    """The bench entry `base` (a method's transfer, its label and options) trained with the extension recipe, `share`
+    of every batch `english` (0: none), then `then` after the new rows alone (the recipe's default, embeddings, or
+    none or full), at peak rate `rate` (None: the bench's)."""
     recipe = {"source_text": str(english), "source_share": share} if share else {}
     if then != "embeddings":
         recipe["then"] = then
-    entry = separated_entry(method, english) if separate else {"name": method, "calibration": {}, "label": method}
-    label = entry["label"] + ", extension recipe" + THEN_LABELS[then] + (f" + {share:.0%} English" if share else "")
+    label = base["label"] + ", extension recipe" + THEN_LABELS[then] + (f" + {share:.0%} English" if share else "")
     train = {"preset": "extension", "recipe": recipe}
     if rate is not None:
         label += f", peak rate {rate:g}"
         train["learning_rate"] = rate
-    return {**entry, "label": label, "train": train}
+    return {**base, "label": label, "train": train}
 
 
 def separated_entry(method: str, english: Path) -> dict:
@@ -125,14 +123,15 @@ def distill_entries(method: str, tokens: int, head: str = "keep", head_rate: flo
 
 
 def extension_entries(methods: list[str], args, english: Path) -> list[dict]:
-    """The rows an extension's bench has beside its plain methods: the recipe rows of `--source-shares` (each with a
-    twin kept off English under `--separate`), the `--separate` rows, and the `--distill` rows."""
-    recipes = [recipe_entry(method, share, english, separate, args.then, args.rate) for method in methods
-               for share in args.source_shares
-               for separate in ([False, True] if args.separate else [False])]
+    """The rows an extension's bench has beside its plain methods: the `--separate` rows, the `--distill` rows (the
+    untied control and the distilled row), and the recipe rows of `--source-shares`: each of those transfers, and
+    the plain one, trained with the extension recipe."""
     separated = [separated_entry(method, english) for method in methods] if args.separate else []
     distilled = [entry for method in methods
                  for entry in distill_entries(method, args.distill, args.distill_head, args.distill_head_rate)]
+    plain = [{"name": method, "calibration": {}, "label": method} for method in methods]
+    recipes = [recipe_entry(base, share, english, args.then, args.rate)
+               for base in plain + separated + distilled for share in args.source_shares]
     return recipes + separated + distilled
 
 
