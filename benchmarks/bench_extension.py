@@ -16,10 +16,11 @@ its own tokenizer (token distillation over TOKENS target tokens at the last laye
 reads each new token as its old pieces), its head untied and kept as the method made it (`--distill-head lm`: its new
 output rows learn the next token, at `--distill-head-rate`); beside it the same transfer with the head untied and no
 distillation (the control), and the control trained for as many updates as fit in the distilled row's time (the
-bench's equal_time). With `--source-shares`, each of these transfers, and each method's plain one, also trains with
-the `extension` recipe (new rows first), with that share of every batch English training text (`recipe.source_text`;
-0: none), as rows of their own; `--then none` trains the new rows alone for every step (`recipe.then`), so the source
-rows never move, and `--rate` sets the recipe rows' peak rate.
+bench's equal_time); with `--distill-replacement`, the replacement's method has the same rows. With
+`--source-shares`, each of these transfers, and each method's plain one, also trains with the `extension` recipe (new
+rows first), with that share of every batch English training text (`recipe.source_text`; 0: none), as rows of their
+own; `--then none` trains the new rows alone for every step (`recipe.then`), so the source rows never move, and
+`--rate` sets the recipe rows' peak rate.
 
     python benchmarks/bench_extension.py --language de --sizes 5000 10000 20000 --steps 0 200
     python benchmarks/bench_extension.py --language sw --sizes 5000 10000 --steps 0 200 --eval test
@@ -30,6 +31,7 @@ rows never move, and `--rate` sets the recipe rows' peak rate.
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --source-shares 0.5 --then none \
         --rate 5e-3
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --distill 20000 --distill-head lm
+    python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --distill 20000 --distill-replacement
 
 The work folder (default ~/.cache/langswap/bench-extension-LANG) is resumable; each bench's table and results are
 copied to benchmarks/results/extension-LANG-EVAL-TOKENIZER/.
@@ -81,10 +83,17 @@ def parse_args(argv=None):
     parser.add_argument("--distill-head-rate", type=float, default=None,
                         help="With --distill-head lm: the head's own peak rate (distill.head_learning_rate; default: "
                              "the distillation's 1e-2).")
+    parser.add_argument("--distill-replacement", action="store_true",
+                        help="With --distill: the replacement's method has the same two rows (untied control and "
+                             "distilled).")
     parser.add_argument("--eval", choices=("dev", "test"), default="dev")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.distill_replacement and not args.distill:
+        parser.error("--distill-replacement distils the replacement as --distill distils the extensions; give "
+                     "--distill TOKENS too.")
+    return args
 
 
 def recipe_entry(base: dict, share: float, english: Path, then: str = "embeddings", rate: float | None = None) -> dict:
@@ -135,6 +144,14 @@ def extension_entries(methods: list[str], args, english: Path) -> list[dict]:
     return recipes + separated + distilled
 
 
+def replacement_entries(methods: list[str], args) -> list[dict]:
+    """The rows the replacement's bench has beside its method: the `--distill` rows under `--distill-replacement`."""
+    if not args.distill_replacement:
+        return []
+    return [entry for method in methods
+            for entry in distill_entries(method, args.distill, args.distill_head, args.distill_head_rate)]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     language, splits = args.language, args.data / "splits"
@@ -182,7 +199,8 @@ def main(argv=None) -> int:
             "steps": args.steps, "reference": name == next(iter(tokenizers)),
             # calibrated as a transfer with target text is (an empty section keeps the default)
             "methods": [{"name": method, "calibration": {}} for method in methods] + (
-                extension_entries(methods, args, splits / "en.train.txt") if name.startswith("extend") else []),
+                extension_entries(methods, args, splits / "en.train.txt") if name.startswith("extend")
+                else replacement_entries(methods, args)),
             "resources": {"dictionary": str(dictionary)},
             "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
                       "logging_steps": 10, "max_lines": 20000},
