@@ -93,6 +93,12 @@ def parse_args(argv=None):
     if args.distill_replacement and not args.distill:
         parser.error("--distill-replacement distils the replacement as --distill distils the extensions; give "
                      "--distill TOKENS too.")
+    if (args.distill_head != "keep" or args.distill_head_rate is not None) and not args.distill:
+        parser.error("--distill-head and --distill-head-rate set the distilled rows' head; give --distill TOKENS too.")
+    if args.distill_head_rate is not None and args.distill_head != "lm":
+        parser.error("--distill-head-rate is the rate of a head that learns; give --distill-head lm too.")
+    if args.rate is not None and not args.source_shares:
+        parser.error("--rate sets the recipe rows' peak rate; give --source-shares too (0: the recipe alone).")
     return args
 
 
