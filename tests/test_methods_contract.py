@@ -36,10 +36,10 @@ def test_every_method_has_a_row():
     assert not missing, f"registered methods without a contract-test row: {sorted(missing)}"
 
 
-@pytest.fixture(scope="module")
-def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
-    source_tokenizer = byte_level_tokenizer(english_lines(400), vocab_size=360)
-    target_tokenizer = byte_level_tokenizer([cipher_line(line) for line in english_lines(400, seed=5)], 340)
+def method_inputs(source_tokenizer, target_tokenizer, cipher_vectors, folder, kept: int = 0) -> TransferInputs:
+    """Every method's inputs for a pair of tokenizers: random source rows, the cipher's aligned word vectors and
+    dictionary, and each resource a method needs, made for `target_tokenizer` (`kept`: the target extends the
+    source, whose ids below `kept` it keeps)."""
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     embeddings = torch.randn(len(source), 24, generator=torch.Generator().manual_seed(0)) * 0.3 + 0.1
     from langswap.resources.alignment import align
@@ -55,7 +55,6 @@ def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
     from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, train_bilingual_fasttext
     from langswap.resources.kinds.bilingual_vectors import BilingualVectors
 
-    folder = tmp_path_factory.mktemp("bilingual")
     (folder / "en-xx.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in dictionary.pairs), encoding="utf-8")
     model = train_bilingual_fasttext(folder / "en-xx.tsv", folder / "en-xx.bin",
                                      options=dataclasses.replace(BILINGUAL_FASTTEXT, bucket=20_000, thread=1))
@@ -83,13 +82,31 @@ def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
     return TransferInputs(source, target, embeddings, alignment.source, alignment.target,
                           resources={"bilingual_vectors": bilingual, "token_vectors": tokens, "dictionary": dictionary,
                                      "helper_model": HelperModel(helper, None, "random helper"),
-                                     "translations": translations})
+                                     "translations": translations}, kept=kept)
+
+
+@pytest.fixture(scope="module")
+def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
+    source_tokenizer = byte_level_tokenizer(english_lines(400), vocab_size=360)
+    target_tokenizer = byte_level_tokenizer([cipher_line(line) for line in english_lines(400, seed=5)], 340)
+    return method_inputs(source_tokenizer, target_tokenizer, cipher_vectors, tmp_path_factory.mktemp("bilingual"))
+
+
+@pytest.fixture(scope="module")
+def extended_inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
+    """The source tokenizer extended by 60 tokens of the ciphered text (`langswap tokenizer --extend`)."""
+    from langswap.resources.extension import extend_tokenizer
+
+    source_tokenizer = byte_level_tokenizer(english_lines(400), vocab_size=360)
+    extended = extend_tokenizer(source_tokenizer, [cipher_line(line) for line in english_lines(400, seed=5)], 60)
+    return method_inputs(source_tokenizer, extended.tokenizer, cipher_vectors, tmp_path_factory.mktemp("extended"),
+                         kept=len(source_tokenizer))
 
 
 def _run(name, inputs, seed=0, dtype=torch.float32, **extra):
     config = make_config(name, seed=seed, **{**CASES[name], **extra})
     data = TransferInputs(inputs.source, inputs.target, inputs.source_embeddings.to(dtype), inputs.source_vectors,
-                          inputs.target_vectors, resources=dict(inputs.resources))
+                          inputs.target_vectors, resources=dict(inputs.resources), kept=inputs.kept)
     output = torch.randn(len(inputs.source), 24, generator=torch.Generator().manual_seed(1)).to(dtype)
     bias = torch.randn(len(inputs.source), generator=torch.Generator().manual_seed(2)).to(dtype)
     return run_method(config, data, {"output_embeddings": output, "output_bias": bias}), output, bias
@@ -108,6 +125,21 @@ def test_shape_finite_and_every_row_placed(name, fallback, inputs):
     assert not (result.mapping.kinds == Kind.UNPLACED).any()
     if name != "random":
         assert not (result.mapping.kinds == Kind.RANDOM).any() or fallback == "random"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_into_an_extension_every_source_row_is_its_own_and_only_the_new_rows_are_made(name, extended_inputs):
+    """Every method, given a target that extends the source: the input rows, output rows and bias of every source id
+    are the source's bit for bit (special tokens included), and the new ids get rows of their own, finite."""
+    result, output, bias = _run(name, extended_inputs)
+    kept = extended_inputs.kept
+    assert len(extended_inputs.target) == kept + 60
+    assert torch.equal(result.embeddings[:kept], extended_inputs.source_embeddings)
+    assert torch.equal(result.output_embeddings[:kept], output)
+    assert torch.equal(result.output_bias[:kept], bias)
+    new = result.embeddings[kept:]
+    assert torch.isfinite(new).all() and new.shape == (60, 24)
+    assert not (result.mapping.kinds[kept:] == Kind.UNPLACED).any()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
