@@ -537,6 +537,40 @@ def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind
     assert all(torch.equal(after_two[name], start[name]) for name in body)
 
 
+def test_the_extension_recipe_under_torchrun_keeps_the_source_rows_on_every_rank(extended_pairs, texts, tmp_path):
+    """Two CPU processes through torchrun (DDP, gloo): the gradient hook runs on each rank's model and the zeroed rows
+    are what is averaged, so with the new rows alone for every step (`then: none`) every source row and padding row
+    ends bit for bit as the transfer made it, and the new rows move."""
+    import torch
+    from safetensors.torch import load_file
+
+    from langswap.config import dump_yaml, to_dict
+    from langswap.training.run import TrainConfig
+
+    source_folder, target_folder, kept = extended_pairs["gpt2"]
+    _transfer(source_folder, target_folder, tmp_path / "transferred", method={"name": "fvt"})
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    config = TrainConfig(model=str(tmp_path / "transferred"), train_text=str(text), output=str(tmp_path / "run"),
+                         preset="extension", recipe={"then": "none"}, steps=3, batch_size=2, sequence_length=32,
+                         save_steps=100, logging_steps=1, weight_decay=0.1, learning_rate=0.01, eval_text=None)
+    (tmp_path / "run.yaml").write_text(dump_yaml(to_dict(config)), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+                           "langswap.cli", "train", str(tmp_path / "run.yaml")], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("wrote ") == 1  # one summary, from rank 0
+    start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
+    after = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
+    matrices = [name for name, tensor in start.items() if tensor.dim() >= 1 and tensor.shape[0] >= kept + 40]
+    assert matrices
+    for name in matrices:
+        assert torch.equal(after[name][:kept], start[name][:kept]), name
+        assert torch.equal(after[name][kept + 40:], start[name][kept + 40:]), name
+        assert not torch.equal(after[name][kept:kept + 40], start[name][kept:kept + 40]), name
+    assert all(torch.equal(after[name], start[name]) for name in start if name not in matrices)
+
+
 def test_source_language_text_in_the_batches_trains_the_new_tokens_down_where_that_language_is_read(
         extended_pairs, texts, tmp_path):
     """recipe.source_text: both texts are in every micro-batch, the source rows stay bitwise in phase 1, and the new
