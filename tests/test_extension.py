@@ -116,11 +116,18 @@ def test_the_saved_folder_loads_with_auto_tokenizer_and_keeps_the_chat_template(
     save_tokenizer(source, tmp_path / "source")
     source_text = tmp_path / "xx.txt"
     source_text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    check = tmp_path / "en.txt"
+    check.write_text("\n".join(texts["source_test"]) + "\n", encoding="utf-8")
     run = subprocess.run([sys.executable, "-m", "langswap", "tokenizer", "--source", str(tmp_path / "source"),
-                          "--text", str(source_text), "--output", str(tmp_path / "extended"), "--extend", "50"],
-                         capture_output=True, text=True, timeout=300)
+                          "--text", str(source_text), "--output", str(tmp_path / "extended"), "--extend", "50",
+                          "--check-text", str(check)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "new ones (ids 400-449; BPE)" in run.stdout and "tokens per byte" in run.stdout
+    from langswap.resources.extension import changed_lines
+
+    changed = changed_lines(source, AutoTokenizer.from_pretrained(tmp_path / "extended"), texts["source_test"])
+    assert f"{changed:,} of the 200 lines of {check} read otherwise than with the source tokenizer" \
+        in " ".join(run.stdout.split())
     loaded = AutoTokenizer.from_pretrained(tmp_path / "extended")
     assert len(loaded) == 450 and loaded.chat_template == source.chat_template
     messages = [{"role": "user", "content": "the house"}]
@@ -152,6 +159,9 @@ def test_bad_extensions_are_refused_with_what_to_do(texts, tmp_path):
     with pytest.raises(ConfigError, match="at least 1"):
         train_target_tokenizer(TokenizerJob(source=str(tmp_path / "source"), text=str(text),
                                             output=str(tmp_path / "out"), extend=-3))
+    with pytest.raises(ConfigError, match="--check-text is for an extension; add --extend N"):
+        train_target_tokenizer(TokenizerJob(source=str(tmp_path / "source"), text=str(text),
+                                            output=str(tmp_path / "out"), check_text=str(text)))
     assert not (tmp_path / "out").exists()
 
 

@@ -80,7 +80,8 @@ PREPARE_FLAGS = ["model", "train_text", "preset", "objective", "text_field", "ma
 BENCH_FLAGS = ["output"]
 DEMO_FLAGS = ["full", "workdir"]
 INIT_CONFIG_FLAGS = ["kind", "method", "output"]
-TOKENIZER_FLAGS = ["source", "text", "output", "vocab_size", "extend", "keep_text", "max_lines", "overwrite"]
+TOKENIZER_FLAGS = ["source", "text", "output", "vocab_size", "extend", "keep_text", "check_text", "max_lines",
+                   "overwrite"]
 FASTTEXT_FLAGS = ["text", "dictionary", "joint", "share", "passes", "heldout_words", "tokenizer", "language",
                   "segmenter", "compounds", "output", "overwrite"]
 ALIGN_FLAGS = ["source_vectors", "target_vectors", "dictionary", "output", "max_words", "overwrite"]
@@ -250,6 +251,10 @@ def cmd_tokenizer(args) -> int:
     print(f"tokens per byte on the last {extension['sample_lines']:,} lines of the text it learnt from: "
           f"{rate['source']:.4f} (source) -> "
           f"{rate['extended']:.4f} (extended), {rate['extended'] / rate['source']:.0%} of the source's")
+    check = extension.get("check_text")
+    if check:
+        print(f"{check['changed']:,} of the {check['lines']:,} lines of {check['text']} read otherwise than with the "
+              f"source tokenizer ({check['changed'] / max(1, check['lines']):.1%})")
     if extension["family"] == "BPE" and not extension["keep_text"]:
         print("source-language text reads as before except where two of its tokens form a new merge; --keep-text "
               "with some of it keeps it exactly as before")

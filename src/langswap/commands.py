@@ -54,6 +54,9 @@ class TokenizerJob:
                 "tokenizer then never merges a pair of tokens that occurs in its words, and no new Unigram or "
                 "WordPiece token is one that text would use (without it, source text changes wherever a new token "
                 "applies)."})
+    check_text: str | None = field(default=None, metadata={
+        "help": "With --extend, held-out source-language text (.txt/.gz; not the --keep-text) read by the source "
+                "and by the extended tokenizer: the lines they read otherwise are counted and reported."})
     max_lines: int | None = field(default=None, metadata={"help": "Lines of the text read; default: all."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
@@ -62,7 +65,7 @@ class TokenizerJob:
 class TokenizerResult:
     """The tokenizer written, and for an extension what was added and what it changes: tokens per byte of the text's
     last lines (up to 1,000, or a tenth of the text; lines it learnt from) read by the source and by the extended
-    tokenizer."""
+    tokenizer, and with a check text the count of its lines the two read otherwise."""
 
     tokenizer: object
     extension: dict | None = None
@@ -80,8 +83,9 @@ def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> Tokeniz
     if job.extend and job.vocab_size:
         raise ConfigError("give --vocab-size (a replacement vocabulary) or --extend (tokens added to the source's), "
                           "not both.")
-    if job.keep_text and not job.extend:
-        raise ConfigError("--keep-text is for an extension; add --extend N (the tokens to add).")
+    for name in ("keep_text", "check_text"):
+        if getattr(job, name) and not job.extend:
+            raise ConfigError(f"--{name.replace('_', '-')} is for an extension; add --extend N (the tokens to add).")
     if job.extend < 0:
         raise ConfigError(f"--extend is {job.extend}; give the number of tokens to add (at least 1), or 0 for a "
                           "replacement vocabulary.")
@@ -92,16 +96,20 @@ def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> Tokeniz
             tokenizer = train_tokenizer(source, job.text, job.vocab_size, max_lines=job.max_lines, progress=progress)
             save_tokenizer(tokenizer, folder)
             return TokenizerResult(tokenizer)
-        from langswap.resources.extension import extend_tokenizer, tokens_per_byte
+        from langswap.resources.extension import changed_lines, extend_tokenizer, tokens_per_byte
 
         lines = read_text_lines(job.text, what="tokenizer training text", max_lines=job.max_lines)
         keep = read_text_lines(job.keep_text, what="source-language text to keep") if job.keep_text else None
+        check = read_text_lines(job.check_text, what="source-language text to check") if job.check_text else None
         extension = extend_tokenizer(source, lines, job.extend, progress=progress, keep_lines=keep)
         save_tokenizer(extension.tokenizer, folder)
         sample = lines[-min(1000, max(1, len(lines) // 10)):]
         report = {**extension.report(), "sample_lines": len(sample), "keep_text": job.keep_text,
                   "tokens_per_byte": {"source": round(tokens_per_byte(source, sample), 4),
                                       "extended": round(tokens_per_byte(extension.tokenizer, sample), 4)}}
+        if check is not None:
+            report["check_text"] = {"text": job.check_text, "lines": len(check),
+                                    "changed": changed_lines(source, extension.tokenizer, check)}
         return TokenizerResult(extension.tokenizer, report)
 
 
