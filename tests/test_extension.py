@@ -565,9 +565,10 @@ def test_the_extension_recipe_under_torchrun_keeps_the_source_rows_on_every_rank
                          preset="extension", recipe={"then": "none"}, steps=3, batch_size=2, sequence_length=32,
                          save_steps=100, logging_steps=1, weight_decay=0.1, learning_rate=0.01, eval_text=None)
     (tmp_path / "run.yaml").write_text(dump_yaml(to_dict(config)), encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
-                           "langswap.cli", "train", str(tmp_path / "run.yaml")], capture_output=True, text=True,
-                          timeout=600)
+    # --standalone: a free port of its own, so that it may run beside the other torchrun test (pytest-xdist)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "langswap.cli", "train", str(tmp_path / "run.yaml")], capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("wrote ") == 1  # one summary, from rank 0
     start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
