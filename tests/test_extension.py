@@ -517,6 +517,20 @@ def test_a_streamed_transfer_into_an_extension_keeps_the_source_rows(extended_pa
 
 # -- training an extended model -----------------------------------------------------------------------------------------
 
+def _only_new_rows_moved(start: dict, after: dict, kept: int, new: int = 40) -> list[str]:
+    """Asserts that in every token matrix (input, output, bias) the source rows below `kept` and the padding rows
+    after the `new` ones are bit for bit as in `start` and the new rows moved; returns those matrices' names."""
+    import torch
+
+    matrices = [name for name, tensor in start.items() if tensor.dim() >= 1 and tensor.shape[0] >= kept + new]
+    assert matrices
+    for name in matrices:
+        assert torch.equal(after[name][:kept], start[name][:kept]), name
+        assert torch.equal(after[name][kept + new:], start[name][kept + new:]), name
+        assert not torch.equal(after[name][kept:kept + new], start[name][kept:kept + new]), name
+    return matrices
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind, extended_pairs, texts, tmp_path):
     """Phase 1 leaves every source row and every padding row bit for bit as the transfer made it, with weight decay
@@ -536,12 +550,8 @@ def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind
     start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
     after_one = load_file(str(tmp_path / "run" / "phase-1-new-rows" / "final" / "model.safetensors"))
     after_two = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
-    matrices = [name for name, tensor in start.items() if tensor.dim() >= 1 and tensor.shape[0] >= kept + 40]
-    assert matrices
+    matrices = _only_new_rows_moved(start, after_one, kept)
     for name in matrices:
-        assert torch.equal(after_one[name][:kept], start[name][:kept]), name
-        assert torch.equal(after_one[name][kept + 40:], start[name][kept + 40:]), name
-        assert not torch.equal(after_one[name][kept:kept + 40], start[name][kept:kept + 40]), name
         assert not torch.equal(after_two[name][:kept], start[name][:kept]), name
     body = [name for name in start if name not in matrices]
     assert all(torch.equal(after_two[name], start[name]) for name in body)
@@ -573,12 +583,7 @@ def test_the_extension_recipe_under_torchrun_keeps_the_source_rows_on_every_rank
     assert done.stdout.count("wrote ") == 1  # one summary, from rank 0
     start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
     after = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
-    matrices = [name for name, tensor in start.items() if tensor.dim() >= 1 and tensor.shape[0] >= kept + 40]
-    assert matrices
-    for name in matrices:
-        assert torch.equal(after[name][:kept], start[name][:kept]), name
-        assert torch.equal(after[name][kept + 40:], start[name][kept + 40:]), name
-        assert not torch.equal(after[name][kept:kept + 40], start[name][kept:kept + 40]), name
+    matrices = _only_new_rows_moved(start, after, kept)
     assert all(torch.equal(after[name], start[name]) for name in start if name not in matrices)
 
 
