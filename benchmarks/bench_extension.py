@@ -142,20 +142,22 @@ def extension_entries(methods: list[str], args, english: Path) -> list[dict]:
     untied control and the distilled row), and the recipe rows of `--source-shares`: each of those transfers, and
     the plain one, trained with the extension recipe."""
     separated = [separated_entry(method, english) for method in methods] if args.separate else []
-    distilled = [entry for method in methods
-                 for entry in distill_entries(method, args.distill, args.distill_head, args.distill_head_rate)]
+    distilled = distilled_entries(methods, args)
     plain = [{"name": method, "calibration": {}, "label": method} for method in methods]
     recipes = [recipe_entry(base, share, english, args.then, args.rate)
                for base in plain + separated + distilled for share in args.source_shares]
     return recipes + separated + distilled
 
 
-def replacement_entries(methods: list[str], args) -> list[dict]:
-    """The rows the replacement's bench has beside its method: the `--distill` rows under `--distill-replacement`."""
-    if not args.distill_replacement:
-        return []
+def distilled_entries(methods: list[str], args) -> list[dict]:
+    """Each method's `--distill` rows (`distill_entries` with the head options given); none without `--distill`."""
     return [entry for method in methods
             for entry in distill_entries(method, args.distill, args.distill_head, args.distill_head_rate)]
+
+
+def replacement_entries(methods: list[str], args) -> list[dict]:
+    """The rows the replacement's bench has beside its method: the `--distill` rows under `--distill-replacement`."""
+    return distilled_entries(methods, args) if args.distill_replacement else []
 
 
 def main(argv=None) -> int:

@@ -29,6 +29,7 @@ def pytest_xdist_auto_num_workers(config):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(cores, 4))
 
+
 def unwrapped(text: str) -> str:
     """`text` with its whitespace collapsed: the CLI wraps an error at 110 columns, and where a line breaks depends on
     the length of the paths in it, so a test looks for an error's words in this."""

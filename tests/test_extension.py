@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import (SHARED_DATA, byte_level_tokenizer, cipher_word, english_lines, sentencepiece_tokenizer,
-                      wordpiece_tokenizer)
+                      unwrapped, wordpiece_tokenizer)
 from langswap.errors import ConfigError, MissingResourceError, VocabularyError
 
 
@@ -125,10 +125,10 @@ def test_the_saved_folder_loads_with_auto_tokenizer_and_keeps_the_chat_template(
     assert "new ones (ids 400-449; BPE)" in run.stdout and "tokens per byte" in run.stdout
     from langswap.resources.extension import changed_lines
 
-    changed = changed_lines(source, AutoTokenizer.from_pretrained(tmp_path / "extended"), texts["source_test"])
-    assert f"{changed:,} of the 200 lines of {check} read otherwise than with the source tokenizer" \
-        in " ".join(run.stdout.split())
     loaded = AutoTokenizer.from_pretrained(tmp_path / "extended")
+    changed = changed_lines(source, loaded, texts["source_test"])
+    assert f"{changed:,} of the 200 lines of {check} read otherwise than with the source tokenizer" \
+        in unwrapped(run.stdout)
     assert len(loaded) == 450 and loaded.chat_template == source.chat_template
     messages = [{"role": "user", "content": "the house"}]
     assert loaded.apply_chat_template(messages, tokenize=False) == source.apply_chat_template(messages, tokenize=False)

@@ -86,18 +86,21 @@ def method_inputs(source_tokenizer, target_tokenizer, cipher_vectors, folder, ke
 
 
 @pytest.fixture(scope="module")
-def inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
-    source_tokenizer = byte_level_tokenizer(english_lines(400), vocab_size=360)
+def source_tokenizer():
+    return byte_level_tokenizer(english_lines(400), vocab_size=360)
+
+
+@pytest.fixture(scope="module")
+def inputs(source_tokenizer, cipher_vectors, tmp_path_factory) -> TransferInputs:
     target_tokenizer = byte_level_tokenizer([cipher_line(line) for line in english_lines(400, seed=5)], 340)
     return method_inputs(source_tokenizer, target_tokenizer, cipher_vectors, tmp_path_factory.mktemp("bilingual"))
 
 
 @pytest.fixture(scope="module")
-def extended_inputs(cipher_vectors, tmp_path_factory) -> TransferInputs:
+def extended_inputs(source_tokenizer, cipher_vectors, tmp_path_factory) -> TransferInputs:
     """The source tokenizer extended by 60 tokens of the ciphered text (`langswap tokenizer --extend`)."""
     from langswap.resources.extension import extend_tokenizer
 
-    source_tokenizer = byte_level_tokenizer(english_lines(400), vocab_size=360)
     extended = extend_tokenizer(source_tokenizer, [cipher_line(line) for line in english_lines(400, seed=5)], 60)
     return method_inputs(source_tokenizer, extended.tokenizer, cipher_vectors, tmp_path_factory.mktemp("extended"),
                          kept=len(source_tokenizer))
