@@ -6,7 +6,8 @@ the only resource (what `langswap transfer --set resources.dictionary=...` gets)
 steps of embedding-only training (batch 2 x 128, as bench_peers.py). The training text is the first `--slice-bytes`
 bytes of the split (0: the whole split) less its last `--dev-lines` lines, which are held out as development lines:
 `--eval dev` (the default) scores those, and it is on them that anything is chosen; `--eval test` scores the first
-300 lines of the test split with the same trained snapshots, for reporting.
+300 lines of the test split with the same trained snapshots, for reporting. Every row also reports bits per byte
+on the first 300 lines of splits/en.test.txt read with its own tokenizer (what English keeps).
 
 Entries: the method's label, then `cal` (calibrated as `langswap transfer` does by default) or `raw` (strength 0),
 then calibration options, method options (`method.` before the name), token distillation options (`distill.`
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
     language = args.language
     splits = args.data / "splits"
     dictionary = args.data / "dicts" / DICTIONARIES[language]
-    needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", dictionary]
+    needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", splits / "en.test.txt", dictionary]
     if not shared_data_ready("bench_calibration", args.data, needed):
         return 0
     name = f"{language}-{args.slice_bytes // 1000 if args.slice_bytes else 'full'}k-{args.vocab}"
@@ -139,7 +140,8 @@ def main(argv=None) -> int:
     bench = {
         "source_model": str(model), "target_tokenizer": str(tokenizer), "language": language,
         "train_text": str(train), "eval_text": str(dev if args.eval == "dev" else splits / f"{language}.test.txt"),
-        "eval_lines": 300, "output": str(workdir / "bench"), "steps": args.steps,
+        "eval_lines": 300, "source_text": str(splits / "en.test.txt"), "output": str(workdir / "bench"),
+        "steps": args.steps,
         "methods": [entry(text) for text in args.entries],
         "resources": {"dictionary": str(dictionary), "token_text": str(train)},  # token_text: FOCUS's vectors
         "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,

@@ -32,6 +32,10 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_calibration import split_text  # noqa: E402
@@ -82,7 +86,7 @@ def prepare(args, workdir: Path) -> tuple[Path, Path, dict]:
     return model, folder, lines
 
 
-def separation(model, tokenizer, lines: dict) -> tuple[dict, "torch.Tensor"]:
+def separation(model, tokenizer, lines: dict) -> tuple[dict, torch.Tensor]:
     """Accuracy of the shrunk linear discriminant between target and English head inputs on held-out positions, and
     that direction, scaled so that it separates the two texts' means by 2 (`langswap.calibrate.discriminant`)."""
     from langswap.calibrate import discriminant, head_input_states, separation_accuracy

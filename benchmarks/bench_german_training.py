@@ -3,7 +3,8 @@
 A `langswap bench` run on the shared data (the fixed splits, MUSE en-de): the German tokenizer and the fastText
 vectors are the ones benchmarks/bench_quality.py caches (built here the same way when missing), the methods are
 random, overlap and wechsel, each measured on the first 300 lines of de.test.txt at steps 0, 50 and 200 of
-embedding-only training (train.preset: embeddings) with a small batch on the CPU. Then a part-of-speech probe on
+embedding-only training (train.preset: embeddings) with a small batch on the CPU, beside bits per byte on the first
+300 lines of en.test.txt read with each model's own tokenizer (what English keeps). Then a part-of-speech probe on
 UD German-GSD (train on dev, test on test) for the source model and the step-0 random and wechsel models, and on
 UD English-EWT for the source model as a reference.
 
@@ -124,7 +125,8 @@ def shared_data_ready(script: str, data: Path, needed: list[Path]) -> bool:
 def main(argv=None) -> int:
     args = parse_args(argv)
     splits = args.data / "splits"
-    needed = [splits / "de.train.txt", splits / "de.test.txt", args.data / "dicts" / "muse-en-de.tsv"]
+    needed = [splits / "de.train.txt", splits / "de.test.txt", splits / "en.test.txt",
+              args.data / "dicts" / "muse-en-de.tsv"]
     if not shared_data_ready("bench_german_training", args.data, needed):
         return 0
     from langswap.demo.smollm2 import smollm2_135m
@@ -134,8 +136,8 @@ def main(argv=None) -> int:
     bench = {
         "source_model": str(model), "target_tokenizer": str(resources["tokenizer"]),
         "train_text": str(splits / "de.train.txt"), "eval_text": str(splits / "de.test.txt"),
-        "eval_lines": args.eval_lines, "output": str(args.workdir), "steps": args.steps,
-        "methods": [{"name": name} for name in args.methods],
+        "eval_lines": args.eval_lines, "source_text": str(splits / "en.test.txt"), "output": str(args.workdir),
+        "steps": args.steps, "methods": [{"name": name} for name in args.methods],
         "resources": {"source_vectors": str(resources["vectors"]["en"]),
                       "target_vectors": str(resources["vectors"]["de"]),
                       "dictionary": str(args.data / "dicts" / "muse-en-de.tsv")},

@@ -3,11 +3,11 @@ random and langswap's `combined` (with the bench's dictionary and aligned vector
 
 A `langswap bench` run on the shared data: bits per byte on the first 300 lines of the language's test split at the
 given steps of embedding-only training (`train.preset: embeddings`, batch 2 x 128, as bench_german_training.py),
-with the same tokenizers and word vectors as bench_tiktotok.py. FOCUS's token-level fastText model is trained on
-the language's training split (`resources.token_text`) and cached. RAMEN's translation probabilities come from the
-language's parallel text (`resources.parallel_text`: splits/en-sw.parallel.train.tsv, the New Testament verses not in
-the test split; corpora/gettext.en-de.tsv, message catalogues), aligned by eflomal and cached, or from the bench's
-aligned word vectors (`ramen vectors`).
+with the same tokenizers, word vectors and English lines as bench_tiktotok.py. FOCUS's token-level fastText model is
+trained on the language's training split (`resources.token_text`) and cached. RAMEN's translation probabilities come
+from the language's parallel text (`resources.parallel_text`: splits/en-sw.parallel.train.tsv, the New Testament
+verses not in the test split; corpora/gettext.en-de.tsv, message catalogues), aligned by eflomal and cached, or from
+the bench's aligned word vectors (`ramen vectors`).
 
 The bench folder (default ~/.cache/langswap/bench-peers-LANG) is resumable; table, results and plot are copied to
 benchmarks/results/peers-LANG/.

@@ -1,7 +1,8 @@
 """SmolLM2-135M -> German or Swahili: Tik-to-Tok's three variants against wechsel, overlap and random.
 
 A `langswap bench` run on the shared data: bits per byte on the first 300 lines of the language's test split at the
-given steps of embedding-only training (`train.preset: embeddings`, batch 2 x 128, as bench_german_training.py).
+given steps of embedding-only training (`train.preset: embeddings`, batch 2 x 128, as bench_german_training.py),
+beside bits per byte on the first 300 lines of splits/en.test.txt read with each model's own tokenizer.
 Methods: random, overlap (= fvt with the mean of pieces), fvt with pieces weighted by length, wechsel (fastText
 vectors of both languages aligned on the dictionary) and tiktotok with
 `variant` shared, dictionary and full (the paper's ablation; the bilingual fastText model of the dictionary is built
@@ -81,7 +82,8 @@ def language_bench(args, script: str, workdir: Path, methods: list[dict], resour
     language = args.language
     splits = args.data / "splits"
     dictionary = args.data / "dicts" / DICTIONARIES[language]
-    needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", dictionary, splits / "en.train.txt"]
+    needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", dictionary, splits / "en.train.txt",
+              splits / "en.test.txt"]
     if not shared_data_ready(script, args.data, needed):
         return None
     from langswap.demo.smollm2 import smollm2_135m
@@ -91,7 +93,8 @@ def language_bench(args, script: str, workdir: Path, methods: list[dict], resour
     return {
         "source_model": str(model), "target_tokenizer": str(built["tokenizer"]), "language": language,
         "train_text": str(splits / f"{language}.train.txt"), "eval_text": str(splits / f"{language}.test.txt"),
-        "eval_lines": args.eval_lines, "output": str(workdir), "steps": args.steps, "methods": methods,
+        "eval_lines": args.eval_lines, "source_text": str(splits / "en.test.txt"), "output": str(workdir),
+        "steps": args.steps, "methods": methods,
         "resources": {"source_vectors": str(built["vectors"]["en"]),
                       "target_vectors": str(built["vectors"][language]), "dictionary": str(dictionary),
                       **(resources or {})},
