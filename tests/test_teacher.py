@@ -305,8 +305,11 @@ def test_a_teacher_that_reads_the_text_worse_than_the_model_is_not_used_unless_a
 def test_bad_teachers_are_refused(models, texts, tmp_path):
     with pytest.raises(ConfigError, match="teacher.weight"):
         TeacherConfig(weight=-1)
-    with pytest.raises(ConfigError, match="teacher.layers"):
+    with pytest.raises(ConfigError, match="teacher.layers holds 0, the input embeddings"):
         TeacherConfig(weight=1, layers=[0])
+    with pytest.raises(ConfigError, match="teacher.layers is 'last'; give a list of layer indices"):
+        TeacherConfig(weight=1, layers="last")
+    assert TeacherConfig(weight=1, layers=[2, 2, -1]).layers == (2, -1)
     with pytest.raises(ConfigError, match="teacher.when"):
         TeacherConfig(weight=1, when="sometimes")
     with pytest.raises(MissingResourceError, match="teacher.model"):

@@ -160,6 +160,22 @@ def check_choices(instance, where: str = "") -> None:
             raise ConfigError(f"'{where}{field.name}' is {value!r}; choose one of: {', '.join(choices)}.")
 
 
+def layer_indices(value, option: str) -> tuple[int, ...]:
+    """The hidden-state layers an option (`distill.layers`, `teacher.layers`) names, as a tuple without repeats: one
+    index or a list of them, 1 the first block's output, negative ones counted from the last (-1); a ConfigError
+    naming `option` for anything else, 0 (the input embeddings) included."""
+    layers = (value,) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(layers, (list, tuple)) or not layers or not all(
+            isinstance(layer, int) and not isinstance(layer, bool) for layer in layers):
+        raise ConfigError(f"{option} is {value!r}; give a list of layer indices, e.g. [-1] for the last layer or "
+                          "[4, -1].")
+    if 0 in layers:
+        raise ConfigError(f"{option} holds 0, the input embeddings themselves (the student's and the teacher's are "
+                          "different tokens there); choose layers from 1 (the first block's output) on, or negative "
+                          "ones counted from the last (-1).")
+    return tuple(dict.fromkeys(layers))
+
+
 def to_dict(instance: Any) -> dict:
     """Every field of a (nested) dataclass config, defaults included, as plain YAML-able values."""
     out = {}

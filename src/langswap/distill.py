@@ -66,6 +66,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from langswap.config import layer_indices
 from langswap.errors import ConfigError, NumericalError, VocabularyError
 from langswap.kernels import hidden_state_distance
 from langswap.models import HiddenStates, position_limit, resolve_layers
@@ -125,18 +126,7 @@ class DistillConfig:
     seed: int = field(default=0, metadata={"help": "Seed of the order in which lines are read."})
 
     def __post_init__(self):
-        layers = self.layers
-        if isinstance(layers, int) and not isinstance(layers, bool):
-            layers = (layers,)
-        if not isinstance(layers, (list, tuple)) or not layers or not all(
-                isinstance(layer, int) and not isinstance(layer, bool) for layer in layers):
-            raise ConfigError(f"distill.layers is {self.layers!r}; give a list of layer indices, e.g. [-1] for the "
-                              "last layer or [4, -1].")
-        if 0 in layers:
-            raise ConfigError("distill.layers holds 0, the input embeddings themselves (the student's and the "
-                              "teacher's are different tokens there); choose layers from 1 (the first block's "
-                              "output) on, or negative ones counted from the last (-1).")
-        object.__setattr__(self, "layers", tuple(dict.fromkeys(layers)))
+        object.__setattr__(self, "layers", layer_indices(self.layers, "distill.layers"))
         if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 0:
             raise ConfigError(f"distill.tokens is {self.tokens!r}; give a number of target tokens of at least 0 "
                               "(0 skips distillation).")

@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from langswap.chunks import ChunkAligner, cut, pair
-from langswap.config import check_choices
+from langswap.config import check_choices, layer_indices
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.training.data import document_positions, stream_frame
 
@@ -91,14 +91,7 @@ class TeacherConfig:
         "choices": ("teacher-better", "always")})
 
     def __post_init__(self):
-        layers = self.layers
-        if isinstance(layers, int) and not isinstance(layers, bool):
-            layers = (layers,)
-        if not isinstance(layers, (list, tuple)) or not layers or not all(
-                isinstance(layer, int) and not isinstance(layer, bool) for layer in layers) or 0 in layers:
-            raise ConfigError(f"teacher.layers is {self.layers!r}; give a list of block outputs, e.g. [-1] for the "
-                              "last block or [4, -1] (0, the input embeddings, is not allowed).")
-        object.__setattr__(self, "layers", tuple(dict.fromkeys(layers)))
+        object.__setattr__(self, "layers", layer_indices(self.layers, "teacher.layers"))
         for name in ("weight", "likelihood_weight"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
