@@ -557,6 +557,61 @@ def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind
     assert all(torch.equal(after_two[name], start[name]) for name in body)
 
 
+def test_the_first_phase_decays_the_new_rows_as_adamw_does_and_no_other_row():
+    """NewRowsAdamW against torch's AdamW with the same decay, on a matrix whose gradient reaches only the new rows
+    (as the recipe's hook leaves it): the new rows as AdamW makes them, every other row bit for bit as it was."""
+    import torch
+
+    from langswap.training.recipes.extension import NewRowsAdamW
+
+    torch.manual_seed(0)
+    start = torch.randn(12, 5)
+    ours, theirs = start.clone().requires_grad_(), start.clone().requires_grad_()
+    mine = NewRowsAdamW([{"params": [ours], "row_weight_decay": 0.1}], (4, 9), lr=0.05, weight_decay=0.0)
+    reference = torch.optim.AdamW([theirs], lr=0.05, weight_decay=0.1)
+    for _ in range(5):
+        gradient = torch.zeros(12, 5)
+        gradient[4:9] = torch.randn(5, 5)
+        for parameter, optimizer in ((ours, mine), (theirs, reference)):
+            parameter.grad = gradient.clone()
+            optimizer.step()
+    assert torch.equal(ours.detach()[:4], start[:4]) and torch.equal(ours.detach()[9:], start[9:])
+    assert torch.allclose(ours.detach()[4:9], theirs.detach()[4:9], atol=1e-6)
+    assert not torch.equal(ours.detach()[4:9], start[4:9])
+    # with zero gradients only the decay moves the new rows: by (1 - lr * decay) an update
+    still = start.clone().requires_grad_()
+    decayed = NewRowsAdamW([{"params": [still], "row_weight_decay": 0.1}], (4, 9), lr=0.05, weight_decay=0.0)
+    still.grad = torch.zeros(12, 5)
+    decayed.step()
+    assert torch.equal(still.detach()[4:9], start[4:9] * (1 - 0.05 * 0.1))
+    assert torch.equal(still.detach()[:4], start[:4]) and torch.equal(still.detach()[9:], start[9:])
+
+
+def test_the_runs_weight_decay_reaches_the_new_rows_in_the_first_phase(extended_pairs, texts, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from langswap.training.run import TrainConfig, train
+
+    source_folder, target_folder, kept = extended_pairs["llama"]
+    _transfer(source_folder, target_folder, tmp_path / "transferred", method={"name": "fvt"})
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    after = {}
+    for decay in (0.0, 0.5):
+        output = tmp_path / f"run-{decay}"
+        train(TrainConfig(model=str(tmp_path / "transferred"), train_text=str(text), output=str(output),
+                          preset="extension", recipe={"then": "none"}, steps=3, batch_size=4, sequence_length=32,
+                          save_steps=100, logging_steps=1, weight_decay=decay, learning_rate=0.01, eval_text=None))
+        after[decay] = load_file(str(output / "model" / "model.safetensors"))
+    start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
+    for decay in after:
+        _only_new_rows_moved(start, after[decay], kept)
+    name = next(name for name, tensor in start.items() if tensor.dim() == 2 and tensor.shape[0] >= kept + 40)
+    # decay shrinks the new rows: smaller than without it, the same updates otherwise
+    assert after[0.5][name][kept:kept + 40].norm() < after[0.0][name][kept:kept + 40].norm()
+
+
 def test_the_extension_recipe_under_torchrun_keeps_the_source_rows_on_every_rank(extended_pairs, texts, tmp_path):
     """Two CPU processes through torchrun (DDP, gloo): the gradient hook runs on each rank's model and the zeroed rows
     are what is averaged, so with the new rows alone for every step (`then: none`) every source row and padding row

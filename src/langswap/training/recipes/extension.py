@@ -2,10 +2,10 @@
 transfer`), new rows first.
 
 Phase 1 (`new_rows_fraction` of the steps) trains only the rows of the new tokens, in the input matrix, an untied
-head and its bias: a gradient hook zeroes every other row's gradient, and the phase's AdamW has no weight decay
-(decoupled decay would shrink the whole matrix), so with zero gradients from the first update Adam's moments stay
-zero and the source rows, and the padding rows after the new ones, stay bit for bit as the transfer left them. The
-body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or `none` (no phase 2).
+head and its bias: a gradient hook zeroes every other row's gradient, and the phase's AdamW applies the run's
+decoupled weight decay to the new rows alone (`NewRowsAdamW`; decay on the whole matrix would shrink the source
+rows), so with zero gradients from the first update Adam's moments stay zero and the source rows, and the padding
+rows after the new ones, stay bit for bit as the transfer left them. The body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or `none` (no phase 2).
 
 The rows come from the model folder's record (`langswap.json`, `vocabulary`); a folder whose vocabulary was not
 extended is refused.
@@ -48,6 +48,27 @@ class ExtensionOptions(RecipeOptions):
                 "language keeps more of what it had. Unset: target text only."})
     source_share: float = field(default=0.25, metadata={
         "help": "Share of every micro-batch that is source_text (when it is set)."})
+
+
+class NewRowsAdamW(torch.optim.AdamW):
+    """AdamW whose decoupled weight decay reaches only rows [first, stop) of each parameter: a group's
+    `row_weight_decay` multiplies those rows by (1 - lr * row_weight_decay) before the Adam update, as AdamW's own
+    decay does (whose `weight_decay` stays 0), and every other row is left to the Adam update alone."""
+
+    def __init__(self, params, rows: tuple[int, int], **options):
+        super().__init__(params, **options)
+        self.rows = rows
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        first, stop = self.rows
+        for group in self.param_groups:
+            decay = group.get("row_weight_decay", 0.0)
+            if decay:
+                for parameter in group["params"]:
+                    if parameter.grad is not None:
+                        parameter[first:stop].mul_(1 - group["lr"] * decay)
+        return super().step(closure)
 
 
 def extended_rows(folder: str) -> tuple[int, int]:
@@ -106,10 +127,10 @@ class Extension(Recipe):
         if phase.trainable != NEW_ROWS:
             return None
         config = self.config
-        return torch.optim.AdamW([{**group, "weight_decay": 0.0, "lr": phase.learning_rate}
-                                  for group in parameter_groups if group["params"]],
-                                 lr=phase.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-                                 eps=config.adam_epsilon, weight_decay=0.0)
+        return NewRowsAdamW([{**group, "weight_decay": 0.0, "row_weight_decay": group["weight_decay"],
+                              "lr": phase.learning_rate} for group in parameter_groups if group["params"]],
+                            extended_rows(config.model), lr=phase.learning_rate,
+                            betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon, weight_decay=0.0)
 
     def on_phase_start(self, phase: Phase, model) -> None:
         if phase.trainable != NEW_ROWS:
