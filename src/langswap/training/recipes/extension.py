@@ -5,7 +5,8 @@ Phase 1 (`new_rows_fraction` of the steps) trains only the rows of the new token
 head and its bias: a gradient hook zeroes every other row's gradient, and the phase's AdamW applies the run's
 decoupled weight decay to the new rows alone (`NewRowsAdamW`; decay on the whole matrix would shrink the source
 rows), so with zero gradients from the first update Adam's moments stay zero and the source rows, and the padding
-rows after the new ones, stay bit for bit as the transfer left them. The body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or `none` (no phase 2).
+rows after the new ones, stay bit for bit as the transfer left them. The body is frozen. Phase 2 trains `then`:
+`embeddings` (every row), `full` (the whole model) or `none` (no phase 2).
 
 The rows come from the model folder's record (`langswap.json`, `vocabulary`); a folder whose vocabulary was not
 extended is refused.
