@@ -23,6 +23,7 @@ DeepSpeed ZeRO-3) would hand the hook a shard, so phase 1 refuses to run under t
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -90,13 +91,18 @@ def extended_rows(folder: str) -> tuple[int, int]:
 class Extension(Recipe):
     """An extended vocabulary: the new tokens' rows alone first (source rows bitwise unchanged), then `then`."""
 
+    @functools.cached_property
+    def new_rows(self) -> tuple[int, int]:
+        """(first new id, id after the last new token), read once from the model folder's record."""
+        return extended_rows(self.config.model)
+
     def validate(self) -> None:
         check_fraction(self.options, "new_rows_fraction")
         if self.options.then not in ("embeddings", "full", "none"):
             raise ConfigError(f"recipe.then is {self.options.then!r}; choose embeddings, full or none.")
         if self.options.source_text:
             check_source_stream(self.options)
-        extended_rows(self.config.model)
+        self.new_rows  # noqa: B018 (an unextended folder is refused here, before anything is read)
 
     def streams(self) -> list[Stream]:
         if not self.options.source_text:
@@ -130,7 +136,7 @@ class Extension(Recipe):
         config = self.config
         return NewRowsAdamW([{**group, "weight_decay": 0.0, "row_weight_decay": group["weight_decay"],
                               "lr": phase.learning_rate} for group in parameter_groups if group["params"]],
-                            extended_rows(config.model), lr=phase.learning_rate,
+                            self.new_rows, lr=phase.learning_rate,
                             betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon, weight_decay=0.0)
 
     def on_phase_start(self, phase: Phase, model) -> None:
@@ -141,7 +147,7 @@ class Extension(Recipe):
                               "sharding engine (FSDP, DeepSpeed ZeRO-3) splits across processes; run it with plain "
                               "DDP (torchrun or accelerate without FSDP/DeepSpeed), or set recipe.then and use "
                               "another preset.")
-        first, stop = extended_rows(self.config.model)
+        first, stop = self.new_rows
         for parameter in embedding_parameters(model):
             keep = torch.ones(parameter.shape[0], dtype=torch.bool, device=parameter.device)
             keep[first:stop] = False
