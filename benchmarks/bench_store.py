@@ -6,6 +6,11 @@ corpus adds to a training run, and how soon a rerun on a prepared store makes it
     python benchmarks/bench_store.py memory --gigabytes 2 --ranks 2   # the same under torchrun (CPU, gloo)
     python benchmarks/bench_store.py first-update --gigabytes 2   # seconds from the command to its first update
     python benchmarks/bench_store.py all --gigabytes 2
+    python benchmarks/bench_store.py teacher-text --gigabytes 0.5 # a teacher reading documents back from a .gz
+
+teacher-text: the corpus gzipped, its store, and the time to read random documents' text back as the teacher does
+(`TokenStore.document_text`): from the .gz itself (a decompression up to each document, --old-documents of them)
+against the store's text copy (made once by `prepare_texts`, timed, then --documents of them).
 
 Goals (issue 35): a store builds at >= 2/3 of the tokenizer's own batched throughput; a large corpus adds < 200 MB
 to a run's peak RSS; a rerun on a prepared store finishes its first optimizer update within 30 s.
@@ -60,10 +65,13 @@ def parse_args(argv=None):
                              "TOKENIZERS_PARALLELISM; default: all cores).")
     common.add_argument("--steps", type=int, default=5, help="Updates of each training run.")
     common.add_argument("--ranks", type=int, default=1, help="memory: processes under torchrun (1: no torchrun).")
+    common.add_argument("--documents", type=int, default=2000, help="teacher-text: documents read from the copy.")
+    common.add_argument("--old-documents", type=int, default=20,
+                        help="teacher-text: documents read from the .gz itself.")
     common.add_argument("--json", type=Path, default=REPO / "benchmarks" / "results" / "store.json")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("prepare", "memory", "first-update", "all"):
+    for name in ("prepare", "memory", "first-update", "all", "teacher-text"):
         commands.add_parser(name, parents=[common])
     return parser.parse_args(argv)
 
@@ -254,6 +262,47 @@ def bench_first_update(args, model: Path, corpus: Path) -> dict:
                         {"record": output / "langswap-train.json", "first_update": output / "curve.json"})
 
 
+def bench_teacher_text(args, corpus: Path, tokenizer_folder: Path) -> dict:
+    """Random documents' text read back from a .gz part: from the file itself, and from the store's text copy."""
+    import gzip
+    import random
+
+    from langswap.models import load_tokenizer
+    from langswap.training.sources import read_document
+    from langswap.training.store import TEXTS, token_store
+
+    packed = corpus.with_name(corpus.name + ".gz")
+    if not packed.is_file():
+        partial = packed.with_suffix(".partial")
+        with open(corpus, "rb") as source, gzip.open(partial, "wb", compresslevel=6) as out:
+            shutil.copyfileobj(source, out, 1 << 24)
+        partial.rename(packed)
+    data_dir = args.workdir / "stores-teacher-text"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    clock = time.perf_counter()
+    store = token_store([packed], load_tokenizer(tokenizer_folder), "causal", data_dir=data_dir)
+    build = time.perf_counter() - clock
+    pick = random.Random(0)
+    old = [pick.randrange(store.num_documents) for _ in range(args.old_documents)]
+    clock = time.perf_counter()
+    texts = [read_document(*store.source(index), store.record.get("text_field") or "text") for index in old]
+    old_seconds = time.perf_counter() - clock
+    clock = time.perf_counter()
+    store.prepare_texts()
+    copy_seconds = time.perf_counter() - clock
+    assert [store.document_text(index) for index in old] == texts
+    new = [pick.randrange(store.num_documents) for _ in range(args.documents)]
+    clock = time.perf_counter()
+    size = sum(len(store.document_text(index)) for index in new)
+    new_seconds = time.perf_counter() - clock
+    return {"gz": str(packed), "gz_bytes": packed.stat().st_size, "documents": store.num_documents,
+            "store_seconds": round(build, 1), "copy_seconds": round(copy_seconds, 1),
+            "copy_bytes": (store.folder / TEXTS).stat().st_size,
+            "from_gz_documents": len(old), "from_gz_seconds_per_document": round(old_seconds / len(old), 4),
+            "from_copy_documents": len(new), "from_copy_seconds_per_document": round(new_seconds / len(new), 7),
+            "from_copy_characters": size}
+
+
 def table(rows: list[tuple[str, str, str]]) -> None:
     for figure, value, goal in [("figure", "value", "goal")] + rows:
         print(f"  {figure:<64} {value:>20}  {goal}")
@@ -313,6 +362,16 @@ def main(argv=None) -> int:
                   f"{result.get('seconds_to_record', 0):.1f} s", ""),
                  ("rerun on a prepared store: first update done", f"{result['seconds_to_first_update']:.1f} s",
                   "<= 30 s")]
+    if args.command == "teacher-text":
+        result = results[f"teacher_text_{args.gigabytes:g}GB"] = {
+            **base, **bench_teacher_text(args, corpus, tokenizer_folder)}
+        rows += [(f"store of the .gz ({result['gz_bytes'] / 1e6:,.0f} MB, {result['documents']:,} documents)",
+                  f"{result['store_seconds']:,.0f} s", ""),
+                 (f"a document read back from the .gz itself (mean of {result['from_gz_documents']})",
+                  f"{result['from_gz_seconds_per_document'] * 1e3:,.1f} ms", ""),
+                 (f"the text copy made ({result['copy_bytes'] / 1e6:,.0f} MB)", f"{result['copy_seconds']:,.1f} s", ""),
+                 (f"a document read back from the copy (mean of {result['from_copy_documents']:,})",
+                  f"{result['from_copy_seconds_per_document'] * 1e6:,.1f} us", "")]
     print(f"\n{command}")
     table(rows)
     measured = [run for section in results.values() for run in (section, section.get("small"), section.get("large"))

@@ -83,6 +83,53 @@ def test_parquet_files_a_folder_and_a_glob_hold_the_stream_of_the_text_file(toke
         [[str(corpus)]]
 
 
+def test_gz_and_parquet_parts_are_read_back_from_a_text_copy_made_once(tokenizer, tmp_path, monkeypatch):
+    """A store of a .txt, a .txt.gz and a parquet file: `prepare_texts` copies the text of the .gz and parquet
+    parts alone (the .txt is read back by seeking), every document reads back as it was, a pickled store (a
+    data-loader worker) reads the same copy, the copy is made once, and an incomplete copy is made again. Too
+    little disk is refused before anything is written."""
+    pytest.importorskip("pyarrow")
+    import pickle
+
+    from langswap.errors import OutputSpaceError
+    from langswap.training import store as store_module
+
+    documents = english_lines(45, seed=4) + ["Ünïcödé wörds — and ✓ marks."]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("\n".join(documents[:15]) + "\n", encoding="utf-8")
+    (corpus / "b.txt.gz").write_bytes(gzip.compress(("\n".join(documents[15:30]) + "\n").encode("utf-8")))
+    _write_parquet(corpus / "c.parquet", documents[30:38] + [None] + documents[38:])
+    store = token_store([corpus], tokenizer, "causal", data_dir=tmp_path / "stores")
+    texts, index = store.folder / store_module.TEXTS, store.folder / store_module.TEXT_INDEX
+    assert store.copies_text and not texts.exists()
+
+    monkeypatch.setattr(store_module.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 10})())
+    with pytest.raises(OutputSpaceError, match="free space there"):
+        store.prepare_texts()
+    assert not texts.exists() and not index.exists() and not list(store.folder.glob(".*partial"))
+    monkeypatch.undo()
+
+    store.prepare_texts()
+    copied = sum(len(document.encode("utf-8")) for document in documents[15:])
+    assert texts.stat().st_size == copied and index.stat().st_size == (len(documents) + 1) * 8
+    offsets = np.fromfile(index, dtype=np.int64)
+    assert (offsets[:16] == 0).all() and offsets[-1] == copied  # the .txt's documents take no bytes
+    assert [store.document_text(i) for i in range(store.num_documents)] == documents
+    worker = pickle.loads(pickle.dumps(store))
+    assert [worker.document_text(i) for i in range(40, store.num_documents)] == documents[40:]
+    made = texts.stat().st_mtime_ns
+    token_store([corpus], tokenizer, "causal", data_dir=tmp_path / "stores").prepare_texts()
+    assert texts.stat().st_mtime_ns == made
+
+    index.write_bytes(index.read_bytes()[:-8])  # cut: made again at the next first read
+    again = token_store([corpus], tokenizer, "causal", data_dir=tmp_path / "stores")
+    assert again.document_text(20) == documents[20] and index.stat().st_size == (len(documents) + 1) * 8
+    plain = token_store([corpus / "a.txt"], tokenizer, "causal", data_dir=tmp_path / "stores")
+    plain.prepare_texts()
+    assert not plain.copies_text and not (plain.folder / store_module.TEXTS).exists()
+
+
 def test_datasets_by_folder_and_saved_to_disk_hold_the_stream_of_the_text_file(tokenizer, tmp_path, hf_cache):
     documents, reference = _documents_and_reference(tokenizer, tmp_path)
     lines = tmp_path / "lines"

@@ -100,6 +100,27 @@ def test_matched_positions_have_read_the_same_text(target, texts, tokenizers, tm
     assert checked > 0.95 * matched and matched > 2 * len(view)  # more than a couple of boundaries a block
 
 
+def test_a_gz_training_text_gives_the_teacher_the_readings_of_the_plain_file(texts, tokenizers, tmp_path):
+    """The same text as .txt.gz: the teacher reads it back from the store's text copy, made when the view is made,
+    and every block's reading is the plain file's."""
+    import gzip
+
+    from langswap.training.store import TEXTS
+
+    student_tokenizer, source = tokenizers["sentencepiece"], tokenizers["source"]
+    packed = tmp_path / "train.txt.gz"
+    packed.write_bytes(gzip.compress((texts / "train.txt").read_bytes()))
+    plain = TeacherBlocks(_blocks(texts, student_tokenizer, tmp_path), student_tokenizer, source, positions=None)
+    store = token_store([str(packed)], student_tokenizer, "causal", data_dir=tmp_path / "stores")
+    view = TeacherBlocks(StoreBlocks(store, student_tokenizer, 32, "causal"), student_tokenizer, source,
+                         positions=None)
+    assert (store.folder / TEXTS).is_file() and len(view) == len(plain)
+    for index in range(len(view)):
+        mine, theirs = view[index], plain[index]
+        assert mine.keys() == theirs.keys()
+        assert all(np.array_equal(np.asarray(mine[key]), np.asarray(theirs[key])) for key in mine)
+
+
 def test_the_teacher_frames_each_document_as_its_tokenizer_frames_documents(texts, tokenizers, tmp_path):
     """The student (SentencePiece) frames a document <s> text </s>, the GPT-2 style teacher text <|endoftext|>: one
     teacher frame for each document end the block holds, and no other special token."""

@@ -341,8 +341,8 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     precision_flags = _precision_flags(config.precision)
     teacher, dropped = None, None  # the teacher, or the check that dropped it
     if config.teacher.enabled:
-        teacher, collator, dropped = _with_teacher(config, state, objective, model_config, tokenizer, train_sets, collator,
-                                          _autocast_dtype(precision_flags))
+        teacher, collator, dropped = _with_teacher(config, state, objective, model_config, tokenizer, train_sets,
+                                                   collator, _autocast_dtype(precision_flags), progress)
     training_sequences = sum(len(dataset) for dataset in train_sets.values())
     training_tokens = sum(stream_tokens.values())
     eval_set, bytes_per_token = None, None
@@ -531,7 +531,8 @@ def prepare(config: TrainConfig, progress: bool = False) -> list:
             for stream in make_recipe(config).streams()]
 
 
-def _with_teacher(config: TrainConfig, state, objective: str, model_config, tokenizer, train_sets: dict, collator, dtype):
+def _with_teacher(config: TrainConfig, state, objective: str, model_config, tokenizer, train_sets: dict, collator, dtype,
+                  progress: bool = False):
     """(the teacher, the collator that pads its readings, None), each training set becoming its TeacherBlocks; or
     (None, `collator`, the check) where the check drops the teacher."""
     from langswap.models import position_limit
@@ -547,7 +548,8 @@ def _with_teacher(config: TrainConfig, state, objective: str, model_config, toke
                           "whole unsharded copy on every process. Train with a teacher under DDP (`accelerate "
                           "launch` without FSDP or DeepSpeed) or torchrun, or set teacher.weight: 0.")
     teacher, teacher_tokenizer = load_teacher(config.teacher, config.model, model_config, dtype)
-    views = {name: TeacherBlocks(blocks, tokenizer, teacher_tokenizer, position_limit(teacher.model.config))
+    views = {name: TeacherBlocks(blocks, tokenizer, teacher_tokenizer, position_limit(teacher.model.config),
+                                 progress and state.is_local_main_process)
              for name, blocks in train_sets.items()}
     teacher.sizes = (len(teacher_tokenizer), len(tokenizer))
     teacher.check = _check_teacher(config, state, teacher, next(iter(views.values())),

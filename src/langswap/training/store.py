@@ -14,6 +14,11 @@ Hugging Face dataset), each expanded into parts (its files, or its dataset) read
                    whole JSON object of a .jsonl line), for a parquet file or a dataset its row as (row, row + 1), so
                    the same text can be read again (`TokenStore.document_text`) without reading the corpus
     store.json     what it was made from (every part's identity) and its counts: written last
+    texts.bin, texts-index.bin
+                   only where a teacher reads the store (`TokenStore.prepare_texts`) and a part is a .gz or a parquet
+                   file: the text of those parts' documents, one after another in UTF-8, and int64 (documents + 1)
+                   offsets of each document's text in it (documents of other parts take no bytes), written into
+                   the finished store under its lock, the index last
 
 Blocks are fixed slices of the stream (block i is tokens i*L .. (i+1)*L - 1, framed by [cls] .. [sep] for a masked
 LM), the blocks `pack` cuts from the same text; `StoreBlocks` reads them from the memory map, so the only memory a
@@ -68,6 +73,8 @@ RECORD = "store.json"
 TOKENS = "tokens.bin"
 DOCUMENTS = "documents.bin"
 DOCUMENT_COLUMNS = ("token_start", "source", "start", "end")
+TEXTS = "texts.bin"  # the text copy (`TokenStore.prepare_texts`): documents of parts read back slowly, as UTF-8
+TEXT_INDEX = "texts-index.bin"  # int64 (documents + 1,): where each document's text starts in TEXTS
 BATCH_DOCUMENTS = 4096  # documents per tokenizer call, at most
 BATCH_BYTES = 1 << 22  # text per tokenizer call, at most: enough for every core, little memory
 
@@ -142,7 +149,7 @@ class TokenStore:
 
     def __init__(self, folder: Path, record: dict):
         self.folder, self.record = Path(folder), record
-        self._tokens = self._documents = None
+        self._tokens = self._documents = self._texts = None
 
     @classmethod
     def open(cls, folder: str | Path) -> "TokenStore":
@@ -211,11 +218,33 @@ class TokenStore:
         return self.record["sources"][source], start, end
 
     def document_text(self, index: int) -> str:
-        """The text of document `index`, read back from its part by its range (a .gz is decompressed up to it, so
-        reading many documents of a .gz this way is slow; a dataset is loaded from the datasets cache)."""
+        """The text of document `index`: read back from its part by its range (a line of a plain file, a row of a
+        dataset), or, for a .gz or a parquet part, from the store's text copy (made on the first call where
+        `prepare_texts` has not made it: reading such a part back takes a decompression up to the document or a
+        whole row group each time)."""
         part, start, end = self.source(index)
+        if _copied(part):
+            texts, index_ = self._text_copy()
+            return bytes(texts[int(index_[index]):int(index_[index + 1])]).decode("utf-8")
         return sources_module.read_document(part, start, end, self.record.get("text_field") or "text")
 
+    @property
+    def copies_text(self) -> bool:
+        """Whether a part is one `document_text` reads from a text copy (a .gz or a parquet file)."""
+        return any(_copied(part) for part in self.record["sources"])
+
+    def prepare_texts(self, progress: bool = False) -> None:
+        """Make the text copy where the store has a .gz or parquet part and no complete copy yet, so that
+        `document_text` reads any document in time proportional to its length: a pass over those parts, written
+        into the store folder under its lock (temporary files renamed, the index last). Refused before any
+        writing where the disk lacks room for the text."""
+        if self.copies_text:
+            self._text_copy(progress)
+
+    def _text_copy(self, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        if self._texts is None:
+            self._texts = _open_texts(self) or _write_texts(self, progress)
+        return self._texts
     def disk_bytes(self) -> int:
         return sum(path.stat().st_size for path in self.folder.iterdir() if path.is_file())
 
@@ -224,7 +253,112 @@ class TokenStore:
                 f"({np.dtype(self.record['dtype']).name}), {format_size(self.disk_bytes())}")
 
     def __getstate__(self):  # a data-loader worker maps the files again rather than receive a copy of them
-        return {**self.__dict__, "_tokens": None, "_documents": None}
+        return {**self.__dict__, "_tokens": None, "_documents": None, "_texts": None}
+
+
+def _copied(part: dict) -> bool:
+    """Whether `document_text` reads a store part's documents from the text copy: .gz and parquet files, which
+    cannot be read back one document at a time in time proportional to it."""
+    return part.get("kind") == "parquet" or (part.get("kind") != "dataset" and str(part["path"]).endswith(".gz"))
+
+
+def _open_texts(store: TokenStore) -> tuple[np.ndarray, np.ndarray] | None:
+    """(texts, index) memory maps of a complete text copy of `store`; None where it is missing or incomplete."""
+    texts, index = store.folder / TEXTS, store.folder / TEXT_INDEX
+    if not index.is_file() or index.stat().st_size != (store.num_documents + 1) * 8 or not texts.is_file():
+        return None
+    offsets = np.memmap(index, dtype=np.int64, mode="r")
+    if int(offsets[-1]) != texts.stat().st_size:
+        return None
+    return (np.memmap(texts, dtype=np.uint8, mode="r") if int(offsets[-1]) else np.zeros(0, np.uint8)), offsets
+
+
+def _write_texts(store: TokenStore, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Write the text copy of `store` (`TokenStore.prepare_texts`) and open it."""
+    from langswap.errors import OutputSpaceError
+    from langswap.progress import bar
+
+    with _store_lock(store.folder):
+        opened = _open_texts(store)  # made by the process waited for
+        if opened is not None:
+            return opened
+        sources, documents = store.record["sources"], store.documents
+        copied = [number for number, part in enumerate(sources) if _copied(part)]
+        counts = np.bincount(np.asarray(documents[:, 1]), minlength=len(sources))
+        # each part's documents are one run of rows, in part order (`build_store` appends part after part)
+        firsts = np.concatenate([[0], np.cumsum(counts)])
+        free = shutil.disk_usage(store.folder).free
+        if free < store.bytes:
+            raise OutputSpaceError(f"the teacher reads the text of token store '{store.folder}' back, and its .gz and "
+                                f"parquet parts need a plain copy of up to {format_size(store.bytes)} there, with "
+                                f"{format_size(free)} free on that disk; free space there, move the store "
+                                "(`data_dir`), or give the training text as uncompressed line files.")
+        clock = time.perf_counter()
+        logger.info("token store %s: copying the text of its .gz and parquet parts (%s of %s parts), which the "
+                    "teacher reads back", store.folder, f"{len(copied):,}", f"{len(sources):,}")
+        offsets = np.zeros(store.num_documents + 1, dtype=np.int64)
+        temporary = [store.folder / f".{name}.partial" for name in (TEXTS, TEXT_INDEX)]
+        meter = bar(progress, int(sum(counts[number] for number in copied)), "copying text", unit="doc")
+        try:
+            written = 0
+            with open(temporary[0], "wb") as out:
+                for number, part in enumerate(sources):
+                    first, stop = int(firsts[number]), int(firsts[number + 1])
+                    offsets[first + 1:stop + 1] = written
+                    if number not in copied or first == stop:
+                        continue
+                    row = first
+                    source = sources_module.Part(part["kind"], part["path"])
+                    for document in sources_module.documents(source, "training text",
+                                                             store.record.get("text_field") or "text", stop - first,
+                                                             empty_ok=True):
+                        if (document.start, document.end) != (int(documents[row, 2]), int(documents[row, 3])):
+                            raise _damaged(store.folder, f"document {row:,} of '{part['path']}' is not where it "
+                                                         "was when the store was built")
+                        data = document.text.encode("utf-8")
+                        out.write(data)
+                        written += len(data)
+                        row += 1
+                        offsets[row] = written
+                        if meter is not None:
+                            meter.update(1)
+                    if row != stop:
+                        raise _damaged(store.folder, f"'{part['path']}' holds {row - first:,} of the "
+                                                     f"{stop - first:,} documents the store has of it")
+            offsets.tofile(temporary[1])
+            temporary[0].replace(store.folder / TEXTS)
+            temporary[1].replace(store.folder / TEXT_INDEX)  # last: a complete index marks a complete copy
+        finally:
+            if meter is not None:
+                meter.close()
+            for path in temporary:
+                path.unlink(missing_ok=True)
+        logger.info("token store %s: text copy of %s in %.1f s", store.folder, format_size(written),
+                    time.perf_counter() - clock)
+        return _open_texts(store)
+
+
+class _store_lock:
+    """The store folder's lock (`locking.OutputLock`), waited for where another process holds it."""
+
+    def __init__(self, folder: Path):
+        from langswap.locking import OutputLock
+
+        self.lock, self.folder, self.waited = OutputLock(folder, "token store"), folder, False
+
+    def __enter__(self):
+        while True:
+            try:
+                self.lock.acquire()
+                return self
+            except OutputLockedError:
+                if not self.waited:
+                    logger.info("token store %s is being written by another process; waiting for it", self.folder)
+                    self.waited = True
+                time.sleep(1)
+
+    def __exit__(self, *exc):
+        self.lock.release()
 
 
 def read_record(folder: Path) -> dict | None:
@@ -305,32 +439,18 @@ def token_store(sources: list[str | Path], tokenizer, objective: str, text_field
     """The store of `sources` (files, folders, globs, hf:DATASET; `sources.py`) under `tokenizer` and these options:
     opened where it was built before from the same sources, else built (stale ones again, with a warning).
     Concurrent callers wait for the one that builds it."""
-    from langswap.locking import OutputLock
-
     description = describe(sources, tokenizer, objective, text_field, max_lines)
     folder = store_root(data_dir) / store_name(description)
     store = _fresh(folder)
     if store is not None:
         logger.info("token store %s (built %s): %s", folder, store.record.get("built"), store.summary())
         return store
-    lock, waited = OutputLock(folder, "token store"), False
-    while True:
-        try:
-            lock.acquire()
-            break
-        except OutputLockedError:
-            if not waited:
-                logger.info("token store %s is being built by another process; waiting for it", folder)
-                waited = True
-            time.sleep(1)
-    try:
-        store = _fresh(folder) if waited else None  # built by the process waited for
+    with _store_lock(folder) as lock:
+        store = _fresh(folder) if lock.waited else None  # built by the process waited for
         if store is None:
             for leftover in folder.parent.glob(f".{folder.name}.partial-*"):  # of a killed build: the lock is ours
                 shutil.rmtree(leftover, ignore_errors=True)
             store = build_store(folder, description, tokenizer, progress, what)
-    finally:
-        lock.release()
     return store
 
 

@@ -16,7 +16,9 @@ in every update of a phase, so it reaches whatever the phase trains:
   an embedding-only phase the copy holds the same body weights, so its memory (one more model) is the whole cost.
 - **What each reads.** A block of the store's stream (`store.StoreBlocks`) holds pieces of one or more documents,
   each framed [bos] text [eos] as the stream frames them. For every piece the document's text is read back from its
-  source (`TokenStore.document_text`) and read again by the target tokenizer, which must give the ids the store
+  source (`TokenStore.document_text`; a .gz or parquet part from the store's text copy, made once, since reading
+  such a part back costs a decompression up to the document or a whole row group) and read again by the target
+  tokenizer, which must give the ids the store
   holds (a piece where it does not is not matched and is counted in `teacher_mismatched`). The piece's bytes, from
   the end of the token before the block's first token of the document (or from the document's start) to the end of
   its last, are read by the source tokenizer, framed as the source tokenizer frames documents: both sides start at
@@ -147,8 +149,9 @@ class TeacherBlocks(torch.utils.data.Dataset):
     tokenizer's ids of the same text, `student_at` / `teacher_at` (M,) the matched positions in the block and in
     `teacher_ids`, and the counts of COUNTS."""
 
-    def __init__(self, blocks, target_tokenizer, source_tokenizer, positions: int | None):
+    def __init__(self, blocks, target_tokenizer, source_tokenizer, positions: int | None, progress: bool = False):
         self.blocks, self.store, self.positions = blocks, blocks.store, positions
+        self.store.prepare_texts(progress)  # .gz and parquet parts read back from a plain copy
         self.target_before, self.target_after, _frame, _body = stream_frame(target_tokenizer, "causal", 4)
         self.source_before, self.source_after, _frame, _body = stream_frame(source_tokenizer, "causal", 4)
         self.aligner = ChunkAligner(source_tokenizer, target_tokenizer)
