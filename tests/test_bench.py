@@ -509,6 +509,9 @@ def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, corpus_dir)
                                                                              "loop_tokens": 100}]
     assert _loop_timing(phases) == {"seconds_per_update": 0.5, "train_tokens_per_second": 200.0}
     assert _loop_timing([{"name": "a phase of an older record"}]) == {}
+    dropped = [{**phases[0], "teacher": {"used": False, "check": {"teacher_worse": True}}}]
+    assert _loop_timing(dropped) == {"seconds_per_update": 0.5, "train_tokens_per_second": 200.0,
+                                     "teacher_used": False}
 
 
 def test_teacher_twins_pair_a_taught_entry_with_the_same_entry_untaught(corpus_dir):
@@ -583,6 +586,32 @@ def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folde
     monkeypatch.setattr("langswap.training.run.train", no_training)
     assert main(["-q", "bench", str(path)]) == 0
     assert (bench / "table.md").read_text() == table
+
+
+def test_a_teacher_its_check_dropped_gets_no_row_at_equal_time(tmp_path, gpt2_folder, target_tokenizer_folder,
+                                                              cipher_vectors, corpus_dir, monkeypatch, caplog):
+    """A taught entry whose teacher the check dropped trained as the plain entry did: however its time per update
+    came out, the plain entry is not trained again for it."""
+    import langswap.bench as bench_module
+
+    timing = bench_module._loop_timing
+
+    def dropped(phases):
+        taught = any(phase.get("teacher") for phase in phases)
+        return {**timing(phases), "seconds_per_update": 2.0 if taught else 1.0,
+                **({"teacher_used": False} if taught else {})}
+
+    monkeypatch.setattr(bench_module, "_loop_timing", dropped)
+    raw = {"strength": 0}
+    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2],
+                       methods=[{"name": "overlap", "calibration": raw},
+                                {"name": "overlap", "label": "overlap taught", "calibration": raw,
+                                 "train": {"teacher": {"weight": 1, "when": "always"}}}])
+    assert main(["-q", "bench", str(path)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "bench" / "results.jsonl").read_text().splitlines()]
+    assert {(row["variant"], row["step"]) for row in rows} >= {("overlap taught", 2), ("overlap", 2)}
+    assert not [row for row in rows if row.get("equal_time_of")]
+    assert [row["teacher_used"] for row in rows if row["variant"] == "overlap taught" and row["step"] == 2] == [False]
 
 
 def test_a_distilled_entry_is_compared_at_equal_wall_time_counting_its_distillation(

@@ -516,7 +516,10 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     labels = [REFERENCE] * config.reference + [v.label for v in variants]
     extra = []
     if config.equal_time and steps[-1] > 0:
-        twins = [(taught, plain, 0.0) for taught, plain in teacher_twins(config, variants)]
+        final = {row["variant"]: row for row in rows if row["step"] == steps[-1]}
+        # a teacher its check dropped taught nothing: that run is the plain one, and its time says nothing more
+        twins = [(taught, plain, 0.0) for taught, plain in teacher_twins(config, variants)
+                 if final.get(taught.label, {}).get("teacher_used", True)]
         # a distillation its teacher check skipped (or whose record is gone) spent nothing to compare
         twins += [(distilled, plain, spent) for distilled, plain in distillation_twins(config, variants)
                   if (spent := _distillation_seconds(output, distilled))]
@@ -622,13 +625,16 @@ def _at_equal_time(config: BenchConfig, output: Path, taught: Variant, plain: Va
 def _loop_timing(phases: list[dict]) -> dict:
     """The training loop's seconds per update and tokens per second over the run's phases (updates only:
     evaluations and checkpoints left out), so rows trained with and without extra work per update (a teacher) can be
-    compared at equal time as well as at equal steps; {} where the record has no loop timing."""
+    compared at equal time as well as at equal steps, and, where a phase had a teacher, whether it was used (its
+    check can drop it); {} where the record has no loop timing."""
     updates = sum(phase.get("loop_updates") or 0 for phase in phases)
     seconds = sum(phase.get("loop_seconds") or 0.0 for phase in phases)
     tokens = sum(phase.get("loop_tokens") or 0 for phase in phases)
     if not updates or not seconds:
         return {}
-    return {"seconds_per_update": round(seconds / updates, 4), "train_tokens_per_second": round(tokens / seconds, 1)}
+    teachers = [phase["teacher"] for phase in phases if isinstance(phase.get("teacher"), dict)]
+    return {"seconds_per_update": round(seconds / updates, 4), "train_tokens_per_second": round(tokens / seconds, 1),
+            **({"teacher_used": any(teacher.get("used") for teacher in teachers)} if teachers else {})}
 
 
 METRIC_NAMES = {"bits_per_byte": "bits per byte", "pseudo_bits_per_byte": "pseudo bits per byte",
