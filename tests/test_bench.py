@@ -543,6 +543,15 @@ def test_teacher_twins_pair_a_taught_entry_with_the_same_entry_untaught(corpus_d
     assert [(t.label, p.label) for t, p in teacher_twins(config, same)] == [("taught", "plain")]
 
 
+def _taught_bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir) -> Path:
+    """A bench of `overlap` (uncalibrated) trained 2 updates without and with a teacher (`when: always`)."""
+    raw = {"strength": 0}
+    return _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2],
+                       methods=[{"name": "overlap", "calibration": raw},
+                                {"name": "overlap", "label": "overlap taught", "calibration": raw,
+                                 "train": {"teacher": {"weight": 1, "when": "always"}}}])
+
+
 def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folder, target_tokenizer_folder,
                                                              cipher_vectors, corpus_dir, monkeypatch):
     """An entry trained with a teacher beside the same entry without one: the untaught one is trained again for as
@@ -558,11 +567,7 @@ def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folde
         return {**timing(phases), "seconds_per_update": 2.0 if taught else 1.0}
 
     monkeypatch.setattr(bench_module, "_loop_timing", fixed)
-    raw = {"strength": 0}
-    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2],
-                       methods=[{"name": "overlap", "calibration": raw},
-                                {"name": "overlap", "label": "overlap taught", "calibration": raw,
-                                 "train": {"teacher": {"weight": 1, "when": "always"}}}])
+    path = _taught_bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir)
     assert main(["-q", "bench", str(path)]) == 0
     bench = tmp_path / "bench"
     rows = [json.loads(line) for line in (bench / "results.jsonl").read_text().splitlines()]
@@ -602,11 +607,7 @@ def test_a_teacher_its_check_dropped_gets_no_row_at_equal_time(tmp_path, gpt2_fo
                 **({"teacher_used": False} if taught else {})}
 
     monkeypatch.setattr(bench_module, "_loop_timing", dropped)
-    raw = {"strength": 0}
-    path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2],
-                       methods=[{"name": "overlap", "calibration": raw},
-                                {"name": "overlap", "label": "overlap taught", "calibration": raw,
-                                 "train": {"teacher": {"weight": 1, "when": "always"}}}])
+    path = _taught_bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir)
     assert main(["-q", "bench", str(path)]) == 0
     rows = [json.loads(line) for line in (tmp_path / "bench" / "results.jsonl").read_text().splitlines()]
     assert {(row["variant"], row["step"]) for row in rows} >= {("overlap taught", 2), ("overlap", 2)}
