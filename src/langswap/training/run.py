@@ -531,8 +531,8 @@ def prepare(config: TrainConfig, progress: bool = False) -> list:
             for stream in make_recipe(config).streams()]
 
 
-def _with_teacher(config: TrainConfig, state, objective: str, model_config, tokenizer, train_sets: dict, collator, dtype,
-                  progress: bool = False):
+def _with_teacher(config: TrainConfig, state, objective: str, model_config, tokenizer, train_sets: dict, collator,
+                  dtype, progress: bool = False):
     """(the teacher, the collator that pads its readings, None), each training set becoming its TeacherBlocks; or
     (None, `collator`, the check) where the check drops the teacher."""
     from langswap.models import position_limit
