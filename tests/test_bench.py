@@ -594,7 +594,7 @@ def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folde
 
 
 def test_a_teacher_its_check_dropped_gets_no_row_at_equal_time(tmp_path, gpt2_folder, target_tokenizer_folder,
-                                                              cipher_vectors, corpus_dir, monkeypatch, caplog):
+                                                              cipher_vectors, corpus_dir, monkeypatch):
     """A taught entry whose teacher the check dropped trained as the plain entry did: however its time per update
     came out, the plain entry is not trained again for it."""
     import langswap.bench as bench_module

@@ -245,6 +245,7 @@ class TokenStore:
         if self._texts is None:
             self._texts = _open_texts(self) or _write_texts(self, progress)
         return self._texts
+
     def disk_bytes(self) -> int:
         return sum(path.stat().st_size for path in self.folder.iterdir() if path.is_file())
 
@@ -278,7 +279,7 @@ def _write_texts(store: TokenStore, progress: bool) -> tuple[np.ndarray, np.ndar
     from langswap.errors import OutputSpaceError
     from langswap.progress import bar
 
-    with _store_lock(store.folder):
+    with _StoreLock(store.folder):
         opened = _open_texts(store)  # made by the process waited for
         if opened is not None:
             return opened
@@ -290,9 +291,9 @@ def _write_texts(store: TokenStore, progress: bool) -> tuple[np.ndarray, np.ndar
         free = shutil.disk_usage(store.folder).free
         if free < store.bytes:
             raise OutputSpaceError(f"the teacher reads the text of token store '{store.folder}' back, and its .gz and "
-                                f"parquet parts need a plain copy of up to {format_size(store.bytes)} there, with "
-                                f"{format_size(free)} free on that disk; free space there, move the store "
-                                "(`data_dir`), or give the training text as uncompressed line files.")
+                                   f"parquet parts need a plain copy of up to {format_size(store.bytes)} there, with "
+                                   f"{format_size(free)} free on that disk; free space there, move the store "
+                                   "(`data_dir`), or give the training text as uncompressed line files.")
         clock = time.perf_counter()
         logger.info("token store %s: copying the text of its .gz and parquet parts (%s of %s parts), which the "
                     "teacher reads back", store.folder, f"{len(copied):,}", f"{len(sources):,}")
@@ -305,7 +306,7 @@ def _write_texts(store: TokenStore, progress: bool) -> tuple[np.ndarray, np.ndar
                 for number, part in enumerate(sources):
                     first, stop = int(firsts[number]), int(firsts[number + 1])
                     offsets[first + 1:stop + 1] = written
-                    if number not in copied or first == stop:
+                    if not _copied(part) or first == stop:
                         continue
                     row = first
                     source = sources_module.Part(part["kind"], part["path"])
@@ -338,7 +339,7 @@ def _write_texts(store: TokenStore, progress: bool) -> tuple[np.ndarray, np.ndar
         return _open_texts(store)
 
 
-class _store_lock:
+class _StoreLock:
     """The store folder's lock (`locking.OutputLock`), waited for where another process holds it."""
 
     def __init__(self, folder: Path):
@@ -445,7 +446,7 @@ def token_store(sources: list[str | Path], tokenizer, objective: str, text_field
     if store is not None:
         logger.info("token store %s (built %s): %s", folder, store.record.get("built"), store.summary())
         return store
-    with _store_lock(folder) as lock:
+    with _StoreLock(folder) as lock:
         store = _fresh(folder) if lock.waited else None  # built by the process waited for
         if store is None:
             for leftover in folder.parent.glob(f".{folder.name}.partial-*"):  # of a killed build: the lock is ours

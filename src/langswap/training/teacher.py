@@ -14,16 +14,15 @@ in every update of a phase, so it reaches whatever the phase trains:
   run uses them, else float32), and moved to the student's device at the first update. It is a copy, never the
   student's own body: in a full phase the body trains, and a teacher sharing it would teach the student itself. In
   an embedding-only phase the copy holds the same body weights, so its memory (one more model) is the whole cost.
-- **What each reads.** A block of the store's stream (`store.StoreBlocks`) holds pieces of one or more documents,
-  each framed [bos] text [eos] as the stream frames them. For every piece the document's text is read back from its
-  source (`TokenStore.document_text`; a .gz or parquet part from the store's text copy, made once, since reading
-  such a part back costs a decompression up to the document or a whole row group) and read again by the target
-  tokenizer, which must give the ids the store
-  holds (a piece where it does not is not matched and is counted in `teacher_mismatched`). The piece's bytes, from
-  the end of the token before the block's first token of the document (or from the document's start) to the end of
-  its last, are read by the source tokenizer, framed as the source tokenizer frames documents: both sides start at
-  the same byte, so at every chunk boundary (`langswap.chunks`) they have read the same text from the same place.
-  A cut inside a UTF-8 character moves the teacher's start to the next character (counted in
+- **What each reads.** A block of the store's stream (`store.StoreBlocks`) holds pieces of one or more documents, each
+  framed [bos] text [eos] as the stream frames them. For every piece the document's text is read back from its source
+  (`TokenStore.document_text`; a .gz or parquet part from the store's text copy, made once, since reading such a part
+  back costs a decompression up to the document or a whole row group) and read again by the target tokenizer, which
+  must give the ids the store holds (a piece where it does not is not matched and is counted in `teacher_mismatched`).
+  The piece's bytes, from the end of the token before the block's first token of the document (or from the document's
+  start) to the end of its last, are read by the source tokenizer, framed as the source tokenizer frames documents:
+  both sides start at the same byte, so at every chunk boundary (`langswap.chunks`) they have read the same text from
+  the same place. A cut inside a UTF-8 character moves the teacher's start to the next character (counted in
   `teacher_inexact_starts`). The teacher's sequence is cut at its position limit; matches beyond are dropped.
 - **Distance** (`kernels.hidden_state_distance`, as `langswap.distill` uses it): at the matched positions of
   `teacher.layers` (default: the last block's output), "mse" divided channel by channel by the teacher's mean
