@@ -219,7 +219,8 @@ def test_a_tokenizer_that_fails_when_retrained_falls_back_to_add_half(text, monk
         def __call__(self, *args, **kwargs):
             raise Exception("Encountered an unknown token but unk_id is missing")
 
-    monkeypatch.setattr(tokenizers, "train_tokenizer_on_lines", lambda *args, **kwargs: Unreadable())
+    monkeypatch.setattr(tokenizers, "train_tokenizer_on_lines",
+                        lambda *args, **kwargs: type("Trained", (), {"tokenizer": Unreadable()})())
     report = choose_smoothing(tokenizer, lines[:100], lines[100:])
     assert report["smoothing"] == 0.5 and "unk_id is missing" in report["fallback"]
 

@@ -208,7 +208,7 @@ def proxy_counts(tokenizer, counted: list[str], held: list[str]) -> tuple[np.nda
     from langswap.resources.tokenizer import train_tokenizer_on_lines
 
     try:
-        proxy = train_tokenizer_on_lines(tokenizer, counted, len(tokenizer))
+        proxy = train_tokenizer_on_lines(tokenizer, counted, len(tokenizer), keep_placeholders=True).tokenizer
         size = len(proxy)
         counts, held_counts = token_counts(proxy, counted, size), token_counts(proxy, held, size)
     except LangswapError as error:  # a slow tokenizer: no Rust trainer

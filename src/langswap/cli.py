@@ -80,8 +80,8 @@ PREPARE_FLAGS = ["model", "train_text", "preset", "objective", "text_field", "ma
 BENCH_FLAGS = ["output"]
 DEMO_FLAGS = ["full", "workdir"]
 INIT_CONFIG_FLAGS = ["kind", "method", "output"]
-TOKENIZER_FLAGS = ["source", "text", "output", "vocab_size", "extend", "keep_text", "check_text", "max_lines",
-                   "overwrite"]
+TOKENIZER_FLAGS = ["source", "text", "output", "vocab_size", "extend", "keep_text", "check_text",
+                   "keep_placeholders", "max_lines", "overwrite"]
 FASTTEXT_FLAGS = ["text", "dictionary", "joint", "share", "passes", "heldout_words", "tokenizer", "language",
                   "segmenter", "compounds", "output", "overwrite"]
 ALIGN_FLAGS = ["source_vectors", "target_vectors", "dictionary", "output", "max_words", "overwrite"]
@@ -243,7 +243,9 @@ def cmd_tokenizer(args) -> int:
     result = train_target_tokenizer(job, progress=not args.quiet)
     extension = result.extension
     if extension is None:
-        print(f"wrote {job.output}: {len(result.tokenizer):,} tokens, family of {job.source}")
+        print(f"wrote {job.output}: {result.trained.summary()}")
+        for warning in result.trained.warnings:
+            print(f"warning: {warning}")
         return 0
     rate = extension["tokens_per_byte"]
     print(f"wrote {job.output}: the {extension['source_tokens']:,} tokens of {job.source} at their ids and "

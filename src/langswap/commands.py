@@ -57,6 +57,10 @@ class TokenizerJob:
     check_text: str | None = field(default=None, metadata={
         "help": "With --extend, held-out source-language text (.txt/.gz; not the --keep-text) read by the source "
                 "and by the extended tokenizer: the lines they read otherwise are counted and reported."})
+    keep_placeholders: bool = field(default=False, metadata={
+        "help": "Carry the source's placeholder tokens (<unusedN>, [unusedN], <|reserved_special_token_N|>) into a "
+                "replacement vocabulary; without it only added tokens with a role, those the chat template uses, "
+                "those a config names and other non-placeholder ones are kept."})
     max_lines: int | None = field(default=None, metadata={"help": "Lines of the text read; default: all."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
@@ -69,6 +73,7 @@ class TokenizerResult:
 
     tokenizer: object
     extension: dict | None = None
+    trained: object = None  # resources.tokenizer.TrainedTokenizer of a replacement vocabulary
 
 
 def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> TokenizerResult:
@@ -77,12 +82,15 @@ def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> Tokeniz
     from langswap.locking import OutputLock
     from langswap.models import load_tokenizer, save_tokenizer
     from langswap.resources.text import read_text_lines
-    from langswap.resources.tokenizer import train_tokenizer
+    from langswap.resources.tokenizer import train_tokenizer_report
 
     _required(job, ["source", "text", "output"], "tokenizer")
     if job.extend and job.vocab_size:
         raise ConfigError("give --vocab-size (a replacement vocabulary) or --extend (tokens added to the source's), "
                           "not both.")
+    if job.keep_placeholders and job.extend:
+        raise ConfigError("--keep-placeholders is for a replacement vocabulary; an extension keeps every source "
+                          "token already.")
     for name in ("keep_text", "check_text"):
         if getattr(job, name) and not job.extend:
             raise ConfigError(f"--{name.replace('_', '-')} is for an extension; add --extend N (the tokens to add).")
@@ -93,9 +101,10 @@ def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> Tokeniz
     with OutputLock(job.output, "tokenizer output folder"), atomic_directory(Path(job.output),
                                                                              job.overwrite) as folder:
         if not job.extend:
-            tokenizer = train_tokenizer(source, job.text, job.vocab_size, max_lines=job.max_lines, progress=progress)
-            save_tokenizer(tokenizer, folder)
-            return TokenizerResult(tokenizer)
+            trained = train_tokenizer_report(source, job.text, job.vocab_size, max_lines=job.max_lines,
+                                             progress=progress, keep_placeholders=job.keep_placeholders)
+            save_tokenizer(trained.tokenizer, folder)
+            return TokenizerResult(trained.tokenizer, trained=trained)
         from langswap.resources.extension import changed_lines, extend_tokenizer, tokens_per_byte
 
         lines = read_text_lines(job.text, what="tokenizer training text", max_lines=job.max_lines)

@@ -36,7 +36,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from langswap.errors import ConfigError, VocabularyError
-from langswap.resources.tokenizer import with_tokenizer_json
+from langswap.resources.conventions import measure_conventions
+from langswap.resources.tokenizer import classify_added_tokens, train_pieces, with_tokenizer_json
 
 logger = logging.getLogger(__name__)
 
@@ -99,16 +100,17 @@ def extend_tokenizer(source_tokenizer, lines: list[str], count: int, progress: b
     else:
         alphabet = len({char for line in lines[:20000] for char in line})
         size, trained = 2 * count + alphabet + 300, None
+        conventions = measure_conventions(source_tokenizer)
+        roles = classify_added_tokens(source_tokenizer, spec).by_kind["role"]
         for _ in range(TRAINING_ROUNDS):
-            trained = source_tokenizer.train_new_from_iterator(_batches(lines), vocab_size=size, length=len(lines),
-                                                               show_progress=progress)
-            new = _new_tokens(spec, tokenizer_spec(trained))
+            trained = train_pieces(spec, conventions, lines, size + len(roles), roles, progress)
+            new = _new_tokens(spec, trained)
             if keep_lines:
                 new = _apart_from(source_tokenizer, spec, new, count, first_id, keep_lines)
-            if len(new) >= count or len(trained) < size:
+            if len(new) >= count or len(trained["model"]["vocab"]) < size + len(roles):
                 break  # enough, or the text gave all it has
             size *= 2
-        chosen, trained_vocab = new, len(trained)
+        chosen, trained_vocab = new, len(trained["model"]["vocab"])
     if len(chosen) < count:
         raise ConfigError(f"the text gives {len(chosen):,} tokens the source tokenizer lacks ({len(lines):,} lines), "
                           f"fewer than the {count:,} asked; ask for at most {len(chosen):,} or give more text.")
@@ -121,25 +123,26 @@ def extend_tokenizer(source_tokenizer, lines: list[str], count: int, progress: b
 
 
 def _words(tokenizer, spec: dict, lines: list[str]) -> Counter:
-    """How often each word (pre-token) of `lines` occurs, as the tokenizer's model sees it (normalised, pre-tokenised,
-    and for the SentencePiece family split where the word-start marker begins a word, across which it never merges)."""
-    from langswap.tokens import SENTENCEPIECE, detect_family
+    """How often each word (pre-token) of `lines` occurs, as the tokenizer's model sees it: normalised, and
+    pre-tokenised as the family's conventions cut text (resources/conventions.py: for the SentencePiece family, split
+    before each word-start marker, and digits and punctuation apart where the source's pieces keep them apart), so
+    that no new merge joins what the source's pieces never join."""
+    from tokenizers import Tokenizer
 
-    backend = tokenizer.backend_tokenizer
-    family, details = detect_family(tokenizer)
-    marker = details.get("marker") if family == SENTENCEPIECE else None
+    from langswap.resources.conventions import measure_conventions
+
+    training = json.loads(json.dumps(spec))
+    training["pre_tokenizer"] = measure_conventions(tokenizer).training_pre_tokenizer(spec.get("pre_tokenizer"))
+    training["added_tokens"], training["post_processor"] = [], None
+    reader = Tokenizer.from_str(json.dumps(training))
+    normalizer, pre_tokenizer = reader.normalizer, reader.pre_tokenizer
     words: Counter = Counter()
     for line in lines:
-        text = backend.normalizer.normalize_str(line) if backend.normalizer is not None else line
-        pieces = [piece for piece, _ in backend.pre_tokenizer.pre_tokenize_str(text)] \
-            if backend.pre_tokenizer is not None else [text]
-        for piece in pieces:
-            if marker:
-                parts = piece.split(marker)
-                words.update([parts[0]] if parts[0] else [])
-                words.update(marker + part for part in parts[1:])
-            else:
-                words[piece] += 1
+        text = normalizer.normalize_str(line) if normalizer is not None else line
+        if pre_tokenizer is None:
+            words[text] += 1
+            continue
+        words.update(piece for piece, _ in pre_tokenizer.pre_tokenize_str(text))
     words.pop("", None)
     return words
 

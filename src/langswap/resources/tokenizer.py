@@ -1,86 +1,383 @@
 """Training a target tokenizer of the source model's family (`langswap tokenizer`).
 
-`train_new_from_iterator` keeps the source tokenizer's normaliser, pre-tokeniser, decoder, post-processor and special
-tokens, so the new tokenizer is of the same family (byte-level BPE stays byte-level BPE, SentencePiece stays
-SentencePiece, WordPiece stays WordPiece) and its special tokens keep their roles. The vocabulary size defaults to
-the source's.
+The new tokenizer keeps the source's normaliser, pre-tokeniser, decoder, post-processor, chat template and the
+settings of its tokenization model (byte fallback, unknown token, `##` prefix), so byte-level BPE stays byte-level
+BPE, SentencePiece stays SentencePiece and WordPiece stays WordPiece. Its pieces are trained with the `tokenizers`
+trainer of the source's model type, on the text as the source's pipeline reads it, cut where the source family's
+conventions cut (resources/conventions.py: for the SentencePiece family, word starts, digits and punctuation as the
+source's own pieces show them; other families by their own pre-tokeniser).
 
-Byte fallback (Llama-2, Mistral: BPE that spells unknown characters as `<0xNN>` byte tokens) needs the 256 byte tokens
-in the model's vocabulary, where the source has them as ordinary entries; the trainer keeps the flag but drops the
-entries, so every unseen character would become `<unk>`. They are put back (at the end of the vocabulary, so no
-trained id moves) and the trained part is 256 tokens smaller, keeping the requested size.
+The vocabulary size asked is the size of the whole vocabulary the model gets. It holds, in this order:
 
-Not handled: slow tokenizers (no Rust trainer).
+- the source's added tokens that are kept (`AddedTokens`), at ids 0, 1, ...: tokens with a role (bos, eos, pad, unk,
+  mask, cls, sep), those the chat template uses, those the tokenizer's or the model's config names (image and tool
+  tokens), and any other added token that is not a placeholder. Placeholders (`<unusedN>`, `[unusedN]`,
+  `<|reserved_special_token_N|>`, DeepSeek's `<｜place▁holder▁no▁N｜>`) are dropped unless `keep_placeholders`.
+  Each kept token keeps its flags (special or not, normalised, stripping);
+- the learnt pieces;
+- for byte-fallback BPE (Llama-2, Gemma, Mistral), the 256 `<0xNN>` entries that spell characters the pieces lack,
+  as ordinary vocabulary entries, as the source has them.
+
+Not handled: slow tokenizers (no Rust trainer) and WordLevel models.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from langswap.errors import VocabularyError
+from langswap.resources.conventions import Conventions, measure_conventions
 from langswap.resources.text import read_text_lines
+from langswap.tokens import special_token_roles
 
 logger = logging.getLogger(__name__)
 
+PLACEHOLDER = re.compile(r"(?i)(unused|reserved|place[\W_\u2581]*holder)[\W_\u2581]*"
+                         r"(special[\W_\u2581]*token[\W_\u2581]*)?(no[\W_\u2581]*)?\d+")
+KINDS = ("role", "chat_template", "config", "other", "placeholder")
+TRAINABLE = ("BPE", "Unigram", "WordPiece")
+
+
+@dataclass
+class AddedTokens:
+    """The source's added tokens by kind (`KINDS`, first that applies), each a list of their tokenizer.json entries
+    in source id order, and which kinds the new vocabulary keeps."""
+
+    by_kind: dict[str, list[dict]]
+    keep_placeholders: bool = False
+
+    @property
+    def kept(self) -> list[dict]:
+        kinds = [kind for kind in KINDS if kind != "placeholder" or self.keep_placeholders]
+        return sorted((entry for kind in kinds for entry in self.by_kind.get(kind, [])), key=lambda e: e["id"])
+
+    def counts(self) -> dict[str, int]:
+        return {kind: len(self.by_kind.get(kind, [])) for kind in KINDS}
+
+
+@dataclass
+class TrainedTokenizer:
+    """A tokenizer trained by `train_tokenizer_on_lines` and what it holds."""
+
+    tokenizer: object
+    asked: int
+    learnt: int  # pieces the trainer learnt (the alphabet included)
+    byte_tokens: int
+    added: AddedTokens
+    conventions: Conventions
+    lines: int
+    warnings: list[str] = field(default_factory=list)
+
+    def report(self) -> dict:
+        counts = self.added.counts()
+        kept = {kind: number for kind, number in counts.items() if kind != "placeholder" or self.added.keep_placeholders}
+        return {"vocab_size": len(self.tokenizer), "asked": self.asked, "learnt": self.learnt,
+                "byte_fallback": self.byte_tokens, "kept_added": kept,
+                "dropped_added": {} if self.added.keep_placeholders else {"placeholder": counts["placeholder"]},
+                "conventions": self.conventions.describe(), "lines": self.lines, "warnings": self.warnings}
+
+    def summary(self) -> str:
+        kept = self.report()["kept_added"]
+        parts = ", ".join(f"{number:,} {kind.replace('_', ' ')}" for kind, number in kept.items() if number)
+        dropped = self.added.counts()["placeholder"] if not self.added.keep_placeholders else 0
+        return (f"{len(self.tokenizer):,} tokens: {self.learnt:,} learnt, {self.byte_tokens:,} byte fallback, "
+                f"{sum(kept.values()):,} added tokens kept ({parts or 'none'})"
+                + (f", {dropped:,} placeholders dropped" if dropped else "") + f"; {self.conventions.describe()}")
+
 
 def train_tokenizer(source_tokenizer, text_path: str | Path, vocab_size: int | None = None,
-                    max_lines: int | None = None, progress: bool = False):
+                    max_lines: int | None = None, progress: bool = False, keep_placeholders: bool = False):
     """A tokenizer like `source_tokenizer`, trained on the lines of `text_path` (UTF-8, optionally .gz)."""
-    from langswap.errors import VocabularyError
+    return train_tokenizer_report(source_tokenizer, text_path, vocab_size, max_lines, progress,
+                                  keep_placeholders).tokenizer
 
-    if not getattr(source_tokenizer, "is_fast", False):  # before the text is read
-        raise VocabularyError("training a tokenizer needs a fast source tokenizer (tokenizer.json).")
+
+def train_tokenizer_report(source_tokenizer, text_path: str | Path, vocab_size: int | None = None,
+                           max_lines: int | None = None, progress: bool = False,
+                           keep_placeholders: bool = False) -> TrainedTokenizer:
+    """`train_tokenizer`, with what the new vocabulary holds."""
+    _check_fast(source_tokenizer)  # before the text is read
     lines = read_text_lines(text_path, what="tokenizer training text", max_lines=max_lines)
-    tokenizer = train_tokenizer_on_lines(source_tokenizer, lines, vocab_size, progress)
-    logger.info("trained a %d-token tokenizer on %d lines of %s", len(tokenizer), len(lines), text_path)
-    return tokenizer
+    trained = train_tokenizer_on_lines(source_tokenizer, lines, vocab_size, progress, keep_placeholders)
+    logger.info("trained on %d lines of %s: %s", len(lines), text_path, trained.summary())
+    return trained
+
+
+def _check_fast(tokenizer) -> None:
+    if not getattr(tokenizer, "is_fast", False):
+        raise VocabularyError("training a tokenizer needs a fast source tokenizer (tokenizer.json).")
 
 
 def train_tokenizer_on_lines(source_tokenizer, lines: list[str], vocab_size: int | None = None,
-                             progress: bool = False):
-    """`train_tokenizer` on lines in memory."""
-    from langswap.errors import VocabularyError
+                             progress: bool = False, keep_placeholders: bool = False) -> TrainedTokenizer:
+    """`train_tokenizer_report` on lines in memory."""
+    from tokenizers import Tokenizer
 
-    if not getattr(source_tokenizer, "is_fast", False):
-        raise VocabularyError("training a tokenizer needs a fast source tokenizer (tokenizer.json).")
+    _check_fast(source_tokenizer)
+    spec = json.loads(source_tokenizer.backend_tokenizer.to_str())
+    model_type = spec["model"]["type"]
+    if model_type not in TRAINABLE:
+        raise VocabularyError(f"a {model_type} tokenizer cannot be trained anew: only BPE, Unigram and WordPiece "
+                              "tokenizers can.")
     vocab_size = vocab_size or len(source_tokenizer)
+    added = classify_added_tokens(source_tokenizer, spec, model_config(source_tokenizer), keep_placeholders)
+    byte_tokens = byte_fallback_tokens(spec)
+    kept = added.kept
+    room = vocab_size - len(byte_tokens) - len(kept)
+    if room < 2:
+        raise VocabularyError(
+            f"vocab_size {vocab_size:,} leaves no room for learnt pieces beside the {len(kept):,} added tokens kept "
+            f"and the {len(byte_tokens):,} byte-fallback tokens this tokenizer needs; ask for a larger vocabulary.")
+    conventions = measure_conventions(source_tokenizer)
+    trained = train_pieces(spec, conventions, lines, room + len(kept), kept, progress)
+    learnt = len(trained["model"]["vocab"]) - len(kept)
+    trained = _with_source_pipeline(trained, spec, kept, byte_tokens)
+    tokenizer = with_tokenizer_spec(source_tokenizer, json.loads(Tokenizer.from_str(json.dumps(trained)).to_str()),
+                                    kept)
+    warnings = []
+    if len(tokenizer) < vocab_size:
+        warnings.append(f"the text gives {learnt:,} pieces, not the {room:,} asked: the vocabulary has "
+                        f"{len(tokenizer):,} tokens, not {vocab_size:,}; give more text for a larger one.")
+        logger.warning(warnings[-1])
+    broken = conventions.breaks(measure_conventions(tokenizer))
+    if broken:  # a defect of this module: the training split should rule these out
+        warnings.append("the new pieces break the source's conventions: " + "; ".join(broken))
+        logger.warning(warnings[-1])
+    return TrainedTokenizer(tokenizer, vocab_size, learnt, len(byte_tokens), added, conventions, len(lines), warnings)
 
-    def batches(size: int = 1000):
-        for start in range(0, len(lines), size):
-            yield lines[start:start + size]
 
-    byte_tokens = _byte_fallback_tokens(source_tokenizer)
-    if byte_tokens and vocab_size <= len(byte_tokens) + 1:
-        raise VocabularyError(f"vocab_size {vocab_size} leaves no room beside the {len(byte_tokens)} byte-fallback "
-                              "tokens this tokenizer family needs; ask for a larger vocabulary.")
-    tokenizer = source_tokenizer.train_new_from_iterator(batches(), vocab_size=vocab_size - len(byte_tokens),
-                                                         length=len(lines), show_progress=progress)
-    if byte_tokens:
-        tokenizer = _add_byte_tokens(tokenizer, byte_tokens)
-    return tokenizer
+def train_pieces(spec: dict, conventions: Conventions, lines: list[str], size: int, kept: list[dict],
+                 progress: bool = False) -> dict:
+    """The tokenizer.json of a tokenizer with the source pipeline's normaliser (`spec`) and a model of its type trained
+    on `lines` to `size` tokens, `kept` (tokenizer.json added-token entries) first, its text cut as `conventions`
+    say; its pre-tokeniser is the training one (`_with_source_pipeline` puts the source's back)."""
+    training = _training_tokenizer(spec, conventions)
+    trainer = _trainer(spec, size, kept, progress)
+
+    def batches(batch: int = 1000):
+        for start in range(0, len(lines), batch):
+            yield lines[start:start + batch]
+
+    training.train_from_iterator(batches(), trainer=trainer, length=len(lines))
+    return json.loads(training.to_str())
 
 
-def _byte_fallback_tokens(tokenizer) -> list[str]:
+def classify_added_tokens(tokenizer, spec: dict, config: dict | None = None,
+                          keep_placeholders: bool = False) -> AddedTokens:
+    """The source's added tokens (`spec["added_tokens"]`) by kind; tokens with a role that are plain vocabulary
+    entries (not added) are counted as added tokens with a role too, so that the new vocabulary has them."""
+    roles = special_token_roles(tokenizer)
+    role_ids = set(roles.values())
+    unknown = (spec.get("model") or {}).get("unk_token")
+    template = _chat_template_text(tokenizer)
+    named = _config_named(tokenizer, config)
+    entries = {entry["id"]: dict(entry) for entry in spec.get("added_tokens") or []}
+    vocab = spec["model"]["vocab"]
+    ids_of = {piece: index for index, (piece, _) in enumerate(vocab)} if spec["model"]["type"] == "Unigram" else vocab
+    for token_id in role_ids - set(entries):
+        content = tokenizer.convert_ids_to_tokens(token_id)
+        entries[token_id] = {"id": token_id, "content": content, "single_word": False, "lstrip": False,
+                             "rstrip": False, "normalized": False, "special": True}
+    if unknown and unknown in ids_of and ids_of[unknown] not in entries:
+        entries[ids_of[unknown]] = {"id": ids_of[unknown], "content": unknown, "single_word": False, "lstrip": False,
+                                    "rstrip": False, "normalized": False, "special": True}
+    by_kind: dict[str, list[dict]] = {kind: [] for kind in KINDS}
+    for token_id in sorted(entries):
+        entry = entries[token_id]
+        content = entry["content"]
+        if token_id in role_ids or content == unknown:
+            kind = "role"
+        elif template and content in template:
+            kind = "chat_template"
+        elif content in named or token_id in named:
+            kind = "config"
+        elif PLACEHOLDER.search(content):
+            kind = "placeholder"
+        else:
+            kind = "other"
+        by_kind[kind].append(entry)
+    return AddedTokens(by_kind, keep_placeholders)
+
+
+def _chat_template_text(tokenizer) -> str:
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        return "\n".join(str(value) for value in template.values())
+    return template or ""
+
+
+def _config_named(tokenizer, config: dict | None) -> set:
+    """Token strings the tokenizer's config names beside the roles (image, tool tokens: `image_token`, `boi_token`),
+    and token ids the model's config names (`image_token_index`, `boi_token_index`, `image_token_id`)."""
+    named: set = set()
+    kwargs = getattr(tokenizer, "init_kwargs", {}) or {}
+    for key, value in kwargs.items():
+        if key.endswith("_token") and isinstance(value, str):
+            named.add(value)
+        elif key in ("model_specific_special_tokens", "extra_special_tokens") and isinstance(value, dict):
+            named.update(v for v in value.values() if isinstance(v, str))
+    for attribute in ("image_token", "boi_token", "eoi_token", "video_token", "audio_token"):
+        value = getattr(tokenizer, attribute, None)
+        if isinstance(value, str):
+            named.add(value)
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if re.search(r"token_(id|index|ids)$", key) and not re.match(r"(bos|eos|pad|unk|decoder_start)_", key):
+                    values = value if isinstance(value, list) else [value]
+                    named.update(v for v in values if isinstance(v, int) and not isinstance(v, bool))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(config or {})
+    return named
+
+
+def model_config(tokenizer) -> dict | None:
+    """The model's config.json beside the tokenizer, when it was loaded from a model folder."""
+    path = Path(str(getattr(tokenizer, "name_or_path", "") or "")) / "config.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def byte_fallback_tokens(spec: dict) -> list[str]:
     """The `<0xNN>` tokens of a byte-fallback BPE tokenizer's model vocabulary ([] for any other tokenizer)."""
-    model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    model = spec["model"]
     if model.get("type") != "BPE" or not model.get("byte_fallback"):
         return []
     return [token for token in (f"<0x{byte:02X}>" for byte in range(256)) if token in model["vocab"]]
 
 
-def _add_byte_tokens(tokenizer, byte_tokens: list[str]):
-    """`tokenizer` with the byte tokens it lacks appended to its model vocabulary (reloaded through save_pretrained,
-    so the wrapper keeps its special tokens and settings)."""
-    spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    vocab = spec["model"]["vocab"]
-    missing = [token for token in byte_tokens if token not in vocab]
-    if not missing:
-        return tokenizer
-    next_id = 1 + max([*vocab.values(), *(entry["id"] for entry in spec.get("added_tokens", []))])
-    vocab.update({token: next_id + offset for offset, token in enumerate(missing)})
-    return with_tokenizer_json(tokenizer, spec)
+def _training_tokenizer(spec: dict, conventions: Conventions):
+    """The source's pipeline with an empty model of its type, no added tokens, no post-processor, and the training
+    pre-tokeniser of its conventions."""
+    from tokenizers import Tokenizer
+
+    training = json.loads(json.dumps(spec))
+    training["added_tokens"] = []
+    training["post_processor"] = None
+    training["pre_tokenizer"] = conventions.training_pre_tokenizer(spec.get("pre_tokenizer"))
+    model = training["model"]
+    if model["type"] == "BPE":
+        model["vocab"], model["merges"] = {}, []
+    elif model["type"] == "Unigram":
+        unknown = model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
+        model["vocab"] = [[unknown, 0.0]] if unknown is not None else []
+        model["unk_id"] = 0 if unknown is not None else None
+    else:
+        model["vocab"] = {}
+    return Tokenizer.from_str(json.dumps(training))
+
+
+def _trainer(spec: dict, size: int, kept: list[dict], progress: bool):
+    """The `tokenizers` trainer of the source's model type for `size` tokens, the kept added tokens first."""
+    from tokenizers import AddedToken, pre_tokenizers, trainers
+
+    from langswap.tokens import _component_types
+
+    model = spec["model"]
+    special = [AddedToken(entry["content"], single_word=entry.get("single_word", False),
+                          lstrip=entry.get("lstrip", False), rstrip=entry.get("rstrip", False),
+                          normalized=entry.get("normalized", False), special=True) for entry in kept]
+    if model["type"] == "BPE":
+        options = {key: model[key] for key in ("continuing_subword_prefix", "end_of_word_suffix")
+                   if model.get(key) is not None}
+        parts = _component_types(spec.get("pre_tokenizer"))
+        if any(part.get("type") == "ByteLevel" for part in parts):
+            options["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
+        return trainers.BpeTrainer(vocab_size=size, special_tokens=special, show_progress=progress, **options)
+    if model["type"] == "Unigram":
+        unknown = model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
+        return trainers.UnigramTrainer(vocab_size=size, special_tokens=special, unk_token=unknown,
+                                       show_progress=progress)
+    prefix = model.get("continuing_subword_prefix") or "##"
+    return trainers.WordPieceTrainer(vocab_size=size, special_tokens=special, continuing_subword_prefix=prefix,
+                                     show_progress=progress)
+
+
+def _with_source_pipeline(trained: dict, spec: dict, kept: list[dict], byte_tokens: list[str]) -> dict:
+    """The trained tokenizer.json with the source's pre-tokeniser, model settings and post-processor (its token ids
+    moved to the new ones), the kept added tokens with their own flags, and the byte-fallback entries appended."""
+    trained = json.loads(json.dumps(trained))
+    trained["pre_tokenizer"] = spec.get("pre_tokenizer")
+    model = trained["model"]
+    for key, value in spec["model"].items():  # byte_fallback, unk_token, fuse_unk, ignore_merges, dropout ...
+        if key not in ("vocab", "merges", "unk_id"):
+            model[key] = value
+    vocab = model["vocab"]
+    ids = {piece: index for index, (piece, _) in enumerate(vocab)} if model["type"] == "Unigram" else dict(vocab)
+    if byte_tokens and model["type"] == "BPE":
+        missing = [token for token in byte_tokens if token not in vocab]
+        vocab.update({token: len(vocab) + offset for offset, token in enumerate(missing)})
+        ids = dict(vocab)
+    trained["added_tokens"] = [{**entry, "id": ids[entry["content"]]} for entry in kept]
+    trained["post_processor"] = _moved_ids(spec.get("post_processor"), ids)
+    return trained
+
+
+def _moved_ids(processor: dict | None, ids: dict[str, int]) -> dict | None:
+    """A post-processor (tokenizers JSON) with the ids of the special tokens it inserts looked up in `ids`."""
+    if processor is None:
+        return None
+    processor = json.loads(json.dumps(processor))
+
+    def new_id(token: str) -> int:
+        if token not in ids:
+            raise VocabularyError(f"the source's post-processor inserts '{token}', which the new vocabulary lacks.")
+        return ids[token]
+
+    if processor.get("type") == "Sequence":
+        processor["processors"] = [_moved_ids(part, ids) for part in processor.get("processors") or []]
+    for value in (processor.get("special_tokens") or {}).values():
+        value["ids"] = [new_id(token) for token in value["tokens"]]
+    for key in ("cls", "sep"):
+        if isinstance(processor.get(key), list):
+            processor[key] = [processor[key][0], new_id(processor[key][0])]
+    return processor
+
+
+def with_tokenizer_spec(tokenizer, spec: dict, kept: list[dict]):
+    """`tokenizer`'s wrapper (special tokens, settings, chat template) around the tokenizer.json `spec`, whose added
+    tokens are `kept` at new ids: the source's config files are rewritten to name only those."""
+    contents = {entry["content"] for entry in kept}
+    with tempfile.TemporaryDirectory(prefix="langswap-tokenizer-") as folder:
+        tokenizer.save_pretrained(folder)
+        (Path(folder) / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+        for name in ("tokenizer_config.json", "special_tokens_map.json"):
+            path = Path(folder) / name
+            if path.is_file():
+                config = _only_kept(json.loads(path.read_text(encoding="utf-8")), contents)
+                if "added_tokens_decoder" in config:
+                    config["added_tokens_decoder"] = {
+                        str(entry["id"]): {key: entry[key] for key in ("content", "lstrip", "normalized", "rstrip",
+                                                                       "single_word", "special") if key in entry}
+                        for entry in spec.get("added_tokens") or []}
+                path.write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
+        return type(tokenizer).from_pretrained(folder)
+
+
+def _only_kept(config: dict, contents: set[str]) -> dict:
+    """A tokenizer config without the lists' entries naming added tokens that were dropped."""
+    def kept(value) -> bool:
+        text = value.get("content") if isinstance(value, dict) else value
+        return not isinstance(text, str) or text in contents or not PLACEHOLDER.search(text)
+
+    for key in ("additional_special_tokens", "extra_special_tokens"):
+        value = config.get(key)
+        if isinstance(value, list):
+            config[key] = [item for item in value if kept(item)]
+    return config
 
 
 def with_tokenizer_json(tokenizer, spec: dict):

@@ -1,0 +1,181 @@
+"""How a tokenizer family cuts text, measured from the source's own vocabulary, and a training pre-tokeniser that
+makes a new vocabulary follow it.
+
+A byte-level BPE tokenizer (GPT-2, Llama-3, Qwen) and a WordPiece one (BERT) split text into words before their
+model sees it (a split regex, or whitespace and punctuation), so a trainer given their pre-tokeniser learns pieces
+within those words. A SentencePiece-style tokenizer (Gemma, Llama-2, Mistral, T5, XLM-R) does not: its normaliser
+turns spaces into `▁` and its model reads the whole line (Gemma-3: `Replace(" ", "▁")`, then a split on " ", which
+no longer occurs; Llama-2, Mistral: no split at all). The conventions its pieces keep (a piece starts a word with
+`▁` and never spans words, digits stand alone, punctuation is never joined to a word) were options of the
+SentencePiece trainer, not of the pipeline, so `train_new_from_iterator` on such a tokenizer sees each line as one
+word and learns `De▁`, `en▁` and `Voer▁ex▁opdrachten▁`.
+
+`Conventions` reads those options back from the source's pieces (its model vocabulary without added tokens and
+byte-fallback entries) and `training_pre_tokenizer` turns each convention the source keeps into a split used only
+while training; the tokenizer written keeps the source's own pipeline. A new piece then never crosses a place where
+the training split cut, so the source's pipeline reads text with the new pieces exactly as the split would have.
+
+- **Word starts**: a piece with `▁` after its first character spans words. Under `SPAN_SHARE` of the source's pieces
+  such (Gemma-3: 1 of 255,474, `>▁</`; Llama-2: none), text is split before every `▁`.
+- **Digits**: the longest run of ASCII digits in one piece (Gemma-3, Llama-2: 1). Digits are split into runs of at
+  most that length, apart from letters, unless at least `JOIN_SHARE` of the pieces with a digit also hold a letter.
+  Only ASCII digits are ruled: Gemma-3 joins Bengali digits, and other scripts' digits stay free.
+- **Punctuation**: a piece that holds a letter and a punctuation mark or symbol of Unicode's Common script (the
+  marks shared by all scripts: `.`, `(`, `,`, `:`) joins a word to punctuation. Under `JOIN_SHARE` of the pieces
+  with such a mark (Gemma-3: none with an ASCII mark; Llama-2: none), runs of those marks are split from words,
+  with a leading `▁` kept on them as the source's `▁(` keeps it. Marks of one script only (Urdu's `۔`, Tibetan's
+  tsheg), which SentencePiece joins to their words, stay free.
+
+The rules apply to the SentencePiece family only; byte-level and WordPiece pipelines already split text into
+words, and their split regex (GPT-2's, Llama-3's three-digit numbers, Qwen's single digits) is kept as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import regex
+
+from langswap.tokens import BYTE_LEVEL, SENTENCEPIECE, canonical_token, detect_family
+
+SPAN_SHARE = 0.01  # of all pieces: at or above it, the source's pieces span words and new ones may too
+JOIN_SHARE = 0.05  # of the pieces that hold a digit (a mark): at or above it, the source joins them to letters
+
+_BYTE_FALLBACK = regex.compile(r"^<0x[0-9A-Fa-f]{2}>$")
+_ASCII_DIGITS = regex.compile(r"[0-9]+")
+_LETTER = regex.compile(r"\p{L}")
+_COMMON_MARK = regex.compile(r"[\p{P}\p{S}&&\p{Common}&&[^\u2581]]", flags=regex.V1)
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """What the source's pieces (model vocabulary less added tokens and byte-fallback entries) show of how its family
+    cuts text. Counts are of pieces; `marker` is the word-start marker of the SentencePiece family (else None)."""
+
+    family: str
+    marker: str | None
+    pieces: int
+    inner_marker: int  # pieces with a word start after their first character (`De▁`, `>▁</`)
+    trailing_marker: int  # pieces that end in a word start, not only of them (`De▁`)
+    digit_run: int  # the longest run of ASCII digits in one piece (0: no piece holds one)
+    with_digits: int
+    digits_with_letters: int
+    with_marks: int  # pieces holding a Common-script punctuation mark or symbol
+    marks_with_letters: int
+
+    @property
+    def spans_words(self) -> bool:
+        return self.inner_marker >= SPAN_SHARE * max(1, self.pieces)
+
+    @property
+    def joins_digits(self) -> bool:
+        return self.digits_with_letters >= JOIN_SHARE * max(1, self.with_digits)
+
+    @property
+    def joins_marks(self) -> bool:
+        return self.marks_with_letters >= JOIN_SHARE * max(1, self.with_marks)
+
+    @property
+    def ruled(self) -> bool:
+        """Whether a training split is needed: the family's pipeline does not itself split text into words."""
+        return self.family == SENTENCEPIECE
+
+    def training_pre_tokenizer(self, source_pre_tokenizer: dict | None) -> dict | None:
+        """The pre-tokeniser (tokenizers JSON) to train with: the source's, followed by a split for each convention
+        its pieces keep (the SentencePiece family only)."""
+        if not self.ruled:
+            return source_pre_tokenizer
+        marker = self.marker or "\u2581"
+        rules = []
+        if not self.spans_words:
+            rules.append(_split({"String": marker}, "MergedWithNext"))
+        if not self.joins_marks:
+            rules.append(_split({"Regex": f"{regex.escape(marker)}?[[\\p{{P}}\\p{{S}}]&&\\p{{Common}}&&[^{marker}]]+"},
+                                "Isolated"))
+        if not self.joins_digits:
+            run = max(1, self.digit_run)
+            rules.append(_split({"Regex": "[0-9]" if run == 1 else f"[0-9]{{1,{run}}}"}, "Isolated"))
+        if not rules:
+            return source_pre_tokenizer
+        parts = [] if source_pre_tokenizer is None else [source_pre_tokenizer]
+        return {"type": "Sequence", "pretokenizers": parts + rules}
+
+    def describe(self) -> str:
+        """One line: the conventions the new pieces follow."""
+        if not self.ruled:
+            return f"{self.family}: the source's pre-tokeniser splits words; pieces follow it"
+        words = "may span words" if self.spans_words else "never span words"
+        digits = ("digits joined to letters as the source joins them" if self.joins_digits
+                  else f"digits in runs of at most {max(1, self.digit_run)}")
+        marks = "punctuation joined to words" if self.joins_marks else "punctuation apart from words"
+        return (f"{self.family}: pieces {words} ({self.inner_marker:,} of the source's {self.pieces:,} do), {digits}, "
+                f"{marks}")
+
+    def breaks(self, other: "Conventions") -> list[str]:
+        """What `other` (a new vocabulary, measured the same way) does that this source's pieces do not: spans words,
+        ends in a word start, joins digits beyond this run, joins words to punctuation. Empty where it follows."""
+        if self.family != other.family or not self.ruled:
+            return []
+        found = []
+        allowed_inner = max(self.inner_marker / max(1, self.pieces), 0.0) * other.pieces
+        if not self.spans_words and other.inner_marker > max(allowed_inner, 0.001 * other.pieces):
+            found.append(f"{other.inner_marker:,} of {other.pieces:,} pieces span words (the source: "
+                         f"{self.inner_marker:,} of {self.pieces:,})")
+        if other.trailing_marker > max(self.trailing_marker / max(1, self.pieces) * other.pieces, 0.001 * other.pieces):
+            found.append(f"{other.trailing_marker:,} pieces end in the word-start marker (the source: "
+                         f"{self.trailing_marker:,})")
+        if not self.joins_digits and other.digit_run > max(1, self.digit_run):
+            found.append(f"pieces join up to {other.digit_run} digits (the source: {max(1, self.digit_run)})")
+        if not self.joins_marks and other.joins_marks:
+            found.append(f"{other.marks_with_letters:,} pieces join words to punctuation (the source: "
+                         f"{self.marks_with_letters:,})")
+        return found
+
+    def report(self) -> dict:
+        return {"family": self.family, "pieces": self.pieces, "inner_marker": self.inner_marker,
+                "trailing_marker": self.trailing_marker, "digit_run": self.digit_run,
+                "digits_with_letters": self.digits_with_letters, "with_digits": self.with_digits,
+                "marks_with_letters": self.marks_with_letters, "with_marks": self.with_marks,
+                "spans_words": self.spans_words, "joins_digits": self.joins_digits, "joins_marks": self.joins_marks}
+
+
+def _split(pattern: dict, behavior: str) -> dict:
+    return {"type": "Split", "pattern": pattern, "behavior": behavior, "invert": False}
+
+
+def model_pieces(spec: dict) -> list[str]:
+    """The model vocabulary's entries of a tokenizer.json `spec`, less its added tokens and byte-fallback entries."""
+    model = spec.get("model") or {}
+    vocab = model.get("vocab") or {}
+    pieces = [piece for piece, _ in vocab] if model.get("type") == "Unigram" else list(vocab)
+    added = {entry["content"] for entry in spec.get("added_tokens") or []}
+    return [piece for piece in pieces if piece not in added and not _BYTE_FALLBACK.match(piece)]
+
+
+def measure_conventions(tokenizer, pieces: list[str] | None = None) -> Conventions:
+    """The conventions of `tokenizer`'s pieces (`pieces`: only these of its entries, e.g. an extension's new ones)."""
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    family, details = detect_family(tokenizer)
+    marker = details.get("marker") if family == SENTENCEPIECE else None
+    counts = dict(pieces=0, inner_marker=0, trailing_marker=0, digit_run=0, with_digits=0, digits_with_letters=0,
+                  with_marks=0, marks_with_letters=0)
+    for piece in model_pieces(spec) if pieces is None else pieces:
+        token = canonical_token(0, piece, family, details, set())
+        text = (" " if token.word_start else "") + token.raw.decode("utf-8", errors="ignore")
+        counts["pieces"] += 1
+        if not text.strip():  # whitespace alone: a run of word starts spans no word
+            continue
+        if family in (SENTENCEPIECE, BYTE_LEVEL):
+            counts["inner_marker"] += " " in text[1:]
+            counts["trailing_marker"] += text.endswith(" ")
+        runs = _ASCII_DIGITS.findall(text)
+        letters = bool(_LETTER.search(text))
+        if runs:
+            counts["with_digits"] += 1
+            counts["digit_run"] = max(counts["digit_run"], max(map(len, runs)))
+            counts["digits_with_letters"] += letters
+        if _COMMON_MARK.search(text):
+            counts["with_marks"] += 1
+            counts["marks_with_letters"] += letters
+    return Conventions(family=family, marker=marker, **counts)
