@@ -45,6 +45,7 @@ EOF
 if [[ $# -eq 0 ]]; then
     set -- tests/test_training.py tests/test_numerics.py tests/test_locking.py tests/test_known_answers.py \
         tests/test_methods_contract.py tests/test_bad_input.py tests/test_cli.py tests/test_tokens.py \
-        tests/test_streaming.py tests/test_adapters.py tests/test_extension.py tests/test_teacher.py
+        tests/test_streaming.py tests/test_adapters.py tests/test_extension.py tests/test_teacher.py \
+        tests/test_families.py tests/test_family_models.py
 fi
 exec "$venv/bin/python" -m pytest -q -n auto -p no:cacheprovider "$@"

@@ -69,7 +69,7 @@ import torch.nn.functional as F
 from langswap.config import layer_indices
 from langswap.errors import ConfigError, NumericalError, VocabularyError
 from langswap.kernels import hidden_state_distance
-from langswap.models import HiddenStates, position_limit, resolve_layers
+from langswap.models import HiddenStates, input_embedding_scale, position_limit, resolve_layers
 from langswap.progress import bar as progress_bar
 
 logger = logging.getLogger(__name__)
@@ -214,6 +214,10 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
     if source.dim() != 2 or source.shape[1] != width:
         raise VocabularyError(f"source_embeddings has shape {tuple(source.shape)}; it must be (source vocabulary, "
                               f"{width}), the source model's input matrix, of the width of this model's body.")
+    softcap = getattr(model.config, "final_logit_softcapping", None)
+    scale = input_embedding_scale(model)
+    if scale != 1.0:  # rows read as inputs_embeds skip the layer's scale (Gemma-3's sqrt(d)): apply it here
+        source = source.to(torch.float32) * scale
     trainable = _row_mask(trainable, rows, "input")
     layers = resolve_layers(model.config, config.layers)
     output = model.get_output_embeddings()
@@ -267,10 +271,10 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         """(B, L, d) model-dtype inputs for target ids (B, L): the learned rows where trainable (`learning`), the
         model's own rows elsewhere."""
         base = F.embedding(ids, input_weight)
-        if not learning:
-            return base
-        slots = slot_of[ids]
-        return torch.where((slots >= 0)[..., None], F.embedding(slots.clamp_min(0), learned).to(dtype), base)
+        if learning:
+            slots = slot_of[ids]
+            base = torch.where((slots >= 0)[..., None], F.embedding(slots.clamp_min(0), learned).to(dtype), base)
+        return base if scale == 1.0 else base * scale
 
     def head_weight(learning: bool) -> torch.Tensor | None:
         """(V, d) the output matrix as the model has it, or (`learning`) with the learned rows in place."""
@@ -295,7 +299,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
                 distill_sum += float(loss) * count
                 matched += count
                 if weight is not None:
-                    loss, count = _next_token_loss(hidden, batch, weight, getattr(output, "bias", None))
+                    loss, count = _next_token_loss(hidden, batch, weight, getattr(output, "bias", None), softcap)
                     token_sum += float(loss) * count
                     predicted += count
         return distill_sum / matched if matched else None, token_sum / predicted if predicted else None
@@ -310,7 +314,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         check = _teacher_check(body, source, source_head, held_windows, config.batch_lines, device, dtype,
                                lambda ids: student_inputs(ids, False), head_weight(False),
                                getattr(output, "bias", None) if output is not None else None,
-                               (len(source_tokenizer), len(target_tokenizer)))
+                               (len(source_tokenizer), len(target_tokenizer)), softcap)
         report["teacher_check"] = check
         if check.get("teacher_worse") and config.when == "teacher-better":
             logger.warning("token distillation skipped: the source model reads the %d held-out lines worse than "
@@ -350,7 +354,8 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
                 if head_rows is not None:
                     # the head reads the student's states detached: this loss moves the output rows only
                     weight = output.weight.detach().index_copy(0, head_ids, head_rows.to(output.weight.dtype))
-                    total = total + _next_token_loss(hidden.detach(), batch, weight, getattr(output, "bias", None))[0]
+                    total = total + _next_token_loss(hidden.detach(), batch, weight, getattr(output, "bias", None),
+                                                     softcap)[0]
                 if not torch.isfinite(total):
                     raise NumericalError(
                         f"the distillation loss became {float(total)} at update {updates + 1}; the model is left as "
@@ -577,19 +582,26 @@ def _distill_loss(reader, source: torch.Tensor, batch: _Batch, layers: tuple[int
     return total, len(batch.target_at), student[-1]
 
 
-def _next_token_loss(hidden: torch.Tensor, batch: _Batch, weight: torch.Tensor, bias) -> tuple[torch.Tensor, int]:
+def _logits(states: torch.Tensor, weight: torch.Tensor, bias, softcap: float | None) -> torch.Tensor:
+    """The head's logits of `states`, float32, capped as the model caps them (Gemma-2's final_logit_softcapping)."""
+    logits = F.linear(states, weight.to(torch.float32), None if bias is None else bias.to(torch.float32))
+    return logits if not softcap else torch.tanh(logits / softcap) * softcap
+
+
+def _next_token_loss(hidden: torch.Tensor, batch: _Batch, weight: torch.Tensor, bias,
+                     softcap: float | None = None) -> tuple[torch.Tensor, int]:
     """(mean next-token cross-entropy, predicted tokens) of the head (weight (V, d), bias (V,) or None) reading
     `hidden` (B, T, d), in float32, over the pairs inside each window."""
     states = hidden[:, :-1][batch.predicts].to(torch.float32)
     targets = batch.target_ids[:, 1:][batch.predicts]
     if not len(targets):
         return states.new_zeros(()), 0
-    logits = F.linear(states, weight.to(torch.float32), None if bias is None else bias.to(torch.float32))
-    return F.cross_entropy(logits, targets), len(targets)
+    return F.cross_entropy(_logits(states, weight, bias, softcap), targets), len(targets)
 
 
 def _teacher_check(body, source: torch.Tensor, source_head, windows: list[_Window], batch_lines: int, device,
-                   dtype, student_inputs, student_weight, student_bias, sizes: tuple[int, int]) -> dict:
+                   dtype, student_inputs, student_weight, student_bias, sizes: tuple[int, int],
+                   softcap: float | None = None) -> dict:
     """Whose likelihood of `windows` is higher: the teacher's (the body reading the source tokens through the
     source model's rows and head) or the student's (the model as the transfer made it)? Each window holds whole
     chunks, the same bytes on both sides, so the two sums of next-token losses are over the same text: the report
@@ -622,11 +634,11 @@ def _teacher_check(body, source: torch.Tensor, source_head, windows: list[_Windo
             teacher_inputs = source[batch.source_ids.to(source.device)].to(device, dtype)
             hidden = body(inputs_embeds=teacher_inputs, use_cache=False).last_hidden_state
             states = hidden[:, :-1][batch.source_predicts].to(torch.float32)
-            teacher_nats += float(F.cross_entropy(F.linear(states, weight, bias),
+            teacher_nats += float(F.cross_entropy(_logits(states, weight, bias, softcap),
                                                   batch.source_ids[:, 1:][batch.source_predicts], reduction="sum"))
             hidden = body(inputs_embeds=student_inputs(batch.target_ids), use_cache=False).last_hidden_state
             states = hidden[:, :-1][batch.predicts].to(torch.float32)
-            student_nats += float(F.cross_entropy(F.linear(states, student_weight, student_bias),
+            student_nats += float(F.cross_entropy(_logits(states, student_weight, student_bias, softcap),
                                                   batch.target_ids[:, 1:][batch.predicts], reduction="sum"))
     return {"measured": True, "chunks": chunks, "windows_left_out": len(windows) - len(clean),
             "teacher_nats_per_chunk": round(teacher_nats / chunks, 4),

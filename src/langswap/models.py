@@ -73,6 +73,27 @@ def is_tied(model) -> bool:
         output.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr())
 
 
+def input_embedding_scale(model) -> float:
+    """The factor a model's input embedding layer applies to the rows it looks up: Gemma-3's layer multiplies them by
+    the square root of the hidden size, so inputs given as `inputs_embeds` (distillation's teacher and student)
+    must be multiplied alike to read as `input_ids` do. 1.0 for a plain `nn.Embedding`. Read from the layer's
+    `embed_scale` where it has one, else measured on its largest row."""
+    import torch
+
+    embedding = model.get_input_embeddings()
+    if type(embedding) is torch.nn.Embedding:
+        return 1.0
+    scale = getattr(embedding, "embed_scale", None)
+    if scale is not None:
+        return float(scale)
+    weight = embedding.weight
+    with torch.no_grad():
+        row = int(weight[:1024].float().norm(dim=1).argmax())
+        looked_up = embedding(torch.tensor([[row]], device=weight.device))[0, 0].float()
+        plain = weight[row].float()
+        return float(looked_up @ plain / (plain @ plain).clamp_min(1e-30))
+
+
 def transformers_version() -> tuple[int, int]:
     """(major, minor) of the installed transformers."""
     import transformers

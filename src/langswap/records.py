@@ -140,6 +140,9 @@ class TransferRecord(ModelRecord):
     # (`transfer.steps.Growth.report`); None in older records
     vocabulary: dict | None = None
     correspondence: list | None = None
+    # the copies against an independent count and the share copied (`transfer.steps.check_matching`); None in older
+    # records
+    matching: dict | None = None
     demo: list | None = None  # the demo's table rows
     demo_key: str | None = None  # the demo's digest of the transfer that made this model
 

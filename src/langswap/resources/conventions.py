@@ -179,3 +179,106 @@ def measure_conventions(tokenizer, pieces: list[str] | None = None) -> Conventio
             counts["with_marks"] += 1
             counts["marks_with_letters"] += letters
     return Conventions(family=family, marker=marker, **counts)
+
+
+ANCHOR = "\n"  # read before each surface, so a word start is read as one; no family joins a line break to a word
+
+
+def independent_copies(source_tokenizer, target_tokenizer) -> tuple[dict[int, int], set[int]]:
+    """Target id -> source id for each target token that the source reads as one token of the same surface, found
+    without tokens.py's canonical forms: the target token is decoded after a line break (its surface with any leading
+    space, the word start, included), and the source reads the same text after a line break; where what follows the
+    line break is one source token that decodes back to that surface, the target token can be copied. A WordPiece
+    continuation is looked up by its `##` spelling, the string the source reads as that token. Returns the copies
+    and the target ids counted: added tokens and tokens whose surface is not whole UTF-8 (byte-level partial
+    characters, byte-fallback entries) have no surface to read and are not."""
+    source_added = set(source_tokenizer.get_added_vocab())
+    added = set(target_tokenizer.get_added_vocab())
+    anchor_target = target_tokenizer(ANCHOR, add_special_tokens=False)["input_ids"]
+    anchor_source = source_tokenizer(ANCHOR, add_special_tokens=False)["input_ids"]
+    names = target_tokenizer.convert_ids_to_tokens(list(range(len(target_tokenizer))))
+    family, details = detect_family(target_tokenizer)
+    source_vocab = source_tokenizer.get_vocab()
+    ids, texts, found, counted = [], [], {}, set()
+    prefix = details.get("prefix", "##")
+    for token_id, name in enumerate(names):
+        if name is None or name in added or _BYTE_FALLBACK.match(name):
+            continue
+        if family == "wordpiece" and name.startswith(prefix) and len(name) > len(prefix):
+            counted.add(token_id)
+            if name in source_vocab and name not in source_added:
+                found[token_id] = source_vocab[name]
+            continue
+        ids.append(token_id)
+    surfaces = target_tokenizer.batch_decode([anchor_target + [token_id] for token_id in ids],
+                                             clean_up_tokenization_spaces=False)
+    anchor_text = target_tokenizer.decode(anchor_target, clean_up_tokenization_spaces=False)
+    kept = []
+    for token_id, surface in zip(ids, surfaces):
+        if not surface.startswith(anchor_text):
+            continue
+        surface = surface[len(anchor_text):]
+        if not surface or "\ufffd" in surface:
+            continue
+        kept.append(token_id), texts.append(surface), counted.add(token_id)
+    read = source_tokenizer([ANCHOR + text for text in texts], add_special_tokens=False)["input_ids"]
+    source_anchor_text = source_tokenizer.decode(anchor_source, clean_up_tokenization_spaces=False)
+    candidates = {}
+    for token_id, text, source_ids in zip(kept, texts, read):
+        if source_ids[:len(anchor_source)] != anchor_source or len(source_ids) != len(anchor_source) + 1:
+            continue
+        candidates[token_id] = (source_ids[-1], text)
+    backs = source_tokenizer.batch_decode([anchor_source + [source_id] for source_id, _ in candidates.values()],
+                                          clean_up_tokenization_spaces=False)
+    source_names = source_tokenizer.convert_ids_to_tokens([source_id for source_id, _ in candidates.values()])
+    for (token_id, (source_id, text)), back, source_name in zip(candidates.items(), backs, source_names):
+        if source_name in source_added:
+            continue
+        if back.startswith(source_anchor_text) and back[len(source_anchor_text):] == text:
+            found[token_id] = source_id
+    return found, counted
+
+
+def independent_matches(source_tokenizer, target_tokenizer) -> dict:
+    """What `matching_report` compares a transfer's copies with, made once for a pair of tokenizers: the independent
+    copies, the target's added ids and its ordinary token count, and the conventions its pieces break."""
+    added = set(target_tokenizer.get_added_vocab().values())
+    breaks = measure_conventions(source_tokenizer).breaks(measure_conventions(target_tokenizer))
+    copies, counted = independent_copies(source_tokenizer, target_tokenizer)
+    return {"copies": copies, "counted": counted, "added": added,
+            "ordinary": len(target_tokenizer) - len(added), "breaks": breaks}
+
+
+def matching_report(copied: dict[int, int], independent: dict) -> dict:
+    """The transfer's copies (`copied`: target id -> source id, the rows it copied from a source token of the same
+    form; added tokens, matched by their literal text, are left out) against `independent_matches`: how many each
+    finds among the tokens with a whole surface (`copied_whole`; `copied_partial` are the copies of partial UTF-8 and
+    byte-fallback tokens, which have none), how many agree, the share of the target's tokens copied, and the
+    conventions the target's pieces break."""
+    found, counted = independent["copies"], independent["counted"]
+    copied = {token_id: source_id for token_id, source_id in copied.items() if token_id not in independent["added"]}
+    whole = {token_id: source_id for token_id, source_id in copied.items() if token_id in counted}
+    agree = sum(1 for token_id, source_id in whole.items() if found.get(token_id) == source_id)
+    return {"copied": len(copied), "copied_whole": len(whole), "copied_partial": len(copied) - len(whole),
+            "independent": len(found), "agree": agree, "only_transfer": len(whole) - agree,
+            "only_independent": len(set(found) - set(whole)),
+            "share_copied": round(len(copied) / max(1, independent["ordinary"]), 4),
+            "target_tokens": independent["ordinary"], "breaks_conventions": independent["breaks"]}
+
+
+def matching_warnings(report: dict) -> list[str]:
+    """What a transfer must say loudly about its matching: pieces that break the source family's conventions, and a
+    copy count far from the independent one."""
+    warnings = []
+    if report["breaks_conventions"]:
+        warnings.append("the target tokenizer's pieces break the source family's conventions ("
+                        + "; ".join(report["breaks_conventions"]) + "): few of its tokens match the source's, and "
+                        "the model reads it poorly. Train it with `langswap tokenizer --source SOURCE`, which follows "
+                        "them.")
+    gap = abs(report["copied_whole"] - report["independent"])
+    if gap > max(10, 0.02 * report["independent"]):
+        warnings.append(f"the transfer copied {report['copied_whole']:,} tokens where an independent count (each target "
+                        f"token decoded and read by the source tokenizer) finds {report['independent']:,} that the "
+                        f"source reads as one token of the same text ({report['agree']:,} agree): the two "
+                        "tokenizers' conventions differ; check the target tokenizer's normaliser and pre-tokeniser.")
+    return warnings

@@ -218,7 +218,7 @@ def bilingual_forward(self, input_ids=None, attention_mask=None, labels=None, st
     """The target model's forward for target text; source-language sequences (stream 0) read the source tables."""
     from transformers.modeling_outputs import CausalLMOutput
 
-    from langswap.models import objective_of
+    from langswap.models import input_embedding_scale, objective_of
 
     cls = type(self)
     if stream_ids is None or not bool((stream_ids == SOURCE_STREAM).any()):
@@ -228,7 +228,9 @@ def bilingual_forward(self, input_ids=None, attention_mask=None, labels=None, st
     target_rows = ~source_rows
     embed = self.get_input_embeddings()
     inputs = torch.empty(*input_ids.shape, embed.weight.shape[1], dtype=embed.weight.dtype, device=input_ids.device)
-    inputs[source_rows] = nn.functional.embedding(input_ids[source_rows], side.embeddings).to(inputs.dtype)
+    looked_up = nn.functional.embedding(input_ids[source_rows], side.embeddings)
+    scale = input_embedding_scale(self)  # the layer's own scale (Gemma-3's sqrt(d)), which inputs_embeds skip
+    inputs[source_rows] = (looked_up if scale == 1.0 else looked_up * scale).to(inputs.dtype)
     if bool(target_rows.any()):
         inputs[target_rows] = embed(input_ids[target_rows])
     if objective_of(self.config) == "masked":

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from langswap.records import TransferRecord
 from langswap.transfer.config import TransferConfig
-from langswap.transfer.steps import (Inputs, Made, Source, Target, load_inputs, load_source, load_target,
-                                     make_embeddings, plan_text, score, write_output)
+from langswap.transfer.steps import (Inputs, Made, Source, Target, check_matching, load_inputs, load_source,
+                                     load_target, make_embeddings, plan_text, score, write_output)
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ class TransferReport:
     seconds: dict
     calibration: dict | None = None  # what langswap.calibrate did, or {"skipped": why}
     choice: dict | None = None  # where the method offered candidates: which was kept, and why
+    matching: dict | None = None  # the copies against an independent count (`steps.check_matching`)
 
 
 class _Clock:
@@ -70,6 +71,7 @@ class Transferred:
     correspondence: list[dict]
     record: TransferRecord | None
     seconds: dict
+    matching: dict | None = None
 
 
 def load(config: TransferConfig, progress: bool = False) -> Loaded:
@@ -91,10 +93,11 @@ def run_steps(config: TransferConfig, progress: bool = False, loaded: Loaded | N
     inputs = clock("resources", load_inputs, config, source, target)
     made = clock("method", make_embeddings, config, source, target, text, inputs, progress, copy=loaded is not None)
     clock.seconds.update({f"method: {name}": value for name, value in made.seconds.items()})
+    matching = clock("match", check_matching, source, target, made)
     metrics, rows = clock("evaluate", score, config, made, source, target, progress)
     record = clock("write", write_output, config, source, target, inputs, made, metrics, rows, clock.seconds,
-                   progress, demo) if write else None
-    return Transferred(made, inputs, metrics, rows, record, clock.seconds)
+                   progress, demo, matching=matching) if write else None
+    return Transferred(made, inputs, metrics, rows, record, clock.seconds, matching)
 
 
 def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
@@ -104,4 +107,5 @@ def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
     done = run_steps(config, progress)
     return TransferReport(output=Path(config.output), counts=done.record.counts, alignment=done.inputs.alignment,
                           metrics=done.metrics, correspondence=done.correspondence, seconds=done.seconds,
-                          calibration=done.record.calibration, choice=done.made.result.choice)
+                          calibration=done.record.calibration, choice=done.made.result.choice,
+                          matching=done.matching)

@@ -79,6 +79,7 @@ class Target:
     tokenizer: object
     vocabulary: object  # tokens.Vocabulary
     growth: Growth | None = None  # an extended vocabulary; None: a replaced one
+    independent: dict | None = None  # `check_matching`'s independent count, made once for the pair
 
     @property
     def rows(self) -> int:
@@ -503,6 +504,31 @@ def make_embeddings(config: TransferConfig, source: Source, target: Target, text
     return Made(model, result, finished, seconds)
 
 
+def check_matching(source: Source, target: Target, made: Made) -> dict:
+    """The rows the method copied from a source token of the same form, counted against an independent count
+    (resources/conventions.py `matching_report`); logs the share copied, and warns where the target's pieces break the
+    source family's conventions or the two counts part. An extended vocabulary keeps the source's ids by construction
+    and is not counted."""
+    from langswap.methods.mapping import Kind
+    from langswap.resources.conventions import independent_matches, matching_report, matching_warnings
+
+    if target.growth is not None:
+        return {"skipped": "an extended vocabulary keeps every source token at its id"}
+    mapping = made.result.mapping
+    rows = mapping.rows_of(Kind.COPIED)
+    copied = {int(row): int(mapping.row(int(row))[0][0]) for row in rows}
+    if target.independent is None:
+        target.independent = independent_matches(source.tokenizer, target.tokenizer)
+    report = matching_report(copied, target.independent)
+    logger.info("copied %s of %s target tokens (%.1f%%); an independent count finds %s the source reads as one token "
+                "(%s agree)", f"{report['copied']:,}", f"{report['target_tokens']:,}", 100 * report["share_copied"],
+                f"{report['independent']:,}", f"{report['agree']:,}")
+    report["warnings"] = matching_warnings(report)
+    for warning in report["warnings"]:
+        logger.warning("WARNING: %s", warning)
+    return report
+
+
 def score(config: TransferConfig, made: Made, source: Source, target: Target, progress: bool = False) \
         -> tuple[dict | None, list[dict]]:
     """(eval_text's held-out figures or None, the correspondence sample)."""
@@ -524,7 +550,7 @@ def score(config: TransferConfig, made: Made, source: Source, target: Target, pr
 def write_output(config: TransferConfig, source: Source, target: Target, inputs: Inputs, made: Made,
                  metrics: dict | None, rows: list[dict], seconds: dict, progress: bool = False,
                  demo: list | None = None, source_name: str | None = None,
-                 demo_key: str | None = None) -> TransferRecord:
+                 demo_key: str | None = None, matching: dict | None = None) -> TransferRecord:
     """The output folder, written under a temporary name and renamed when complete: model (or the streamed
     checkpoint's files with the new matrices), tokenizer, provenance, record and model card (`source_name`: the
     source's hub name, for a source given as a local folder). `demo`, `demo_key`: the demo's table and its digest of
@@ -560,7 +586,8 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
             distillation=made.finished.get("distillation"), separation=made.finished.get("separation"),
             correspondence=rows,
             vocabulary=target.growth.report() if target.growth else {"mode": "replaced"},
-            seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, demo_key=demo_key)
+            seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, demo_key=demo_key,
+            matching=matching)
         write_model_record(folder, record)
         write_model_card(folder, source_model=source_name)
     return record
