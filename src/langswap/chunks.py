@@ -295,7 +295,7 @@ class _Reader:
                 # an unknown token's own string written in the text is no unknown
                 unknown[position] = end > start and data[start:end] != surfaces[position]
                 unencodable[start:end] |= unknown[position]
-        dropped = self._dropped(text, offsets, char_byte)
+        dropped = self._dropped(text, offsets, char_byte, starts, ends)
         for start, end in dropped:
             unencodable[start:end] = True
         if dropped and self.drops_characters:
@@ -331,16 +331,26 @@ class _Reader:
         starts[first] = first_start
         starts[first + 1:last + 1] = placed[:-1]
 
-    def _dropped(self, text: str, offsets, char_byte: np.ndarray) -> list[tuple[int, int]]:
+    def _dropped(self, text: str, offsets, char_byte: np.ndarray, starts: np.ndarray,
+                 ends: np.ndarray) -> list[tuple[int, int]]:
         """Byte spans of the non-whitespace characters that no token covers and that the normalizer does not
-        delete when it meets them alone (BERT's drops control characters and, stripping accents, combining marks)."""
+        delete when it meets them alone (BERT's drops control characters and, stripping accents, combining marks).
+        A token covers the characters of its offsets, or, where the tokenizer gave it none but its bytes were found
+        next in the text (`starts`, `ends`: tokenizers 0.20 gives `ignore_merges` models such as Llama-3's empty
+        offsets), those bytes."""
         covered = np.zeros(len(text) + 1, dtype=np.int64)
         for first, last in offsets:
             if first < last:
                 covered[first] += 1
                 covered[last] -= 1
+        placed = np.zeros(int(char_byte[-1]) + 1, dtype=bool)
+        for (first, last), start, end in zip(offsets, starts, ends):
+            if first >= last and end > start:
+                placed[start:end] = True
         spans = []
         for char_index in np.nonzero(np.cumsum(covered[:-1]) == 0)[0]:
+            if placed[char_byte[char_index]]:
+                continue
             char = text[char_index]
             if char.isspace() or self._deleted(char):
                 continue

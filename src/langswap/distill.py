@@ -215,9 +215,9 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         raise VocabularyError(f"source_embeddings has shape {tuple(source.shape)}; it must be (source vocabulary, "
                               f"{width}), the source model's input matrix, of the width of this model's body.")
     softcap = getattr(model.config, "final_logit_softcapping", None)
-    scale = input_embedding_scale(model)
-    if scale != 1.0:  # rows read as inputs_embeds skip the layer's scale (Gemma-3's sqrt(d)): apply it here
-        source = source.to(torch.float32) * scale
+    input_scale = input_embedding_scale(model)
+    if input_scale != 1.0:  # rows read as inputs_embeds skip the layer's scale (Gemma-3's sqrt(d)): apply it here
+        source = source.to(torch.float32) * input_scale
     trainable = _row_mask(trainable, rows, "input")
     layers = resolve_layers(model.config, config.layers)
     output = model.get_output_embeddings()
@@ -274,7 +274,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         if learning:
             slots = slot_of[ids]
             base = torch.where((slots >= 0)[..., None], F.embedding(slots.clamp_min(0), learned).to(dtype), base)
-        return base if scale == 1.0 else base * scale
+        return base if input_scale == 1.0 else base * input_scale
 
     def head_weight(learning: bool) -> torch.Tensor | None:
         """(V, d) the output matrix as the model has it, or (`learning`) with the learned rows in place."""
