@@ -131,3 +131,30 @@ def test_the_teachers_chunk_losses_add_up_to_the_source_models_own_loss(family):
     check = report["teacher_check"]
     assert check["measured"] and check["windows_left_out"] == 0, check
     assert check["teacher_nats_per_chunk"] * check["chunks"] == pytest.approx(own, rel=1e-3)
+
+
+@pytest.mark.parametrize("family", list(ARCHITECTURES) + ["llama2"])
+def test_chunks_spell_the_same_bytes_on_both_sides_in_every_family(family):
+    """The known answer of chunk alignment: between a family's tokenizer and a replacement trained from it, every
+    chunk ends where both readings end a token, the tokens of a chunk spell its bytes on each side (word-start
+    marker, byte fallback and all), the chunks tile the whole line, and a chunk is unencodable exactly where a side
+    reads an unknown token (never in a family with byte fallback or byte-level pieces)."""
+    from langswap.chunks import ChunkAligner
+    from langswap.resources.tokenizer import train_tokenizer_on_lines
+
+    source = family_tokenizer(family)
+    target = train_tokenizer_on_lines(source, [cipher_line(line) for line in mixed_lines(300, seed=7)], 400).tokenizer
+    lines = [cipher_line(line) for line in mixed_lines(30, seed=9)] + mixed_lines(30, seed=8) + ROUND_TRIP[:3]
+    aligner = ChunkAligner(source, target)
+    for text in aligner.align_batch(lines):
+        data = text.text.encode("utf-8")
+        assert len(text) and text.boundaries[-1] == len(data), text.text
+        for k in range(len(text)):
+            source_slice, target_slice = text.chunk(k)
+            begin = text.boundaries[k - 1] if k else 0
+            for reading, part in ((text.source, source_slice), (text.target, target_slice)):
+                assert reading.starts[part][0] >= begin and reading.ends[part][-1] == text.boundaries[k]
+            # a chunk is unencodable exactly where a side reads an unknown token (a family without byte fallback)
+            unknown = bool(text.source.unknown[source_slice].any() or text.target.unknown[target_slice].any())
+            assert bool(text.unencodable[k]) == unknown, (text.text, k)
+            assert not unknown or family in ("bert", "xlmr")
