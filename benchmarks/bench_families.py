@@ -205,8 +205,8 @@ def transfer_row(family: str, folder: Path, source, target_folder: Path, cache: 
     model = random_model(family, folder, source, cache / "made" / f"{family}-model")
     output = cache / "made" / f"{family}-{language}-transferred"
     shutil.rmtree(output, ignore_errors=True)
-    config = transfer_config(source_model=str(model), target_tokenizer=str(target_folder), output=str(output),
-                             method="overlap")
+    config = transfer_config({"source_model": str(model), "target_tokenizer": str(target_folder),
+                              "output": str(output), "method": "overlap"})
     report = transfer(config)
     record = json.loads((output / "langswap.json").read_text(encoding="utf-8"))
     shutil.rmtree(output, ignore_errors=True)
