@@ -352,6 +352,11 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
             lines.append(f"- Embedding rows: {parts} (total {_count(sum(counts.values()))})"
                          + ("; `provenance.tsv` says how each row was made" if (folder / "provenance.tsv").is_file()
                             else ""))
+        matching = getattr(record, "matching", None) or {}
+        if "copied" in matching:
+            lines.append(f"- Copied tokens: {_count(matching['copied'])} of {_count(matching['target_tokens'])} "
+                         f"({matching['share_copied']:.1%}); an independent count finds {_count(matching['independent'])}"
+                         + "".join(f". Warning: {warning}" for warning in matching.get("warnings", [])))
         if record.tied_embeddings is not None:
             lines.append(f"- Input and output embeddings: {'tied' if record.tied_embeddings else 'untied'}"
                          + (", with an output bias" if getattr(record, "output_bias", None) else ""))
