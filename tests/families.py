@@ -1,16 +1,17 @@
 """Tokenizers of every model family, built in code with the pipeline settings their Hub files have (normaliser,
 pre-tokeniser, decoder, post-processor, added tokens, chat template) on a small vocabulary trained here.
 
-| family | as | model | pipeline |
-|---|---|---|---|
-| gemma3 | Gemma-3's tokenizer.json | BPE, byte fallback | Replace(" ", "▁"), Split(" ") (never fires), no ▁ before the first word; 5 role tokens, `[multimodal]`, `<unusedN>`, turn tokens, `\\n` runs, image tokens |
-| llama2 | Llama-2's | BPE, byte fallback | Prepend("▁") + Replace(" ", "▁"), no pre-tokeniser; `<s>` prepended |
-| mistral | Mistral-7B's | BPE, byte fallback | Metaspace(prepend always, split false) |
-| llama3 | Llama-3's | byte-level BPE, ignore_merges | Llama-3's split regex (three-digit numbers); `<|begin_of_text|>` prepended; reserved tokens |
-| qwen2 | Qwen2.5's / Qwen3's | byte-level BPE | NFC, Qwen's split regex (single digits); `<|im_start|>` chat template |
-| gpt2 | GPT-2's | byte-level BPE | ByteLevel with GPT-2's regex |
-| bert | BERT's | WordPiece | BertNormalizer(lowercase), BertPreTokenizer, [CLS] $A [SEP] |
-| xlmr | XLM-R's | Unigram | Metaspace (split), `<s> $A </s>` |
+- gemma3: Gemma-3's tokenizer.json. BPE with byte fallback; Replace(" ", "▁"), then Split(" "), which never fires;
+  no ▁ before the first word; 5 role tokens, `[multimodal]`, `<unusedN>`, turn tokens, `\\n` runs, image tokens.
+- llama2: Llama-2's. BPE with byte fallback; Prepend("▁") + Replace(" ", "▁"), no pre-tokeniser; `<s>` prepended.
+- mistral: Mistral-7B's. BPE with byte fallback; Metaspace (prepend always, split false).
+- llama3: Llama-3's. Byte-level BPE with ignore_merges and Llama-3's split regex (three-digit numbers); its added
+  tokens (`<|begin_of_text|>` prepended, reserved tokens) after the pieces.
+- qwen2: Qwen2.5's and Qwen3's. Byte-level BPE; NFC, Qwen's split regex (single digits); `<|im_start|>` chat
+  template; added tokens after the pieces.
+- gpt2: GPT-2's. Byte-level BPE with GPT-2's regex.
+- bert: BERT's. WordPiece; BertNormalizer (lower-casing), BertPreTokenizer, `[CLS] $A [SEP]`, `[unusedN]`.
+- xlmr: XLM-R's. Unigram; Metaspace (split), `<s> $A </s>`.
 
 The source vocabularies follow their family's conventions as the real ones do (a SentencePiece vocabulary is trained
 with splits before ▁, at digits and at punctuation, as the SentencePiece trainer's options made the real ones).
@@ -151,9 +152,10 @@ def _mistral(lines, size):
     return _wrap(spec, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
 
-def _byte_level(lines, size, split: str, specials: list[str], reserved: list[str], normalizer=None,
-                ignore_merges=False):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+def _byte_level(lines, size, split: str, added: list[str], normalizer=None, ignore_merges=False):
+    """Byte-level BPE with `added` tokens after its pieces, as Llama-3's follow its 128,000 and Qwen's its 151,643
+    (so a replacement, which puts them first, moves their ids)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE(ignore_merges=ignore_merges))
     if normalizer == "NFC":
@@ -162,28 +164,29 @@ def _byte_level(lines, size, split: str, specials: list[str], reserved: list[str
         pre_tokenizers.Split(Regex(split), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=size, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=[AddedToken(s, special=True, normalized=False) for s in specials])
+    trainer = trainers.BpeTrainer(vocab_size=size, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(lines, trainer)
     spec = json.loads(tokenizer.to_str())
-    vocab = spec["model"]["vocab"]
-    for token in reserved:  # after the pieces, as Llama-3's 256 reserved tokens follow its 128,000
-        spec["added_tokens"].append(_added(token, len(vocab) + len(spec["added_tokens"]) - len(specials)))
+    pieces = len(spec["model"]["vocab"])
+    spec["added_tokens"] = [_added(token, pieces + offset) for offset, token in enumerate(added)]
     return spec
 
 
 def _llama3(lines, size):
-    specials = ["<|begin_of_text|>", "<|end_of_text|>"]
-    reserved = [f"<|reserved_special_token_{i}|>" for i in range(6)] + ["<|start_header_id|>", "<|end_header_id|>",
-                                                                       "<|eot_id|>"]
-    spec = _byte_level(lines, size, LLAMA3_SPLIT, specials, reserved, ignore_merges=True)
-    spec["post_processor"] = _template("<|begin_of_text|>", 0)
+    added = ["<|begin_of_text|>", "<|end_of_text|>"] + [f"<|reserved_special_token_{i}|>" for i in range(6)] + [
+        "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    spec = _byte_level(lines, size, LLAMA3_SPLIT, added, ignore_merges=True)
+    bos = spec["added_tokens"][0]["id"]
+    spec["post_processor"] = {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        _template("<|begin_of_text|>", bos)]}
     return _wrap(spec, bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>", chat_template=LLAMA3_TEMPLATE)
 
 
 def _qwen2(lines, size):
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|fim_prefix|>", "<|vision_start|>"]
-    spec = _byte_level(lines, size, QWEN_SPLIT, specials, [], normalizer="NFC")
+    added = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|fim_prefix|>", "<|vision_start|>"]
+    spec = _byte_level(lines, size, QWEN_SPLIT, added, normalizer="NFC")
     return _wrap(spec, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=QWEN_TEMPLATE)
 
 
@@ -213,7 +216,7 @@ def _bert(lines, size):
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     return _wrap(json.loads(tokenizer.to_str()), pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                 sep_token="[SEP]", mask_token="[MASK]")
+                 sep_token="[SEP]", mask_token="[MASK]", additional_special_tokens=["[unused0]", "[unused1]"])
 
 
 def _xlmr(lines, size):
@@ -242,7 +245,7 @@ def family_tokenizer(family: str, lines: list[str] | None = None, size: int = 60
 
 # -- tiny random-weight models of each architecture -------------------------------------------------------------------
 
-ARCHITECTURES = {  # family -> (tokenizer family, model) as users bring them
+ARCHITECTURES = {  # tokenizer family -> the model class users bring it with
     "gemma3": "Gemma3ForCausalLM",  # tied embeddings, scaled by sqrt(hidden size) inside the embedding layer
     "llama3": "LlamaForCausalLM",  # untied head
     "qwen2": "Qwen2ForCausalLM",  # more embedding rows than tokens

@@ -191,12 +191,11 @@ def cmd_transfer(args) -> int:
     counts = " | ".join(f"{key} {value:,}" for key, value in report.counts.items())
     print(f"wrote {report.output}: {counts}")
     matching = report.matching or {}
-    if "copied" in matching:
+    if "copied" in matching:  # its warnings are logged, and show with -q too
         print(f"copied {matching['copied']:,} of {matching['target_tokens']:,} target tokens "
-              f"({matching['share_copied']:.1%}); an independent count finds {matching['independent']:,} "
-              f"({matching['agree']:,} agree)")
-    for warning in matching.get("warnings", []):
-        print(f"WARNING: {warning}")
+              f"({matching['share_copied']:.1%}): {matching['copied_whole']:,} with a whole surface, of which an "
+              f"independent count finds {matching['independent']:,} ({matching['agree']:,} agree), and "
+              f"{matching['copied_partial']:,} byte or partial-character tokens")
     if report.alignment and "alignment" in report.alignment:  # a rotation given with resources.alignment
         measured = (f": {report.alignment['pairs_used']:,} pairs, precision@1 {report.alignment['precision_at_1']} "
                     f"(CSLS {report.alignment.get('precision_at_1_csls')}) when it was fitted"

@@ -82,6 +82,8 @@ def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> Tokeniz
     from langswap.locking import OutputLock
     from langswap.models import load_tokenizer, save_tokenizer
     from langswap.resources.text import read_text_lines
+    from langswap import __version__
+    from langswap.records import TokenizerRecord, write_tokenizer_record
     from langswap.resources.tokenizer import train_tokenizer_report
 
     _required(job, ["source", "text", "output"], "tokenizer")
@@ -104,6 +106,8 @@ def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> Tokeniz
             trained = train_tokenizer_report(source, job.text, job.vocab_size, max_lines=job.max_lines,
                                              progress=progress, keep_placeholders=job.keep_placeholders)
             save_tokenizer(trained.tokenizer, folder)
+            write_tokenizer_record(folder, TokenizerRecord(langswap_version=__version__, job=dataclasses.asdict(job),
+                                                           vocabulary=trained.report()))
             return TokenizerResult(trained.tokenizer, trained=trained)
         from langswap.resources.extension import changed_lines, extend_tokenizer, tokens_per_byte
 
@@ -119,6 +123,8 @@ def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> Tokeniz
         if check is not None:
             report["check_text"] = {"text": job.check_text, "lines": len(check),
                                     "changed": changed_lines(source, extension.tokenizer, check)}
+        write_tokenizer_record(folder, TokenizerRecord(langswap_version=__version__, job=dataclasses.asdict(job),
+                                                       extension=report))
         return TokenizerResult(extension.tokenizer, report)
 
 

@@ -217,7 +217,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
     softcap = getattr(model.config, "final_logit_softcapping", None)
     input_scale = input_embedding_scale(model)
     if input_scale != 1.0:  # rows read as inputs_embeds skip the layer's scale (Gemma-3's sqrt(d)): apply it here
-        source = source.to(torch.float32) * input_scale
+        source = _ScaledRows(source, input_scale)
     trainable = _row_mask(trainable, rows, "input")
     layers = resolve_layers(model.config, config.layers)
     output = model.get_output_embeddings()
@@ -565,6 +565,24 @@ class _Batch:
         self.source_predicts = (source_real[:, 1:].bool()).to(device)
         self.source_ids = self.source_ids.to(device)
         self.target_ids = self.target_ids.to(device)
+
+
+class _ScaledRows:
+    """A source matrix whose looked-up rows come multiplied by the model's input scale, batch by batch (a scaled
+    copy of a 262,144-row matrix would cost gigabytes)."""
+
+    def __init__(self, rows: torch.Tensor, scale: float):
+        self.rows, self.scale = rows, scale
+
+    @property
+    def device(self):
+        return self.rows.device
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.rows[ids] * self.scale
 
 
 def _distill_loss(reader, source: torch.Tensor, batch: _Batch, layers: tuple[int, ...], distance: str,

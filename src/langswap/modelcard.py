@@ -355,7 +355,9 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
         matching = getattr(record, "matching", None) or {}
         if "copied" in matching:
             lines.append(f"- Copied tokens: {_count(matching['copied'])} of {_count(matching['target_tokens'])} "
-                         f"({matching['share_copied']:.1%}); an independent count finds {_count(matching['independent'])}"
+                         f"({matching['share_copied']:.1%}); of those with a whole surface "
+                         f"({_count(matching['copied_whole'])}) an independent count finds "
+                         f"{_count(matching['independent'])}"
                          + "".join(f". Warning: {warning}" for warning in matching.get("warnings", [])))
         if record.tied_embeddings is not None:
             lines.append(f"- Input and output embeddings: {'tied' if record.tied_embeddings else 'untied'}"

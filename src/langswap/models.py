@@ -84,8 +84,8 @@ def input_embedding_scale(model) -> float:
     if type(embedding) is torch.nn.Embedding:
         return 1.0
     scale = getattr(embedding, "embed_scale", None)
-    if scale is not None:
-        return float(scale)
+    if scale is not None:  # Gemma-3 multiplies by the scale in the weights' dtype (34.0, not 33.94, in bfloat16)
+        return float(torch.as_tensor(scale).to(embedding.weight.dtype))
     weight = embedding.weight
     with torch.no_grad():
         row = int(weight[:1024].float().norm(dim=1).argmax())

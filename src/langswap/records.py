@@ -5,6 +5,9 @@
                          enrich`); a trained model's (`langswap train`'s output/model) is the record of the folder it
                          was trained from with a `TrainingSection` under `training`.
     langswap-train.json  in a training run's output folder: a `TrainRecord` (config, plan, status, phases).
+    langswap-tokenizer.json  in a tokenizer folder `langswap tokenizer` wrote: a `TokenizerRecord` (the job, what
+                         the vocabulary holds by kind and the conventions its pieces follow, or what an extension
+                         added).
     variant.json         in a bench variant's folder: a `BenchVariant` (everything its transfer depends on).
     results.jsonl        in a bench folder: a `BenchResult` per line (a variant measured at a step).
     bench-inputs.json    in a bench's shared resource folder: the inputs it was built from (`langswap.bench`).
@@ -37,6 +40,7 @@ logger = logging.getLogger(__name__)
 RECORD_VERSION = 1
 MODEL_RECORD = "langswap.json"
 TRAIN_RECORD = "langswap-train.json"
+TOKENIZER_RECORD = "langswap-tokenizer.json"
 BENCH_VARIANT = "variant.json"
 BENCH_RESULTS = "results.jsonl"
 BENCH_SHARED_INPUTS = "bench-inputs.json"  # in a bench's shared resource folder: what it was built from
@@ -161,6 +165,17 @@ class EnrichRecord(ModelRecord):
 
 
 @dataclass(kw_only=True)
+class TokenizerRecord(Record):
+    """langswap-tokenizer.json of a tokenizer folder `langswap tokenizer` wrote."""
+
+    kind: str = "tokenizer"
+    langswap_version: str | None = None
+    job: dict = field(default_factory=dict)
+    vocabulary: dict | None = None  # a replacement's: sizes, learnt pieces, added tokens kept by kind, conventions
+    extension: dict | None = None  # an extension's: what was added, tokens per byte, lines changed
+
+
+@dataclass(kw_only=True)
 class TrainRecord(Record):
     """langswap-train.json of a training run's output folder."""
 
@@ -279,6 +294,19 @@ def write_model_record(folder: str | Path, record: ModelRecord) -> Path:
     path = Path(folder) / MODEL_RECORD
     atomic_write_text(path, _dumps(record))
     return path
+
+
+def write_tokenizer_record(folder: str | Path, record: TokenizerRecord) -> Path:
+    """Write langswap-tokenizer.json into a tokenizer folder (atomically)."""
+    path = Path(folder) / TOKENIZER_RECORD
+    atomic_write_text(path, _dumps(record))
+    return path
+
+
+def read_tokenizer_record(folder: str | Path) -> TokenizerRecord:
+    path = Path(folder) / TOKENIZER_RECORD
+    return TokenizerRecord.from_dict(_read_json(path, "a tokenizer folder langswap wrote holds its record there"),
+                                     str(path))
 
 
 def read_train_record(output: str | Path) -> TrainRecord:

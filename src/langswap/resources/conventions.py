@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import regex
 
-from langswap.tokens import BYTE_LEVEL, SENTENCEPIECE, canonical_token, detect_family
+from langswap.tokens import BYTE_LEVEL, SENTENCEPIECE, WORDPIECE, canonical_token, detect_family
 
 SPAN_SHARE = 0.01  # of all pieces: at or above it, the source's pieces span words and new ones may too
 JOIN_SHARE = 0.05  # of the pieces that hold a digit (a mark): at or above it, the source joins them to letters
@@ -118,7 +118,7 @@ class Conventions:
         if self.family != other.family or not self.ruled:
             return []
         found = []
-        allowed_inner = max(self.inner_marker / max(1, self.pieces), 0.0) * other.pieces
+        allowed_inner = self.inner_marker / max(1, self.pieces) * other.pieces
         if not self.spans_words and other.inner_marker > max(allowed_inner, 0.001 * other.pieces):
             found.append(f"{other.inner_marker:,} of {other.pieces:,} pieces span words (the source: "
                          f"{self.inner_marker:,} of {self.pieces:,})")
@@ -150,6 +150,9 @@ def model_pieces(spec: dict) -> list[str]:
     vocab = model.get("vocab") or {}
     pieces = [piece for piece, _ in vocab] if model.get("type") == "Unigram" else list(vocab)
     added = {entry["content"] for entry in spec.get("added_tokens") or []}
+    unknown = model.get("unk_token") if model.get("type") != "Unigram" or model.get("unk_id") is None else \
+        vocab[model["unk_id"]][0]
+    added.add(unknown)
     return [piece for piece in pieces if piece not in added and not _BYTE_FALLBACK.match(piece)]
 
 
@@ -182,20 +185,21 @@ def measure_conventions(tokenizer, pieces: list[str] | None = None) -> Conventio
 
 
 ANCHOR = "\n"  # read before each surface, so a word start is read as one; no family joins a line break to a word
+BREAK_ANCHOR = "."  # read before a surface that starts with a line break or a tab, which "\n" would join
 
 
 def independent_copies(source_tokenizer, target_tokenizer) -> tuple[dict[int, int], set[int]]:
     """Target id -> source id for each target token that the source reads as one token of the same surface, found
     without tokens.py's canonical forms: the target token is decoded after a line break (its surface with any leading
     space, the word start, included), and the source reads the same text after a line break; where what follows the
-    line break is one source token that decodes back to that surface, the target token can be copied. A WordPiece
+    line break is one source token that decodes back to that surface, the target token can be copied (a surface that
+    starts with a line break or a tab is read after "." instead, as "\n" would join it). A WordPiece
     continuation is looked up by its `##` spelling, the string the source reads as that token. Returns the copies
     and the target ids counted: added tokens and tokens whose surface is not whole UTF-8 (byte-level partial
     characters, byte-fallback entries) have no surface to read and are not."""
     source_added = set(source_tokenizer.get_added_vocab())
     added = set(target_tokenizer.get_added_vocab())
     anchor_target = target_tokenizer(ANCHOR, add_special_tokens=False)["input_ids"]
-    anchor_source = source_tokenizer(ANCHOR, add_special_tokens=False)["input_ids"]
     names = target_tokenizer.convert_ids_to_tokens(list(range(len(target_tokenizer))))
     family, details = detect_family(target_tokenizer)
     source_vocab = source_tokenizer.get_vocab()
@@ -204,7 +208,7 @@ def independent_copies(source_tokenizer, target_tokenizer) -> tuple[dict[int, in
     for token_id, name in enumerate(names):
         if name is None or name in added or _BYTE_FALLBACK.match(name):
             continue
-        if family == "wordpiece" and name.startswith(prefix) and len(name) > len(prefix):
+        if family == WORDPIECE and name.startswith(prefix) and len(name) > len(prefix):
             counted.add(token_id)
             if name in source_vocab and name not in source_added:
                 found[token_id] = source_vocab[name]
@@ -221,20 +225,28 @@ def independent_copies(source_tokenizer, target_tokenizer) -> tuple[dict[int, in
         if not surface or "\ufffd" in surface:
             continue
         kept.append(token_id), texts.append(surface), counted.add(token_id)
-    read = source_tokenizer([ANCHOR + text for text in texts], add_special_tokens=False)["input_ids"]
-    source_anchor_text = source_tokenizer.decode(anchor_source, clean_up_tokenization_spaces=False)
+    # a surface that starts with a line break or a tab would join the line break before it: read it after "."
+    anchors = [BREAK_ANCHOR if text[:1].isspace() and text[:1] != " " else ANCHOR for text in texts]
+    anchor_ids = {anchor: source_tokenizer(anchor, add_special_tokens=False)["input_ids"]
+                  for anchor in (ANCHOR, BREAK_ANCHOR)}
+    anchor_texts = {anchor: source_tokenizer.decode(ids, clean_up_tokenization_spaces=False)
+                    for anchor, ids in anchor_ids.items()}
+    read = source_tokenizer([anchor + text for anchor, text in zip(anchors, texts)],
+                            add_special_tokens=False)["input_ids"]
     candidates = {}
-    for token_id, text, source_ids in zip(kept, texts, read):
-        if source_ids[:len(anchor_source)] != anchor_source or len(source_ids) != len(anchor_source) + 1:
+    for token_id, text, anchor, source_ids in zip(kept, texts, anchors, read):
+        prefix = anchor_ids[anchor]
+        if source_ids[:len(prefix)] != prefix or len(source_ids) != len(prefix) + 1:
             continue
-        candidates[token_id] = (source_ids[-1], text)
-    backs = source_tokenizer.batch_decode([anchor_source + [source_id] for source_id, _ in candidates.values()],
+        candidates[token_id] = (source_ids[-1], text, anchor)
+    backs = source_tokenizer.batch_decode([anchor_ids[anchor] + [source_id]
+                                           for source_id, _, anchor in candidates.values()],
                                           clean_up_tokenization_spaces=False)
-    source_names = source_tokenizer.convert_ids_to_tokens([source_id for source_id, _ in candidates.values()])
-    for (token_id, (source_id, text)), back, source_name in zip(candidates.items(), backs, source_names):
+    source_names = source_tokenizer.convert_ids_to_tokens([source_id for source_id, _, _ in candidates.values()])
+    for (token_id, (source_id, text, anchor)), back, source_name in zip(candidates.items(), backs, source_names):
         if source_name in source_added:
             continue
-        if back.startswith(source_anchor_text) and back[len(source_anchor_text):] == text:
+        if back.startswith(anchor_texts[anchor]) and back[len(anchor_texts[anchor]):] == text:
             found[token_id] = source_id
     return found, counted
 
@@ -277,8 +289,8 @@ def matching_warnings(report: dict) -> list[str]:
                         "them.")
     gap = abs(report["copied_whole"] - report["independent"])
     if gap > max(10, 0.02 * report["independent"]):
-        warnings.append(f"the transfer copied {report['copied_whole']:,} tokens where an independent count (each target "
-                        f"token decoded and read by the source tokenizer) finds {report['independent']:,} that the "
+        warnings.append(f"the transfer copied {report['copied_whole']:,} tokens where an independent count (each "
+                        f"target token decoded and read by the source tokenizer) finds {report['independent']:,} that the "
                         f"source reads as one token of the same text ({report['agree']:,} agree): the two "
                         "tokenizers' conventions differ; check the target tokenizer's normaliser and pre-tokeniser.")
     return warnings

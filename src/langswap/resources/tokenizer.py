@@ -12,7 +12,8 @@ The vocabulary size asked is the size of the whole vocabulary the model gets. It
 - the source's added tokens that are kept (`AddedTokens`), at ids 0, 1, ...: tokens with a role (bos, eos, pad, unk,
   mask, cls, sep), those the chat template uses, those the tokenizer's or the model's config names (image and tool
   tokens), and any other added token that is not a placeholder. Placeholders (`<unusedN>`, `[unusedN]`,
-  `<|reserved_special_token_N|>`, DeepSeek's `<｜place▁holder▁no▁N｜>`) are dropped unless `keep_placeholders`.
+  `<|reserved_special_token_N|>`, DeepSeek's `<｜place▁holder▁no▁N｜>`, Mistral's `[control_N]` and `<SPECIAL_N>`)
+  are dropped unless `keep_placeholders`.
   Each kept token keeps its flags (special or not, normalised, stripping);
 - the learnt pieces;
 - for byte-fallback BPE (Llama-2, Gemma, Mistral), the 256 `<0xNN>` entries that spell characters the pieces lack,
@@ -37,8 +38,10 @@ from langswap.tokens import special_token_roles
 
 logger = logging.getLogger(__name__)
 
-PLACEHOLDER = re.compile(r"(?i)(unused|reserved|place[\W_\u2581]*holder)[\W_\u2581]*"
-                         r"(special[\W_\u2581]*token[\W_\u2581]*)?(no[\W_\u2581]*)?\d+")
+# a name of reserved, unused slots ending in its number: <unusedN>, [unusedN], <|reserved_special_token_N|>,
+# DeepSeek's <｜place▁holder▁no▁N｜>, Mistral's [control_N] and <SPECIAL_N>
+PLACEHOLDER = re.compile(r"(?i)(unused|reserved|place[\W_\u2581]*holder|control|special)[\W_\u2581]*"
+                         r"(special[\W_\u2581]*token[\W_\u2581]*)?(no[\W_\u2581]*)?\d+[\W_\u2581]*$")
 KINDS = ("role", "chat_template", "config", "other", "placeholder")
 TRAINABLE = ("BPE", "Unigram", "WordPiece")
 
@@ -75,7 +78,8 @@ class TrainedTokenizer:
 
     def report(self) -> dict:
         counts = self.added.counts()
-        kept = {kind: number for kind, number in counts.items() if kind != "placeholder" or self.added.keep_placeholders}
+        kept = {kind: number for kind, number in counts.items()
+                if kind != "placeholder" or self.added.keep_placeholders}
         return {"vocab_size": len(self.tokenizer), "asked": self.asked, "learnt": self.learnt,
                 "byte_fallback": self.byte_tokens, "kept_added": kept,
                 "dropped_added": {} if self.added.keep_placeholders else {"placeholder": counts["placeholder"]},
@@ -123,7 +127,8 @@ def train_tokenizer_on_lines(source_tokenizer, lines: list[str], vocab_size: int
     model_type = spec["model"]["type"]
     if model_type not in TRAINABLE:
         raise VocabularyError(f"a {model_type} tokenizer cannot be trained anew: only BPE, Unigram and WordPiece "
-                              "tokenizers can.")
+                              "tokenizers can. Give the transfer a target tokenizer trained elsewhere "
+                              "(--target-tokenizer), or start from a model whose tokenizer is of one of those kinds.")
     vocab_size = vocab_size or len(source_tokenizer)
     added = classify_added_tokens(source_tokenizer, spec, model_config(source_tokenizer), keep_placeholders)
     byte_tokens = byte_fallback_tokens(spec)
@@ -131,12 +136,13 @@ def train_tokenizer_on_lines(source_tokenizer, lines: list[str], vocab_size: int
     room = vocab_size - len(byte_tokens) - len(kept)
     if room < 2:
         raise VocabularyError(
-            f"vocab_size {vocab_size:,} leaves no room for learnt pieces beside the {len(kept):,} added tokens kept "
-            f"and the {len(byte_tokens):,} byte-fallback tokens this tokenizer needs; ask for a larger vocabulary.")
+            f"--vocab-size {vocab_size:,} leaves no room for learnt pieces beside the {len(kept):,} added tokens kept "
+            f"and the {len(byte_tokens):,} byte-fallback tokens this tokenizer family needs; give at least "
+            f"{len(kept) + len(byte_tokens) + 2:,}.")
     conventions = measure_conventions(source_tokenizer)
     trained = train_pieces(spec, conventions, lines, room + len(kept), kept, progress)
-    learnt = len(trained["model"]["vocab"]) - len(kept)
     trained = _with_source_pipeline(trained, spec, kept, byte_tokens)
+    learnt = len(trained["model"]["vocab"]) - len(kept) - len(byte_tokens)
     tokenizer = with_tokenizer_spec(source_tokenizer, json.loads(Tokenizer.from_str(json.dumps(trained)).to_str()),
                                     kept)
     warnings = []
@@ -173,7 +179,7 @@ def classify_added_tokens(tokenizer, spec: dict, config: dict | None = None,
     entries (not added) are counted as added tokens with a role too, so that the new vocabulary has them."""
     roles = special_token_roles(tokenizer)
     role_ids = set(roles.values())
-    unknown = (spec.get("model") or {}).get("unk_token")
+    unknown = model_unknown(spec)
     template = _chat_template_text(tokenizer)
     named = _config_named(tokenizer, config)
     entries = {entry["id"]: dict(entry) for entry in spec.get("added_tokens") or []}
@@ -202,6 +208,14 @@ def classify_added_tokens(tokenizer, spec: dict, config: dict | None = None,
             kind = "other"
         by_kind[kind].append(entry)
     return AddedTokens(by_kind, keep_placeholders)
+
+
+def model_unknown(spec: dict) -> str | None:
+    """The tokenization model's unknown token (BPE and WordPiece name it, Unigram gives its id), or None."""
+    model = spec.get("model") or {}
+    if model.get("type") == "Unigram":
+        return model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
+    return model.get("unk_token")
 
 
 def _chat_template_text(tokenizer) -> str:
@@ -316,6 +330,11 @@ def _with_source_pipeline(trained: dict, spec: dict, kept: list[dict], byte_toke
         if key not in ("vocab", "merges", "unk_id"):
             model[key] = value
     vocab = model["vocab"]
+    if model["type"] == "Unigram":  # the trainer may learn a piece spelled as a kept token, which holds a slot first
+        contents = {entry["content"] for entry in kept}
+        vocab[:] = vocab[:len(kept)] + [item for item in vocab[len(kept):] if item[0] not in contents]
+        unknown = model_unknown(spec)
+        model["unk_id"] = next((index for index, (piece, _) in enumerate(vocab) if piece == unknown), None)
     ids = {piece: index for index, (piece, _) in enumerate(vocab)} if model["type"] == "Unigram" else dict(vocab)
     if byte_tokens and model["type"] == "BPE":
         missing = [token for token in byte_tokens if token not in vocab]
@@ -334,7 +353,8 @@ def _moved_ids(processor: dict | None, ids: dict[str, int]) -> dict | None:
 
     def new_id(token: str) -> int:
         if token not in ids:
-            raise VocabularyError(f"the source's post-processor inserts '{token}', which the new vocabulary lacks.")
+            raise VocabularyError(f"the source's post-processor inserts '{token}', which the new vocabulary lacks; "
+                                  "it was dropped as a placeholder: add --keep-placeholders.")
         return ids[token]
 
     if processor.get("type") == "Sequence":

@@ -18,6 +18,7 @@ matrices are kept (on the CPU) while the others are judged, and restored rather 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import time
@@ -520,12 +521,13 @@ def check_matching(source: Source, target: Target, made: Made) -> dict:
     if target.independent is None:
         target.independent = independent_matches(source.tokenizer, target.tokenizer)
     report = matching_report(copied, target.independent)
-    logger.info("copied %s of %s target tokens (%.1f%%); an independent count finds %s the source reads as one token "
-                "(%s agree)", f"{report['copied']:,}", f"{report['target_tokens']:,}", 100 * report["share_copied"],
+    logger.info("copied %s of %s target tokens (%.1f%%): %s with a whole surface, where an independent count finds "
+                "%s the source reads as one token (%s agree)", f"{report['copied']:,}",
+                f"{report['target_tokens']:,}", 100 * report["share_copied"], f"{report['copied_whole']:,}",
                 f"{report['independent']:,}", f"{report['agree']:,}")
     report["warnings"] = matching_warnings(report)
     for warning in report["warnings"]:
-        logger.warning("WARNING: %s", warning)
+        logger.warning(warning)
     return report
 
 
@@ -569,6 +571,7 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
         else:
             made.model.save_pretrained(folder)
         save_tokenizer(target.tokenizer, folder)
+        remap_config_ids(folder / "config.json", source.tokenizer, target.tokenizer)
         write_provenance(folder / "provenance.tsv", result.mapping, source.vocabulary, target.vocabulary)
         head = result.mapping.head is not None and matrices.output_embeddings is not None
         if head:
@@ -591,6 +594,20 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
         write_model_record(folder, record)
         write_model_card(folder, source_model=source_name)
     return record
+
+
+def remap_config_ids(path: Path, source_tokenizer, target_tokenizer) -> None:
+    """config.json's token ids beside the roles (image, tool tokens) moved to the target tokenizer's ids
+    (`surgery.remap_named_token_ids`), with a warning for each the target lacks."""
+    from langswap.surgery import remap_named_token_ids
+
+    config = json.loads(path.read_text(encoding="utf-8"))
+    before = json.dumps(config, sort_keys=True)
+    warnings = remap_named_token_ids(config, source_tokenizer, target_tokenizer)
+    if json.dumps(config, sort_keys=True) != before:
+        path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    for warning in warnings:
+        logger.warning(warning)
 
 
 def output_size(source_bytes: int, matrices, target_rows: int, dtype, untie: bool = False) -> dict[str, int]:
