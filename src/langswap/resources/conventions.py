@@ -185,15 +185,16 @@ def measure_conventions(tokenizer, pieces: list[str] | None = None) -> Conventio
 
 
 ANCHOR = "\n"  # read before each surface, so a word start is read as one; no family joins a line break to a word
-BREAK_ANCHOR = "."  # read before a surface that starts with a line break or a tab, which "\n" would join
+BREAK_ANCHOR = "a"  # read before whitespace, which "\n" would join
 
 
 def independent_copies(source_tokenizer, target_tokenizer) -> tuple[dict[int, int], set[int]]:
     """Target id -> source id for each target token that the source reads as one token of the same surface, found
     without tokens.py's canonical forms: the target token is decoded after a line break (its surface with any leading
     space, the word start, included), and the source reads the same text after a line break; where what follows the
-    line break is one source token that decodes back to that surface, the target token can be copied (a surface that
-    starts with a line break or a tab is read after "." instead, as "\n" would join it). A WordPiece
+    line break is one source token that decodes back to that surface, the target token can be copied (a surface of
+    whitespace alone, or one that starts with a line break or a tab, is read after "a" instead, as "\n" would join
+    it). A WordPiece
     continuation is looked up by its `##` spelling, the string the source reads as that token. Returns the copies
     and the target ids counted: added tokens and tokens whose surface is not whole UTF-8 (byte-level partial
     characters, byte-fallback entries) have no surface to read and are not."""
@@ -225,8 +226,10 @@ def independent_copies(source_tokenizer, target_tokenizer) -> tuple[dict[int, in
         if not surface or "\ufffd" in surface:
             continue
         kept.append(token_id), texts.append(surface), counted.add(token_id)
-    # a surface that starts with a line break or a tab would join the line break before it: read it after "."
-    anchors = [BREAK_ANCHOR if text[:1].isspace() and text[:1] != " " else ANCHOR for text in texts]
+    # a surface of whitespace alone, or one that starts with a line break or a tab, would join the line break
+    # before it: read it after "a"
+    anchors = [BREAK_ANCHOR if not text.strip() or (text[:1].isspace() and text[:1] != " ") else ANCHOR
+               for text in texts]
     anchor_ids = {anchor: source_tokenizer(anchor, add_special_tokens=False)["input_ids"]
                   for anchor in (ANCHOR, BREAK_ANCHOR)}
     anchor_texts = {anchor: source_tokenizer.decode(ids, clean_up_tokenization_spaces=False)
