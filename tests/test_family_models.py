@@ -158,3 +158,63 @@ def test_chunks_spell_the_same_bytes_on_both_sides_in_every_family(family):
             unknown = bool(text.source.unknown[source_slice].any() or text.target.unknown[target_slice].any())
             assert bool(text.unencodable[k]) == unknown, (text.text, k)
             assert not unknown or family in ("bert", "xlmr")
+
+
+def _relabelled(tokenizer, seed: int):
+    """(the tokenizer with its model vocabulary's ids shuffled among themselves, added tokens where they were;
+    target id -> source id of the same piece)."""
+    import numpy as np
+
+    from langswap.resources.tokenizer import with_tokenizer_json
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    added = {entry["id"] for entry in spec["added_tokens"]}
+    movable = sorted(index for index in vocab.values() if index not in added)
+    permutation = np.arange(len(tokenizer))
+    permutation[movable] = np.random.default_rng(seed).permutation(movable)
+    spec["model"]["vocab"] = {piece: int(permutation[index]) for piece, index in vocab.items()}
+    return with_tokenizer_json(tokenizer, spec), np.argsort(permutation)
+
+
+@pytest.mark.parametrize("family", ["mistral", "llama3", "qwen2"])
+def test_distillation_recovers_a_relabelled_vocabulary_in_every_family(family):
+    """The known answer of distillation, per family: a target tokenizer that is the source's with its ids shuffled
+    reads every text into the same pieces, so the best row of each target token is the source row of its piece;
+    from random rows, distillation finds it (cosine > 0.99 for every piece the text shows at least 5 times), through
+    ▁ word starts and byte fallback, Llama-3's added tokens after its pieces and Qwen's rows beyond its tokenizer.
+    Not Gemma-3: in a random body its post-norms give each block's output unit size while the input rows are 0.11,
+    so the first block's state hardly shows them and the budget here does not recover them (the teacher check's
+    known answer above covers its embedding scale)."""
+    if not has_architecture(family):
+        pytest.skip(f"this transformers has no {ARCHITECTURES[family]}")
+    from collections import Counter
+
+    import numpy as np
+
+    from langswap.distill import DistillConfig, distill
+
+    source_tokenizer = family_tokenizer(family)
+    model = family_model(family, source_tokenizer)
+    target_tokenizer, source_of = _relabelled(source_tokenizer, seed=1)
+    lines = mixed_lines(400, seed=11)
+    added = set(source_tokenizer.get_added_vocab().values())
+    trainable = np.array([index not in added for index in range(model.get_input_embeddings().weight.shape[0])])
+    trainable[len(source_tokenizer):] = False  # Qwen's rows past the tokenizer are no token's
+    weight = model.get_input_embeddings().weight
+    source = weight.detach().clone()
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(5)
+        weight[torch.from_numpy(trainable)] = torch.randn(int(trainable.sum()), weight.shape[1],
+                                                          generator=generator) * source.std()
+    config = DistillConfig(tokens=30_000, learning_rate=1e-2, layers=(1,), batch_lines=16, held_out_lines=32,
+                           head="keep", when="always")
+    report = distill(model, source[:len(source_tokenizer)], source_tokenizer, target_tokenizer, lines,
+                     trainable[:len(target_tokenizer)], config)
+    assert report["kept"] and report["chunks_skipped"] == 0, report
+    learned = model.get_input_embeddings().weight.detach()
+    counts = Counter(token for line in lines[:-32] for token in target_tokenizer(line, add_special_tokens=False)[
+        "input_ids"])
+    frequent = sorted(token for token, count in counts.items() if count >= 5 and token not in added)
+    similarity = torch.nn.functional.cosine_similarity(learned[frequent], source[source_of[frequent]], dim=-1)
+    assert len(frequent) > 100 and similarity.min() > 0.99, (len(frequent), float(similarity.min()))
