@@ -16,6 +16,8 @@ For each family and language:
   `overlap` and `combined`), of them those with a whole surface, and the independent count
   (resources/conventions.py: each target token decoded and read by the source tokenizer);
 - extension (`--extend`): tokens per byte, round trip, conventions the new pieces break.
+With `--plain`, the same text also trains a tokenizer with transformers' `train_new_from_iterator` alone (what
+`langswap tokenizer` did before it followed the families' conventions), measured the same way.
 With `--transfer`, a random-weight model of the family's architecture (SmolLM2's real model) goes through
 `langswap transfer --method overlap` into the replacement tokenizer, and the record's matching is reported.
 
@@ -196,6 +198,14 @@ def measure(family: str, language: str, args, cache: Path) -> dict:
                             "round_trip": round(round_trip(extension.tokenizer, test, lowercase), 4),
                             "breaks": source_conventions.breaks(added),
                             "seconds": round(time.perf_counter() - started, 1)}
+    if args.plain:
+        started = time.perf_counter()
+        plain = source.train_new_from_iterator([train], vocab_size=SIZES[language])
+        row["plain"] = {"made": len(plain), "tokens_per_byte": round(tokens_per_byte(plain, test), 4),
+                        "round_trip": round(round_trip(plain, test, lowercase), 4),
+                        "breaks": source_conventions.breaks(measure_conventions(plain)),
+                        "matching": matching_report(transfer_copies(source, plain), independent_matches(source, plain)),
+                        "seconds": round(time.perf_counter() - started, 1)}
     if args.transfer:
         row["transfer"] = transfer_row(family, folder, source, saved, cache, language)
     return row
@@ -247,12 +257,25 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plain_table(rows: list[dict]) -> str:
+    lines = ["| family | language | `train_new_from_iterator`: size made | tokens/byte | round trip | conventions broken "
+             "| copied (whole) / independent |", "|" + "---|" * 7]
+    for row in rows:
+        plain = row["plain"]
+        matching = plain["matching"]
+        lines.append(f"| {row['family']} | {row['language']} | {plain['made']:,} | {plain['tokens_per_byte']:.4f} | "
+                     f"{plain['round_trip']:.0%} | {'; '.join(plain['breaks']) or 'none'} | {matching['copied']:,} "
+                     f"({matching['copied_whole']:,}) / {matching['independent']:,} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--languages", nargs="+", default=["de", "sw"])
     parser.add_argument("--families", nargs="+", default=FAMILIES, choices=FAMILIES)
     parser.add_argument("--extend", type=int, default=10000)
+    parser.add_argument("--plain", action="store_true", help="also train with train_new_from_iterator alone")
     parser.add_argument("--transfer", action="store_true", help="also transfer a model of each family (overlap)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "langswap" / "bench-families")
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -276,8 +299,12 @@ def main(argv=None) -> None:
         newest[(row["family"], row["language"])] = row
     order = {family: index for index, family in enumerate(FAMILIES)}
     rows = sorted(newest.values(), key=lambda row: (order.get(row["family"], len(order)), row["language"]))
-    (args.output / "table.md").write_text(table(rows), encoding="utf-8")
-    print(table(rows))
+    text = table(rows)
+    plain = [row for row in rows if "plain" in row]
+    if plain:
+        text += "\n" + plain_table(plain)
+    (args.output / "table.md").write_text(text, encoding="utf-8")
+    print(text)
 
 
 if __name__ == "__main__":
