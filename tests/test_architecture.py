@@ -109,3 +109,35 @@ def test_no_two_modules_import_each_other_at_module_level():
     for module in sorted(graph):
         if module not in state:
             explore(module, [module])
+
+
+def test_no_two_modules_import_each_other():
+    """No import cycle, counting imports inside functions too: a module that needs another's code either sits below
+    it or shares a module below both (training/sources.py reads documents through training/data.py, never back)."""
+    names = {module for module, _ in modules()}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                named = {f"{node.module}.{alias.name}" for alias in node.names} & names
+                targets |= named or ({node.module} & names) or ({f"{node.module}.__init__"} & names)
+            elif isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names} & names
+        graph[module] = targets - {module}
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles[:5])

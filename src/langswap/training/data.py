@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from itertools import islice
@@ -36,7 +35,7 @@ from typing import Iterable, Iterator
 
 import torch
 
-from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError
+from langswap.errors import ConfigError, ResourceFormatError
 from langswap.resources.text import read_line_spans
 
 logger = logging.getLogger(__name__)
@@ -299,34 +298,6 @@ def batch_counts(streams: list[Stream], batch_size: int) -> list[int]:
     for index in by_remainder[:batch_size - sum(counts)]:
         counts[index] += 1
     return counts
-
-
-def check_streams(streams: list[Stream], recipe: str, batch_size: int) -> None:
-    """Streams the training loop can read: at least one, distinct names, shares summing to 1 that give every stream
-    a sequence of every micro-batch, and every source there (`sources.check_source`)."""
-    if not streams:
-        raise ConfigError(f"recipe '{recipe}' names no training text.")
-    names = [stream.name for stream in streams]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"recipe '{recipe}' names a stream twice ({', '.join(names)}); give each its own name.")
-    shares = ", ".join(f"{stream.name} {stream.share:g}" for stream in streams)
-    if any(not stream.share > 0 for stream in streams) or abs(sum(s.share for s in streams) - 1) > 1e-6:
-        raise ConfigError(f"the stream shares of recipe '{recipe}' ({shares}) must be positive and sum to 1.")
-    counts = batch_counts(streams, batch_size)
-    if min(counts) < 1:
-        enough = next(size for size in range(batch_size + 1, batch_size + 1 + math.ceil(2 / min(s.share for s in
-                                                                                             streams)))
-                      if min(batch_counts(streams, size)) >= 1)
-        raise ConfigError(f"batch_size {batch_size} gives stream '{streams[counts.index(0)].name}' of recipe "
-                          f"'{recipe}' no sequence of a batch (shares {shares}); raise batch_size to at least "
-                          f"{enough}.")
-    from langswap.training.sources import check_source
-
-    for stream in streams:
-        check_source(stream.path, f"training text of stream {stream.name} (recipe '{recipe}')")
-        if stream.tokenizer is not None and not Path(stream.tokenizer).is_dir():
-            raise MissingResourceError(f"tokenizer folder '{stream.tokenizer}' (stream {stream.name} of recipe "
-                                       f"'{recipe}') does not exist.")
 
 
 class MixedSlice(torch.utils.data.Dataset):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from langswap.errors import ConfigError, MissingResourceError
-from langswap.training.data import check_streams
+from langswap.training.sources import check_streams
 from langswap.training.sources import check_source
 from langswap.training.teacher import TeacherConfig
 from langswap.training.recipes.base import RecipeOptions, describe_recipes, make_recipe, recipe_options

@@ -35,12 +35,14 @@ from __future__ import annotations
 import functools
 import glob
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from langswap.errors import ConfigError, LangswapError, MissingResourceError, ResourceFormatError
+from langswap.training.data import Document, Stream, batch_counts, iter_documents
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +168,32 @@ def check_source(spec: str | Path, what: str = "training text") -> list[Part]:
     return parts
 
 
+def check_streams(streams: list[Stream], recipe: str, batch_size: int) -> None:
+    """Streams the training loop can read: at least one, distinct names, shares summing to 1 that give every stream
+    a sequence of every micro-batch, and every source there (`check_source`)."""
+    if not streams:
+        raise ConfigError(f"recipe '{recipe}' names no training text.")
+    names = [stream.name for stream in streams]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"recipe '{recipe}' names a stream twice ({', '.join(names)}); give each its own name.")
+    shares = ", ".join(f"{stream.name} {stream.share:g}" for stream in streams)
+    if any(not stream.share > 0 for stream in streams) or abs(sum(s.share for s in streams) - 1) > 1e-6:
+        raise ConfigError(f"the stream shares of recipe '{recipe}' ({shares}) must be positive and sum to 1.")
+    counts = batch_counts(streams, batch_size)
+    if min(counts) < 1:
+        enough = next(size for size in range(batch_size + 1, batch_size + 1 + math.ceil(2 / min(s.share for s in
+                                                                                             streams)))
+                      if min(batch_counts(streams, size)) >= 1)
+        raise ConfigError(f"batch_size {batch_size} gives stream '{streams[counts.index(0)].name}' of recipe "
+                          f"'{recipe}' no sequence of a batch (shares {shares}); raise batch_size to at least "
+                          f"{enough}.")
+    for stream in streams:
+        check_source(stream.path, f"training text of stream {stream.name} (recipe '{recipe}')")
+        if stream.tokenizer is not None and not Path(stream.tokenizer).is_dir():
+            raise MissingResourceError(f"tokenizer folder '{stream.tokenizer}' (stream {stream.name} of recipe "
+                                       f"'{recipe}') does not exist.")
+
+
 def _require(module: str, package: str, why: str):
     import importlib
 
@@ -266,8 +294,6 @@ def documents(part: Part, what: str = "training text", text_field: str = "text",
               empty_ok: bool = False):
     """The documents of a part (`data.Document`: text, start, end in the part's unit), at most `max_lines`; a part
     with none is an error unless `empty_ok`."""
-    from langswap.training.data import iter_documents
-
     if part.kind in ("lines", "jsonl"):
         return iter_documents(part.path, what, text_field, max_lines, empty_ok)
     reader = _parquet_documents if part.kind == "parquet" else _dataset_documents
@@ -317,8 +343,6 @@ def _parquet_file(path: str, what: str):
 
 
 def _parquet_documents(part: Part, what: str, text_field: str):
-    from langswap.training.data import Document
-
     file = _parquet_file(part.path, what)
     schema = file.schema_arrow
     if text_field not in schema.names:
@@ -336,8 +360,6 @@ def _parquet_documents(part: Part, what: str, text_field: str):
 
 
 def _dataset_documents(part: Part, what: str, text_field: str):
-    from langswap.training.data import Document
-
     dataset = load_dataset(part, what)
     _check_dataset_column(dataset, part, what, text_field)
     row = 0
