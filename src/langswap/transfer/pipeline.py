@@ -1,7 +1,9 @@
-"""`transfer(config)`: the transfer's steps (`steps.py`) in order, each timed, the folder written last."""
+"""`transfer(config)`: the transfer's steps (`steps.py`) in order, each called directly and timed by a context
+manager, the folder written last."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -29,16 +31,18 @@ class TransferReport:
 
 
 class _Clock:
-    """Seconds of each named step."""
+    """Seconds of each named step: `with clock("load"): ...` adds the block's time to the name's."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
 
-    def __call__(self, name: str, step, *args, **kwargs):
+    @contextlib.contextmanager
+    def __call__(self, name: str):
         start = time.perf_counter()
-        value = step(*args, **kwargs)
-        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-        return value
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
 def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
@@ -87,16 +91,24 @@ def run_steps(config: TransferConfig, progress: bool = False, loaded: Loaded | N
     the method works on a copy of the source model; without `write`, no folder is written (the model is in
     `made.model`). `demo`: the demo's table, kept in the record."""
     clock = _Clock()
-    text = clock("load", plan_text, config)
-    source = loaded.source if loaded else clock("load", load_source, config, text)
-    target = loaded.target if loaded else clock("load", load_target, config, source, text, progress)
-    inputs = clock("resources", load_inputs, config, source, target)
-    made = clock("method", make_embeddings, config, source, target, text, inputs, progress, copy=loaded is not None)
+    with clock("load"):
+        text = plan_text(config)
+        source = loaded.source if loaded else load_source(config, text)
+        target = loaded.target if loaded else load_target(config, source, text, progress)
+    with clock("resources"):
+        inputs = load_inputs(config, source, target)
+    with clock("method"):
+        made = make_embeddings(config, source, target, text, inputs, progress, copy=loaded is not None)
     clock.seconds.update({f"method: {name}": value for name, value in made.seconds.items()})
-    matching = clock("match", check_matching, source, target, made)
-    metrics, rows = clock("evaluate", score, config, made, source, target, progress)
-    record = clock("write", write_output, config, source, target, inputs, made, metrics, rows, clock.seconds,
-                   progress, demo, matching=matching) if write else None
+    with clock("match"):
+        matching = check_matching(source, target, made)
+    with clock("evaluate"):
+        metrics, rows = score(config, made, source, target, progress)
+    record = None
+    if write:
+        with clock("write"):
+            record = write_output(config, source, target, inputs, made, metrics, rows, clock.seconds, progress, demo,
+                                  matching=matching)
     return Transferred(made, inputs, metrics, rows, record, clock.seconds, matching)
 
 
