@@ -400,11 +400,23 @@ def run_bench(config: BenchConfig, progress: bool = False) -> dict:
         return _run_bench(config, progress)
 
 
+@dataclass
+class _Measuring:
+    """What every measurement of one bench reads: the evaluation lines (and source-language lines), the probe, and
+    the `measured_with` part of each result's setting."""
+
+    lines: list[str]
+    source_lines: list[str] | None
+    probe: object
+    measured_with: dict
+    progress: bool
+
+    def measure(self, folder, tokenizer_folder=None) -> dict:
+        return _measure(folder, self.lines, self.probe, self.progress, tokenizer_folder, self.source_lines)
+
+
 def _run_bench(config: BenchConfig, progress: bool) -> dict:
-    from langswap.transfer import transfer
     from langswap.files import atomic_write_text
-    from langswap.resources.text import read_text_lines
-    from langswap.training.run import train
 
     config.validate()
     variants = expand_variants(config.methods)
@@ -415,123 +427,160 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
             _train_config(config, output, variant.train)
     output.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output / "bench.yaml", dump_yaml(to_dict(config)))
-    lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
-    source_lines = (read_text_lines(config.source_text, "source-language text", max_lines=config.eval_lines)
-                    if config.source_text else None)
+    measuring = _measuring(config, probe, progress)
     results = _read_results(output)
     shared = _prepare_shared(config, variants, output, progress)
     steps = sorted(set(config.steps))
-    pair = {key: getattr(config, key) for key in ("source_model", "source_tokenizer", "target_tokenizer",
-                                                  "target_text", "vocab_size")}
-    measured_with = {"eval_text": config.eval_text, "eval_lines": config.eval_lines, "probe": config.probe,
-                     **({"source_text": config.source_text} if config.source_text else {})}
     rows, digests = [], {}
     if config.reference:
-        setting = {"measured_with": measured_with, "model": config.source_model,
-                   "tokenizer": config.source_tokenizer}
-        key = _result_key(REFERENCE, 0, setting)
-        if key not in results:
-            logger.info("reference: the source model with its own tokenizer")
-            metrics = _measure(config.source_model, lines, probe, progress, config.source_tokenizer, source_lines)
-            results[key] = {"variant": REFERENCE, "method": "reference", "step": 0, **metrics, "setting": setting}
-            _append_result(output, results[key])
-        rows.append(results[key])
+        rows.append(_reference_row(config, output, results, measuring))
     for variant in variants:
-        run = output / "runs" / _folder_name(variant.label)
-        train_config, train_key = _train_config(config, run, variant.train) if steps[-1] > 0 else (None, None)
-        # everything its transfer depends on: a measurement is reused only for the same (the digest in its setting);
-        # of the resources, only the keys of the kinds the method reads, so another method's resource (or a kind
-        # added to langswap) leaves it alone
-        record = BenchVariant(label=variant.label, method=variant.method, pair=pair,
-                              shared=_shared_for(shared, _variant_kinds(config, variant)))
-        # frequency calibration as a transfer does it (langswap.calibrate: on by default for causal LMs), on the
-        # bench's target text unless the entry names a text; `calibration: {strength: 0}` turns it off
-        text = (variant.calibration.get("text") or config.train_text or config.target_text
-                or config.resources.token_text)
-        calibration = {**variant.calibration, "text": text}
-        # an uncalibrated variant's record is as it always was
-        if variant.calibration.get("strength") != 0 or variant.calibration.get("source_text"):
-            record.calibration = calibration
-        record.resolved = {"method": _resolved_method(variant.method),
-                           "calibration": _resolved_calibration(calibration) if record.calibration is not None
-                           else None}
-        if variant.distill:  # a variant without distillation keeps the record (and the measurements) it had
-            record.distill = dict(variant.distill)
-            record.resolved["distill"] = to_dict(from_dict(DistillConfig, variant.distill, where="distill."))
-        digests[variant.label] = _digest(record.digest_inputs())
-        settings = {step: {"measured_with": measured_with, "variant": digests[variant.label],
-                           **({"trained_with": train_key} if step else {})} for step in steps}
-        keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}
-        before = read_bench_variant(run)
-        if before is not None and before.inputs() != record.inputs():
-            now, then = record.inputs(), before.inputs()
-            changed = [f"{key}: was {then.get(key)!r}, now {now.get(key)!r}" for key in sorted(set(now) | set(then))
-                       if then.get(key) != now.get(key)]
-            raise ConfigError(f"variant '{variant.label}' in '{output}' was run with other inputs ("
-                              + "; ".join(changed) + "); give it another label, another output folder, or "
-                              f"delete '{run}'.")
-        if before is not None and before.resolved != record.resolved:
-            # the same inputs under other defaults (a langswap whose defaults changed): measured again from scratch
-            logger.info("variant %s: its options resolve otherwise than when it ran; transferring and training it "
-                        "again", variant.label)
-            for product in [run / "transfer", *run.glob("train-*")]:
-                shutil.rmtree(product, ignore_errors=True)
-        run.mkdir(parents=True, exist_ok=True)
-        write_bench_variant(run, record)
-        if all(keys[step] in results for step in steps):
-            rows.extend(results[keys[step]] for step in steps)
-            continue
-        logger.info("variant %s", variant.label)
-        if not has_model_record(run / "transfer"):
-            transfer_config = from_dict(TransferConfig, {
-                "source_model": config.source_model, "source_tokenizer": config.source_tokenizer,
-                "language": config.language,
-                "output": str(run / "transfer"), "overwrite": True, "method": variant.method,
-                "calibration": calibration, "distill": variant.distill, "method_device": config.method_device,
-                **shared})
-            transfer(transfer_config, progress=progress)
-        folders = {0: run / "transfer"}
-        timing = {}
-        if any(step > 0 and keys[step] not in results for step in steps):
-            report = train(train_config, progress=progress)
-            timing = _loop_timing(report.phases)
-            snapshots = Path(train_config.output) / "snapshots"
-            folders.update({step: snapshots / f"step-{step}" for step in steps if 0 < step})
-            folders[steps[-1]] = report.model
-            missing = [step for step in steps if keys[step] not in results and not folders[step].is_dir()]
-            if missing:
-                raise ConfigError(f"variant '{variant.label}': no model was saved at step(s) {missing}, because the "
-                                  f"training in '{train_config.output}' had passed them before they were listed in "
-                                  "`steps`. Delete that folder to train again with snapshots at every listed step, "
-                                  "or drop those steps.")
-        for step in steps:
-            if keys[step] not in results:
-                metrics = _measure(folders[step], lines, probe, progress, source_lines=source_lines)
-                row = {"variant": variant.label, "method": variant.method["name"], "step": step, **metrics,
-                       **(timing if step > 0 else {}), "setting": settings[step]}
-                _append_result(output, row)
-                results[keys[step]] = row
-                logger.info("%s step %d: %s", variant.label, step, metrics)
-            rows.append(results[keys[step]])
+        digests[variant.label], variant_rows = _run_variant(config, variant, output, shared, steps, results,
+                                                            measuring, progress)
+        rows.extend(variant_rows)
     labels = [REFERENCE] * config.reference + [v.label for v in variants]
-    extra = []
-    if config.equal_time and steps[-1] > 0:
-        final = {row["variant"]: row for row in rows if row["step"] == steps[-1]}
-        # a teacher its check dropped taught nothing: that run is the plain one, and its time says nothing more
-        twins = [(taught, plain, 0.0) for taught, plain in teacher_twins(config, variants)
-                 if final.get(taught.label, {}).get("teacher_used", True)]
-        # a distillation its teacher check skipped (or whose record is gone) spent nothing to compare
-        twins += [(distilled, plain, spent) for distilled, plain in distillation_twins(config, variants)
-                  if (spent := _distillation_seconds(output, distilled))]
-        for taught, plain, spent in twins:
-            row = _at_equal_time(config, output, taught, plain, rows, results, digests[plain.label],
-                                 lambda folder: _measure(folder, lines, probe, progress, source_lines=source_lines),
-                                 {"measured_with": measured_with}, progress, spent)
-            if row is not None:
-                rows.append(row)
-                extra.append(row["variant"])
-    write_report(output, rows, labels + extra, steps, plotted=labels)
+    extra = _equal_time_rows(config, output, variants, steps, rows, results, digests, measuring, progress)
+    rows.extend(extra)
+    write_report(output, rows, labels + [row["variant"] for row in extra], steps, plotted=labels)
     return {"output": output, "rows": rows}
+
+
+def _measuring(config: BenchConfig, probe, progress: bool) -> _Measuring:
+    from langswap.resources.text import read_text_lines
+
+    lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
+    source_lines = (read_text_lines(config.source_text, "source-language text", max_lines=config.eval_lines)
+                    if config.source_text else None)
+    measured_with = {"eval_text": config.eval_text, "eval_lines": config.eval_lines, "probe": config.probe,
+                     **({"source_text": config.source_text} if config.source_text else {})}
+    return _Measuring(lines, source_lines, probe, measured_with, progress)
+
+
+def _reference_row(config: BenchConfig, output: Path, results: dict, measuring: _Measuring) -> dict:
+    """The source model with its own tokenizer, measured once."""
+    setting = {"measured_with": measuring.measured_with, "model": config.source_model,
+               "tokenizer": config.source_tokenizer}
+    key = _result_key(REFERENCE, 0, setting)
+    if key not in results:
+        logger.info("reference: the source model with its own tokenizer")
+        metrics = measuring.measure(config.source_model, config.source_tokenizer)
+        results[key] = {"variant": REFERENCE, "method": "reference", "step": 0, **metrics, "setting": setting}
+        _append_result(output, results[key])
+    return results[key]
+
+
+def _variant_record(config: BenchConfig, variant: Variant, shared: dict) -> tuple[BenchVariant, dict]:
+    """The variant's record (everything its transfer depends on) and its calibration options."""
+    pair = {key: getattr(config, key) for key in ("source_model", "source_tokenizer", "target_tokenizer",
+                                                  "target_text", "vocab_size")}
+    # a measurement is reused only for the same record (the digest in its setting); of the resources, only the keys
+    # of the kinds the method reads, so another method's resource (or a kind added to langswap) leaves it alone
+    record = BenchVariant(label=variant.label, method=variant.method, pair=pair,
+                          shared=_shared_for(shared, _variant_kinds(config, variant)))
+    # frequency calibration as a transfer does it (langswap.calibrate: on by default for causal LMs), on the bench's
+    # target text unless the entry names a text; `calibration: {strength: 0}` turns it off
+    text = variant.calibration.get("text") or config.train_text or config.target_text or config.resources.token_text
+    calibration = {**variant.calibration, "text": text}
+    # an uncalibrated variant's record is as it always was
+    if variant.calibration.get("strength") != 0 or variant.calibration.get("source_text"):
+        record.calibration = calibration
+    record.resolved = {"method": _resolved_method(variant.method),
+                       "calibration": _resolved_calibration(calibration) if record.calibration is not None else None}
+    if variant.distill:  # a variant without distillation keeps the record (and the measurements) it had
+        record.distill = dict(variant.distill)
+        record.resolved["distill"] = to_dict(from_dict(DistillConfig, variant.distill, where="distill."))
+    return record, calibration
+
+
+def _check_run_folder(run: Path, record: BenchVariant, variant: Variant, output: Path) -> None:
+    """Refuse a variant folder run with other inputs; clear one whose options now resolve otherwise."""
+    before = read_bench_variant(run)
+    if before is not None and before.inputs() != record.inputs():
+        now, then = record.inputs(), before.inputs()
+        changed = [f"{key}: was {then.get(key)!r}, now {now.get(key)!r}" for key in sorted(set(now) | set(then))
+                   if then.get(key) != now.get(key)]
+        raise ConfigError(f"variant '{variant.label}' in '{output}' was run with other inputs ("
+                          + "; ".join(changed) + "); give it another label, another output folder, or "
+                          f"delete '{run}'.")
+    if before is not None and before.resolved != record.resolved:
+        # the same inputs under other defaults (a langswap whose defaults changed): measured again from scratch
+        logger.info("variant %s: its options resolve otherwise than when it ran; transferring and training it "
+                    "again", variant.label)
+        for product in [run / "transfer", *run.glob("train-*")]:
+            shutil.rmtree(product, ignore_errors=True)
+
+
+def _run_variant(config: BenchConfig, variant: Variant, output: Path, shared: dict, steps: list[int], results: dict,
+                 measuring: _Measuring, progress: bool) -> tuple[str, list[dict]]:
+    """(the variant's digest, its rows at every step): transferred, trained and measured where no result is kept."""
+    from langswap.transfer import transfer
+    from langswap.training.run import train
+
+    run = output / "runs" / _folder_name(variant.label)
+    train_config, train_key = _train_config(config, run, variant.train) if steps[-1] > 0 else (None, None)
+    record, calibration = _variant_record(config, variant, shared)
+    digest = _digest(record.digest_inputs())
+    settings = {step: {"measured_with": measuring.measured_with, "variant": digest,
+                       **({"trained_with": train_key} if step else {})} for step in steps}
+    keys = {step: _result_key(variant.label, step, settings[step]) for step in steps}
+    _check_run_folder(run, record, variant, output)
+    run.mkdir(parents=True, exist_ok=True)
+    write_bench_variant(run, record)
+    if all(keys[step] in results for step in steps):
+        return digest, [results[keys[step]] for step in steps]
+    logger.info("variant %s", variant.label)
+    if not has_model_record(run / "transfer"):
+        transfer(from_dict(TransferConfig, {
+            "source_model": config.source_model, "source_tokenizer": config.source_tokenizer,
+            "language": config.language, "output": str(run / "transfer"), "overwrite": True,
+            "method": variant.method, "calibration": calibration, "distill": variant.distill,
+            "method_device": config.method_device, **shared}), progress=progress)
+    folders = {0: run / "transfer"}
+    timing = {}
+    if any(step > 0 and keys[step] not in results for step in steps):
+        report = train(train_config, progress=progress)
+        timing = _loop_timing(report.phases)
+        snapshots = Path(train_config.output) / "snapshots"
+        folders.update({step: snapshots / f"step-{step}" for step in steps if 0 < step})
+        folders[steps[-1]] = report.model
+        missing = [step for step in steps if keys[step] not in results and not folders[step].is_dir()]
+        if missing:
+            raise ConfigError(f"variant '{variant.label}': no model was saved at step(s) {missing}, because the "
+                              f"training in '{train_config.output}' had passed them before they were listed in "
+                              "`steps`. Delete that folder to train again with snapshots at every listed step, "
+                              "or drop those steps.")
+    rows = []
+    for step in steps:
+        if keys[step] not in results:
+            metrics = measuring.measure(folders[step])
+            row = {"variant": variant.label, "method": variant.method["name"], "step": step, **metrics,
+                   **(timing if step > 0 else {}), "setting": settings[step]}
+            _append_result(output, row)
+            results[keys[step]] = row
+            logger.info("%s step %d: %s", variant.label, step, metrics)
+        rows.append(results[keys[step]])
+    return digest, rows
+
+
+def _equal_time_rows(config: BenchConfig, output: Path, variants: list[Variant], steps: list[int], rows: list[dict],
+                     results: dict, digests: dict, measuring: _Measuring, progress: bool) -> list[dict]:
+    """The plain entry of each taught or distilled one trained for as long as that one took (`equal_time`)."""
+    if not config.equal_time or steps[-1] == 0:
+        return []
+    final = {row["variant"]: row for row in rows if row["step"] == steps[-1]}
+    # a teacher its check dropped taught nothing: that run is the plain one, and its time says nothing more
+    twins = [(taught, plain, 0.0) for taught, plain in teacher_twins(config, variants)
+             if final.get(taught.label, {}).get("teacher_used", True)]
+    # a distillation its teacher check skipped (or whose record is gone) spent nothing to compare
+    twins += [(distilled, plain, spent) for distilled, plain in distillation_twins(config, variants)
+              if (spent := _distillation_seconds(output, distilled))]
+    extra = []
+    for taught, plain, spent in twins:
+        row = _at_equal_time(config, output, taught, plain, rows + extra, results, digests[plain.label],
+                             measuring.measure, {"measured_with": measuring.measured_with}, progress, spent)
+        if row is not None:
+            extra.append(row)
+    return extra
 
 
 def _train_keys(config: BenchConfig, variants: list[Variant]) -> dict[str, dict]:
