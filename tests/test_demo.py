@@ -31,6 +31,8 @@ def test_the_demo_runs_the_transfers_steps_and_writes_the_default(tmp_path, gpt2
     assert isinstance(record, TransferRecord) and record.method == "combined" and record.demo == result["rows"]
     assert record.config["calibration"]["text"].endswith("de.train.txt.gz") and "check" in record.calibration
     assert record.metrics["bits_per_byte"] == rows["combined"]["bits_per_byte"]
+    # the check a transfer makes: every row it copied is one the independent count finds, and no warning
+    assert record.matching["agree"] == record.matching["copied_whole"] > 0 and record.matching["warnings"] == []
     assert model.get_input_embeddings().weight.shape[0] == len(AutoTokenizer.from_pretrained(output))
     text = "\n".join(map(str, printed))
     assert "1/4 source model" in text and "| combined |" in text and f"wrote {output}" in text

@@ -31,6 +31,7 @@ from importlib import resources as package_resources
 from pathlib import Path
 
 from langswap.errors import ConfigError
+from langswap.methods.base import DEFAULT_METHOD, get_method
 
 logger = logging.getLogger(__name__)
 
@@ -124,27 +125,12 @@ def _counts(result) -> str:
 
 def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict:
     """Run the demo; returns the table rows (also printed through `out`)."""
-    from langswap.demo.smollm2 import HUB_NAME as SMOLLM2_HUB_NAME
     from langswap.demo.smollm2 import cache_dir, smollm2_135m
     from langswap.evaluation.correspondence import format_correspondence
-    from langswap.evaluation.language_modeling import causal_lm_score
-    from langswap.files import atomic_directory
-    from langswap.methods.base import DEFAULT_METHOD, get_method
-    from langswap.models import load_tokenizer, save_tokenizer
-    from langswap.resources.text import read_text_lines
-    from langswap.resources.tokenizer import train_tokenizer
-    from langswap.config import to_dict
-    from langswap.records import has_model_record, read_model_record
-    from langswap.transfer import load, run_steps, transfer_config
+    from langswap.models import load_tokenizer
 
     config = config.resolved()
-    methods = [name.strip() for name in config.methods.split(",") if name.strip()]
-    if not methods:
-        raise ConfigError("methods is empty; name at least one, e.g. --set methods=overlap.")
-    for name in methods:
-        if "vectors" in get_method(name).requires and config.vectors == "none":
-            raise ConfigError(f"method {name} needs word vectors: add --set vectors=joint (or procrustes), or "
-                              "--full.")
+    methods = _methods(config)
     workdir = workdir or config.workdir
     workdir = Path(workdir) if workdir else cache_dir() / "demo"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -160,6 +146,48 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
     dictionary = demo_file("en-de.dict.tsv.gz")
 
     out(f"{next(step)}/{steps} German tokenizer of the source's family")
+    tokenizer_dir = _german_tokenizer(config, workdir, source_tokenizer, german_train, out)
+    if config.vectors != "none":
+        out(f"{next(step)}/{steps} word vectors")
+    resources = {"dictionary": str(dictionary), **_vectors(config, workdir, dictionary, german_train, out)}
+
+    saved_name = DEFAULT_METHOD if DEFAULT_METHOD in methods else methods[-1]
+    output = workdir / f"smollm2-135m-de-{saved_name}"
+    out(f"{next(step)}/{steps} each method as `langswap transfer` runs it, scored on {config.eval_lines} held-out "
+        "German lines")
+    plan = _DemoPlan(config, methods, saved_name, output, model_dir, tokenizer_dir, resources, german_train,
+                     german_test, workdir)
+    rows, saved, loaded = _scored_rows(plan, source_tokenizer, out)
+
+    out(f"{next(step)}/{steps} results")
+    out(format_table(rows))
+    record = _saved_model_record(plan, rows, saved, loaded)
+    if record.correspondence:
+        out(f"\nA sample of German tokens and the English tokens {saved_name} made them from:")
+        out(format_correspondence(record.correspondence))
+    out(f"\nwrote {output} (AutoModelForCausalLM.from_pretrained loads it); "
+        f"{time.perf_counter() - started:.0f} s in all")
+    return {"rows": rows}
+
+
+def _methods(config: DemoConfig) -> list[str]:
+    """The methods the demo runs, refused where one needs word vectors the config turns off."""
+    methods = [name.strip() for name in config.methods.split(",") if name.strip()]
+    if not methods:
+        raise ConfigError("methods is empty; name at least one, e.g. --set methods=overlap.")
+    for name in methods:
+        if "vectors" in get_method(name).requires and config.vectors == "none":
+            raise ConfigError(f"method {name} needs word vectors: add --set vectors=joint (or procrustes), or "
+                              "--full.")
+    return methods
+
+
+def _german_tokenizer(config: DemoConfig, workdir: Path, source_tokenizer, german_train: Path, out) -> Path:
+    """The German tokenizer of the source's family, trained once and kept in the work folder."""
+    from langswap.files import atomic_directory
+    from langswap.models import save_tokenizer
+    from langswap.resources.tokenizer import train_tokenizer
+
     tokenizer_dir = workdir / f"tokenizer-de-{config.vocab_size or len(source_tokenizer)}"
     reused = not config.redo and (tokenizer_dir / "tokenizer.json").exists()
     if not reused:
@@ -167,39 +195,67 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
             save_tokenizer(train_tokenizer(source_tokenizer, german_train, config.vocab_size or None, progress=True),
                            folder)
     out(f"    {'reused' if reused else 'trained'} {tokenizer_dir}")
-    if config.vectors != "none":
-        out(f"{next(step)}/{steps} word vectors")
-    resources = {"dictionary": str(dictionary), **_vectors(config, workdir, dictionary, german_train, out)}
+    return tokenizer_dir
 
-    saved_name = DEFAULT_METHOD if DEFAULT_METHOD in methods else methods[-1]
-    output = workdir / f"smollm2-135m-de-{saved_name}"
 
-    def transfer_of(name: str, calibrate: float):
+@dataclass
+class _DemoPlan:
+    """What the demo's transfers share: the methods, the one whose model is saved, the files they read."""
+
+    config: DemoConfig
+    methods: list[str]
+    saved_name: str
+    output: Path
+    model_dir: Path
+    tokenizer_dir: Path
+    resources: dict
+    german_train: Path
+    german_test: Path
+    workdir: Path
+
+    def transfer_config(self, name: str, calibrate: float):
+        from langswap.transfer import transfer_config
+
+        config = self.config
         options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
         made = transfer_config({
-            "source_model": str(model_dir), "target_tokenizer": str(tokenizer_dir), "language": "de",
-            "output": str(output), "overwrite": True, "method": {"name": name, **options}, "resources": resources,
-            "calibration": {"text": str(german_train), "strength": calibrate}, "eval_text": str(german_test),
-            "eval_lines": config.eval_lines, "correspondence": 12})
+            "source_model": str(self.model_dir), "target_tokenizer": str(self.tokenizer_dir), "language": "de",
+            "output": str(self.output), "overwrite": True, "method": {"name": name, **options},
+            "resources": self.resources, "calibration": {"text": str(self.german_train), "strength": calibrate},
+            "eval_text": str(self.german_test), "eval_lines": config.eval_lines, "correspondence": 12})
         made.validate()
         return made
 
-    out(f"{next(step)}/{steps} each method as `langswap transfer` runs it, scored on {config.eval_lines} held-out "
-        "German lines")
-    cache = RowCache(workdir / ROW_CACHE, fresh=config.redo)
+    @property
+    def saved_run(self) -> tuple[str, float]:
+        return self.saved_name, self.config.calibrate
+
+
+def _scored_rows(plan: _DemoPlan, source_tokenizer, out):
+    """(the table's rows, the saved method's `run_steps` result where it ran now, the loaded source and target where
+    anything ran): the source model and each method's transfer, each scored once and kept in the row cache."""
+    from langswap.config import to_dict
+    from langswap.evaluation.language_modeling import causal_lm_score
+    from langswap.records import has_model_record, read_model_record
+    from langswap.resources.text import read_text_lines
+    from langswap.transfer import load, run_steps
+
+    config = plan.config
+    cache = RowCache(plan.workdir / ROW_CACHE, fresh=config.redo)
     strengths = [config.calibrate] + ([0.0] if config.calibrate else [])  # 0: what calibration adds
-    runs = [(name, strength, "" if strength else ", without calibration") for name in methods
-            for strength in strengths if strength == config.calibrate or config.full or name == saved_name]
-    source_key = cache.key({"source": str(model_dir), "eval_text": str(german_test), "eval_lines": config.eval_lines})
-    configs = {(name, strength): transfer_of(name, strength) for name, strength, _ in runs}
+    runs = [(name, strength, "" if strength else ", without calibration") for name in plan.methods
+            for strength in strengths if strength == config.calibrate or config.full or name == plan.saved_name]
+    source_key = cache.key({"source": str(plan.model_dir), "eval_text": str(plan.german_test),
+                            "eval_lines": config.eval_lines})
+    configs = {(name, strength): plan.transfer_config(name, strength) for name, strength, _ in runs}
     keys = {run: cache.key(to_dict(made)) for run, made in configs.items()}
-    saved_key = keys[(saved_name, config.calibrate)]
-    written = has_model_record(output) and cache.get(saved_key) is not None and \
-        getattr(read_model_record(output), "demo_key", None) == saved_key
+    saved_key = keys[plan.saved_run]
+    written = has_model_record(plan.output) and cache.get(saved_key) is not None and \
+        getattr(read_model_record(plan.output), "demo_key", None) == saved_key
     loaded = lines = None
     if not (written and cache.get(source_key) and all(cache.get(key) for key in keys.values())):
-        loaded = load(configs[(saved_name, config.calibrate)], progress=True)
-        lines = read_text_lines(german_test, "German test text", max_lines=config.eval_lines)
+        loaded = load(configs[plan.saved_run], progress=True)
+        lines = read_text_lines(plan.german_test, "German test text", max_lines=config.eval_lines)
     if cache.get(source_key) is None:
         score = causal_lm_score(loaded.source.model, source_tokenizer, lines, progress=True)
         cache.put(source_key, {"model": "source model, its own tokenizer", **score.as_dict(), "counts": "-"})
@@ -220,33 +276,34 @@ def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict
         cache.put(key, {"model": name + label, **done.metrics, "counts": counts})
         rows.append(cache.get(key))
         if key == saved_key:
-            saved = done
+            saved = (done, configs[plan.saved_run], saved_key)
         else:
             del done
+    return rows, saved, loaded
 
-    out(f"{next(step)}/{steps} results")
-    out(format_table(rows))
+
+def _saved_model_record(plan: _DemoPlan, rows: list[dict], saved, loaded):
+    """The saved method's model folder written with this table in its record (or, where it was written before, its
+    record and card brought up to this table); returns the record."""
+    from langswap.demo.smollm2 import HUB_NAME as SMOLLM2_HUB_NAME
+    from langswap.records import read_model_record
+
     if saved is not None:
         from langswap.transfer import write_output
 
-        record = write_output(configs[(saved_name, config.calibrate)], loaded.source, loaded.target, saved.inputs,
-                              saved.made, saved.metrics, saved.correspondence, saved.seconds, demo=rows,
-                              source_name=SMOLLM2_HUB_NAME, demo_key=saved_key)
-    else:
-        record = read_model_record(output)
-        if record.demo != rows:  # other rows than when it was saved: its record and card show this table
-            from langswap.modelcard import write_model_card
-            from langswap.records import write_model_record
+        done, config, key = saved
+        return write_output(config, loaded.source, loaded.target, done.inputs, done.made, done.metrics,
+                            done.correspondence, done.seconds, demo=rows, source_name=SMOLLM2_HUB_NAME,
+                            demo_key=key, matching=done.matching)
+    record = read_model_record(plan.output)
+    if record.demo != rows:  # other rows than when it was saved: its record and card show this table
+        from langswap.modelcard import write_model_card
+        from langswap.records import write_model_record
 
-            record.demo = rows
-            write_model_record(output, record)
-            write_model_card(output, source_model=SMOLLM2_HUB_NAME)
-    if record.correspondence:
-        out(f"\nA sample of German tokens and the English tokens {saved_name} made them from:")
-        out(format_correspondence(record.correspondence))
-    out(f"\nwrote {output} (AutoModelForCausalLM.from_pretrained loads it); "
-        f"{time.perf_counter() - started:.0f} s in all")
-    return {"rows": rows}
+        record.demo = rows
+        write_model_record(plan.output, record)
+        write_model_card(plan.output, source_model=SMOLLM2_HUB_NAME)
+    return record
 
 
 ROW_CACHE = "demo-rows.json"  # the table's rows, by a digest of what made each
