@@ -207,114 +207,21 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
                 "updates": 0}
     started = time.perf_counter()
     _refuse_masked(model)
-    embedding = model.get_input_embeddings()
-    input_weight = embedding.weight
-    rows, width = input_weight.shape
-    source = torch.as_tensor(source_embeddings)
-    if source.dim() != 2 or source.shape[1] != width:
-        raise VocabularyError(f"source_embeddings has shape {tuple(source.shape)}; it must be (source vocabulary, "
-                              f"{width}), the source model's input matrix, of the width of this model's body.")
-    softcap = getattr(model.config, "final_logit_softcapping", None)
-    input_scale = input_embedding_scale(model)
-    if input_scale != 1.0:  # rows read as inputs_embeds skip the layer's scale (Gemma-3's sqrt(d)): apply it here
-        source = _ScaledRows(source, input_scale)
-    trainable = _row_mask(trainable, rows, "input")
-    layers = resolve_layers(model.config, config.layers)
-    output = model.get_output_embeddings()
-    from langswap.models import is_tied
-
-    tied = is_tied(model)
-    untie = tied and config.tied_head == "untie"  # the head's rows, now the input matrix, become its own at the end
-    head_rule = "tied" if tied and not untie else "none" if output is None else config.head
-    if not trainable.any():
+    run = _Distillation(model, source_embeddings, trainable, config)
+    if not run.trainable.any():
         return {"skipped": "no row is trainable: nothing to distill", "tokens": 0, "updates": 0}
     if not lines:
         raise ConfigError("distillation needs target-language text; none was given (distill lines).")
     held_count = min(config.held_out_lines, len(lines) // 4)
     train_lines, held_lines = list(lines[:len(lines) - held_count]), list(lines[len(lines) - held_count:])
-
-    from langswap.chunks import ChunkAligner
-
-    aligner = ChunkAligner(source_tokenizer, target_tokenizer)
-    limits = _Limits(config.max_length, position_limit(model.config), len(source), rows)
-    if limits.positions is not None and config.max_length > limits.positions:
-        raise ConfigError(f"distill.max_length is {config.max_length}, more than the {limits.positions} positions "
-                          f"this model reads; give at most {limits.positions}.")
-    source_bos, target_bos = _frame_id(source_tokenizer), _frame_id(target_tokenizer)
-    body = model.base_model
-    # training reads the body only as deep as the deepest matched layer unless an untied head learns from the last
-    states = HiddenStates(body, layers, model.config.num_hidden_layers)
-    device = input_weight.device
-    dtype = input_weight.dtype
-    trained_ids = torch.from_numpy(np.flatnonzero(trainable)).to(device)
-    slot_of = torch.full((rows,), -1, dtype=torch.long, device=device)
-    slot_of[trained_ids] = torch.arange(len(trained_ids), device=device)
-    learned = torch.nn.Parameter(input_weight.detach()[trained_ids].to(torch.float32).clone())
-    parameters = [{"params": [learned], "peak": config.learning_rate}]
-    head_ids = head_rows = None
-    if head_rule == "lm":
-        # the same tokens' output rows; an output matrix of another size (padding rows) keeps its extra rows
-        head_ids = torch.from_numpy(np.flatnonzero(trainable[:output.weight.shape[0]])).to(output.weight.device)
-        head_rows = torch.nn.Parameter(output.weight.detach()[head_ids].to(torch.float32).clone())
-        parameters.append({"params": [head_rows], "peak": config.head_learning_rate or config.learning_rate})
-
-    flags = [(parameter, parameter.requires_grad) for parameter in model.parameters()]
-    was_training = model.training
-    report = {"rows": int(trainable.sum()), "head": {"tied": "tied (the distilled input rows are the output rows)",
-                                                     "none": "none (the model has no output layer)",
-                                                     "lm": "lm (new output rows learned by next-token loss)",
-                                                     "keep": "keep (output matrix unchanged)"}[head_rule]
-              + (", untied (the head keeps its own rows where the learned ones are kept)" if untie else ""),
-              "layers": list(layers), "distance": config.distance}
-
-    def student_inputs(ids: torch.Tensor, learning: bool) -> torch.Tensor:
-        """(B, L, d) model-dtype inputs for target ids (B, L): the learned rows where trainable (`learning`), the
-        model's own rows elsewhere."""
-        base = F.embedding(ids, input_weight)
-        if learning:
-            slots = slot_of[ids]
-            base = torch.where((slots >= 0)[..., None], F.embedding(slots.clamp_min(0), learned).to(dtype), base)
-        return base if input_scale == 1.0 else base * input_scale
-
-    def head_weight(learning: bool) -> torch.Tensor | None:
-        """(V, d) the output matrix as the model has it, or (`learning`) with the learned rows in place."""
-        if output is None:
-            return None
-        if learning and head_rule == "tied":
-            return input_weight.detach().index_copy(0, trained_ids, learned.detach().to(dtype))
-        if learning and head_rows is not None:
-            return output.weight.detach().index_copy(0, head_ids, head_rows.detach().to(output.weight.dtype))
-        return output.weight.detach()
-
-    def measure(windows: list[_Window], learning: bool) -> tuple[float | None, float | None]:
-        """(distillation loss, next-token loss) over `windows`, each averaged over matched positions and predicted
-        tokens: of the model as it is, or (`learning`) with the learned rows."""
-        distill_sum = matched = token_sum = predicted = 0.0
-        weight = head_weight(learning)
-        with torch.no_grad():
-            for start in range(0, len(windows), config.batch_lines):
-                batch = _Batch(windows[start:start + config.batch_lines], device)
-                loss, count, hidden = _distill_loss(states.whole, source, batch, layers, config.distance,
-                                                    lambda ids: student_inputs(ids, learning), dtype)
-                distill_sum += float(loss) * count
-                matched += count
-                if weight is not None:
-                    loss, count = _next_token_loss(hidden, batch, weight, getattr(output, "bias", None), softcap)
-                    token_sum += float(loss) * count
-                    predicted += count
-        return distill_sum / matched if matched else None, token_sum / predicted if predicted else None
-
+    run.read_with(source_tokenizer, target_tokenizer)
+    report = run.report_head()
     bar = progress_bar(progress, config.tokens, "distill", "tok")
     try:
-        for parameter, _ in flags:
-            parameter.requires_grad_(False)
-        model.eval()  # dropout off: the teacher and the student read through the same function
-        held_windows = [window for text in _aligned(aligner, held_lines)
-                        for window in _windows(text, source_bos, target_bos, limits)[0]]
-        check = _teacher_check(body, source, source_head, held_windows, config.batch_lines, device, dtype,
-                               lambda ids: student_inputs(ids, False), head_weight(False),
-                               getattr(output, "bias", None) if output is not None else None,
-                               (len(source_tokenizer), len(target_tokenizer)), softcap)
+        run.freeze()
+        held_windows = [window for text in _aligned(run.aligner, held_lines)
+                        for window in _windows(text, run.source_bos, run.target_bos, run.limits)[0]]
+        check = run.teacher_check(held_windows, source_head, (len(source_tokenizer), len(target_tokenizer)))
         report["teacher_check"] = check
         if check.get("teacher_worse") and config.when == "teacher-better":
             logger.warning("token distillation skipped: the source model reads the %d held-out lines worse than "
@@ -326,100 +233,251 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
                                       "nats a chunk): the rows are left as the transfer made them",
                            "tokens": 0, "updates": 0, "seconds": round(time.perf_counter() - started, 2)})
             return report
-        loss_start, token_loss_start = measure(held_windows, False) if held_windows else (None, None)
-
-        optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, weight_decay=0.0)
-        matched = unencodable = too_long = 0
-        read = updates = 0
-        repeated = False
-        train_loss = None
-        warmup = WARMUP_SHARE * config.tokens
-        for windows, first_pass in _batches(aligner, train_lines, source_bos, target_bos, limits, config):
-            batch = _Batch(windows, device)
-            if first_pass:
-                matched += len(batch.target_at)
-                unencodable += sum(window.unencodable for window in windows)
-                too_long += sum(window.too_long for window in windows)
-            repeated |= not first_pass
-            # linear warm-up to the peak over the first 5% of the tokens, then linear decay to 0 at the budget
-            scale = min((read + batch.target_tokens) / warmup, 1.0,
-                        max(config.tokens - read, 0) / (config.tokens - warmup))
-            for group in optimizer.param_groups:
-                group["lr"] = group["peak"] * scale
-            with torch.enable_grad():
-                loss, _, hidden = _distill_loss(states if head_rows is None else states.whole, source, batch,
-                                                layers, config.distance,
-                                                lambda ids: student_inputs(ids, True), dtype)
-                total = loss
-                if head_rows is not None:
-                    # the head reads the student's states detached: this loss moves the output rows only
-                    weight = output.weight.detach().index_copy(0, head_ids, head_rows.to(output.weight.dtype))
-                    total = total + _next_token_loss(hidden.detach(), batch, weight, getattr(output, "bias", None),
-                                                     softcap)[0]
-                if not torch.isfinite(total):
-                    raise NumericalError(
-                        f"the distillation loss became {float(total)} at update {updates + 1}; the model is left as "
-                        "it was. Lower distill.learning_rate, and check that the model's rows and source_embeddings "
-                        "are finite and that no trainable input row is all zeros.")
-                if total.requires_grad:  # a batch whose chunks are all unencodable has nothing to learn from
-                    optimizer.zero_grad(set_to_none=True)
-                    total.backward()
-                    optimizer.step()
-                    updates += 1
-            train_loss = float(loss.detach())
-            read += batch.target_tokens
-            if bar is not None:
-                bar.update(batch.target_tokens)
-            if read >= config.tokens:
-                break
-        if not updates:
-            raise ConfigError(f"no update was made: the {len(train_lines):,} training lines hold no chunk that both "
-                              "tokenizers can spell within distill.max_length tokens. Check that the text is in the "
-                              "target language and that both tokenizers read it.")
-        loss_end, token_loss_end = measure(held_windows, True) if held_windows else (None, None)
+        loss_start, token_loss_start = run.measure(held_windows, False) if held_windows else (None, None)
+        trained = run.train(train_lines, bar)
+        loss_end, token_loss_end = run.measure(held_windows, True) if held_windows else (None, None)
         # like any training step, distillation can make things worse (a learning rate too high for the model, too
         # few tokens); the held-out lines decide, and the model keeps its rows unless they improved
         kept = loss_start is None or loss_end < loss_start
         if kept:
-            if untie:
-                from langswap.calibrate import untie_head
-
-                untie_head(model)  # the head gets a copy of the rows as the method made them
-                output = model.get_output_embeddings()
-            with torch.no_grad():
-                input_weight[trained_ids] = learned.detach().to(dtype)
-                if head_rows is not None:
-                    output.weight[head_ids] = head_rows.detach().to(output.weight.dtype)
+            run.write_back()
     finally:
         if bar is not None:
             bar.close()
-        for parameter, flag in flags:
-            parameter.requires_grad_(flag)
-        model.train(was_training)
+        run.thaw()
 
     report.update({
-        "tokens": read, "updates": updates, "lines": len(train_lines), "held_out_lines": len(held_lines),
-        "loss_start": _round(loss_start), "loss_end": _round(loss_end), "last_train_loss": _round(train_loss),
-        "next_token_loss_start": _round(token_loss_start), "next_token_loss_end": _round(token_loss_end),
-        "kept": kept, "untied": bool(untie and kept), "chunks_matched": matched, "chunks_skipped": unencodable,
-        "chunks_too_long": too_long,
-        "held_out_chunks": sum(len(window.target_at) for window in held_windows), "text_repeated": repeated,
-        "seconds": round(time.perf_counter() - started, 2)})
-    if not kept:
+        "tokens": trained["read"], "updates": trained["updates"], "lines": len(train_lines),
+        "held_out_lines": len(held_lines), "loss_start": _round(loss_start), "loss_end": _round(loss_end),
+        "last_train_loss": _round(trained["train_loss"]), "next_token_loss_start": _round(token_loss_start),
+        "next_token_loss_end": _round(token_loss_end), "kept": kept, "untied": bool(run.untie and kept),
+        "chunks_matched": trained["matched"], "chunks_skipped": trained["unencodable"],
+        "chunks_too_long": trained["too_long"],
+        "held_out_chunks": sum(len(window.target_at) for window in held_windows),
+        "text_repeated": trained["repeated"], "seconds": round(time.perf_counter() - started, 2)})
+    _log_outcome(report, len(held_lines))
+    return report
+
+
+class _Distillation:
+    """One distillation's state: the model and its matrices, the source rows (scaled as the model's input layer
+    scales its own), the learned rows and the head's, and how the text is read; its steps are the methods, in the
+    order `distill` calls them."""
+
+    def __init__(self, model, source_embeddings, trainable, config: DistillConfig):
+        from langswap.models import is_tied
+
+        self.model, self.config = model, config
+        self.input_weight = model.get_input_embeddings().weight
+        self.rows, width = self.input_weight.shape
+        source = torch.as_tensor(source_embeddings)
+        if source.dim() != 2 or source.shape[1] != width:
+            raise VocabularyError(f"source_embeddings has shape {tuple(source.shape)}; it must be (source "
+                                  f"vocabulary, {width}), the source model's input matrix, of the width of this "
+                                  "model's body.")
+        self.softcap = getattr(model.config, "final_logit_softcapping", None)
+        self.input_scale = input_embedding_scale(model)
+        # rows read as inputs_embeds skip the layer's scale (Gemma-3's sqrt(d)): apply it here
+        self.source = source if self.input_scale == 1.0 else _ScaledRows(source, self.input_scale)
+        self.trainable = _row_mask(trainable, self.rows, "input")
+        self.layers = resolve_layers(model.config, config.layers)
+        self.output = model.get_output_embeddings()
+        tied = is_tied(model)
+        # the head's rows, now the input matrix, become its own at the end
+        self.untie = tied and config.tied_head == "untie"
+        self.head_rule = "tied" if tied and not self.untie else "none" if self.output is None else config.head
+
+    def read_with(self, source_tokenizer, target_tokenizer) -> None:
+        """How the text is read and cut (the aligner, the windows' limits and frames), and the learned rows."""
+        from langswap.chunks import ChunkAligner
+
+        config, model = self.config, self.model
+        self.aligner = ChunkAligner(source_tokenizer, target_tokenizer)
+        self.limits = _Limits(config.max_length, position_limit(model.config), len(self.source), self.rows)
+        if self.limits.positions is not None and config.max_length > self.limits.positions:
+            raise ConfigError(f"distill.max_length is {config.max_length}, more than the {self.limits.positions} "
+                              f"positions this model reads; give at most {self.limits.positions}.")
+        self.source_bos, self.target_bos = _frame_id(source_tokenizer), _frame_id(target_tokenizer)
+        self.body = model.base_model
+        # training reads the body only as deep as the deepest matched layer unless an untied head learns from the
+        # last
+        self.states = HiddenStates(self.body, self.layers, model.config.num_hidden_layers)
+        self.device, self.dtype = self.input_weight.device, self.input_weight.dtype
+        self.trained_ids = torch.from_numpy(np.flatnonzero(self.trainable)).to(self.device)
+        self.slot_of = torch.full((self.rows,), -1, dtype=torch.long, device=self.device)
+        self.slot_of[self.trained_ids] = torch.arange(len(self.trained_ids), device=self.device)
+        self.learned = torch.nn.Parameter(self.input_weight.detach()[self.trained_ids].to(torch.float32).clone())
+        self.parameters = [{"params": [self.learned], "peak": config.learning_rate}]
+        self.head_ids = self.head_rows = None
+        if self.head_rule == "lm":
+            # the same tokens' output rows; an output matrix of another size (padding rows) keeps its extra rows
+            weight = self.output.weight
+            self.head_ids = torch.from_numpy(np.flatnonzero(self.trainable[:weight.shape[0]])).to(weight.device)
+            self.head_rows = torch.nn.Parameter(weight.detach()[self.head_ids].to(torch.float32).clone())
+            self.parameters.append({"params": [self.head_rows],
+                                    "peak": config.head_learning_rate or config.learning_rate})
+
+    def report_head(self) -> dict:
+        head = {"tied": "tied (the distilled input rows are the output rows)",
+                "none": "none (the model has no output layer)",
+                "lm": "lm (new output rows learned by next-token loss)",
+                "keep": "keep (output matrix unchanged)"}[self.head_rule]
+        untied = ", untied (the head keeps its own rows where the learned ones are kept)" if self.untie else ""
+        return {"rows": int(self.trainable.sum()), "head": head + untied, "layers": list(self.layers),
+                "distance": self.config.distance}
+
+    def freeze(self) -> None:
+        """Every parameter frozen (the learned rows are their own), dropout off: the teacher and the student read
+        through the same function."""
+        self.flags = [(parameter, parameter.requires_grad) for parameter in self.model.parameters()]
+        self.was_training = self.model.training
+        for parameter, _ in self.flags:
+            parameter.requires_grad_(False)
+        self.model.eval()
+
+    def thaw(self) -> None:
+        for parameter, flag in getattr(self, "flags", []):
+            parameter.requires_grad_(flag)
+        if hasattr(self, "was_training"):
+            self.model.train(self.was_training)
+
+    def student_inputs(self, ids: torch.Tensor, learning: bool) -> torch.Tensor:
+        """(B, L, d) model-dtype inputs for target ids (B, L): the learned rows where trainable (`learning`), the
+        model's own rows elsewhere."""
+        base = F.embedding(ids, self.input_weight)
+        if learning:
+            slots = self.slot_of[ids]
+            learned = F.embedding(slots.clamp_min(0), self.learned).to(self.dtype)
+            base = torch.where((slots >= 0)[..., None], learned, base)
+        return base if self.input_scale == 1.0 else base * self.input_scale
+
+    def head_weight(self, learning: bool) -> torch.Tensor | None:
+        """(V, d) the output matrix as the model has it, or (`learning`) with the learned rows in place."""
+        if self.output is None:
+            return None
+        if learning and self.head_rule == "tied":
+            return self.input_weight.detach().index_copy(0, self.trained_ids, self.learned.detach().to(self.dtype))
+        if learning and self.head_rows is not None:
+            weight = self.output.weight
+            return weight.detach().index_copy(0, self.head_ids, self.head_rows.detach().to(weight.dtype))
+        return self.output.weight.detach()
+
+    def teacher_check(self, windows: list[_Window], source_head, sizes: tuple[int, int]) -> dict:
+        bias = getattr(self.output, "bias", None) if self.output is not None else None
+        return _teacher_check(self.body, self.source, source_head, windows, self.config.batch_lines, self.device,
+                              self.dtype, lambda ids: self.student_inputs(ids, False), self.head_weight(False), bias,
+                              sizes, self.softcap)
+
+    def measure(self, windows: list[_Window], learning: bool) -> tuple[float | None, float | None]:
+        """(distillation loss, next-token loss) over `windows`, each averaged over matched positions and predicted
+        tokens: of the model as it is, or (`learning`) with the learned rows."""
+        distill_sum = matched = token_sum = predicted = 0.0
+        weight = self.head_weight(learning)
+        bias = getattr(self.output, "bias", None)
+        with torch.no_grad():
+            for start in range(0, len(windows), self.config.batch_lines):
+                batch = _Batch(windows[start:start + self.config.batch_lines], self.device)
+                loss, count, hidden = _distill_loss(self.states.whole, self.source, batch, self.layers,
+                                                    self.config.distance,
+                                                    lambda ids: self.student_inputs(ids, learning), self.dtype)
+                distill_sum += float(loss) * count
+                matched += count
+                if weight is not None:
+                    loss, count = _next_token_loss(hidden, batch, weight, bias, self.softcap)
+                    token_sum += float(loss) * count
+                    predicted += count
+        return distill_sum / matched if matched else None, token_sum / predicted if predicted else None
+
+    def train(self, train_lines: list[str], bar) -> dict:
+        """The updates over `train_lines` until the token budget is read; returns the counts of the first pass, the
+        tokens read, the updates made and the last batch's loss."""
+        config = self.config
+        optimizer = torch.optim.AdamW(self.parameters, lr=config.learning_rate, weight_decay=0.0)
+        counts = {"matched": 0, "unencodable": 0, "too_long": 0, "read": 0, "updates": 0, "repeated": False,
+                  "train_loss": None}
+        warmup = WARMUP_SHARE * config.tokens
+        for windows, first_pass in _batches(self.aligner, train_lines, self.source_bos, self.target_bos, self.limits,
+                                            config):
+            batch = _Batch(windows, self.device)
+            if first_pass:
+                counts["matched"] += len(batch.target_at)
+                counts["unencodable"] += sum(window.unencodable for window in windows)
+                counts["too_long"] += sum(window.too_long for window in windows)
+            counts["repeated"] |= not first_pass
+            # linear warm-up to the peak over the first 5% of the tokens, then linear decay to 0 at the budget
+            read = counts["read"]
+            rate = min((read + batch.target_tokens) / warmup, 1.0,
+                       max(config.tokens - read, 0) / (config.tokens - warmup))
+            for group in optimizer.param_groups:
+                group["lr"] = group["peak"] * rate
+            loss = self._update(optimizer, batch, counts)
+            counts["train_loss"] = float(loss.detach())
+            counts["read"] += batch.target_tokens
+            if bar is not None:
+                bar.update(batch.target_tokens)
+            if counts["read"] >= config.tokens:
+                break
+        if not counts["updates"]:
+            raise ConfigError(f"no update was made: the {len(train_lines):,} training lines hold no chunk that both "
+                              "tokenizers can spell within distill.max_length tokens. Check that the text is in the "
+                              "target language and that both tokenizers read it.")
+        return counts
+
+    def _update(self, optimizer, batch: _Batch, counts: dict) -> torch.Tensor:
+        """One update on `batch` (none where its chunks are all unencodable); returns the distillation loss."""
+        with torch.enable_grad():
+            reader = self.states if self.head_rows is None else self.states.whole
+            loss, _, hidden = _distill_loss(reader, self.source, batch, self.layers, self.config.distance,
+                                            lambda ids: self.student_inputs(ids, True), self.dtype)
+            total = loss
+            if self.head_rows is not None:
+                # the head reads the student's states detached: this loss moves the output rows only
+                weight = self.output.weight
+                weight = weight.detach().index_copy(0, self.head_ids, self.head_rows.to(weight.dtype))
+                total = total + _next_token_loss(hidden.detach(), batch, weight, getattr(self.output, "bias", None),
+                                                 self.softcap)[0]
+            if not torch.isfinite(total):
+                raise NumericalError(
+                    f"the distillation loss became {float(total)} at update {counts['updates'] + 1}; the model is "
+                    "left as it was. Lower distill.learning_rate, and check that the model's rows and "
+                    "source_embeddings are finite and that no trainable input row is all zeros.")
+            if total.requires_grad:  # a batch whose chunks are all unencodable has nothing to learn from
+                optimizer.zero_grad(set_to_none=True)
+                total.backward()
+                optimizer.step()
+                counts["updates"] += 1
+        return loss
+
+    def write_back(self) -> None:
+        """The learned rows into the model (an untied head first gets a copy of the rows the method made)."""
+        if self.untie:
+            from langswap.calibrate import untie_head
+
+            untie_head(self.model)
+            self.output = self.model.get_output_embeddings()
+        with torch.no_grad():
+            self.input_weight[self.trained_ids] = self.learned.detach().to(self.dtype)
+            if self.head_rows is not None:
+                self.output.weight[self.head_ids] = self.head_rows.detach().to(self.output.weight.dtype)
+
+
+def _log_outcome(report: dict, held_lines: int) -> None:
+    loss_start, loss_end = report["loss_start"], report["loss_end"]
+    if not report["kept"]:
         report["put_back"] = (f"the held-out distillation loss rose ({loss_start:.4f} -> {loss_end:.4f}): the rows "
                               "are left as the transfer made them")
         logger.warning("token distillation put back: on %d held-out lines its loss went from %.4f to %.4f; lower "
-                       "distill.learning_rate or raise distill.tokens", len(held_lines), loss_start, loss_end)
+                       "distill.learning_rate or raise distill.tokens", held_lines, loss_start, loss_end)
     elif loss_start is not None:
         logger.info("distilled %s rows over %s target tokens (%s updates): held-out distillation loss %.4f -> %.4f, "
                     "next-token loss %s -> %s | chunks matched %s, unencodable %s, too long %s",
-                    f"{report['rows']:,}", f"{read:,}", f"{updates:,}", loss_start, loss_end,
-                    report["next_token_loss_start"], report["next_token_loss_end"], f"{matched:,}",
-                    f"{unencodable:,}", f"{too_long:,}")
+                    f"{report['rows']:,}", f"{report['tokens']:,}", f"{report['updates']:,}", loss_start, loss_end,
+                    report["next_token_loss_start"], report["next_token_loss_end"], f"{report['chunks_matched']:,}",
+                    f"{report['chunks_skipped']:,}", f"{report['chunks_too_long']:,}")
     else:
         logger.info("distilled %s rows over %s target tokens (%s updates); no held-out check (fewer than 4 lines "
-                    "of text, or distill.held_out_lines 0)", f"{report['rows']:,}", f"{read:,}", f"{updates:,}")
-    return report
+                    "of text, or distill.held_out_lines 0)", f"{report['rows']:,}", f"{report['tokens']:,}",
+                    f"{report['updates']:,}")
 
 
 def _refuse_masked(model) -> None:
