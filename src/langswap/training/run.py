@@ -55,6 +55,8 @@ __all__ = ["TrainConfig", "TrainReport", "comparable_config", "prepare", "train"
 
 logger = logging.getLogger(__name__)
 
+STEP0_EVALUATION = "eval-step0.json"  # the first phase's evaluation before any update, kept for a resumed run
+
 
 
 @dataclass
@@ -278,26 +280,15 @@ def _run_lock(output: Path, state):
 
 def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, use_cpu: bool,
            clock: float) -> TrainReport:
-    import torch
-    from transformers import TrainingArguments
-    from transformers.trainer_utils import get_last_checkpoint
-
     from langswap.models import load_config, load_tokenizer
     from langswap.training.curve import CurveWriter
-    from langswap.training.data import BlockDataset, LMCollator, batch_counts, masked_eval_set, pack, phase_dataset
-    from langswap.training.sources import source_texts
-    from langswap.training.store import StoreBlocks
-    from langswap.training.trainer import Curve, PhaseTrainer, RecipeHooks, Snapshots, save_model_atomically
+    from langswap.training.data import LMCollator
 
     output = Path(config.output)
     recipe = make_recipe(config)
     status = _check_output(config, state.num_processes)
     if status == "complete":
-        record = read_train_record(output)
-        logger.info("%s is already complete; nothing to do", output)
-        return TrainReport(output, output / "model", record.objective, record.phases,
-                           json.loads((output / "curve.json").read_text()) if (output / "curve.json").exists()
-                           else {}, True, 0.0)
+        return _complete_report(output)
 
     tokenizer = load_tokenizer(config.model, f"tokenizer of model folder '{config.model}' (a model folder must hold "
                                "its tokenizer files)")
@@ -309,71 +300,29 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         logger.warning("sequence_length %d is longer than the model's context; using %d", config.sequence_length,
                        sequence_length)
     streams = recipe.streams()
-    if config.document_mask and objective != "causal":
-        raise ConfigError("document_mask is for causal LMs: a masked LM's block reads every document in it both "
-                          "ways by design ([sep] between them); leave document_mask off.")
-    if config.document_mask and (tokenizer.eos_token_id is None or any(stream.tokenizer for stream in streams)):
-        raise ConfigError("document_mask finds documents by the end-of-text token of the model's tokenizer, "
-                          + ("which this tokenizer lacks" if tokenizer.eos_token_id is None
-                             else f"and recipe '{recipe.name}' packs a stream with another tokenizer")
-                          + "; leave document_mask off.")
-    train_sets, stream_tokens, stream_tokenizers, stores, data = {}, {}, [], {}, {}
-    # sequences of each stream a micro-batch reads, and micro-batches of the run on all processes
-    micro_batch = dict(zip((stream.name for stream in streams), batch_counts(streams, config.batch_size)))
-    micro_batches = config.steps * config.gradient_accumulation * state.num_processes
-    for stream in streams:
-        stream_tokenizer = _stream_tokenizer(stream, tokenizer)
-        stream_tokenizers.append(stream_tokenizer if stream.tokenizer else None)
-        # the stream's blocks come from its token store, built once (by one process of a multi-process run)
-        store = _built_once(state, lambda: _stream_store(config, stream, stream_tokenizer, objective, progress))
-        train_sets[stream.name] = StoreBlocks(store, stream_tokenizer, sequence_length, objective,
-                                              f"training text '{stream.path}'")
-        stream_tokens[stream.name], stores[stream.name] = store.num_tokens, str(store.folder)
-        sequences = len(train_sets[stream.name])
-        data[stream.name] = {"source": stream.path, "store": str(store.folder), "documents": store.num_documents,
-                             "tokens": store.num_tokens, "sequences": sequences,
-                             "epochs": round(micro_batches * micro_batch[stream.name] / sequences, 4)}
-        logger.info("%s: %s documents, %s tokens in its store, %s sequences of %d; the run's %s updates read %s "
-                    "epochs of it", "training text" if len(streams) == 1 else f"stream {stream.name}",
-                    f"{store.num_documents:,}", f"{store.num_tokens:,}", f"{sequences:,}", sequence_length,
-                    f"{config.steps:,}", f"{data[stream.name]['epochs']:.3g}")
+    _check_document_mask(config, objective, tokenizer, streams, recipe.name)
+    train_sets, stream_tokens, stream_tokenizers, stores, data = _training_sets(config, state, streams, tokenizer,
+                                                                               objective, sequence_length, progress)
     collator = LMCollator(tokenizer, objective, config.mlm_probability, stream_tokenizers, config.document_mask)
     precision_flags = _precision_flags(config.precision)
     teacher, dropped = None, None  # the teacher, or the check that dropped it
     if config.teacher.enabled:
         teacher, collator, dropped = _with_teacher(config, state, objective, model_config, tokenizer, train_sets,
                                                    collator, _autocast_dtype(precision_flags), progress)
-    training_sequences = sum(len(dataset) for dataset in train_sets.values())
-    training_tokens = sum(stream_tokens.values())
-    eval_set, bytes_per_token = None, None
-    if config.eval_text:
-        # read a document at a time until eval_sequences blocks are full: memory does not grow with the file
-        eval_documents = source_texts(config.eval_text, "evaluation text", config.text_field)
-        try:
-            eval_packed = pack(tokenizer, eval_documents, sequence_length, objective,
-                               f"evaluation text '{config.eval_text}'", max_blocks=config.eval_sequences)
-        finally:
-            eval_documents.close()
-        bytes_per_token = eval_packed.bytes_per_token
-        eval_set = (masked_eval_set(collator, eval_packed.blocks, config.seed) if objective == "masked"
-                    else BlockDataset(eval_packed.blocks))
+    eval_set, bytes_per_token = _eval_set(config, tokenizer, collator, objective, sequence_length)
 
     planned = recipe.phases(objective, [])
     record = TrainRecord(langswap_version=__version__, config=to_dict(config),
                          comparable_config=comparable_config(config), objective=objective,
-                         sequence_length=sequence_length, training_sequences=training_sequences,
-                         training_tokens=training_tokens, token_stores=stores, training_data=data,
+                         sequence_length=sequence_length,
+                         training_sequences=sum(len(dataset) for dataset in train_sets.values()),
+                         training_tokens=sum(stream_tokens.values()), token_stores=stores, training_data=data,
                          processes=state.num_processes, status="running",
                          phases=[dataclasses.asdict(phase) for phase in planned])
-    if state.is_main_process:
-        if config.overwrite and output.exists():
-            shutil.rmtree(output)
-        output.mkdir(parents=True, exist_ok=True)
-        write_train_record(output, record)
-    state.wait_for_everyone()
+    _start_output(config, state, output, record)
 
     curve = CurveWriter(output, objective, bytes_per_token)
-    step0_path = output / "eval-step0.json"
+    step0_path = output / STEP0_EVALUATION
     if step0_path.exists():
         curve.step0 = json.loads(step0_path.read_text())
     done_steps: list[int] = []
@@ -381,6 +330,8 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     start_model: str | Path = config.model
     resumed = status == "resume"
     offset = 0
+    run = _Run(config, state, recipe, tokenizer, objective, collator, train_sets, streams, eval_set, teacher, dropped,
+               curve, list(callbacks or []), precision_flags, progress, use_cpu)
     for index in range(len(planned)):
         # a phase after one that ended early may be re-planned with the steps it left
         replanned = recipe.phases(objective, list(done_steps))
@@ -398,124 +349,286 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
             offset += summary["steps"]
             start_model = final
             continue
-        checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
-        # A phase the recipe ended at its last checkpoint is not resumed (a resumed Trainer clears the stop and
-        # trains on): that checkpoint is its result.
-        stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
-        loaded_from = checkpoint if stopped_at else start_model
-        autocast_dtype = (_autocast_dtype(precision_flags) if recipe.freezes_body(phase) and not sharding_engine()
-                          else None)
-        model, kept = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention,
-                                         autocast_dtype)
-        kept_dtype = autocast_dtype if kept else None  # the dtype the phase's model folders are written in
-        recipe.prepare_model(phase, model, loaded_from)
-        set_trainable(model, recipe.trainable_parameters(phase, model))
-        if kept:  # what the recipe added (adapters) trains in float32 too
-            for parameter in model.parameters():
-                if parameter.requires_grad and parameter.dtype != torch.float32:
-                    parameter.data = parameter.data.to(torch.float32)
-        recipe.on_phase_start(phase, model)
-        counts = parameter_counts(model)
-        logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
-                    f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
-        args = TrainingArguments(
-            output_dir=str(phase_dir), max_steps=phase.steps, per_device_train_batch_size=config.batch_size,
-            per_device_eval_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation,
-            learning_rate=phase.learning_rate, weight_decay=config.weight_decay, adam_beta1=config.adam_beta1,
-            adam_beta2=config.adam_beta2, adam_epsilon=config.adam_epsilon,
-            # no clipping is an infinite norm, so the Trainer still measures the norm that `_check_update` reads
-            max_grad_norm=config.max_grad_norm or math.inf,
-            # a NaN loss is logged as NaN (the run stops on it); under fp16 a skipped update's loss is left out
-            logging_nan_inf_filter=bool(precision_flags.get("fp16")),
-            optim=_optimizer_name(config.fused_optimizer, use_cpu), torch_compile=config.compile,
-            **({"use_liger_kernel": True} if config.liger_kernel else {}),
-            **(_checkpointing_arguments() if config.gradient_checkpointing else {}),
-            logging_steps=config.logging_steps, save_strategy="steps",
-            save_steps=config.save_steps, save_total_limit=config.save_total_limit,
-            eval_strategy="steps" if eval_set is not None else "no", eval_steps=config.eval_steps, seed=config.seed,
-            report_to="none", disable_tqdm=not progress, dataloader_num_workers=config.num_workers,
-            remove_unused_columns=False, dataloader_pin_memory=not use_cpu, use_cpu=use_cpu,
-            **precision_flags)
-        snapshots = Snapshots(output, config.snapshot_steps, offset) if config.snapshot_steps else None
-        phase_callbacks = [Curve(curve, phase, offset), RecipeHooks(recipe, phase)] + ([snapshots] if snapshots
-                                                                                        else [])
-        # this phase's slice of the run's shuffled streams: it goes on where the phase before stopped
-        per_update = config.batch_size * config.gradient_accumulation * state.num_processes
-        phase_set = phase_dataset(train_sets, streams, config.seed, offset * per_update, phase.steps * per_update,
-                                  config.batch_size)
-        trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=eval_set,
-                               data_collator=collator, processing_class=tokenizer, phase=phase, recipe=recipe,
-                               phase_index=index, offset=offset, precision=_precision_name(precision_flags),
-                               saved_state=_saved_state(recipe, phase, kept_dtype), saved_dtype=kept_dtype,
-                               teacher=teacher,
-                               callbacks=phase_callbacks + list(callbacks or []))
-        if not progress:
-            from transformers.trainer_callback import PrinterCallback
-
-            trainer.remove_callback(PrinterCallback)  # it prints every log line when there is no progress bar
-        if snapshots:
-            snapshots.trainer = trainer
-        if state.is_main_process and (phase_dir / ".staging").exists():
-            shutil.rmtree(phase_dir / ".staging")  # a checkpoint an interrupted run did not finish
-        if checkpoint:
-            resumed = True
-            logger.info("resuming phase %s from %s", phase.name, checkpoint)
-        if index == 0 and checkpoint is None and eval_set is not None and curve.step0 is None:
-            curve.step0 = trainer.evaluate()
-            if state.is_main_process:
-                atomic_write_text(step0_path, json.dumps(curve.step0))
-        if index == 0 and 0 in config.snapshot_steps and checkpoint is None:
-            save_model_atomically(trainer, output / "snapshots" / "step-0", card=(output, 0))
-        if stopped_at:
-            from transformers import TrainerState
-
-            logger.info("phase %s ended at its checkpoint of step %d (recipe %s); it is not trained on", phase.name,
-                        stopped_at, recipe.name)
-            trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
-            metrics = {}
-        else:
-            metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
-        steps = trainer.state.global_step
-        if eval_set is not None and not any(e.get("step") == steps and "eval_loss" in e
-                                            for e in trainer.state.log_history):
-            trainer.evaluate()
-        seconds = metrics.get("train_runtime")
-        # the mean of the phase's logged losses: the Trainer's train_loss covers only what this process trained
-        logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-        summary = {"name": phase.name, "trainable": phase.trainable, "steps": steps, "planned_steps": phase.steps,
-                   "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps, "schedule": phase.schedule,
-                   **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
-                                            else metrics.get("train_loss")),  # a phase shorter than logging_steps
-                   # the loop's own speed: the updates' time, without evaluations and checkpoints
-                   **trainer.clock.summary(), "train_seconds": seconds,
-                   **({"teacher": {"used": True, **teacher.phase_summary()}} if teacher is not None
-                      else {"teacher": {"used": False, "check": dropped}} if dropped is not None else {})}
-        if trainer.clock.updates:
-            logger.info("phase %s: %s updates read %s tokens in %s s of loop: %s tokens/s, %.1f%% of it waiting "
-                        "for data", phase.name, f"{trainer.clock.updates:,}", f"{trainer.clock.tokens:,}",
-                        f"{trainer.clock.seconds:,.1f}", f"{summary['tokens_per_second']:,.0f}",
-                        100 * summary["data_wait"])
-        save_model_atomically(trainer, final, {"phase.json": {**summary,
-                                                              "log_history": trainer.state.log_history}})
-        curve.done.append((phase, offset, list(trainer.state.log_history)))
+        summary, resumed_here = _train_phase(run, index, phase, start_model, offset)
+        resumed |= resumed_here
         summaries.append(summary)
-        done_steps.append(steps)
-        offset += steps
+        done_steps.append(summary["steps"])
+        offset += summary["steps"]
         start_model = final
-        if state.is_main_process:
-            for checkpoint_dir in phase_dir.glob("checkpoint-*"):
-                shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the phase is done; final/ replaces them
-        state.wait_for_everyone()
 
+    final_curve = _finish_output(state, output, recipe, start_model, record, summaries, curve, offset)
+    return TrainReport(output, output / "model", objective, summaries, final_curve, resumed,
+                       time.perf_counter() - clock)
+
+
+@dataclass
+class _Run:
+    """What every phase of one run reads."""
+
+    config: TrainConfig
+    state: object
+    recipe: object
+    tokenizer: object
+    objective: str
+    collator: object
+    train_sets: dict
+    streams: list
+    eval_set: object
+    teacher: object
+    dropped: object
+    curve: object
+    callbacks: list
+    precision_flags: dict
+    progress: bool
+    use_cpu: bool
+
+    @property
+    def output(self) -> Path:
+        return Path(self.config.output)
+
+
+def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tuple[dict, bool]:
+    """Train one phase from `start_model` (or resume it from its last checkpoint) and save its final model;
+    returns its summary and whether it resumed."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from langswap.training.trainer import save_model_atomically
+
+    config, state, recipe, output = run.config, run.state, run.recipe, run.output
+    phase_dir = output / f"phase-{phase.name}"
+    checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
+    # A phase the recipe ended at its last checkpoint is not resumed (a resumed Trainer clears the stop and
+    # trains on): that checkpoint is its result.
+    stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
+    loaded_from = checkpoint if stopped_at else start_model
+    model, kept_dtype, counts = _phase_model(config, recipe, phase, loaded_from, run.objective, run.tokenizer,
+                                             run.precision_flags)
+    trainer = _phase_trainer(run, index, phase, offset, phase_dir, model, kept_dtype)
+    if state.is_main_process and (phase_dir / ".staging").exists():
+        shutil.rmtree(phase_dir / ".staging")  # a checkpoint an interrupted run did not finish
+    if checkpoint:
+        logger.info("resuming phase %s from %s", phase.name, checkpoint)
+    if index == 0 and checkpoint is None and run.eval_set is not None and run.curve.step0 is None:
+        run.curve.step0 = trainer.evaluate()
+        if state.is_main_process:
+            atomic_write_text(output / STEP0_EVALUATION, json.dumps(run.curve.step0))
+    if index == 0 and 0 in config.snapshot_steps and checkpoint is None:
+        save_model_atomically(trainer, output / "snapshots" / "step-0", card=(output, 0))
+    if stopped_at:
+        from transformers import TrainerState
+
+        logger.info("phase %s ended at its checkpoint of step %d (recipe %s); it is not trained on", phase.name,
+                    stopped_at, recipe.name)
+        trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+        metrics = {}
+    else:
+        metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
+    steps = trainer.state.global_step
+    if run.eval_set is not None and not any(e.get("step") == steps and "eval_loss" in e
+                                            for e in trainer.state.log_history):
+        trainer.evaluate()
+    summary = _phase_summary(phase, trainer, metrics, counts, run.teacher, run.dropped)
+    save_model_atomically(trainer, phase_dir / "final", {"phase.json": {**summary,
+                                                                        "log_history": trainer.state.log_history}})
+    run.curve.done.append((phase, offset, list(trainer.state.log_history)))
+    if state.is_main_process:
+        for checkpoint_dir in phase_dir.glob("checkpoint-*"):
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the phase is done; final/ replaces them
+    state.wait_for_everyone()
+    return summary, bool(checkpoint)
+
+
+def _phase_trainer(run: _Run, index: int, phase, offset: int, phase_dir: Path, model, kept_dtype):
+    """The phase's Trainer: its arguments, callbacks (curve, recipe hooks, snapshots) and its slice of the run's
+    shuffled streams, which goes on where the phase before stopped."""
+    from transformers.trainer_callback import PrinterCallback
+
+    from langswap.training.data import phase_dataset
+    from langswap.training.trainer import Curve, PhaseTrainer, RecipeHooks, Snapshots
+
+    config, recipe = run.config, run.recipe
+    args = _training_arguments(config, phase, phase_dir, run.eval_set is not None, run.precision_flags, run.progress,
+                               run.use_cpu)
+    snapshots = Snapshots(run.output, config.snapshot_steps, offset) if config.snapshot_steps else None
+    phase_callbacks = [Curve(run.curve, phase, offset), RecipeHooks(recipe, phase)] + ([snapshots] if snapshots
+                                                                                        else [])
+    per_update = config.batch_size * config.gradient_accumulation * run.state.num_processes
+    phase_set = phase_dataset(run.train_sets, run.streams, config.seed, offset * per_update,
+                              phase.steps * per_update, config.batch_size)
+    trainer = PhaseTrainer(model=model, args=args, train_dataset=phase_set, eval_dataset=run.eval_set,
+                           data_collator=run.collator, processing_class=run.tokenizer, phase=phase, recipe=recipe,
+                           phase_index=index, offset=offset, precision=_precision_name(run.precision_flags),
+                           saved_state=_saved_state(recipe, phase, kept_dtype), saved_dtype=kept_dtype,
+                           teacher=run.teacher, callbacks=phase_callbacks + run.callbacks)
+    if not run.progress:
+        trainer.remove_callback(PrinterCallback)  # it prints every log line when there is no progress bar
+    if snapshots:
+        snapshots.trainer = trainer
+    return trainer
+
+
+def _complete_report(output: Path) -> TrainReport:
+    """The report of a run whose output is complete already: nothing is trained."""
+    record = read_train_record(output)
+    logger.info("%s is already complete; nothing to do", output)
+    curve_path = output / "curve.json"
+    return TrainReport(output, output / "model", record.objective, record.phases,
+                       json.loads(curve_path.read_text()) if curve_path.exists() else {}, True, 0.0)
+
+
+def _start_output(config: TrainConfig, state, output: Path, record: TrainRecord) -> None:
+    """The output folder with the run's record (status running), made by the main process, the others waiting."""
+    if state.is_main_process:
+        if config.overwrite and output.exists():
+            shutil.rmtree(output)
+        output.mkdir(parents=True, exist_ok=True)
+        write_train_record(output, record)
+    state.wait_for_everyone()
+
+
+def _finish_output(state, output: Path, recipe, start_model, record: TrainRecord, summaries: list[dict], curve,
+                   steps: int) -> dict:
+    """The last phase's model written as the run's model, the recipe's outputs, the record complete; returns the
+    curve (empty on processes other than the main one)."""
     final_curve = curve() if state.is_main_process else {}
     if state.is_main_process:
         _write_model(start_model, output / "model", record, summaries, final_curve)
         recipe.finish_outputs(output)
-        record = dataclasses.replace(record, status="complete", phases=summaries, steps=offset)
-        write_train_record(output, record)
+        write_train_record(output, dataclasses.replace(record, status="complete", phases=summaries, steps=steps))
     state.wait_for_everyone()
-    return TrainReport(output, output / "model", objective, summaries, final_curve, resumed,
-                       time.perf_counter() - clock)
+    return final_curve
+
+
+def _check_document_mask(config: TrainConfig, objective: str, tokenizer, streams, recipe: str) -> None:
+    """Refuse `document_mask` where documents cannot be found: a masked LM, no end-of-text token, a stream packed
+    with another tokenizer."""
+    if config.document_mask and objective != "causal":
+        raise ConfigError("document_mask is for causal LMs: a masked LM's block reads every document in it both "
+                          "ways by design ([sep] between them); leave document_mask off.")
+    if config.document_mask and (tokenizer.eos_token_id is None or any(stream.tokenizer for stream in streams)):
+        raise ConfigError("document_mask finds documents by the end-of-text token of the model's tokenizer, "
+                          + ("which this tokenizer lacks" if tokenizer.eos_token_id is None
+                             else f"and recipe '{recipe}' packs a stream with another tokenizer")
+                          + "; leave document_mask off.")
+
+
+def _phase_model(config: TrainConfig, recipe, phase, loaded_from, objective: str, tokenizer, precision_flags: dict):
+    """(the phase's model, prepared by the recipe with its trainable parameters set; the dtype its folders are
+    written in (None: its own); its parameter counts)."""
+    import torch
+
+    autocast_dtype = (_autocast_dtype(precision_flags) if recipe.freezes_body(phase) and not sharding_engine()
+                      else None)
+    model, kept = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention,
+                                     autocast_dtype)
+    kept_dtype = autocast_dtype if kept else None  # the dtype the phase's model folders are written in
+    recipe.prepare_model(phase, model, loaded_from)
+    set_trainable(model, recipe.trainable_parameters(phase, model))
+    if kept:  # what the recipe added (adapters) trains in float32 too
+        for parameter in model.parameters():
+            if parameter.requires_grad and parameter.dtype != torch.float32:
+                parameter.data = parameter.data.to(torch.float32)
+    recipe.on_phase_start(phase, model)
+    counts = parameter_counts(model)
+    logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
+                f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
+    return model, kept_dtype, counts
+
+
+def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: str, sequence_length: int,
+                   progress: bool):
+    """Each stream's blocks from its token store (built once, by one process of a multi-process run), with what the
+    record says of them: (blocks by stream, tokens by stream, the streams' own tokenizers (None: the model's),
+    store folders, the training data's facts)."""
+    from langswap.training.data import batch_counts
+    from langswap.training.store import StoreBlocks
+
+    train_sets, stream_tokens, stream_tokenizers, stores, data = {}, {}, [], {}, {}
+    # sequences of each stream a micro-batch reads, and micro-batches of the run on all processes
+    micro_batch = dict(zip((stream.name for stream in streams), batch_counts(streams, config.batch_size)))
+    micro_batches = config.steps * config.gradient_accumulation * state.num_processes
+    for stream in streams:
+        stream_tokenizer = _stream_tokenizer(stream, tokenizer)
+        stream_tokenizers.append(stream_tokenizer if stream.tokenizer else None)
+        store = _built_once(state, lambda: _stream_store(config, stream, stream_tokenizer, objective, progress))
+        train_sets[stream.name] = StoreBlocks(store, stream_tokenizer, sequence_length, objective,
+                                              f"training text '{stream.path}'")
+        stream_tokens[stream.name], stores[stream.name] = store.num_tokens, str(store.folder)
+        sequences = len(train_sets[stream.name])
+        data[stream.name] = {"source": stream.path, "store": str(store.folder), "documents": store.num_documents,
+                             "tokens": store.num_tokens, "sequences": sequences,
+                             "epochs": round(micro_batches * micro_batch[stream.name] / sequences, 4)}
+        logger.info("%s: %s documents, %s tokens in its store, %s sequences of %d; the run's %s updates read %s "
+                    "epochs of it", "training text" if len(streams) == 1 else f"stream {stream.name}",
+                    f"{store.num_documents:,}", f"{store.num_tokens:,}", f"{sequences:,}", sequence_length,
+                    f"{config.steps:,}", f"{data[stream.name]['epochs']:.3g}")
+    return train_sets, stream_tokens, stream_tokenizers, stores, data
+
+
+def _eval_set(config: TrainConfig, tokenizer, collator, objective: str, sequence_length: int):
+    """(the evaluation blocks, their bytes per token), or (None, None) without an evaluation text. A masked LM's
+    blocks are masked once, so every evaluation reads the same masks."""
+    from langswap.training.data import BlockDataset, masked_eval_set, pack
+    from langswap.training.sources import source_texts
+
+    if not config.eval_text:
+        return None, None
+    # read a document at a time until eval_sequences blocks are full: memory does not grow with the file
+    eval_documents = source_texts(config.eval_text, "evaluation text", config.text_field)
+    try:
+        eval_packed = pack(tokenizer, eval_documents, sequence_length, objective,
+                           f"evaluation text '{config.eval_text}'", max_blocks=config.eval_sequences)
+    finally:
+        eval_documents.close()
+    eval_set = (masked_eval_set(collator, eval_packed.blocks, config.seed) if objective == "masked"
+                else BlockDataset(eval_packed.blocks))
+    return eval_set, eval_packed.bytes_per_token
+
+
+def _training_arguments(config: TrainConfig, phase, phase_dir: Path, evaluates: bool, precision_flags: dict,
+                        progress: bool, use_cpu: bool):
+    """The Trainer's arguments for one phase."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(phase_dir), max_steps=phase.steps, per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation,
+        learning_rate=phase.learning_rate, weight_decay=config.weight_decay, adam_beta1=config.adam_beta1,
+        adam_beta2=config.adam_beta2, adam_epsilon=config.adam_epsilon,
+        # no clipping is an infinite norm, so the Trainer still measures the norm that `_check_update` reads
+        max_grad_norm=config.max_grad_norm or math.inf,
+        # a NaN loss is logged as NaN (the run stops on it); under fp16 a skipped update's loss is left out
+        logging_nan_inf_filter=bool(precision_flags.get("fp16")),
+        optim=_optimizer_name(config.fused_optimizer, use_cpu), torch_compile=config.compile,
+        **({"use_liger_kernel": True} if config.liger_kernel else {}),
+        **(_checkpointing_arguments() if config.gradient_checkpointing else {}),
+        logging_steps=config.logging_steps, save_strategy="steps",
+        save_steps=config.save_steps, save_total_limit=config.save_total_limit,
+        eval_strategy="steps" if evaluates else "no", eval_steps=config.eval_steps, seed=config.seed,
+        report_to="none", disable_tqdm=not progress, dataloader_num_workers=config.num_workers,
+        remove_unused_columns=False, dataloader_pin_memory=not use_cpu, use_cpu=use_cpu,
+        **precision_flags)
+
+
+def _phase_summary(phase, trainer, metrics: dict, counts: dict, teacher, dropped) -> dict:
+    """What the record keeps of a finished phase (logged, with the loop's speed)."""
+    # the mean of the phase's logged losses: the Trainer's train_loss covers only what this process trained
+    logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    summary = {"name": phase.name, "trainable": phase.trainable, "steps": trainer.state.global_step,
+               "planned_steps": phase.steps, "learning_rate": phase.learning_rate,
+               "warmup_steps": phase.warmup_steps, "schedule": phase.schedule,
+               **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
+                                        else metrics.get("train_loss")),  # a phase shorter than logging_steps
+               # the loop's own speed: the updates' time, without evaluations and checkpoints
+               **trainer.clock.summary(), "train_seconds": metrics.get("train_runtime"),
+               **({"teacher": {"used": True, **teacher.phase_summary()}} if teacher is not None
+                  else {"teacher": {"used": False, "check": dropped}} if dropped is not None else {})}
+    if trainer.clock.updates:
+        logger.info("phase %s: %s updates read %s tokens in %s s of loop: %s tokens/s, %.1f%% of it waiting "
+                    "for data", phase.name, f"{trainer.clock.updates:,}", f"{trainer.clock.tokens:,}",
+                    f"{trainer.clock.seconds:,.1f}", f"{summary['tokens_per_second']:,.0f}",
+                    100 * summary["data_wait"])
+    return summary
 
 
 def prepare(config: TrainConfig, progress: bool = False) -> list:
