@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import logging
 import os
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from langswap import __version__
 from langswap.commands import describe_fields
@@ -452,21 +455,98 @@ def cmd_demo(args) -> int:
 
 # -- parser -------------------------------------------------------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
-    from langswap.commands import (AlignJob, AlignParallelJob, EvaluateJob, InitConfigJob, LexiconJob, TokenizerJob,
-                                   VectorsJob)
-    from langswap.demo.run import DemoConfig
-    from langswap.methods.base import DEFAULT_METHOD
-    from langswap.transfer import TransferConfig
-    from langswap.resources.alignment import AlignConfig
-    from langswap.resources.parallel import ParallelConfig
-    from langswap.resources.fasttext_train import FastTextConfig
-    from langswap.bench import BenchConfig
-    from langswap.enrich import EnrichConfig
-    from langswap.evaluation.lexicon import LexiconConfig
-    from langswap.evaluation.options import EvaluateConfig
-    from langswap.training.run import TrainConfig
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its runner, the config fields its flags set, its YAML config positional and `--set` keys."""
 
+    name: str
+    help: str
+    run: Callable
+    fields: str | None = None  # "module:Class" whose fields `flags` become flags
+    flags: tuple[str, ...] = ()
+    config: str | None = None  # help of its YAML config positional (None: it takes none)
+    config_required: bool = False
+    keys: str | None = None  # "module:Class" whose keys `--set key=value` takes, listed in the epilog (None: no --set)
+    epilog: str = ""  # after the keys
+    extra: Callable | None = None  # adds the command's own arguments, after the flags
+
+
+def _method_flag(sub) -> None:
+    from langswap.methods.base import DEFAULT_METHOD
+
+    sub.add_argument("--method", help=f"Method name (`langswap methods`; default {DEFAULT_METHOD}).")
+
+
+def _store_flags(sub) -> None:
+    sub.add_argument("--list", action="store_true", help="List the token stores in the data folder: size, state "
+                     "(ready, stale, damaged, unfinished), counts and files.")
+    sub.add_argument("--remove", nargs="+", metavar="NAME", help="Remove these stores (names as --list shows them; "
+                     "`all`: every store and unfinished build in the data folder).")
+
+
+def _json_flag(what: str) -> Callable:
+    return lambda sub: sub.add_argument("--json", action="store_true", help=f"Print the {what} as JSON.")
+
+
+TRAIN_EPILOG = textwrap.dedent("""
+
+    many GPUs: the Hugging Face Trainer is the engine, so launch as usual, e.g.
+      accelerate launch -m langswap.cli train CONFIG.yaml
+      torchrun --nproc_per_node 8 -m langswap.cli train CONFIG.yaml
+    Rerun the same command to resume an interrupted run.""")
+
+COMMANDS = [
+    Command("methods", "List the methods and their options.", cmd_methods),
+    Command("recipes", "List the training recipes (train presets) and their options.", cmd_recipes),
+    Command("init-config", "Write a transfer config with every default.", cmd_init_config,
+            "langswap.commands:InitConfigJob", INIT_CONFIG_FLAGS),
+    Command("transfer", "Transfer a model to a target tokenizer.", cmd_transfer, "langswap.transfer:TransferConfig",
+            TRANSFER_FLAGS, config="YAML config (`langswap init-config` writes one).",
+            keys="langswap.transfer:TransferConfig", extra=_method_flag),
+    Command("train", "Continue pretraining a model folder (phases, presets, resume).", cmd_train,
+            "langswap.training.run:TrainConfig", TRAIN_FLAGS,
+            config="YAML config (`langswap init-config --for train` writes one).",
+            keys="langswap.training.run:TrainConfig", epilog=TRAIN_EPILOG),
+    Command("prepare", "Tokenise a run's training text once into token stores (`train` builds them when missing); "
+            "--list or --remove stores.", cmd_prepare, "langswap.training.run:TrainConfig", PREPARE_FLAGS,
+            config="The train YAML config of the run (or the flags below).",
+            keys="langswap.training.run:TrainConfig", extra=_store_flags),
+    Command("enrich", "TEMA: improve a poorly trained target-language model (L2) with the embeddings of a richly "
+            "trained one (L1) of the same width, through a dictionary.", cmd_enrich, "langswap.enrich:EnrichConfig",
+            ENRICH_FLAGS, config="YAML config (`langswap init-config --for enrich` writes one).",
+            keys="langswap.enrich:EnrichConfig"),
+    Command("bench", "Compare methods at step 0 and after short training: table + plots.", cmd_bench,
+            "langswap.bench:BenchConfig", BENCH_FLAGS, config="Bench YAML (`langswap init-config --for bench` writes "
+            "one).", config_required=True, keys="langswap.bench:BenchConfig"),
+    Command("tokenizer", "Train a target tokenizer of the source model's family.", cmd_tokenizer,
+            "langswap.commands:TokenizerJob", TOKENIZER_FLAGS),
+    Command("fasttext", "Train fastText word vectors on a text file, or bilingual ones on a dictionary "
+            "(--dictionary).", cmd_fasttext, "langswap.commands:VectorsJob", FASTTEXT_FLAGS,
+            keys="langswap.resources.fasttext_train:FastTextConfig"),
+    Command("align", "Align two word-vector spaces with a dictionary; report precision@1.", cmd_align,
+            "langswap.commands:AlignJob", ALIGN_FLAGS, keys="langswap.resources.alignment:AlignConfig"),
+    Command("align-parallel", "Word-align parallel text at the subword level (eflomal); save translation "
+            "probabilities p(source token | target token) for `ramen`.", cmd_align_parallel,
+            "langswap.commands:AlignParallelJob", ALIGN_PARALLEL_FLAGS,
+            keys="langswap.resources.parallel:ParallelConfig"),
+    Command("lexicon", "Bilingual lexicon induction: precision@1/@5 (nearest neighbour and CSLS) of aligned word "
+            "vectors.", cmd_lexicon, "langswap.commands:LexiconJob", LEXICON_FLAGS,
+            keys="langswap.evaluation.lexicon:LexiconConfig", extra=_json_flag("report")),
+    Command("evaluate", "Perplexity / bits per byte (pseudo-perplexity, masked-LM loss), POS probe, "
+            "token-classification fine-tuning.", cmd_evaluate, "langswap.commands:EvaluateJob", EVALUATE_FLAGS,
+            keys="langswap.evaluation.options:EvaluateConfig", extra=_json_flag("results")),
+    Command("demo", "Transfer SmolLM2-135M to German with bundled data; print a table.", cmd_demo,
+            "langswap.demo.run:DemoConfig", DEMO_FLAGS, keys="langswap.demo.run:DemoConfig"),
+]
+
+
+def _class(path: str):
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser: the program's own flags, then one subcommand per entry of COMMANDS."""
     parser = argparse.ArgumentParser(prog="langswap", description="Move a pretrained language model to a new "
                                      "language: new tokenizer, embeddings initialised from the old ones.")
     parser.add_argument("--version", action="version", version=f"langswap {__version__}")
@@ -475,109 +555,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Import this Python file first, so the methods, resource kinds and recipes it registers "
                              "can be named (repeatable; give it to every process of a multi-GPU run).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    raw = argparse.RawDescriptionHelpFormatter
-
-    sub = commands.add_parser("methods", help="List the methods and their options.")
-    sub.set_defaults(run=cmd_methods)
-
-    sub = commands.add_parser("recipes", help="List the training recipes (train presets) and their options.")
-    sub.set_defaults(run=cmd_recipes)
-
-    sub = commands.add_parser("init-config", help="Write a transfer config with every default.")
-    add_flags(sub, InitConfigJob, INIT_CONFIG_FLAGS)
-    sub.set_defaults(run=cmd_init_config)
-
-    sub = commands.add_parser("transfer", help="Transfer a model to a target tokenizer.", formatter_class=raw,
-                              epilog=_set_help(TransferConfig))
-    sub.add_argument("config", nargs="?", help="YAML config (`langswap init-config` writes one).")
-    add_flags(sub, TransferConfig, TRANSFER_FLAGS)
-    sub.add_argument("--method", help=f"Method name (`langswap methods`; default {DEFAULT_METHOD}).")
-    _add_set(sub)
-    sub.set_defaults(run=cmd_transfer)
-
-    sub = commands.add_parser("train", help="Continue pretraining a model folder (phases, presets, resume).",
-                              formatter_class=raw, epilog=_set_help(TrainConfig) + textwrap.dedent("""
-
-        many GPUs: the Hugging Face Trainer is the engine, so launch as usual, e.g.
-          accelerate launch -m langswap.cli train CONFIG.yaml
-          torchrun --nproc_per_node 8 -m langswap.cli train CONFIG.yaml
-        Rerun the same command to resume an interrupted run."""))
-    sub.add_argument("config", nargs="?", help="YAML config (`langswap init-config --for train` writes one).")
-    add_flags(sub, TrainConfig, TRAIN_FLAGS)
-    _add_set(sub)
-    sub.set_defaults(run=cmd_train)
-
-    sub = commands.add_parser("prepare", help="Tokenise a run's training text once into token stores (`train` "
-                              "builds them when missing); --list or --remove stores.", formatter_class=raw,
-                              epilog=_set_help(TrainConfig))
-    sub.add_argument("config", nargs="?", help="The train YAML config of the run (or the flags below).")
-    add_flags(sub, TrainConfig, PREPARE_FLAGS)
-    sub.add_argument("--list", action="store_true", help="List the token stores in the data folder: size, state "
-                     "(ready, stale, damaged, unfinished), counts and files.")
-    sub.add_argument("--remove", nargs="+", metavar="NAME", help="Remove these stores (names as --list shows them; "
-                     "`all`: every store and unfinished build in the data folder).")
-    _add_set(sub)
-    sub.set_defaults(run=cmd_prepare)
-
-    sub = commands.add_parser("enrich", help="TEMA: improve a poorly trained target-language model (L2) with the "
-                              "embeddings of a richly trained one (L1) of the same width, through a dictionary.",
-                              formatter_class=raw, epilog=_set_help(EnrichConfig))
-    sub.add_argument("config", nargs="?", help="YAML config (`langswap init-config --for enrich` writes one).")
-    add_flags(sub, EnrichConfig, ENRICH_FLAGS)
-    _add_set(sub)
-    sub.set_defaults(run=cmd_enrich)
-
-    sub = commands.add_parser("bench", help="Compare methods at step 0 and after short training: table + plots.",
-                              formatter_class=raw, epilog=_set_help(BenchConfig))
-    sub.add_argument("config", help="Bench YAML (`langswap init-config --for bench` writes one).")
-    add_flags(sub, BenchConfig, BENCH_FLAGS)
-    _add_set(sub)
-    sub.set_defaults(run=cmd_bench)
-
-    sub = commands.add_parser("tokenizer", help="Train a target tokenizer of the source model's family.")
-    add_flags(sub, TokenizerJob, TOKENIZER_FLAGS)
-    sub.set_defaults(run=cmd_tokenizer)
-
-    sub = commands.add_parser("fasttext", help="Train fastText word vectors on a text file, or bilingual ones on a "
-                              "dictionary (--dictionary).", formatter_class=raw,
-                              epilog=_set_help(FastTextConfig))
-    add_flags(sub, VectorsJob, FASTTEXT_FLAGS)
-    _add_set(sub)
-    sub.set_defaults(run=cmd_fasttext)
-
-    sub = commands.add_parser("align", help="Align two word-vector spaces with a dictionary; report precision@1.",
-                              formatter_class=raw, epilog=_set_help(AlignConfig))
-    add_flags(sub, AlignJob, ALIGN_FLAGS)
-    _add_set(sub)
-    sub.set_defaults(run=cmd_align)
-
-    sub = commands.add_parser("align-parallel", help="Word-align parallel text at the subword level (eflomal); save "
-                              "translation probabilities p(source token | target token) for `ramen`.",
-                              formatter_class=raw, epilog=_set_help(ParallelConfig))
-    add_flags(sub, AlignParallelJob, ALIGN_PARALLEL_FLAGS)
-    _add_set(sub)
-    sub.set_defaults(run=cmd_align_parallel)
-
-    sub = commands.add_parser("lexicon", help="Bilingual lexicon induction: precision@1/@5 (nearest neighbour and "
-                              "CSLS) of aligned word vectors.", formatter_class=raw, epilog=_set_help(LexiconConfig))
-    add_flags(sub, LexiconJob, LEXICON_FLAGS)
-    sub.add_argument("--json", action="store_true", help="Print the report as JSON.")
-    _add_set(sub)
-    sub.set_defaults(run=cmd_lexicon)
-
-    sub = commands.add_parser("evaluate", help="Perplexity / bits per byte (pseudo-perplexity, masked-LM loss), POS "
-                              "probe, token-classification fine-tuning.", formatter_class=raw,
-                              epilog=_set_help(EvaluateConfig))
-    add_flags(sub, EvaluateJob, EVALUATE_FLAGS)
-    sub.add_argument("--json", action="store_true", help="Print the results as JSON.")
-    _add_set(sub)
-    sub.set_defaults(run=cmd_evaluate)
-
-    sub = commands.add_parser("demo", help="Transfer SmolLM2-135M to German with bundled data; print a table.",
-                              formatter_class=raw, epilog=_set_help(DemoConfig))
-    add_flags(sub, DemoConfig, DEMO_FLAGS)
-    _add_set(sub)
-    sub.set_defaults(run=cmd_demo)
+    for command in COMMANDS:
+        options = {}
+        if command.keys:
+            options = {"formatter_class": argparse.RawDescriptionHelpFormatter,
+                       "epilog": _set_help(_class(command.keys)) + command.epilog}
+        sub = commands.add_parser(command.name, help=command.help, **options)
+        if command.config:
+            sub.add_argument("config", **({} if command.config_required else {"nargs": "?"}), help=command.config)
+        if command.fields:
+            add_flags(sub, _class(command.fields), list(command.flags))
+        if command.extra:
+            command.extra(sub)
+        if command.keys:
+            _add_set(sub)
+        sub.set_defaults(run=command.run)
     return parser
 
 
