@@ -305,3 +305,20 @@ def family_model(family: str, tokenizer, seed: int = 0, initializer_range: float
         model = transformers.XLMRobertaForMaskedLM(config)
     model.eval()
     return model
+
+
+def relabelled(tokenizer, seed: int):
+    """(the tokenizer with its model vocabulary's ids shuffled among themselves, added tokens where they were;
+    permutation: source id -> target id of the same piece)."""
+    import numpy as np
+
+    from langswap.resources.tokenizer import with_tokenizer_json
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    added = {entry["id"] for entry in spec["added_tokens"]}
+    movable = sorted(index for index in vocab.values() if index not in added)
+    permutation = np.arange(len(tokenizer))
+    permutation[movable] = np.random.default_rng(seed).permutation(movable)
+    spec["model"]["vocab"] = {piece: int(permutation[index]) for piece, index in vocab.items()}
+    return with_tokenizer_json(tokenizer, spec), permutation

@@ -20,6 +20,7 @@ import pytest
 import torch
 from conftest import (byte_level_tokenizer, english_lines, sentencepiece_tokenizer, tiny_model,
                       wordpiece_tokenizer)
+from families import relabelled
 
 from langswap.distill import DistillConfig, distill
 from langswap.errors import ConfigError
@@ -36,25 +37,6 @@ def lines() -> list[str]:
 @pytest.fixture(scope="module")
 def source_tokenizer():
     return byte_level_tokenizer(english_lines(), 400)
-
-
-def relabelled(tokenizer, seed: int):
-    """(tokenizer with the same pieces and merges under shuffled ids, permutation: source id -> target id); special
-    tokens keep their ids."""
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    vocab = spec["model"]["vocab"]
-    special = {entry["id"] for entry in spec["added_tokens"]}
-    movable = sorted(index for index in vocab.values() if index not in special)
-    permutation = np.arange(len(vocab))
-    permutation[movable] = np.random.default_rng(seed).permutation(movable)
-    spec["model"]["vocab"] = {piece: int(permutation[index]) for piece, index in vocab.items()}
-    shuffled = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
-                                       bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                                       unk_token="<|endoftext|>")
-    return shuffled, permutation
 
 
 def random_rows(model, seed: int, keep: np.ndarray | None = None) -> torch.Tensor:

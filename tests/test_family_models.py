@@ -11,7 +11,8 @@ import json
 import pytest
 import torch
 from conftest import cipher_line
-from families import ARCHITECTURES, ROUND_TRIP, family_model, family_tokenizer, has_architecture, mixed_lines
+from families import (ARCHITECTURES, ROUND_TRIP, family_model, family_tokenizer, has_architecture, mixed_lines,
+                      relabelled)
 
 from langswap.cli import main
 
@@ -160,23 +161,6 @@ def test_chunks_spell_the_same_bytes_on_both_sides_in_every_family(family):
             assert not unknown or family in ("bert", "xlmr")
 
 
-def _relabelled(tokenizer, seed: int):
-    """(the tokenizer with its model vocabulary's ids shuffled among themselves, added tokens where they were;
-    target id -> source id of the same piece)."""
-    import numpy as np
-
-    from langswap.resources.tokenizer import with_tokenizer_json
-
-    spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    vocab = spec["model"]["vocab"]
-    added = {entry["id"] for entry in spec["added_tokens"]}
-    movable = sorted(index for index in vocab.values() if index not in added)
-    permutation = np.arange(len(tokenizer))
-    permutation[movable] = np.random.default_rng(seed).permutation(movable)
-    spec["model"]["vocab"] = {piece: int(permutation[index]) for piece, index in vocab.items()}
-    return with_tokenizer_json(tokenizer, spec), np.argsort(permutation)
-
-
 @pytest.mark.parametrize("family", ["mistral", "llama3", "qwen2"])
 def test_distillation_recovers_a_relabelled_vocabulary_in_every_family(family):
     """The known answer of distillation, per family: a target tokenizer that is the source's with its ids shuffled
@@ -196,7 +180,8 @@ def test_distillation_recovers_a_relabelled_vocabulary_in_every_family(family):
 
     source_tokenizer = family_tokenizer(family)
     model = family_model(family, source_tokenizer)
-    target_tokenizer, source_of = _relabelled(source_tokenizer, seed=1)
+    target_tokenizer, permutation = relabelled(source_tokenizer, seed=1)
+    source_of = np.argsort(permutation)
     lines = mixed_lines(400, seed=11)
     added = set(source_tokenizer.get_added_vocab().values())
     trainable = np.array([index not in added for index in range(model.get_input_embeddings().weight.shape[0])])
