@@ -134,12 +134,14 @@ def sentencepiece_tokenizer(lines: list[str], vocab_size: int = 400):
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
 
-def wordpiece_tokenizer(lines: list[str], vocab_size: int = 400):
-    """BERT style WordPiece with [CLS] [SEP] [MASK] [PAD] [UNK]."""
+def wordpiece_tokenizer(lines: list[str], vocab_size: int = 400, unused: int = 0):
+    """BERT style WordPiece with [CLS] [SEP] [MASK] [PAD] [UNK], and `unused` placeholders [unusedN] after them (named
+    as additional special tokens, as some BERT configs list them)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    placeholders = [f"[unused{i}]" for i in range(unused)]
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + placeholders
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -150,7 +152,8 @@ def wordpiece_tokenizer(lines: list[str], vocab_size: int = 400):
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="[PAD]", unk_token="[UNK]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                   **({"additional_special_tokens": placeholders} if placeholders else {}))
 
 
 def roberta_tokenizer(lines: list[str], vocab_size: int = 400):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import random
 
-from conftest import WORDS
+from conftest import WORDS, byte_level_tokenizer, wordpiece_tokenizer
 
 ORDER = ("gemma3", "llama2", "mistral", "llama3", "qwen2", "gpt2", "bert", "xlmr")
 SENTENCEPIECE_FAMILIES = ("gemma3", "llama2", "mistral", "xlmr")
@@ -190,33 +190,8 @@ def _qwen2(lines, size):
     return _wrap(spec, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=QWEN_TEMPLATE)
 
 
-def _gpt2(lines, size):
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(lines, trainers.BpeTrainer(
-        vocab_size=size, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=[AddedToken("<|endoftext|>", special=True)]))
-    spec = json.loads(tokenizer.to_str())
-    return _wrap(spec, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>")
-
-
 def _bert(lines, size):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"[unused{i}]" for i in range(5)]
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece()
-    tokenizer.train_from_iterator(lines, trainers.WordPieceTrainer(vocab_size=size, special_tokens=specials,
-                                                                   show_progress=False))
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    return _wrap(json.loads(tokenizer.to_str()), pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                 sep_token="[SEP]", mask_token="[MASK]", additional_special_tokens=["[unused0]", "[unused1]"])
+    return wordpiece_tokenizer(lines, size, unused=5)
 
 
 def _xlmr(lines, size):
@@ -235,7 +210,7 @@ def _xlmr(lines, size):
 
 
 BUILDERS = {"gemma3": _gemma3, "llama2": _llama2, "mistral": _mistral, "llama3": _llama3, "qwen2": _qwen2,
-            "gpt2": _gpt2, "bert": _bert, "xlmr": _xlmr}
+            "gpt2": byte_level_tokenizer, "bert": _bert, "xlmr": _xlmr}
 
 
 def family_tokenizer(family: str, lines: list[str] | None = None, size: int = 600):

@@ -163,13 +163,13 @@ def update_special_token_ids(model, tokenizer) -> None:
             config.sep_token_id = roles["sep"]
 
 
-_ROLE_KEYS = ("bos_", "eos_", "pad_", "sep_", "unk_", "cls_", "mask_", "decoder_start_")
-
-
 def remap_named_token_ids(config: dict, source_tokenizer, target_tokenizer) -> list[str]:
     """Move the token ids a model's config.json names beside the roles (Gemma-3's `image_token_index`,
     `boi_token_index`; `image_token_id`, `video_token_id`), in place, from the source tokenizer's ids to the target's
-    ids of the same tokens. Returns a warning for each such id whose token the target lacks (left as it was)."""
+    ids of the same tokens (`tokens.names_a_token`). Returns a warning for each such id whose token the target lacks
+    (left as it was)."""
+    from langswap.tokens import names_a_token
+
     source_size = len(source_tokenizer)
     target_vocab = target_tokenizer.get_vocab()
     warnings = []
@@ -178,8 +178,7 @@ def remap_named_token_ids(config: dict, source_tokenizer, target_tokenizer) -> l
         for key, value in list(node.items()):
             if isinstance(value, dict):
                 walk(value, f"{path}{key}.")
-            elif (key.endswith(("_token_index", "_token_id")) and not key.startswith(_ROLE_KEYS)
-                  and isinstance(value, int) and not isinstance(value, bool)):
+            elif names_a_token(key) and isinstance(value, int) and not isinstance(value, bool):
                 token = source_tokenizer.convert_ids_to_tokens(value) if 0 <= value < source_size else None
                 if token is not None and token in target_vocab:
                     node[key] = target_vocab[token]

@@ -114,6 +114,16 @@ def detect_family(tokenizer) -> tuple[str, dict]:
     return PLAIN, {}
 
 
+_ROLE_PREFIXES = tuple(f"{role}_" for role in SPECIAL_ROLES) + ("decoder_start_",)
+
+
+def names_a_token(key: str) -> bool:
+    """Whether a model config's `key` holds the id (or ids) of a token beside the roles: Gemma-3's
+    `image_token_index`, `boi_token_index`; `image_token_id`, `video_token_id` (not `bos_token_id` and the other
+    roles, which follow the tokenizer's own)."""
+    return key.endswith(("_token_index", "_token_id", "_token_ids")) and not key.startswith(_ROLE_PREFIXES)
+
+
 def special_token_roles(tokenizer) -> dict[str, int]:
     """Role -> token id, for each role the tokenizer defines."""
     roles = {}

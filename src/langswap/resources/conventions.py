@@ -144,15 +144,20 @@ def _split(pattern: dict, behavior: str) -> dict:
     return {"type": "Split", "pattern": pattern, "behavior": behavior, "invert": False}
 
 
+def model_unknown(spec: dict) -> str | None:
+    """The tokenization model's unknown token (BPE and WordPiece name it, Unigram gives its id), or None."""
+    model = spec.get("model") or {}
+    if model.get("type") == "Unigram":
+        return model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
+    return model.get("unk_token")
+
+
 def model_pieces(spec: dict) -> list[str]:
     """The model vocabulary's entries of a tokenizer.json `spec`, less its added tokens and byte-fallback entries."""
     model = spec.get("model") or {}
     vocab = model.get("vocab") or {}
     pieces = [piece for piece, _ in vocab] if model.get("type") == "Unigram" else list(vocab)
-    added = {entry["content"] for entry in spec.get("added_tokens") or []}
-    unknown = model.get("unk_token") if model.get("type") != "Unigram" or model.get("unk_id") is None else \
-        vocab[model["unk_id"]][0]
-    added.add(unknown)
+    added = {entry["content"] for entry in spec.get("added_tokens") or []} | {model_unknown(spec)}
     return [piece for piece in pieces if piece not in added and not _BYTE_FALLBACK.match(piece)]
 
 
@@ -194,9 +199,8 @@ def independent_copies(source_tokenizer, target_tokenizer) -> tuple[dict[int, in
     space, the word start, included), and the source reads the same text after a line break; where what follows the
     line break is one source token that decodes back to that surface, the target token can be copied (a surface of
     whitespace alone, or one that starts with a line break or a tab, is read after "a" instead, as "\n" would join
-    it). A WordPiece
-    continuation is looked up by its `##` spelling, the string the source reads as that token. Returns the copies
-    and the target ids counted: added tokens and tokens whose surface is not whole UTF-8 (byte-level partial
+    it). A WordPiece continuation is looked up by its `##` spelling, the string the source reads as that token.
+    Returns the copies and the target ids counted: added tokens and tokens whose surface is not whole UTF-8 (byte-level partial
     characters, byte-fallback entries) have no surface to read and are not."""
     source_added = set(source_tokenizer.get_added_vocab())
     added = set(target_tokenizer.get_added_vocab())
@@ -205,11 +209,11 @@ def independent_copies(source_tokenizer, target_tokenizer) -> tuple[dict[int, in
     family, details = detect_family(target_tokenizer)
     source_vocab = source_tokenizer.get_vocab()
     ids, texts, found, counted = [], [], {}, set()
-    prefix = details.get("prefix", "##")
+    continuation = details.get("prefix", "##")
     for token_id, name in enumerate(names):
         if name is None or name in added or _BYTE_FALLBACK.match(name):
             continue
-        if family == WORDPIECE and name.startswith(prefix) and len(name) > len(prefix):
+        if family == WORDPIECE and name.startswith(continuation) and len(name) > len(continuation):
             counted.add(token_id)
             if name in source_vocab and name not in source_added:
                 found[token_id] = source_vocab[name]

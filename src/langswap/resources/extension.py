@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 from langswap.errors import ConfigError, VocabularyError
 from langswap.resources.conventions import measure_conventions
-from langswap.resources.tokenizer import classify_added_tokens, train_pieces, with_tokenizer_json
+from langswap.resources.tokenizer import (classify_added_tokens, train_pieces, training_tokenizer,
+                                          with_tokenizer_json)
 
 logger = logging.getLogger(__name__)
 
@@ -122,19 +123,16 @@ def extend_tokenizer(source_tokenizer, lines: list[str], count: int, progress: b
     return Extension(extended, family, len(source_tokenizer), first_id, added, trained_vocab)
 
 
-def _words(tokenizer, spec: dict, lines: list[str]) -> Counter:
-    """How often each word (pre-token) of `lines` occurs, as the tokenizer's model sees it: normalised, and
-    pre-tokenised as the family's conventions cut text (resources/conventions.py: for the SentencePiece family, split
-    before each word-start marker, and digits and punctuation apart where the source's pieces keep them apart), so
-    that no new merge joins what the source's pieces never join."""
-    from tokenizers import Tokenizer
+def _word_reader(tokenizer, spec: dict):
+    """The source's normaliser with the pre-tokeniser of its family's conventions (resources/conventions.py: for the
+    SentencePiece family, a split before each word-start marker, and digits and punctuation apart where the source's
+    pieces keep them apart), which reads text into the words new merges stay within."""
+    return training_tokenizer(spec, measure_conventions(tokenizer))
 
-    from langswap.resources.conventions import measure_conventions
 
-    training = json.loads(json.dumps(spec))
-    training["pre_tokenizer"] = measure_conventions(tokenizer).training_pre_tokenizer(spec.get("pre_tokenizer"))
-    training["added_tokens"], training["post_processor"] = [], None
-    reader = Tokenizer.from_str(json.dumps(training))
+def _words(reader, lines: list[str]) -> Counter:
+    """How often each word (pre-token) of `lines` occurs, as `_word_reader` reads them, so that no new merge joins
+    what the source's pieces never join."""
     normalizer, pre_tokenizer = reader.normalizer, reader.pre_tokenizer
     words: Counter = Counter()
     for line in lines:
@@ -158,7 +156,8 @@ def _continued_bpe(source_tokenizer, spec: dict, lines: list[str], count: int, k
     model = spec["model"]
     prefix = model.get("continuing_subword_prefix") or ""
     known = set(model["vocab"]) | {entry["content"] for entry in spec.get("added_tokens") or []}
-    words = _words(source_tokenizer, spec, lines)
+    word_reader = _word_reader(source_tokenizer, spec)
+    words = _words(word_reader, lines)
     tokens: list[str] = []
     pairs: list = []
     source_model = reader = source_tokenizer.backend_tokenizer.model
@@ -175,7 +174,7 @@ def _continued_bpe(source_tokenizer, spec: dict, lines: list[str], count: int, k
             widened["model"]["vocab"].update({token: 10 ** 9 + offset for offset, token in enumerate(tokens)})
             reader = Tokenizer.from_str(json.dumps(widened)).model
     forbidden = set()
-    for word in _words(source_tokenizer, spec, keep_lines):
+    for word in _words(word_reader, keep_lines):
         symbols = [token.value for token in source_model.tokenize(word)]
         forbidden.update(zip(symbols, symbols[1:]))
 
@@ -231,11 +230,6 @@ def _continued_bpe(source_tokenizer, spec: dict, lines: list[str], count: int, k
     if bar is not None:
         bar.close()
     return (tokens, pairs), len(words)
-
-
-def _batches(lines: list[str], size: int = 1000):
-    for start in range(0, len(lines), size):
-        yield lines[start:start + size]
 
 
 def _new_tokens(source: dict, trained: dict) -> list:

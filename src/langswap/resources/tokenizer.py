@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from langswap.errors import VocabularyError
-from langswap.resources.conventions import Conventions, measure_conventions
+from langswap.resources.conventions import Conventions, measure_conventions, model_unknown
 from langswap.resources.text import read_text_lines
-from langswap.tokens import special_token_roles
+from langswap.tokens import names_a_token, special_token_roles
 
 logger = logging.getLogger(__name__)
 
@@ -120,8 +120,6 @@ def _check_fast(tokenizer) -> None:
 def train_tokenizer_on_lines(source_tokenizer, lines: list[str], vocab_size: int | None = None,
                              progress: bool = False, keep_placeholders: bool = False) -> TrainedTokenizer:
     """`train_tokenizer_report` on lines in memory."""
-    from tokenizers import Tokenizer
-
     _check_fast(source_tokenizer)
     spec = json.loads(source_tokenizer.backend_tokenizer.to_str())
     model_type = spec["model"]["type"]
@@ -143,8 +141,7 @@ def train_tokenizer_on_lines(source_tokenizer, lines: list[str], vocab_size: int
     trained = train_pieces(spec, conventions, lines, room + len(kept), kept, progress)
     trained = _with_source_pipeline(trained, spec, kept, byte_tokens)
     learnt = len(trained["model"]["vocab"]) - len(kept) - len(byte_tokens)
-    tokenizer = with_tokenizer_spec(source_tokenizer, json.loads(Tokenizer.from_str(json.dumps(trained)).to_str()),
-                                    kept)
+    tokenizer = with_tokenizer_json(source_tokenizer, trained, kept)
     warnings = []
     if len(tokenizer) < vocab_size:
         warnings.append(f"the text gives {learnt:,} pieces, not the {room:,} asked: the vocabulary has "
@@ -162,7 +159,7 @@ def train_pieces(spec: dict, conventions: Conventions, lines: list[str], size: i
     """The tokenizer.json of a tokenizer with the source pipeline's normaliser (`spec`) and a model of its type trained
     on `lines` to `size` tokens, `kept` (tokenizer.json added-token entries) first, its text cut as `conventions`
     say; its pre-tokeniser is the training one (`_with_source_pipeline` puts the source's back)."""
-    training = _training_tokenizer(spec, conventions)
+    training = training_tokenizer(spec, conventions)
     trainer = _trainer(spec, size, kept, progress)
 
     def batches(batch: int = 1000):
@@ -210,14 +207,6 @@ def classify_added_tokens(tokenizer, spec: dict, config: dict | None = None,
     return AddedTokens(by_kind, keep_placeholders)
 
 
-def model_unknown(spec: dict) -> str | None:
-    """The tokenization model's unknown token (BPE and WordPiece name it, Unigram gives its id), or None."""
-    model = spec.get("model") or {}
-    if model.get("type") == "Unigram":
-        return model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
-    return model.get("unk_token")
-
-
 def _chat_template_text(tokenizer) -> str:
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, dict):
@@ -243,7 +232,7 @@ def _config_named(tokenizer, config: dict | None) -> set:
     def walk(node):
         if isinstance(node, dict):
             for key, value in node.items():
-                if re.search(r"token_(id|index|ids)$", key) and not re.match(r"(bos|eos|pad|unk|decoder_start)_", key):
+                if names_a_token(key):
                     values = value if isinstance(value, list) else [value]
                     named.update(v for v in values if isinstance(v, int) and not isinstance(v, bool))
                 else:
@@ -273,9 +262,9 @@ def byte_fallback_tokens(spec: dict) -> list[str]:
     return [token for token in (f"<0x{byte:02X}>" for byte in range(256)) if token in model["vocab"]]
 
 
-def _training_tokenizer(spec: dict, conventions: Conventions):
+def training_tokenizer(spec: dict, conventions: Conventions):
     """The source's pipeline with an empty model of its type, no added tokens, no post-processor, and the training
-    pre-tokeniser of its conventions."""
+    pre-tokeniser of its conventions: its normaliser and pre-tokeniser read text as the new pieces are learnt."""
     from tokenizers import Tokenizer
 
     training = json.loads(json.dumps(spec))
@@ -286,7 +275,7 @@ def _training_tokenizer(spec: dict, conventions: Conventions):
     if model["type"] == "BPE":
         model["vocab"], model["merges"] = {}, []
     elif model["type"] == "Unigram":
-        unknown = model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
+        unknown = model_unknown(spec)
         model["vocab"] = [[unknown, 0.0]] if unknown is not None else []
         model["unk_id"] = 0 if unknown is not None else None
     else:
@@ -312,8 +301,7 @@ def _trainer(spec: dict, size: int, kept: list[dict], progress: bool):
             options["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
         return trainers.BpeTrainer(vocab_size=size, special_tokens=special, show_progress=progress, **options)
     if model["type"] == "Unigram":
-        unknown = model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
-        return trainers.UnigramTrainer(vocab_size=size, special_tokens=special, unk_token=unknown,
+        return trainers.UnigramTrainer(vocab_size=size, special_tokens=special, unk_token=model_unknown(spec),
                                        show_progress=progress)
     prefix = model.get("continuing_subword_prefix") or "##"
     return trainers.WordPieceTrainer(vocab_size=size, special_tokens=special, continuing_subword_prefix=prefix,
@@ -367,26 +355,6 @@ def _moved_ids(processor: dict | None, ids: dict[str, int]) -> dict | None:
     return processor
 
 
-def with_tokenizer_spec(tokenizer, spec: dict, kept: list[dict]):
-    """`tokenizer`'s wrapper (special tokens, settings, chat template) around the tokenizer.json `spec`, whose added
-    tokens are `kept` at new ids: the source's config files are rewritten to name only those."""
-    contents = {entry["content"] for entry in kept}
-    with tempfile.TemporaryDirectory(prefix="langswap-tokenizer-") as folder:
-        tokenizer.save_pretrained(folder)
-        (Path(folder) / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-        for name in ("tokenizer_config.json", "special_tokens_map.json"):
-            path = Path(folder) / name
-            if path.is_file():
-                config = _only_kept(json.loads(path.read_text(encoding="utf-8")), contents)
-                if "added_tokens_decoder" in config:
-                    config["added_tokens_decoder"] = {
-                        str(entry["id"]): {key: entry[key] for key in ("content", "lstrip", "normalized", "rstrip",
-                                                                       "single_word", "special") if key in entry}
-                        for entry in spec.get("added_tokens") or []}
-                path.write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
-        return type(tokenizer).from_pretrained(folder)
-
-
 def _only_kept(config: dict, contents: set[str]) -> dict:
     """A tokenizer config without the lists' entries naming added tokens that were dropped."""
     def kept(value) -> bool:
@@ -400,10 +368,27 @@ def _only_kept(config: dict, contents: set[str]) -> dict:
     return config
 
 
-def with_tokenizer_json(tokenizer, spec: dict):
+def with_tokenizer_json(tokenizer, spec: dict, kept: list[dict] | None = None):
     """`tokenizer` with its tokenizer.json replaced by `spec`, reloaded through save_pretrained, so the wrapper keeps
-    its special tokens, settings and chat template."""
+    its special tokens, settings and chat template. With `kept` (the added tokens `spec` holds, at new ids), the
+    source's config files are rewritten to name only those."""
     with tempfile.TemporaryDirectory(prefix="langswap-tokenizer-") as folder:
         tokenizer.save_pretrained(folder)
         (Path(folder) / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+        if kept is not None:
+            _config_names_kept(Path(folder), spec, {entry["content"] for entry in kept})
         return type(tokenizer).from_pretrained(folder)
+
+
+def _config_names_kept(folder: Path, spec: dict, contents: set[str]) -> None:
+    """The saved tokenizer_config.json and special_tokens_map.json naming only the added tokens kept, at their ids."""
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        path = folder / name
+        if path.is_file():
+            config = _only_kept(json.loads(path.read_text(encoding="utf-8")), contents)
+            if "added_tokens_decoder" in config:
+                config["added_tokens_decoder"] = {
+                    str(entry["id"]): {key: entry[key] for key in ("content", "lstrip", "normalized", "rstrip",
+                                                                   "single_word", "special") if key in entry}
+                    for entry in spec.get("added_tokens") or []}
+            path.write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
