@@ -88,8 +88,8 @@ def prepare(args, workdir: Path) -> tuple[Path, Path, dict]:
 
 def separation(model, tokenizer, lines: dict) -> tuple[dict, torch.Tensor]:
     """Accuracy of the shrunk linear discriminant between target and English head inputs on held-out positions, and
-    that direction, scaled so that it separates the two texts' means by 2 (`langswap.calibrate.discriminant`)."""
-    from langswap.calibrate import discriminant, head_input_states, separation_accuracy
+    that direction, scaled so that it separates the two texts' means by 2 (`langswap.transfer.calibrate.discriminant`)."""
+    from langswap.transfer.calibrate import discriminant, head_input_states, separation_accuracy
 
     fit = {name: head_input_states(model, tokenizer, lines[name][:100], 128) for name in ("target", "english")}
     test = {name: head_input_states(model, tokenizer, lines[name][100:140], 128) for name in ("target", "english")}
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from langswap.calibrate import mean_head_input, token_counts
+    from langswap.transfer.calibrate import mean_head_input, token_counts
     from langswap.evaluation.language_modeling import causal_lm_score
     from langswap.records import read_model_record
 

@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from langswap.calibrate import token_counts
+    from langswap.transfer.calibrate import token_counts
 
     tokenizer = AutoTokenizer.from_pretrained(glob.glob(str(args.workdir / "tokenizer-*"))[0])
     train = (args.workdir / "train.txt").read_text(encoding="utf-8").splitlines()

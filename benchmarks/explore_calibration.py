@@ -56,7 +56,7 @@ def mean_hidden(model, tokenizer, lines: list[str]) -> torch.Tensor:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from langswap.calibrate import log_frequencies
+    from langswap.transfer.calibrate import log_frequencies
     from langswap.evaluation.language_modeling import evaluate_model
     from langswap.models import load_model, load_tokenizer
     from langswap.resources.text import read_text_lines

@@ -37,7 +37,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from langswap.calibrate import CalibrationConfig
+    from langswap.transfer.calibrate import CalibrationConfig
     from langswap.demo.smollm2 import smollm2_135m
     from langswap.evaluation.language_modeling import causal_lm_score
     from langswap.methods.base import TransferInputs, make_config
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     from langswap.resources.text import read_text_lines
     from langswap.surgery import read_source_matrices
     from langswap.tokens import Vocabulary
-    from langswap.calibrate import tie_head
+    from langswap.transfer.calibrate import tie_head
     from langswap.models import is_tied
     from langswap.surgery import install_embeddings
     from langswap.transfer import HELD_OUT_LINES, apply_method, calibrate_rows

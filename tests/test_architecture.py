@@ -21,7 +21,7 @@ LAYERS = [
     ("methods", ["methods"]),
     ("surgery", ["surgery", "checkpoint"]),
     ("training", ["training"]),
-    ("evaluation", ["evaluation", "calibrate", "distill"]),
+    ("evaluation", ["evaluation"]),
     ("transfer", ["transfer", "enrich"]),
     ("bench", ["bench"]),
     ("demo", ["demo"]),

@@ -651,7 +651,7 @@ def test_the_separation_s_options_enter_a_variant_s_digest_only_where_it_runs():
     """A calibrated variant without calibration.source_text resolves to the options it had before the separation
     existed (so its cached measurements stay); one with it names both the text and the amount."""
     from langswap.bench import _resolved_calibration
-    from langswap.calibrate import CalibrationConfig
+    from langswap.transfer.calibrate import CalibrationConfig
 
     plain = _resolved_calibration({"text": "de.txt"})
     assert "source_text" not in plain and "separation" not in plain

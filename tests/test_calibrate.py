@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from langswap.calibrate import CalibrationConfig, calibrate, log_frequencies, mean_head_input, token_counts
+from langswap.transfer.calibrate import CalibrationConfig, calibrate, log_frequencies, mean_head_input, token_counts
 from langswap.errors import ConfigError
 
 from conftest import byte_level_tokenizer, english_lines, tiny_model
@@ -208,7 +208,7 @@ def test_a_tokenizer_that_fails_when_retrained_falls_back_to_add_half(text, monk
     """The Rust tokenizers raise bare Exceptions (a Unigram tokenizer without an unk id, retrained on text that lacks
     a character of the check lines, cannot read them): the choice falls back and says why instead of failing."""
     import langswap.resources.tokenizer as tokenizers
-    from langswap.calibrate import choose_smoothing
+    from langswap.transfer.calibrate import choose_smoothing
 
     lines, tokenizer = text
 
@@ -278,7 +278,7 @@ def test_smoothing_is_chosen_on_check_lines_read_by_a_tokenizer_that_never_saw_t
     under which their counts best predict the check lines. Check lines that repeat the counted text need the least
     smoothing of the grid; check lines of words the counted text never had split into pieces it rarely showed, and
     need more. The report lists every pseudo-count tried."""
-    from langswap.calibrate import SMOOTHING_GRID, choose_smoothing, smoothed_log_frequencies, token_counts
+    from langswap.transfer.calibrate import SMOOTHING_GRID, choose_smoothing, smoothed_log_frequencies, token_counts
 
     counted = _lines_of(_made_up_words(800, seed=0), 400, seed=1)
     new_words = _lines_of(_made_up_words(800, seed=2), 100, seed=3)
@@ -301,7 +301,7 @@ def test_held_out_frequencies_give_each_rare_count_its_share_of_new_text():
     """Held-out estimation by hand: tokens counted r < 3 times get the mean share of the check lines' tokens that the
     proxy's tokens counted r times have (half an occurrence where the check lines show none, or the class is empty);
     more frequent tokens their relative frequency, scaled by the share of the check lines such tokens have."""
-    from langswap.calibrate import held_out_log_frequencies
+    from langswap.transfer.calibrate import held_out_log_frequencies
 
     proxy_counted = np.array([0, 0, 1, 1, 5, 10], dtype=float)
     proxy_held = np.array([3, 1, 0, 0, 2, 4], dtype=float)  # 10 check tokens, 4 of them on the unseen class
@@ -319,7 +319,7 @@ def test_held_out_frequencies_rank_tokens_new_text_splits_into_above_those_seen_
     that text rarely shows whole: in new text those pieces are more frequent than add-k smoothing makes them, and
     held-out estimation measures how much on check lines read by a tokenizer trained without them. It is the
     option (`frequencies: held-out`); add-k, the default, smooths the counts."""
-    from langswap.calibrate import CalibrationConfig, frequency_line, smoothed_log_frequencies, token_counts
+    from langswap.transfer.calibrate import CalibrationConfig, frequency_line, smoothed_log_frequencies, token_counts
 
     counted = _lines_of(_made_up_words(800, seed=0), 400, seed=1)
     new_words = _lines_of(_made_up_words(800, seed=2), 100, seed=3)

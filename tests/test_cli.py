@@ -90,8 +90,8 @@ def test_transfer_help_names_every_field(capsys):
         build_parser().parse_args(["transfer", "--help"])
     assert exit_code.value.code == 0
     text = capsys.readouterr().out
-    from langswap.calibrate import CalibrationConfig
-    from langswap.distill import DistillConfig
+    from langswap.transfer.calibrate import CalibrationConfig
+    from langswap.transfer.distill import DistillConfig
 
     nested = {"resources": ResourcesConfig, "align": AlignConfig, "calibration": CalibrationConfig,
               "distill": DistillConfig}

@@ -410,7 +410,7 @@ def test_a_helper_counts_as_far_as_its_geometry_agrees_with_the_source_model(hel
 def test_candidates_are_judged_finished_and_the_kept_one_is_installed_as_made(kind, gpt2_folder,
                                                                             target_tokenizer_folder, corpus_dir):
     from conftest import tiny_model
-    from langswap.calibrate import mean_token_loss
+    from langswap.transfer.calibrate import mean_token_loss
     from langswap.models import load_tokenizer
     from langswap.surgery import read_source_matrices
     from langswap.transfer import HELD_OUT_TOKENS, apply_method

@@ -1,4 +1,4 @@
-"""Token distillation (langswap.distill): a relabelled tokenizer recovered by distillation alone, rows and weights
+"""Token distillation (langswap.transfer.distill): a relabelled tokenizer recovered by distillation alone, rows and weights
 that must not move left bitwise as they were, the untied head's two rules, skips and refusals.
 
 The known answer: a target tokenizer that is the source tokenizer with its ids shuffled reads every text into the
@@ -22,7 +22,7 @@ from conftest import (byte_level_tokenizer, english_lines, sentencepiece_tokeniz
                       wordpiece_tokenizer)
 from families import relabelled
 
-from langswap.distill import DistillConfig, distill
+from langswap.transfer.distill import DistillConfig, distill
 from langswap.errors import ConfigError
 
 
@@ -319,7 +319,7 @@ def test_every_config_field_has_help_and_the_defaults_are_valid():
 
 def test_windows_hold_whole_chunks_that_spell_the_same_text_on_both_sides(lines, source_tokenizer):
     from langswap.chunks import ChunkAligner
-    from langswap.distill import _Limits, _windows
+    from langswap.transfer.distill import _Limits, _windows
 
     target_tokenizer = sentencepiece_tokenizer(lines, 300)
     limits = _Limits(max_length=8, positions=12, source_rows=len(source_tokenizer), target_rows=len(target_tokenizer))

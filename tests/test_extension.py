@@ -800,7 +800,7 @@ def test_the_discriminant_parts_two_clouds_by_two_and_points_across_their_noise(
     their means by exactly 2 and points along axis 0, where the shared noise is weakest."""
     import torch
 
-    from langswap.calibrate import discriminant, held_out_accuracy
+    from langswap.transfer.calibrate import discriminant, held_out_accuracy
 
     generator = torch.Generator().manual_seed(0)
     noise = torch.tensor([0.3, 3.0, 0.3, 0.3])
@@ -826,7 +826,7 @@ def test_source_language_text_moves_an_extensions_new_rows_by_one_vector_that_ke
     record and the card say so."""
     import torch
 
-    from langswap.calibrate import mean_head_input
+    from langswap.transfer.calibrate import mean_head_input
     from langswap.models import load_model, load_tokenizer
     from langswap.records import read_model_record
 
@@ -883,7 +883,7 @@ def test_after_calibration_through_a_tied_head_the_separation_starts_from_the_ca
     matrix) stay bitwise."""
     import torch
 
-    from langswap.calibrate import CalibrationConfig, mean_token_loss
+    from langswap.transfer.calibrate import CalibrationConfig, mean_token_loss
     from langswap.models import load_model, load_tokenizer
     from langswap.records import read_model_record
 

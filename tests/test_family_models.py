@@ -107,7 +107,7 @@ def test_the_teachers_chunk_losses_add_up_to_the_source_models_own_loss(family):
     (Gemma-3's sqrt(d)), word-start marker and byte fallback do to chunk ends."""
     if not has_architecture(family):
         pytest.skip(f"this transformers has no {ARCHITECTURES[family]}")
-    from langswap.distill import DistillConfig, distill
+    from langswap.transfer.distill import DistillConfig, distill
     from langswap.resources.tokenizer import train_tokenizer_on_lines
 
     source_tokenizer = family_tokenizer(family)
@@ -176,7 +176,7 @@ def test_distillation_recovers_a_relabelled_vocabulary_in_every_family(family):
 
     import numpy as np
 
-    from langswap.distill import DistillConfig, distill
+    from langswap.transfer.distill import DistillConfig, distill
 
     source_tokenizer = family_tokenizer(family)
     model = family_model(family, source_tokenizer)

@@ -39,8 +39,8 @@ from pathlib import Path
 
 from langswap.config import dump_yaml, from_dict, to_dict
 from langswap.errors import ConfigError, MissingResourceError, NumericalError
-from langswap.calibrate import CalibrationConfig
-from langswap.distill import DistillConfig
+from langswap.transfer.calibrate import CalibrationConfig
+from langswap.transfer.distill import DistillConfig
 from langswap.records import (BENCH_SHARED_INPUTS, BenchResult, BenchVariant, append_bench_result, has_model_record,
                               read_bench_results, read_bench_variant, write_bench_variant)
 from langswap.transfer import ModelPairConfig, TransferConfig
@@ -477,7 +477,7 @@ def _variant_record(config: BenchConfig, variant: Variant, shared: dict) -> tupl
     # of the kinds the method reads, so another method's resource (or a kind added to langswap) leaves it alone
     record = BenchVariant(label=variant.label, method=variant.method, pair=pair,
                           shared=_shared_for(shared, _variant_kinds(config, variant)))
-    # frequency calibration as a transfer does it (langswap.calibrate: on by default for causal LMs), on the bench's
+    # frequency calibration as a transfer does it (langswap.transfer.calibrate: on by default for causal LMs), on the bench's
     # target text unless the entry names a text; `calibration: {strength: 0}` turns it off
     text = variant.calibration.get("text") or config.train_text or config.target_text or config.resources.token_text
     calibration = {**variant.calibration, "text": text}

@@ -458,7 +458,7 @@ def _extension_line(vocabulary: dict | None) -> str | None:
 
 
 def _distillation_line(report: dict | None) -> str | None:
-    """The transfer's token distillation (`langswap.distill`'s report), in one line."""
+    """The transfer's token distillation (`langswap.transfer.distill`'s report), in one line."""
     if not report:
         return None
     if report.get("skipped"):
@@ -474,7 +474,7 @@ def _distillation_line(report: dict | None) -> str | None:
 
 
 def _separation_line(report: dict | None) -> str | None:
-    """What `langswap.calibrate.separate` did to an extension's new rows, in one line."""
+    """What `langswap.transfer.calibrate.separate` did to an extension's new rows, in one line."""
     if not report:
         return None
     if report.get("skipped"):
@@ -500,7 +500,7 @@ def _separation_line(report: dict | None) -> str | None:
 
 
 def _calibration_line(calibration: dict | None) -> str | None:
-    """What `langswap.calibrate` did to the output rows (the held-out figures are measured after it)."""
+    """What `langswap.transfer.calibrate` did to the output rows (the held-out figures are measured after it)."""
     if not calibration:
         return None
     if calibration.get("skipped"):

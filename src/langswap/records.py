@@ -138,8 +138,8 @@ class TransferRecord(ModelRecord):
     metrics: dict | None = None
     method_choice: dict | None = None
     calibration: dict | None = None
-    distillation: dict | None = None  # langswap.distill's report, where the transfer distilled; None otherwise
-    separation: dict | None = None  # langswap.calibrate.separate's report (calibration.source_text); None otherwise
+    distillation: dict | None = None  # langswap.transfer.distill's report, where the transfer distilled; None otherwise
+    separation: dict | None = None  # langswap.transfer.calibrate.separate's report (calibration.source_text); None otherwise
     # {"mode": "replaced"}, or "extended" with the source ids kept, the new ids, the padding rows and the row count
     # (`transfer.steps.Growth.report`); None in older records
     vocabulary: dict | None = None

@@ -62,7 +62,7 @@ class DemoConfig:
     vector_epochs: int = field(default=5, metadata={"help": "fastText epochs."})
     seed: int = field(default=0, metadata={"help": "Seed of every method."})
     calibrate: float = field(default=1.0, metadata={
-        "help": "Strength of the frequency calibration (langswap.calibrate, on the bundled German training text) "
+        "help": "Strength of the frequency calibration (langswap.transfer.calibrate, on the bundled German training text) "
                 "every method's transfer applies, as `langswap transfer` does with target text; 0: none."})
     redo: bool = field(default=False, metadata={"help": "Recompute the cached tokenizer, vectors and rows."})
     workdir: str | None = field(default=None, metadata={

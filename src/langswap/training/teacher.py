@@ -1,7 +1,7 @@
 """The source model as a teacher during training: the language-model loss plus the distance between the student's
 hidden states and the teacher's, at the chunk boundaries of the same text read by both tokenizers.
 
-`langswap.distill` does this once, at transfer time, for the new input rows; here it is a term of the training loss
+`langswap.transfer.distill` does this once, at transfer time, for the new input rows; here it is a term of the training loss
 in every update of a phase, so it reaches whatever the phase trains:
 
     loss = next-token cross-entropy + teacher.weight * distance(student states, teacher states)
@@ -24,7 +24,7 @@ in every update of a phase, so it reaches whatever the phase trains:
   both sides start at the same byte, so at every chunk boundary (`langswap.chunks`) they have read the same text from
   the same place. A cut inside a UTF-8 character moves the teacher's start to the next character (counted in
   `teacher_inexact_starts`). The teacher's sequence is cut at its position limit; matches beyond are dropped.
-- **Distance** (`kernels.hidden_state_distance`, as `langswap.distill` uses it): at the matched positions of
+- **Distance** (`kernels.hidden_state_distance`, as `langswap.transfer.distill` uses it): at the matched positions of
   `teacher.layers` (default: the last block's output), "mse" divided channel by channel by the teacher's mean
   square, or "cosine". Chunks holding bytes one tokenizer cannot spell are not matched, and are counted
   (`teacher_unencodable_chunks` in the log and in each phase's summary).

@@ -7,9 +7,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from langswap.calibrate import CalibrationConfig
+from langswap.transfer.calibrate import CalibrationConfig
 from langswap.config import check_choices, from_dict
-from langswap.distill import DistillConfig
+from langswap.transfer.distill import DistillConfig
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.files import refuse_existing
 from langswap.methods.base import DEFAULT_METHOD, MethodConfig, check_resources, get_method
@@ -76,9 +76,9 @@ class TransferConfig(ModelPairConfig):
                 "are then its check lines). Needs a text of at least twice as many lines. 0: the method's first "
                 "candidate."})
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig, metadata={
-        "help": "Move output rows so each token's mean logit fits its frequency in target text (langswap.calibrate)."})
+        "help": "Move output rows so each token's mean logit fits its frequency in target text (langswap.transfer.calibrate)."})
     distill: DistillConfig = field(default_factory=DistillConfig, metadata={
-        "help": "Token distillation (langswap.distill): after the method, before calibration, the new input rows (and "
+        "help": "Token distillation (langswap.transfer.distill): after the method, before calibration, the new input rows (and "
                 "an untied head's) learn so that the body's hidden states reading the target tokenization match "
                 "those of the source model reading the same target text (calibration.text, target_text or "
                 "resources.token_text) with its own tokenizer; causal LMs; off unless distill.tokens is set."})

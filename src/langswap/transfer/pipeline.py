@@ -25,7 +25,7 @@ class TransferReport:
     metrics: dict | None
     correspondence: list[dict]
     seconds: dict
-    calibration: dict | None = None  # what langswap.calibrate did, or {"skipped": why}
+    calibration: dict | None = None  # what langswap.transfer.calibrate did, or {"skipped": why}
     choice: dict | None = None  # where the method offered candidates: which was kept, and why
     matching: dict | None = None  # the copies against an independent count (`steps.check_matching`)
 

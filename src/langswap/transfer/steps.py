@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from langswap import __version__
-from langswap.calibrate import CalibrationConfig
+from langswap.transfer.calibrate import CalibrationConfig
 from langswap.config import to_dict
 from langswap.errors import ConfigError, OutputSpaceError
 from langswap.methods.base import MethodConfig, MethodResult, TransferInputs, get_method, load_resources, run_method
@@ -285,7 +285,7 @@ def finish_context(config: TransferConfig, source: Source, target: Target, text:
     calibration = dataclasses.replace(config.calibration, check_lines=check_line_count(config, text.held_out))
     line = None
     if text.strength > 0 and not (source.matrices.tied and config.calibration.tied_head == "skip"):
-        from langswap.calibrate import frequency_line
+        from langswap.transfer.calibrate import frequency_line
 
         line = frequency_line(target.tokenizer, text.lines, target.rows, calibration)
     return FinishContext(config, target, text, calibration, line, source, progress)
@@ -304,10 +304,10 @@ def movable_rows(mapping, kept: int = 0, copied: bool = False) -> np.ndarray:
 
 def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
                    line: tuple | None = None, kept: int = 0, progress: bool = False) -> dict:
-    """Frequency calibration (`langswap.calibrate`) of a transferred model's output rows at `strength`: every
+    """Frequency calibration (`langswap.transfer.calibrate`) of a transferred model's output rows at `strength`: every
     non-special row, or with `rows: new` those the method did not copy; never the first `kept` rows (an extended
     vocabulary's source rows). Returns calibrate's report."""
-    from langswap.calibrate import calibrate
+    from langswap.transfer.calibrate import calibrate
 
     moved = movable_rows(mapping, kept, copied=config.rows == "all")
     return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line, progress)
@@ -326,10 +326,10 @@ def calibrates(context: FinishContext) -> bool:
 
 
 def distill_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> dict:
-    """Token distillation (`langswap.distill`) of the rows the method made: every non-special row the method did not
+    """Token distillation (`langswap.transfer.distill`) of the rows the method made: every non-special row the method did not
     copy from a source token of the same form, never an extended vocabulary's source rows; on the target text
     without the held-out lines candidates are judged on."""
-    from langswap.distill import distill
+    from langswap.transfer.distill import distill
 
     text = context.text
     trainable = movable_rows(result.mapping, context.target.kept)
@@ -347,9 +347,9 @@ def distills(context: FinishContext) -> bool:
 
 
 def separate_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> dict:
-    """An extension's new rows moved off the source language (`langswap.calibrate.separate`), the rows calibration
+    """An extension's new rows moved off the source language (`langswap.transfer.calibrate.separate`), the rows calibration
     moves; the target check loss calibration left is not measured again (the same check lines)."""
-    from langswap.calibrate import separate
+    from langswap.transfer.calibrate import separate
 
     config = context.calibration
     moved = movable_rows(result.mapping, context.target.kept, copied=config.rows == "all")
@@ -388,7 +388,7 @@ def token_matrices(model, device=None) -> dict:
 
 
 def restore_token_matrices(model, saved: dict) -> None:
-    from langswap.calibrate import tie_head, untie_head
+    from langswap.transfer.calibrate import tie_head, untie_head
     from langswap.models import is_tied
 
     if saved["tied"] and not is_tied(model):
@@ -422,7 +422,7 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
 
     def install(result):
         if matrices.tied and not is_tied(model):  # a candidate's calibration untied it (calibration.tied_head)
-            from langswap.calibrate import tie_head
+            from langswap.transfer.calibrate import tie_head
 
             tie_head(model)
         install_embeddings(model, result.embeddings, result.output_embeddings, result.output_bias)
@@ -433,10 +433,10 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     best: dict = {}
     judge = None
     if held_out:
-        from langswap.calibrate import calibratable
+        from langswap.transfer.calibrate import calibratable
 
         if calibratable(model):
-            from langswap.calibrate import mean_token_loss
+            from langswap.transfer.calibrate import mean_token_loss
 
             def judge(result) -> float:
                 install(result)

@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationConfig:
-    """Frequency calibration of the output rows after a transfer (`langswap.calibrate`)."""
+    """Frequency calibration of the output rows after a transfer (`langswap.transfer.calibrate`)."""
 
     strength: float | None = field(default=None, metadata={
         "help": "Share of the distance to the frequency line each chosen row moves: 0 turns calibration off, 1 "

@@ -80,7 +80,7 @@ ALIGN_LINES = 256  # lines handed to the tokenizers at once
 
 @dataclass(frozen=True, kw_only=True)
 class DistillConfig:
-    """Token distillation of the new rows after a transfer (`langswap.distill`)."""
+    """Token distillation of the new rows after a transfer (`langswap.transfer.distill`)."""
 
     tokens: int = field(default=0, metadata={
         "help": "Target tokens read for training (the budget; 0: no distillation); the last update may overshoot it "
@@ -451,7 +451,7 @@ class _Distillation:
     def write_back(self) -> None:
         """The learned rows into the model (an untied head first gets a copy of the rows the method made)."""
         if self.untie:
-            from langswap.calibrate import untie_head
+            from langswap.transfer.calibrate import untie_head
 
             untie_head(self.model)
             self.output = self.model.get_output_embeddings()
