@@ -183,7 +183,7 @@ def measure(family: str, language: str, args, cache: Path) -> dict:
                           "round_trip": round(round_trip(target, test, lowercase), 4),
                           "breaks": source_conventions.breaks(measure_conventions(target)),
                           "warnings": trained.warnings}
-    row["matching"] = matching_report(transfer_copies(source, target), independent_matches(source, target))
+    row["matching"] = matching_report(transfer_copies(source, target), independent_matches(source, target)).as_dict()
     saved = cache / "made" / f"{family}-{language}-replacement"
     target.save_pretrained(saved)
     started = time.perf_counter()
@@ -204,7 +204,7 @@ def measure(family: str, language: str, args, cache: Path) -> dict:
         row["plain"] = {"made": len(plain), "tokens_per_byte": round(tokens_per_byte(plain, test), 4),
                         "round_trip": round(round_trip(plain, test, lowercase), 4),
                         "breaks": source_conventions.breaks(measure_conventions(plain)),
-                        "matching": matching_report(transfer_copies(source, plain), independent_matches(source, plain)),
+                        "matching": matching_report(transfer_copies(source, plain), independent_matches(source, plain)).as_dict(),
                         "seconds": round(time.perf_counter() - started, 1)}
     if args.transfer:
         row["transfer"] = transfer_row(family, folder, source, saved, cache, language)

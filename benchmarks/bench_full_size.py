@@ -20,6 +20,7 @@ plus 2 GiB, wall time within 2 times the copy plus the method's own compute (lan
     python benchmarks/bench_full_size.py                              # bfloat16; overlap and wechsel
     python benchmarks/bench_full_size.py --dtype float32 --methods overlap
     python benchmarks/bench_full_size.py --extend 10000 --methods fvt    # into an extension of the source's tokenizer
+    python benchmarks/bench_full_size.py --methods overlap --output benchmarks/results/full-size-transfer/results.json
 
 Disk: the checkpoint (16 GB in bfloat16, 32 GB in float32) plus one transfer's output of the same size; the output
 is deleted after it is measured.
@@ -71,6 +72,8 @@ def parse_args(argv=None):
                                                               "many German tokens (a transfer into an extension) "
                                                               "instead of a German tokenizer of its own.")
     parser.add_argument("--extend-lines", type=int, default=20000, help="German lines the extension learns from.")
+    parser.add_argument("--output", type=Path, default=None, help="Also write every figure, the command and the "
+                                                                  "machine's load to this JSON file.")
     return parser.parse_args(argv)
 
 
@@ -257,6 +260,7 @@ def main(argv=None) -> int:
         print("bench_full_size: needs /usr/bin/time (apt install time) for peak memory.")
         return 1
     args.workdir.mkdir(parents=True, exist_ok=True)
+    load_at_start = os.getloadavg()
     size = SHAPES[args.shape]["vocab_size"]
     clock = time.perf_counter()
     source_tokenizer, target_tokenizer = build_tokenizers(args, size)
@@ -314,7 +318,34 @@ def main(argv=None) -> int:
     for row in results:
         print(f"| {row['method']} | {row['copy_s']:.0f} | {row['wall_s']:.0f} ({row['wall_goal_s']:.0f}) | "
               f"{row['method_s']:.0f} | {row['peak_gib']:.2f} ({row['peak_goal_gib']:.2f}) |")
+    if args.output:
+        write_results(args, argv, results, vocabularies, checkpoint_gib, new_gib, rows, load_at_start)
     return 0
+
+
+def write_results(args, argv, results, vocabularies, checkpoint_gib, new_gib, tokenizers, load_at_start) -> None:
+    """The run's figures as JSON, with what a reader needs to repeat it: the command, versions, cores, load."""
+    import platform
+
+    import torch
+    import transformers
+
+    import langswap
+
+    command = "python benchmarks/bench_full_size.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({
+        "command": command.strip(), "shape": args.shape, "dtype": args.dtype,
+        "layers": args.layers or SHAPES[args.shape]["num_hidden_layers"], "extend": args.extend,
+        "checkpoint_gib": round(checkpoint_gib, 2), "new_matrices_gib": round(new_gib, 2), "tokenizers": tokenizers,
+        "vocabularies": vocabularies, "rows": results,
+        "machine": {"cpus": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in load_at_start],
+                    "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+                    "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+                    "python": platform.python_version(), "torch": torch.__version__,
+                    "transformers": transformers.__version__, "langswap": langswap.__version__},
+    }, indent=2) + "\n", encoding="utf-8")
+    print(f"results written to {args.output}")
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
               "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
               "peak_gpu_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2) if cuda else None,
               "peak_rss_gib": peak_rss_gib(),
-              "phases": [(p["name"], p["trainable_parameters"], p["train_loss"]) for p in report.phases]}
+              "phases": [(p.name, p.trainable_parameters, p.train_loss) for p in report.phases]}
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()

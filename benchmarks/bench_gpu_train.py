@@ -205,7 +205,7 @@ def langswap_run(model_folder: Path, text: Path, folder: Path, args, options: di
                          liger_kernel=bool(options.get("liger_kernel")),
                          document_mask=bool(options.get("document_mask")))
     report = train(config, callbacks=[clock])
-    return {"times": clock.times, "losses": [report.phases[0]["train_loss"]], "run_seconds": report.seconds}
+    return {"times": clock.times, "losses": [report.phases[0].train_loss], "run_seconds": report.seconds}
 
 
 def main(argv=None) -> int:

@@ -85,8 +85,8 @@ def main(argv=None) -> int:
         timed = clock.times[args.skip:]
         median = statistics.median(timed)
         results["phases"][preset] = {
-            "trainable_parameters": report.phases[0]["trainable_parameters"],
-            "total_parameters": report.phases[0]["total_parameters"],
+            "trainable_parameters": report.phases[0].trainable_parameters,
+            "total_parameters": report.phases[0].total_parameters,
             "seconds_per_update_median": round(median, 3),
             "seconds_per_update": [round(t, 3) for t in timed],
             "tokens_per_second": round(tokens / median, 1)}

@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     out = args.results
     out.mkdir(parents=True, exist_ok=True)
     record = {"args": {key: str(value) for key, value in vars(args).items()}, "seconds": seconds,
-              "bilingual_phase": bilingual.phases, "rows": results}
+              "bilingual_phase": [phase.as_dict() for phase in bilingual.phases], "rows": results}
     (out / "results.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
     table = ["| reading German | fine-tuned on | accuracy | majority baseline |", "|---|---|---|---|"]
     table += [f"| {row['row']} | {row['train']} | {row['accuracy']:.4f} | {row['majority_baseline']:.4f} |"

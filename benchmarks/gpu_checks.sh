@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU checks of docs/benchmarks.md ("On one GPU"), from the source tree, on a machine with one CUDA device and
-# nothing to download: every model is built there with random weights. Name the steps to run, in order:
+# The GPU checks of docs/results.md ("On a GPU"; logs in benchmarks/results/gpu-h100-2026-11-27/), run from the
+# source tree on a machine with one CUDA device and nothing to download: every model is built there with random
+# weights. Name the steps to run, in order:
 #
-#   bash benchmarks/gpu_checks.sh tests speed fsdp          # what fits one call of the device tool
+#   bash benchmarks/gpu_checks.sh tests speed fsdp          # about 4 minutes on an H100
 #   bash benchmarks/gpu_checks.sh methods full-size
 #
 # Steps and what each took on an H100 (2026-11-27):
@@ -15,11 +16,11 @@
 #   full-size   bench_full_size_train.py, the Llama-3-8B shape: 16 GB of checkpoint plus 16 GB per model folder on
 #               disk; what is left of GPU_CHECKS_SECONDS (default 600)
 #
-# Logs and JSON results go to $OUT (default /tmp/gpu-checks): the device tool brings back at most 8 files.
+# Logs and JSON results go to $OUT (default /tmp/gpu-checks), a few files per step.
 set -u
 steps="tests speed compile fsdp methods full-size"
 [ $# -gt 0 ] || { echo "name the steps: $steps" >&2; exit 2; }
-for step in "$@"; do  # every name checked before any device time is spent
+for step in "$@"; do  # every name checked before any step runs
   [[ " $steps " == *" $step "* ]] || { echo "unknown step '$step': $steps" >&2; exit 2; }
 done
 OUT=${OUT:-/tmp/gpu-checks}

@@ -72,7 +72,7 @@ def test_adapters_train_embeddings_and_a_low_rank_change_of_each_linear_layer(ki
     rank = 2
     report = train(_config(models[kind], texts, tmp_path / "run", preset="adapters", steps=6, eval_text=None,
                            recipe={"rank": rank, "embedding_fraction": 0.5}, learning_rate=1e-2))
-    assert [(p["name"], p["trainable"]) for p in report.phases] == [("1-embeddings", "embeddings"),
+    assert [(p.name, p.trainable) for p in report.phases] == [("1-embeddings", "embeddings"),
                                                                    ("2-adapters", "adapters")]
     before, after = _state(models[kind]), _state(report.model)
     assert before.keys() == after.keys()

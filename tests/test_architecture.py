@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "langswap"
 
 LAYERS = [
     ("base", ["__init__", "errors", "config", "files", "locking", "numerics", "kernels", "masking", "batching",
-              "progress", "plots", "models", "registry", "records", "modelcard"]),
+              "progress", "plots", "models", "registry", "reports", "records", "modelcard"]),
     ("tokens", ["tokens", "chunks"]),
     ("resources", ["resources"]),
     ("methods", ["methods"]),
@@ -141,3 +141,17 @@ def test_no_two_modules_import_each_other():
         if module not in state:
             visit(module, [module])
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles[:5])
+
+
+LONGEST_FUNCTION = 120  # lines; a longer one is split into steps a reader follows in order
+
+
+def test_no_function_is_longer_than_a_reader_can_follow():
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, "split these into named steps: " + "; ".join(long)

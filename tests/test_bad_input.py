@@ -183,8 +183,8 @@ def test_vectors_of_different_dimension_transfer(gpt2_folder, target_tokenizer_f
                       **wechsel_resources(mixed_dimension_vectors["source16"], mixed_dimension_vectors["target12"],
                                           corpus_dir / "en-xx.tsv"))
     report = transfer(settings)
-    assert "reduced from 16 to 12 dimensions by PCA" in report.alignment["pca"]
-    assert read_record(output)["alignment"]["pca"] == report.alignment["pca"]
+    assert "reduced from 16 to 12 dimensions by PCA" in report.alignment.pca
+    assert read_record(output)["alignment"]["pca"] == report.alignment.pca
     assert leftovers(tmp_path) == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from langswap.bench import REFERENCE, BenchConfig, expand_variants, format_table
 from langswap.cli import main
 from langswap.config import from_dict, to_dict
 from langswap.errors import ConfigError
+from langswap.reports import PhaseReport, PhaseTeacher
 
 
 def _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, **changes) -> Path:
@@ -240,10 +242,10 @@ def test_bench_with_a_pos_probe_at_each_step(tmp_path, gpt2_folder, target_token
     path = _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, steps=[0, 2],
                        methods=["overlap"], probe={"train": str(train), "test": str(test), "layer": 1})
     result = run_bench(from_dict(BenchConfig, yaml.safe_load(path.read_text())))
-    assert [(row["variant"], row["step"]) for row in result["rows"]] == [(REFERENCE, 0), ("overlap", 0),
+    assert [(row["variant"], row["step"]) for row in result.rows] == [(REFERENCE, 0), ("overlap", 0),
                                                                          ("overlap", 2)]
     folder = tmp_path / "bench" / "runs" / "overlap" / "transfer"
-    for row, model in zip(result["rows"], (gpt2_folder, folder)):
+    for row, model in zip(result.rows, (gpt2_folder, folder)):
         assert row["pos_accuracy"] == pytest.approx(pos_probe(model, train, test, ProbeConfig(layer=1)).accuracy,
                                                     abs=1e-5)
     assert "POS probe accuracy @ 2" in (tmp_path / "bench" / "table.md").read_text()
@@ -264,7 +266,7 @@ def test_bench_on_a_masked_lm_reports_pseudo_bits_per_byte_and_perplexity(tmp_pa
         "eval_text": str(corpus_dir / "xx.test.txt"), "eval_lines": 8, "output": str(tmp_path / "bench"),
         "steps": [0, 2], "methods": ["random", "overlap"],
         "train": {"preset": "embeddings", "batch_size": 4, "sequence_length": 32, "save_steps": 2}})
-    rows = run_bench(config)["rows"]
+    rows = run_bench(config).rows
     assert [(row["variant"], row["step"]) for row in rows] == [(REFERENCE, 0), ("random", 0), ("random", 2),
                                                                ("overlap", 0), ("overlap", 2)]
     assert all("bits_per_byte" not in row and row["pseudo_perplexity"] > 1 for row in rows)
@@ -505,11 +507,11 @@ def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, corpus_dir)
     assert variant.train == {"teacher": {"weight": 1}}
     with pytest.raises(ConfigError, match="train must be a mapping"):
         expand_variants([{"name": "random", "train": 3}])
-    phases = [{"loop_updates": 4, "loop_seconds": 2.0, "loop_tokens": 400}, {"loop_updates": 1, "loop_seconds": 0.5,
-                                                                             "loop_tokens": 100}]
+    phases = [PhaseReport(loop_updates=4, loop_seconds=2.0, loop_tokens=400),
+              PhaseReport(loop_updates=1, loop_seconds=0.5, loop_tokens=100)]
     assert _loop_timing(phases) == {"seconds_per_update": 0.5, "train_tokens_per_second": 200.0}
-    assert _loop_timing([{"name": "a phase of an older record"}]) == {}
-    dropped = [{**phases[0], "teacher": {"used": False, "check": {"teacher_worse": True}}}]
+    assert _loop_timing([PhaseReport(name="a phase of an older record")]) == {}
+    dropped = [dataclasses.replace(phases[0], teacher=PhaseTeacher(used=False, check={"teacher_worse": True}))]
     assert _loop_timing(dropped) == {"seconds_per_update": 0.5, "train_tokens_per_second": 200.0,
                                      "teacher_used": False}
 
@@ -563,7 +565,7 @@ def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folde
     timing = bench_module._loop_timing
 
     def fixed(phases):
-        taught = any((phase.get("teacher") or {}).get("used") for phase in phases)
+        taught = any(phase.teacher is not None and phase.teacher.used for phase in phases)
         return {**timing(phases), "seconds_per_update": 2.0 if taught else 1.0}
 
     monkeypatch.setattr(bench_module, "_loop_timing", fixed)
@@ -588,7 +590,7 @@ def test_a_taught_entry_is_also_compared_at_equal_wall_time(tmp_path, gpt2_folde
     def no_training(*args, **kwargs):
         raise AssertionError("a rerun trained again")
 
-    monkeypatch.setattr("langswap.training.run.train", no_training)
+    monkeypatch.setattr("langswap.bench.train", no_training)
     assert main(["-q", "bench", str(path)]) == 0
     assert (bench / "table.md").read_text() == table
 
@@ -602,7 +604,7 @@ def test_a_teacher_its_check_dropped_gets_no_row_at_equal_time(tmp_path, gpt2_fo
     timing = bench_module._loop_timing
 
     def dropped(phases):
-        taught = any(phase.get("teacher") for phase in phases)
+        taught = any(phase.teacher is not None for phase in phases)
         return {**timing(phases), "seconds_per_update": 2.0 if taught else 1.0,
                 **({"teacher_used": False} if taught else {})}
 

@@ -68,7 +68,7 @@ def test_a_bilingual_run_writes_two_models_that_share_the_trained_body(pair, tmp
     for folder, size in ((target_folder, 280), (source_folder, 300)):
         model = AutoModelForCausalLM.from_pretrained(folder)
         assert model.get_input_embeddings().weight.shape[0] == size == len(AutoTokenizer.from_pretrained(folder))
-    assert [phase["name"] for phase in report.phases] == ["1-bilingual"]
+    assert [phase.name for phase in report.phases] == ["1-bilingual"]
 
 
 def test_the_paper_schedule_warms_up_from_its_start_rate_then_decays_as_an_inverse_square_root():

@@ -44,7 +44,7 @@ def test_an_untied_head_lands_on_the_line_in_one_round(text):
     assert spread_before > 1.0 and np.abs(offsets - offsets.mean()).max() < 0.03
     assert torch.equal(model.get_input_embeddings().weight, before_input)  # untied: the inputs stay
     assert torch.equal(model.get_output_embeddings().weight[0], row0)
-    assert report["rows"] == len(tokenizer) - 1 and report["through"].startswith("head rows")
+    assert report.rows == len(tokenizer) - 1 and report.through.startswith("head rows")
 
 
 def test_half_strength_moves_half_way(text):
@@ -78,7 +78,7 @@ def test_a_tied_head_settles_over_rounds(text):
     model = tiny_model("gpt2", len(tokenizer))
     report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, rounds=3),
                        np.ones(len(tokenizer), dtype=bool))
-    distances = [entry["mean_abs_distance"] for entry in report["rounds"]]
+    distances = [entry["mean_abs_distance"] for entry in report.rounds]
     # moving tied rows moves the inputs, hence the mean hidden state: a round can overshoot, later ones settle
     assert distances[-1] < 0.1 * distances[0]
 
@@ -107,7 +107,7 @@ def test_transfer_calibrates_and_records_it(gpt2_folder, corpus_dir, target_toke
     assert record["calibration"]["rows"] == plain.counts.get("subword", 0) + plain.counts.get("mean", 0) \
         + plain.counts.get("random", 0)
     assert record["config"]["calibration"]["strength"] == 1.0
-    assert calibrated.metrics["bits_per_byte"] != plain.metrics["bits_per_byte"]
+    assert calibrated.metrics.bits_per_byte != plain.metrics.bits_per_byte
     with pytest.raises(ConfigError, match="calibration needs target-language text"):
         transfer(transfer_config({**base, "output": str(tmp_path / "none"), "calibration": {"strength": 0.5}}))
 
@@ -167,7 +167,7 @@ def test_a_tied_head_untied_for_calibration_keeps_every_input_row(text):
     assert model.get_output_embeddings().weight.data_ptr() != model.get_input_embeddings().weight.data_ptr()
     offsets = _mean_logits(model, tokenizer, lines) - logf
     assert np.abs(offsets - offsets.mean()).max() < 0.03
-    assert report["input_rows"] == {"moved": 0}
+    assert report.input_rows.as_dict() == {"moved": 0}
 
 
 def test_a_tied_head_moved_records_how_far_its_input_rows_went(text):
@@ -180,10 +180,10 @@ def test_a_tied_head_moved_records_how_far_its_input_rows_went(text):
     after = model.get_input_embeddings().weight.detach()
     relative = ((after - before_input).norm(dim=1) / before_input.norm(dim=1))[3:]
     assert torch.equal(after[:3], before_input[:3])
-    assert report["input_rows"]["moved"] == int((relative > 0).sum()) > 0
+    assert report.input_rows.moved == int((relative > 0).sum()) > 0
     relative = relative[relative > 0]  # rows of unseen tokens below the line stay
-    assert report["input_rows"]["relative_shift"]["max"] == pytest.approx(float(relative.max()), rel=1e-4)
-    assert report["input_rows"]["relative_shift"]["median"] == pytest.approx(float(np.median(relative.numpy())),
+    assert report.input_rows.relative_shift.max == pytest.approx(float(relative.max()), rel=1e-4)
+    assert report.input_rows.relative_shift.median == pytest.approx(float(np.median(relative.numpy())),
                                                                              rel=1e-3)
 
 
@@ -193,8 +193,8 @@ def test_a_tied_head_skipped_is_left_alone(text):
     before = model.get_input_embeddings().weight.detach().clone()
     report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, tied_head="skip"),
                        np.ones(len(tokenizer), dtype=bool))
-    assert torch.equal(model.get_input_embeddings().weight, before) and report["rows"] == 0
-    assert "tied" in report["skipped"]
+    assert torch.equal(model.get_input_embeddings().weight, before) and report.rows == 0
+    assert "tied" in report.skipped
     with pytest.raises(ConfigError, match="calibration.tied_head"):
         CalibrationConfig(tied_head="keep")
     for bad in (0, -1, float("inf"), float("nan")):
@@ -207,7 +207,7 @@ def test_a_tied_head_skipped_is_left_alone(text):
 def test_a_tokenizer_that_fails_when_retrained_falls_back_to_add_half(text, monkeypatch):
     """The Rust tokenizers raise bare Exceptions (a Unigram tokenizer without an unk id, retrained on text that lacks
     a character of the check lines, cannot read them): the choice falls back and says why instead of failing."""
-    import langswap.resources.tokenizer as tokenizers
+    import langswap.transfer.calibrate as tokenizers
     from langswap.transfer.calibrate import choose_smoothing
 
     lines, tokenizer = text
@@ -242,10 +242,10 @@ def test_a_tied_model_untied_by_calibration_is_saved_untied_with_its_inputs_as_t
     text = str(corpus_dir / "xx.txt")
     untied = transfer(transfer_config({**base, "output": str(tmp_path / "untied"), "method": "combined",
                                        "calibration": {"text": text, "tied_head": "untie", "check_lines": 0}}))
-    assert set(untied.choice["losses"]) == {"mix", "choose"}
+    assert set(untied.choice.losses) == {"mix", "choose"}
     # the kept candidate, made alone and uncalibrated
     transfer(transfer_config({**base, "output": str(tmp_path / "plain"), "calibration": {"strength": 0},
-                              "method": {"name": "combined", "mode": untied.choice["chosen"]}}))
+                              "method": {"name": "combined", "mode": untied.choice.chosen}}))
     record = json.loads((tmp_path / "untied" / "langswap.json").read_text(encoding="utf-8"))
     assert record["tied_embeddings"] is False and record["calibration"]["input_rows"] == {"moved": 0}
     assert record["calibration"]["rows"] > 0
@@ -374,7 +374,7 @@ def test_rows_of_tokens_the_text_never_shows_are_not_lowered(text):
     line = logf + offsets.mean()
     assert np.all(np.abs(after[unseen & raised] - line[unseen & raised]) < 0.03)  # raised ones land on the line
     assert np.all(line[unseen & ~raised] <= start[unseen & ~raised] + 0.03)  # the others were above it
-    assert report["up_only_rows"] == {"rows": int(unseen.sum()), "below_count": 1}
+    assert report.up_only_rows.as_dict() == {"rows": int(unseen.sum()), "below_count": 1}
 
 
 def test_rows_of_rare_tokens_move_up_only_below_the_count(text):
@@ -396,7 +396,7 @@ def test_rows_of_rare_tokens_move_up_only_below_the_count(text):
                                                                     lower_min_count=below), moved)
         after = _mean_logits(model, tokenizer, lines)
         rare = counts < below
-        assert report["up_only_rows"] == {"rows": int(rare.sum()), "below_count": below}
+        assert report.up_only_rows.as_dict() == {"rows": int(rare.sum()), "below_count": below}
         assert np.all(after[rare] >= start[rare] - 1e-3)
         results[below] = after - start
         final = after

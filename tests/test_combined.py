@@ -272,7 +272,7 @@ def test_auto_offers_mix_and_choose_and_a_judge_keeps_the_lower_loss(cipher_worl
     # without a judge (no held-out text) the first candidate, mix, is kept, and the record says why
     default = run_method(make_config("combined"), inputs)
     assert torch.equal(default.embeddings, mix.embeddings)
-    assert default.choice["chosen"] == "mix" and default.choice["candidates"] == ["mix", "choose"]
+    assert default.choice.chosen == "mix" and default.choice.candidates == ["mix", "choose"]
 
     def judged(losses):
         seen = []
@@ -284,12 +284,13 @@ def test_auto_offers_mix_and_choose_and_a_judge_keeps_the_lower_loss(cipher_worl
 
     result, seen = judged([2.0, 1.0])
     assert torch.equal(seen[0], mix.embeddings) and torch.equal(seen[1], choose.embeddings)
-    assert result.choice == {"chosen": "choose", "by": "held-out loss", "losses": {"mix": 2.0, "choose": 1.0}}
+    assert result.choice.as_dict() == {"chosen": "choose", "by": "held-out loss",
+                                       "losses": {"mix": 2.0, "choose": 1.0}}
     assert torch.equal(result.embeddings, choose.embeddings)
     assert np.array_equal(result.mapping.kinds, choose.mapping.kinds)
-    assert judged([1.0, 1.0])[0].choice["chosen"] == "mix"  # a tie keeps the first
+    assert judged([1.0, 1.0])[0].choice.chosen == "mix"  # a tie keeps the first
     nan = judged([float("nan"), 3.0])[0]
-    assert nan.choice["chosen"] == "choose" and nan.choice["losses"]["mix"] is None  # a NaN loss never wins
+    assert nan.choice.chosen == "choose" and nan.choice.losses["mix"] is None  # a NaN loss never wins
     # one kind of evidence: mix and choose agree, so there is one candidate and nothing to choose
     assert run_method(make_config("combined"), _inputs(cipher_world)).choice is None
 
@@ -437,9 +438,9 @@ def test_candidates_are_judged_finished_and_the_kept_one_is_installed_as_made(ki
     transferred, result, reports = apply_method(model, inputs, matrices, make_config("combined"), copy=True,
                                                 held_out=held_out, finish=finish)
     # each candidate finished once, the kept one not again
-    assert len(finished) == 2 and reports == {} and result.choice["by"] == "held-out loss after finishing"
-    losses = result.choice["losses"]
-    assert losses["choose"] > losses["mix"] + 0.5 and result.choice["chosen"] == "mix"  # judged as finished
+    assert len(finished) == 2 and reports == {} and result.choice.by == "held-out loss after finishing"
+    losses = result.choice.losses
+    assert losses["choose"] > losses["mix"] + 0.5 and result.choice.chosen == "mix"  # judged as finished
     # the kept candidate is in the model as it was finished (here: as the method made it; the finished second one
     # was last in the model)
     assert torch.equal(transferred.get_input_embeddings().weight, result.embeddings)
@@ -470,6 +471,6 @@ def test_a_transfer_calibrates_each_candidate_once_and_keeps_the_chosen_one_as_c
         "source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder),
         "output": str(tmp_path / "out"), "resources": {"dictionary": str(corpus_dir / "en-xx.tsv")},
         "calibration": {"text": str(corpus_dir / "xx.txt")}, "held_out_lines": 20}))
-    assert len(calls) == 2 and set(report.choice["losses"]) == {"mix", "choose"}
-    assert "check" in report.calibration and "held_out_loss" not in report.calibration
+    assert len(calls) == 2 and set(report.choice.losses) == {"mix", "choose"}
+    assert report.calibration.check is not None and "held_out_loss" not in report.calibration.as_dict()
     assert {"method", "method: calibration", "method: frequencies"} <= set(report.seconds)

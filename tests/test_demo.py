@@ -13,9 +13,9 @@ from langswap.records import TransferRecord, read_model_record
 def test_the_demo_runs_the_transfers_steps_and_writes_the_default(tmp_path, gpt2_folder, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from langswap.demo import smollm2
+    import langswap.demo.run as demo_run
 
-    monkeypatch.setattr(smollm2, "smollm2_135m", lambda progress=False: gpt2_folder)
+    monkeypatch.setattr(demo_run, "smollm2_135m", lambda progress=False: gpt2_folder)
     printed = []
     result = run_demo(DemoConfig(vocab_size=400, eval_lines=20, workdir=str(tmp_path)), out=printed.append)
     models = [row["model"] for row in result["rows"]]
@@ -29,28 +29,26 @@ def test_the_demo_runs_the_transfers_steps_and_writes_the_default(tmp_path, gpt2
     model = AutoModelForCausalLM.from_pretrained(output)
     record = read_model_record(output)
     assert isinstance(record, TransferRecord) and record.method == "combined" and record.demo == result["rows"]
-    assert record.config["calibration"]["text"].endswith("de.train.txt.gz") and "check" in record.calibration
-    assert record.metrics["bits_per_byte"] == rows["combined"]["bits_per_byte"]
+    assert record.config["calibration"]["text"].endswith("de.train.txt.gz") and record.calibration.check is not None
+    assert record.metrics.bits_per_byte == rows["combined"]["bits_per_byte"]
     # the check a transfer makes: every row it copied is one the independent count finds, and no warning
-    assert record.matching["agree"] == record.matching["copied_whole"] > 0 and record.matching["warnings"] == []
+    assert record.matching.agree == record.matching.copied_whole > 0 and record.matching.warnings == []
     assert model.get_input_embeddings().weight.shape[0] == len(AutoTokenizer.from_pretrained(output))
     text = "\n".join(map(str, printed))
     assert "1/4 source model" in text and "| combined |" in text and f"wrote {output}" in text
     # a rerun reuses every row and the written model: it neither loads the model nor runs a transfer
-    import langswap.transfer
-
     def refuse(*args, **kwargs):
         raise AssertionError("a rerun ran a transfer step")
 
-    monkeypatch.setattr(langswap.transfer, "run_steps", refuse)
-    monkeypatch.setattr(langswap.transfer, "load", refuse)
+    monkeypatch.setattr(demo_run, "run_steps", refuse)
+    monkeypatch.setattr(demo_run, "load", refuse)
     before = len(printed)
     again = run_demo(DemoConfig(vocab_size=400, eval_lines=20, workdir=str(tmp_path)), out=printed.append)
     assert again["rows"] == result["rows"]
     assert sum("reused" in str(line) for line in printed[before:]) == 4  # the tokenizer and three rows
     # another option is another row: overlap alone is reused, its model (now the one saved) made again
     monkeypatch.undo()
-    monkeypatch.setattr(smollm2, "smollm2_135m", lambda progress=False: gpt2_folder)
+    monkeypatch.setattr(demo_run, "smollm2_135m", lambda progress=False: gpt2_folder)
     third = run_demo(DemoConfig(vocab_size=400, eval_lines=20, workdir=str(tmp_path), methods="overlap"),
                      out=printed.append)
     assert third["rows"][1] == result["rows"][1]
@@ -65,9 +63,9 @@ def test_a_method_that_needs_vectors_asks_for_them(tmp_path):
 
 
 def test_without_calibration_the_rows_say_so_and_redo_measures_again(tmp_path, gpt2_folder, monkeypatch):
-    from langswap.demo import smollm2
+    import langswap.demo.run as demo_run
 
-    monkeypatch.setattr(smollm2, "smollm2_135m", lambda progress=False: gpt2_folder)
+    monkeypatch.setattr(demo_run, "smollm2_135m", lambda progress=False: gpt2_folder)
     config = DemoConfig(vocab_size=400, eval_lines=10, workdir=str(tmp_path), methods="combined", calibrate=0.0)
     rows = run_demo(config, out=lambda *_: None)["rows"]
     assert [row["model"] for row in rows] == ["source model, its own tokenizer", "combined, without calibration"]

@@ -22,6 +22,7 @@ from conftest import (byte_level_tokenizer, english_lines, sentencepiece_tokeniz
                       wordpiece_tokenizer)
 from families import relabelled
 
+from langswap.reports import DistillationReport
 from langswap.transfer.distill import DistillConfig, distill
 from langswap.errors import ConfigError
 
@@ -72,9 +73,9 @@ def test_relabelled_tokenizer_is_recovered_from_random_rows(kind, lines, source_
                            head="keep", when="always")  # a random body: neither side reads the text
     report = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special, config)
 
-    assert report["kept"] and report["loss_end"] < 0.01 * report["loss_start"], report
-    assert report["teacher_check"] == {"measured": False, "why": "no source head was given (distill's source_head)"}
-    assert report["chunks_skipped"] == report["chunks_too_long"] == 0
+    assert report.kept and report.loss_end < 0.01 * report.loss_start, report
+    assert report.teacher_check.as_dict() == {"measured": False, "why": "no source head was given (distill's source_head)"}
+    assert report.chunks_skipped == report.chunks_too_long == 0
     learned = model.get_input_embeddings().weight.detach()
     counts = token_counts(target_tokenizer, lines[:-32])
     frequent = sorted(token for token, count in counts.items() if count >= 5)
@@ -109,7 +110,7 @@ def test_only_trainable_rows_change_and_everything_is_restored(head, lines, sour
                            when="always")
     report = distill(model, source, source_tokenizer, target_tokenizer, lines[:120], trainable, config)
 
-    assert report["kept"] and report["updates"] > 0 and report["tokens"] >= 3_000, report
+    assert report.kept and report.updates > 0 and report.tokens >= 3_000, report
     after = snapshot(model)
     for name, tensor in before.items():
         if name not in ("model.embed_tokens.weight", "lm_head.weight"):
@@ -125,12 +126,12 @@ def test_only_trainable_rows_change_and_everything_is_restored(head, lines, sour
     outputs_before, outputs_after = before["lm_head.weight"], after["lm_head.weight"]
     if head == "keep":
         assert torch.equal(outputs_after, outputs_before)
-        assert report["next_token_loss_end"] == pytest.approx(report["next_token_loss_start"], abs=0.5)
+        assert report.next_token_loss_end == pytest.approx(report.next_token_loss_start, abs=0.5)
     else:
         assert torch.equal(outputs_after[~rows], outputs_before[~rows])
         # every output row takes part in the softmax, so every trainable one moves
         assert (outputs_after[rows] != outputs_before[rows]).any(dim=1).all()
-        assert report["next_token_loss_end"] < report["next_token_loss_start"] - 0.2, report
+        assert report.next_token_loss_end < report.next_token_loss_start - 0.2, report
     assert model.training
     assert {name: parameter.requires_grad for name, parameter in model.named_parameters()} == flags
     assert model.get_input_embeddings().weight.dtype == torch.float32
@@ -147,7 +148,7 @@ def test_the_heads_own_learning_rate_moves_only_the_output_rows(lines, source_to
         config = DistillConfig(tokens=2_000, learning_rate=1e-2, head_learning_rate=rate, batch_lines=8,
                                held_out_lines=16, head="lm", when="always")
         report = distill(model, source, source_tokenizer, target_tokenizer, lines[:120], trainable, config)
-        assert report["kept"], report
+        assert report.kept, report
         after = snapshot(model)
         runs[name] = {which: (after[which], (after[which] - before[which]).abs().max().item())
                       for which in ("model.embed_tokens.weight", "lm_head.weight")}
@@ -172,13 +173,13 @@ def test_held_out_loss_goes_down_and_the_run_repeats_bitwise(lines, source_token
         report = distill(model, source, source_tokenizer, target_tokenizer, lines[:200], trainable, config)
         results.append((report, model.get_input_embeddings().weight.detach().clone()))
     report = results[0][0]
-    assert report["kept"] and report["loss_end"] < 0.7 * report["loss_start"], report
-    assert report["held_out_lines"] == 24 and report["lines"] == 176 and report["held_out_chunks"] > 0
-    assert report["chunks_matched"] > 0 and report["updates"] >= 6_000 // (8 * 128)
-    assert report["head"].startswith("tied")
+    assert report.kept and report.loss_end < 0.7 * report.loss_start, report
+    assert report.held_out_lines == 24 and report.lines == 176 and report.held_out_chunks > 0
+    assert report.chunks_matched > 0 and report.updates >= 6_000 // (8 * 128)
+    assert report.head.startswith("tied")
     assert torch.equal(results[0][1], results[1][1])
-    assert {k: v for k, v in report.items() if k != "seconds"} == \
-        {k: v for k, v in results[1][0].items() if k != "seconds"}
+    assert {k: v for k, v in report.as_dict().items() if k != "seconds"} == \
+        {k: v for k, v in results[1][0].as_dict().items() if k != "seconds"}
 
 
 def test_unencodable_chunks_are_read_but_not_matched(lines, source_tokenizer):
@@ -190,8 +191,8 @@ def test_unencodable_chunks_are_read_but_not_matched(lines, source_tokenizer):
     text = [line.replace("the ", "the ☃ ", 1) for line in lines[:40]]
     config = DistillConfig(tokens=500, learning_rate=1e-3, batch_lines=8, held_out_lines=0)
     report = distill(model, source, source_tokenizer, target_tokenizer, text, trainable, config)
-    assert report["chunks_skipped"] > 0 and report["chunks_matched"] > 0
-    assert report["loss_start"] is None and report["kept"]
+    assert report.chunks_skipped > 0 and report.chunks_matched > 0
+    assert report.loss_start is None and report.kept
 
 
 def test_rows_are_put_back_when_the_held_out_loss_rises(lines, source_tokenizer):
@@ -201,7 +202,7 @@ def test_rows_are_put_back_when_the_held_out_loss_rises(lines, source_tokenizer)
     config = DistillConfig(tokens=1_000, learning_rate=1.0, layers=(1,), batch_lines=8, held_out_lines=16,
                            when="always")
     report = distill(model, source, source_tokenizer, target_tokenizer, lines[:80], trainable, config)
-    assert not report["kept"] and report["loss_end"] > report["loss_start"] and "put_back" in report
+    assert not report.kept and report.loss_end > report.loss_start and report.put_back
     assert all(torch.equal(tensor, before[name]) for name, tensor in snapshot(model).items())
 
 
@@ -253,27 +254,27 @@ def test_a_teacher_that_reads_the_text_worse_than_the_student_is_not_followed(te
     config = DistillConfig(tokens=2_000, learning_rate=1e-2, layers=(1,), batch_lines=16, held_out_lines=32)
     report = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special, config,
                      source_head=(source, None))
-    check = report["teacher_check"]
-    assert check["measured"] and check["chunks"] > 100
+    check = report.teacher_check
+    assert check.measured and check.chunks > 100
     if teacher == "better":
-        assert not check["teacher_worse"] and check["teacher_nats_per_chunk"] < check["student_nats_per_chunk"]
-        assert report["updates"] > 0 and "skipped" not in report
+        assert not check.teacher_worse and check.teacher_nats_per_chunk < check.student_nats_per_chunk
+        assert report.updates > 0 and report.skipped is None
     else:
-        assert check["teacher_worse"] and check["teacher_nats_per_chunk"] > check["student_nats_per_chunk"]
-        assert "worse than the student" in report["skipped"] and report["updates"] == 0
+        assert check.teacher_worse and check.teacher_nats_per_chunk > check.student_nats_per_chunk
+        assert "worse than the student" in report.skipped and report.updates == 0
         assert all(torch.equal(tensor, before[name]) for name, tensor in snapshot(model).items())
         assert not model.training and all(parameter.requires_grad for parameter in model.parameters())
         forced = distill(model, source, source_tokenizer, target_tokenizer, lines, ~special,
                          DistillConfig(**{**dataclasses.asdict(config), "when": "always"}),
                          source_head=(source, None))
-        assert forced["updates"] > 0 and "skipped" not in forced and forced["teacher_check"]["teacher_worse"]
+        assert forced.updates > 0 and forced.skipped is None and forced.teacher_check.teacher_worse
 
 
 def test_zero_tokens_skips_and_says_so(lines, source_tokenizer):
     model, source, target_tokenizer, trainable = _untied_setup(lines, source_tokenizer)
     before = snapshot(model)
     report = distill(model, source, source_tokenizer, target_tokenizer, lines, trainable, DistillConfig(tokens=0))
-    assert "tokens is 0" in report["skipped"] and report["updates"] == 0
+    assert "tokens is 0" in report.skipped and report.updates == 0
     assert all(torch.equal(tensor, before[name]) for name, tensor in snapshot(model).items())
 
 
@@ -360,13 +361,13 @@ def test_a_transfer_distils_the_methods_rows_before_calibration_and_records_it(g
                               "distill": {"tokens": 600, "batch_lines": 4, "layers": [1], "learning_rate": 1e-2,
                                           "when": "always"}}))
     record = json.loads((tmp_path / "distilled" / "langswap.json").read_text(encoding="utf-8"))
-    report = record["distillation"]
-    assert report["tokens"] >= 600 and report["updates"] > 0 and report["text"] == text and report["kept"]
-    assert report["loss_end"] < report["loss_start"]
-    assert report["teacher_check"]["measured"] and report["teacher_check"]["chunks"] > 0  # the source head read
+    report = DistillationReport.from_dict(record["distillation"])
+    assert report.tokens >= 600 and report.updates > 0 and report.text == text and report.kept
+    assert report.loss_end < report.loss_start
+    assert report.teacher_check.measured and report.teacher_check.chunks > 0  # the source head read
     assert json.loads((tmp_path / "plain" / "langswap.json").read_text(encoding="utf-8"))["distillation"] is None
     card = (tmp_path / "distilled" / "README.md").read_text(encoding="utf-8")
-    assert f"- Token distillation: {report['rows']:,} rows learned from the source model reading" in card
+    assert f"- Token distillation: {report.rows:,} rows learned from the source model reading" in card
     assert "Token distillation" not in (tmp_path / "plain" / "README.md").read_text(encoding="utf-8")
     plain, distilled = load_file(tmp_path / "plain" / "model.safetensors"), load_file(tmp_path / "distilled" /
                                                                                       "model.safetensors")
@@ -415,6 +416,7 @@ def test_a_transfer_that_will_not_fit_in_memory_is_refused_before_the_model_load
 
     monkeypatch.setattr(steps, "available_memory", lambda: need["total"] - 1)
     monkeypatch.setattr(langswap.models, "load_model", no_loading)
+    monkeypatch.setattr(steps, "load_model", no_loading, raising=False)  # where steps imports it at the top
     with pytest.raises(ConfigError, match=r"needs about .* GiB of memory .*token distillation .* GiB is free\. Turn "
                                           r"those steps off"):
         transfer(distilled)
@@ -514,7 +516,7 @@ def test_distilling_an_early_layer_reads_only_the_blocks_below_it_and_learns_the
         model = tiny_model("llama", len(source_tokenizer), seed=3)
         source = random_rows(model, seed=4, keep=special)
         report = distill(model, source, source_tokenizer, target_tokenizer, lines[:100], ~special, config)
-        assert report["kept"] and report["updates"] > 0, report
+        assert report.kept and report.updates > 0, report
         rows.append(model.get_input_embeddings().weight.detach().clone())
     assert torch.equal(rows[0], rows[1])
 
@@ -536,21 +538,21 @@ def test_a_tied_head_untied_keeps_the_methods_rows_for_prediction(head, lines, s
                            tied_head="untie", head=head)
     report = distill(model, source, source_tokenizer, target_tokenizer, lines[:200], trainable, config)
 
-    assert report["kept"] and report["untied"] and "untied" in report["head"], report
+    assert report.kept and report.untied and "untied" in report.head, report
     assert not is_tied(model) and model.config.tie_word_embeddings is False
     inputs, outputs = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
     assert torch.equal(inputs[:3], before[:3]) and not torch.equal(inputs[3:], before[3:])
     if head == "keep":
         assert torch.equal(outputs, before)
-        assert report["next_token_loss_end"] == pytest.approx(report["next_token_loss_start"], abs=0.5)
+        assert report.next_token_loss_end == pytest.approx(report.next_token_loss_start, abs=0.5)
     else:
         assert torch.equal(outputs[:3], before[:3]) and not torch.equal(outputs[3:], before[3:])
-        assert report["next_token_loss_end"] < report["next_token_loss_start"], report
+        assert report.next_token_loss_end < report.next_token_loss_start, report
 
     # rows put back: the model stays tied, as it came
     model = tiny_model("gpt2", len(target_tokenizer), seed=4)
     bad = DistillConfig(tokens=1_000, learning_rate=1.0, layers=(1,), batch_lines=8, held_out_lines=24,
                         when="always", tied_head="untie", head=head)  # as in the put-back test above
     report = distill(model, source, source_tokenizer, target_tokenizer, lines[:200], trainable, bad)
-    assert not report["kept"] and not report["untied"] and is_tied(model)
+    assert not report.kept and not report.untied and is_tied(model)
     assert torch.equal(model.get_input_embeddings().weight.detach(), before)

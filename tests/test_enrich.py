@@ -14,8 +14,8 @@ import torch
 from conftest import byte_level_tokenizer, random_rotation, save_model, tiny_model
 from langswap.enrich import (EnrichConfig, TranslationPairs, enrich, enriched_rows, fit_linear_map,
                              projection_offsets, translation_pairs, whole_word_tokens)
-from langswap.errors import (ConfigError, MissingResourceError, OutputExistsError, ResourceFormatError,
-                             VocabularyError)
+from langswap.errors import (ConfigError, MissingResourceError, NumericalError, OutputExistsError,
+                             ResourceFormatError, VocabularyError)
 
 
 @pytest.fixture(scope="module")
@@ -254,6 +254,23 @@ def test_models_of_different_hidden_size(tmp_path, gpt2_folder, corpus_dir, ciph
     config = make_config(tmp_path / "run", gpt2_folder, folder, corpus_dir)
     (tmp_path / "run").mkdir()
     refused(config, ConfigError, "hidden size 32", "hidden size 48")
+
+
+@pytest.mark.parametrize("which", ["l1", "l2"])
+def test_a_model_with_non_finite_weights(tmp_path, gpt2_folder, l2_folder, corpus_dir, which):
+    """Each model is loaded and checked as the transfer checks its source (`transfer.steps.load_checked_model`); the
+    error names which model, the tensor, and what to do."""
+    from langswap.models import load_model, load_tokenizer
+
+    broken = load_model(gpt2_folder if which == "l1" else l2_folder)
+    with torch.no_grad():
+        next(p for name, p in broken.named_parameters() if "embed" not in name and p.dim() == 2)[0, 0] = float("nan")
+    folder = save_model(broken, load_tokenizer(gpt2_folder if which == "l1" else l2_folder), tmp_path / "broken")
+    config = make_config(tmp_path / "run", folder if which == "l1" else gpt2_folder,
+                         folder if which == "l2" else l2_folder, corpus_dir)
+    (tmp_path / "run").mkdir()
+    refused(config, NumericalError, f"{which.upper()} '{folder}' holds NaN or infinite weights",
+            "Give an intact checkpoint.")
 
 
 def test_l2_without_its_tokenizer_files(tmp_path, gpt2_folder, l2_folder, corpus_dir):

@@ -375,7 +375,7 @@ def test_a_transfer_into_an_extension_copies_every_source_row_bitwise_and_makes_
             mean = before[name].to(torch.float32).mean(dim=0).to(before[name].dtype)
             assert torch.equal(after[name][kept + 40:], mean.expand_as(after[name][kept + 40:])), name
     record = read_model_record(tmp_path / "out")
-    assert record.vocabulary == {"mode": "extended", "kept": kept, "new": [kept, kept + 39],
+    assert record.vocabulary.as_dict() == {"mode": "extended", "kept": kept, "new": [kept, kept + 39],
                                  "padding": [kept + 40, rows - 1], "rows": rows, "source_rows": kept}
     assert record.counts["copied"] + record.counts["special"] >= kept
     assert report.counts == record.counts
@@ -413,7 +413,7 @@ def test_calibration_of_an_extension_moves_only_the_new_rows_even_through_a_tied
     _transfer(source_folder, target_folder, tmp_path / "out", method={"name": "overlap"},
               calibration={"text": str(text), "strength": 1.0, "check_lines": 0})
     record = read_model_record(tmp_path / "out")
-    assert record.calibration["rows"] > 0 and record.calibration["rows"] <= 40
+    assert record.calibration.rows > 0 and record.calibration.rows <= 40
     source, extended = load_model(source_folder), load_model(tmp_path / "out")
     assert torch.equal(_matrices(extended)["input"][:kept], _matrices(source)["input"][:kept])
 
@@ -437,7 +437,7 @@ def test_distillation_into_an_extension_learns_only_the_new_rows(kind, extended_
               target_text=str(text), distill={"tokens": 800, "layers": [1], "learning_rate": 1e-2, "when": "always"})
     report = read_model_record(tmp_path / "out").distillation
     # the new rows the method did not copy from a source token of the same form
-    assert report["updates"] > 0 and 0 < report["rows"] <= 40 and report["chunks_matched"] > 0, report
+    assert report.updates > 0 and 0 < report.rows <= 40 and report.chunks_matched > 0, report
     plain, distilled = load_model(tmp_path / "plain"), load_model(tmp_path / "out")
     before, after = _matrices(plain), _matrices(distilled)
     for name in before:
@@ -464,9 +464,9 @@ def test_vocabulary_modes_refuse_a_target_that_is_no_extension_and_replace_on_re
         _transfer(source_folder, replacement, tmp_path / "out", method={"name": "overlap"}, vocabulary="extend")
     assert not (tmp_path / "out").exists()
     _transfer(source_folder, target_folder, tmp_path / "replaced", method={"name": "overlap"}, vocabulary="replace")
-    assert read_model_record(tmp_path / "replaced").vocabulary == {"mode": "replaced"}
+    assert read_model_record(tmp_path / "replaced").vocabulary.as_dict() == {"mode": "replaced"}
     _transfer(source_folder, target_folder, tmp_path / "unpadded", method={"name": "overlap"}, pad_to_multiple=1)
-    assert read_model_record(tmp_path / "unpadded").vocabulary["rows"] == kept + 40
+    assert read_model_record(tmp_path / "unpadded").vocabulary.rows == kept + 40
     with pytest.raises(ConfigError, match="pad_to_multiple"):
         _transfer(source_folder, target_folder, tmp_path / "bad", method={"name": "overlap"}, pad_to_multiple=0)
 
@@ -497,7 +497,7 @@ def test_a_source_with_rows_beyond_its_tokenizer_gives_them_to_the_new_tokens_fi
     assert torch.equal(after[kept + 10:kept + 30], before[kept + 10:kept + 30])  # unused, kept as they were
     mean = before[kept:].to(torch.float32).mean(dim=0).to(before.dtype)
     assert torch.equal(after[kept + 30:], mean.expand_as(after[kept + 30:]))
-    assert read_model_record(tmp_path / "out").vocabulary["source_rows"] == kept + 30
+    assert read_model_record(tmp_path / "out").vocabulary.source_rows == kept + 30
 
 
 def test_a_streamed_transfer_into_an_extension_keeps_the_source_rows(extended_pairs, tmp_path):
@@ -751,8 +751,8 @@ def test_the_teacher_teaches_an_extended_model_whose_source_rows_stay(extended_p
                                preset="extension", recipe={"then": "none"}, steps=4, batch_size=4,
                                sequence_length=32, save_steps=100, logging_steps=1, learning_rate=0.01,
                                eval_text=None, teacher={"weight": 1.0, "when": "always"}))
-    taught = report.phases[0]["teacher"]
-    assert taught["used"] and taught["teacher_distance"] > 0 and taught["teacher_matched"] > 0
+    taught = report.phases[0].teacher
+    assert taught.used and taught.teacher_distance > 0 and taught.teacher_matched > 0
     start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
     after = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
     matrices = [name for name, tensor in start.items() if tensor.dim() >= 1 and tensor.shape[0] >= kept + 40]
@@ -849,8 +849,8 @@ def test_source_language_text_moves_an_extensions_new_rows_by_one_vector_that_ke
     hidden = mean_head_input(plain, load_tokenizer(tmp_path / "plain"), texts["target"][:60], 128)
     assert abs(float(shifts[0] @ hidden)) < 1e-4 * float(shifts[0].norm() * hidden.norm())
     record = read_model_record(tmp_path / "moved")
-    assert record.separation["amount"] == 1.0 and record.separation["rows"] == 40
-    assert sorted(record.separation["losses"]) == ["0", "1"]
+    assert record.separation.amount == 1.0 and record.separation.rows == 40
+    assert sorted(record.separation.losses) == ["0", "1"]
     assert "Kept off the source language: the new rows moved 1.0" in (tmp_path / "moved" / "README.md").read_text()
     assert read_model_record(tmp_path / "plain").separation is None
 
@@ -895,10 +895,10 @@ def test_after_calibration_through_a_tied_head_the_separation_starts_from_the_ca
     _separation_transfer(source_folder, target_folder, text, source_text, tmp_path / "zero", strength=1.0,
                          separation=0.0)
     record = read_model_record(tmp_path / "out")
-    check = record.calibration.get("check")
-    assert check is not None and record.separation["check_lines"] == {"target": 30, "source": 30}
-    calibrated = check["loss_after"] if record.calibration["rows"] else check["loss_before"]
-    assert record.separation["losses"]["0"]["target"] == pytest.approx(calibrated, abs=2e-4)
+    check = record.calibration.check
+    assert check is not None and record.separation.check_lines.as_dict() == {"target": 30, "source": 30}
+    calibrated = check.loss_after if record.calibration.rows else check.loss_before
+    assert record.separation.losses["0"].target == pytest.approx(calibrated, abs=2e-4)
     target_check = texts["target"][-30:]
     max_length = CalibrationConfig().max_length
 
@@ -906,14 +906,15 @@ def test_after_calibration_through_a_tied_head_the_separation_starts_from_the_ca
         return mean_token_loss(load_model(folder), load_tokenizer(folder), target_check, max_length)
 
     zero = read_model_record(tmp_path / "zero").separation
-    assert zero["amount"] == 0.0 and zero["losses"]["0"] == record.separation["losses"]["0"]
-    assert check_loss(tmp_path / "zero") == pytest.approx(zero["losses"]["0"]["target"], abs=2e-4)
-    chosen = f"{record.separation['amount']:g}"
-    assert check_loss(tmp_path / "out") == pytest.approx(record.separation["losses"][chosen]["target"], abs=2e-4)
-    losses = record.separation["losses"]  # the amount unset: the best of four on the check lines
+    assert zero.amount == 0.0 and zero.losses["0"] == record.separation.losses["0"]
+    assert check_loss(tmp_path / "zero") == pytest.approx(zero.losses["0"].target, abs=2e-4)
+    chosen = f"{record.separation.amount:g}"
+    assert check_loss(tmp_path / "out") == pytest.approx(record.separation.losses[chosen].target, abs=2e-4)
+    losses = record.separation.losses  # the amount unset: the best of four on the check lines
     assert sorted(losses) == ["0", "0.5", "1", "2"]
-    ranked = {amount: sum(loss[name] / losses["0"][name] for name in loss) for amount, loss in losses.items()}
-    assert ranked[f"{record.separation['amount']:g}"] <= min(ranked.values()) + 1e-3
+    ranked = {amount: loss.target / losses["0"].target + loss.source / losses["0"].source
+              for amount, loss in losses.items()}
+    assert ranked[f"{record.separation.amount:g}"] <= min(ranked.values()) + 1e-3
     weight = load_model(tmp_path / "out").get_input_embeddings().weight
     assert torch.equal(weight[:kept], load_model(source_folder).get_input_embeddings().weight)
 

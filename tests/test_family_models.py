@@ -129,9 +129,9 @@ def test_the_teachers_chunk_losses_add_up_to_the_source_models_own_loss(family):
     report = distill(model, source, source_tokenizer, target_tokenizer, lines, torch.ones(len(target_tokenizer),
                      dtype=torch.bool).numpy(), DistillConfig(tokens=1, held_out_lines=40, batch_lines=8),
                      source_head=(head.weight.detach(), getattr(head, "bias", None)))
-    check = report["teacher_check"]
-    assert check["measured"] and check["windows_left_out"] == 0, check
-    assert check["teacher_nats_per_chunk"] * check["chunks"] == pytest.approx(own, rel=1e-3)
+    check = report.teacher_check
+    assert check.measured and check.windows_left_out == 0, check
+    assert check.teacher_nats_per_chunk * check.chunks == pytest.approx(own, rel=1e-3)
 
 
 @pytest.mark.parametrize("family", list(ARCHITECTURES) + ["llama2"])
@@ -196,7 +196,7 @@ def test_distillation_recovers_a_relabelled_vocabulary_in_every_family(family):
                            head="keep", when="always")
     report = distill(model, source[:len(source_tokenizer)], source_tokenizer, target_tokenizer, lines,
                      trainable[:len(target_tokenizer)], config)
-    assert report["kept"] and report["chunks_skipped"] == 0, report
+    assert report.kept and report.chunks_skipped == 0, report
     learned = model.get_input_embeddings().weight.detach()
     counts = Counter(token for line in lines[:-32] for token in target_tokenizer(line, add_special_tokens=False)[
         "input_ids"])

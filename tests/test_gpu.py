@@ -79,7 +79,7 @@ def test_a_transfer_that_calibrates_runs_its_forward_passes_on_the_gpu(gpt2_fold
         on_cpu = transfer(transfer_config({**base, "output": str(tmp_path / "cpu")}))
     finally:
         langswap.models.pick_device = original
-    assert report.metrics["bits_per_byte"] == pytest.approx(on_cpu.metrics["bits_per_byte"], rel=1e-3)
+    assert report.metrics.bits_per_byte == pytest.approx(on_cpu.metrics.bits_per_byte, rel=1e-3)
 
 
 def test_the_adapters_recipe_trains_on_the_gpu_with_a_bf16_body(texts, tmp_path):

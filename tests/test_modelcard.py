@@ -194,8 +194,14 @@ def test_a_masked_model_loads_as_a_masked_lm(tmp_path, corpus_dir):
     assert "pseudo bits per byte:" in text and "pseudo-perplexity:" in text
 
 
+def _calibration_line(data: dict) -> str:
+    from langswap.reports import CalibrationReport
+
+    return CalibrationReport.from_dict(data).summary()
+
+
 def test_the_calibration_line_says_what_moved_and_what_moved_up_only():
-    from langswap.modelcard import _calibration_line
+    # "smoothing" is how records before `frequencies` named the estimate
 
     line = _calibration_line({
         "rows": 9983, "strength": 1.0, "through": "head rows along the mean hidden state",

@@ -73,10 +73,10 @@ def _resumes_bitwise(model: Path, texts: Path, root: Path, crashes: tuple[int, .
             train(config, callbacks=[_crash_after(updates)])
     resumed = train(config)
     assert resumed.resumed
-    assert [(p["name"], p["steps"]) for p in resumed.phases] == [(p["name"], p["steps"]) for p in reference.phases]
+    assert [(p.name, p.steps) for p in resumed.phases] == [(p.name, p.steps) for p in reference.phases]
     a, b = _state(reference.model), _state(resumed.model)
     assert a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
-    assert [p["train_loss"] for p in resumed.phases] == [p["train_loss"] for p in reference.phases]
+    assert [p.train_loss for p in resumed.phases] == [p.train_loss for p in reference.phases]
     assert resumed.curve["train"] == reference.curve["train"]
     return reference
 
@@ -105,9 +105,9 @@ def test_every_recipe_resumes_bitwise(name, models, texts, tmp_path, request):
     model = request.getfixturevalue("extended_gpt2") if name == "extension" else models["gpt2"]
     reference = _resumes_bitwise(model, texts, tmp_path, (3, 4), preset=name, steps=8, save_steps=2,
                                  logging_steps=2, eval_text=None, **_options(name, models, texts))
-    assert sum(p["steps"] for p in reference.phases) == 8
+    assert sum(p.steps for p in reference.phases) == 8
     if name == "tiktotok":
-        assert [p["steps"] for p in reference.phases] == [4, 4]
+        assert [p.steps for p in reference.phases] == [4, 4]
 
 
 def test_a_masked_bilingual_run_resumes_bitwise(models, texts, tmp_path):
@@ -213,7 +213,7 @@ def test_a_recipe_in_one_file_trains_with_its_own_phases_parameters_optimizer_sc
 
     options = dict(preset="throwaway-norms-first", steps=8, eval_text=None, recipe={"stop_after": "3"})
     report = train(_config(models["gpt2"], texts, tmp_path / "run", **options), callbacks=[Record()])
-    assert [(p["name"], p["steps"], p["planned_steps"]) for p in report.phases] == [("1-norms", 2, 2),
+    assert [(p.name, p.steps, p.planned_steps) for p in report.phases] == [("1-norms", 2, 2),
                                                                                   ("2-embeddings", 3, 6)]
     assert module.STARTED == ["1-norms", "2-embeddings"]
     assert [name for name, _ in seen] == ["SGD", "SGD", "AdamW", "AdamW", "AdamW"]
@@ -308,7 +308,7 @@ def test_a_recipe_mixes_two_texts_in_every_batch_and_resumes_bitwise(registries,
     record = json.loads((tmp_path / "run" / "langswap-train.json").read_text())
     # both texts were packed: the second has its own (upper-case) tokens
     assert record["training_sequences"] > 0 and record["training_tokens"] > 0
-    assert report.phases[0]["steps"] == 3
+    assert report.phases[0].steps == 3
 
     _resumes_bitwise(models["gpt2"], texts, tmp_path / "resume", (3,), preset="throwaway-bilingual", steps=6,
                      save_steps=2, logging_steps=2, eval_text=None)
@@ -348,7 +348,7 @@ def test_recipe_options_are_the_named_recipes_and_checked_where_the_config_is_ma
 
 
 def test_init_config_lists_every_recipe_option_with_its_default():
-    from langswap.cli import describe_fields
+    from langswap.commands import describe_fields
     from langswap.training.recipes import get_recipe
 
     lines = describe_fields(TrainConfig)

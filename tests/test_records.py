@@ -47,7 +47,8 @@ def test_a_transfer_record_of_the_untyped_format_loads_and_a_rewrite_keeps_it(tm
     assert isinstance(record, TransferRecord) and record.kind == "transfer" and record.version == 0
     assert record.method == data["method"] and record.counts == data["counts"] and record.extra == {}
     assert record.config["source_model"] == data["config"]["source_model"] and record.training is None
-    assert record.calibration == data["calibration"] and record.resource_keys == data["resource_keys"]
+    assert record.calibration.skipped == data["calibration"]["skipped"] and record.calibration.rows is None
+    assert record.calibration.as_dict() == data["calibration"] and record.resource_keys == data["resource_keys"]
     write_model_record(folder, record)
     again = json.loads((folder / records.MODEL_RECORD).read_text(encoding="utf-8"))
     assert again["version"] == RECORD_VERSION and again["kind"] == "transfer"
@@ -58,7 +59,8 @@ def test_a_trained_models_record_loads_with_its_training_section(tmp_path):
     data = json.loads((GOLDEN / "trained-langswap.json").read_text(encoding="utf-8"))
     record = read_model_record(_folder(tmp_path, "model", data))
     assert isinstance(record, TransferRecord) and isinstance(record.training, TrainingSection)
-    assert record.training.phases == data["training"]["phases"] and record.training.step is None
+    assert [phase.as_dict() for phase in record.training.phases] == data["training"]["phases"]
+    assert record.training.step is None
     assert record.training.objective == "causal" and record.training.version == 0
     # a model langswap only trained: the training section alone
     alone = read_model_record(_folder(tmp_path, "plain", {"training": data["training"]}))
@@ -77,7 +79,7 @@ def test_the_demos_record_without_a_version_loads_as_a_transfer_record_and_gets_
     folder = _folder(tmp_path, "demo", DEMO_RECORD)
     record = read_model_record(folder)
     assert isinstance(record, TransferRecord) and record.version == 0 and record.langswap_version is None
-    assert record.demo == DEMO_RECORD["demo"] and record.method_choice["chosen"] == "choose"
+    assert record.demo == DEMO_RECORD["demo"] and record.method_choice.chosen == "choose"
     card = write_model_card(folder).read_text(encoding="utf-8")
     assert "(combined)" in card and "Candidates: kept choose" in card
 
@@ -89,7 +91,8 @@ def test_a_train_record_of_the_untyped_format_loads(tmp_path):
     data = json.loads((folder / records.TRAIN_RECORD).read_text(encoding="utf-8"))
     record = read_train_record(folder)
     assert isinstance(record, TrainRecord) and record.version == 0 and record.status == "complete"
-    assert record.steps == data["steps"] and record.phases == data["phases"]
+    assert record.steps == data["steps"] and [phase.as_dict() for phase in record.phases] == data["phases"]
+    assert record.phases[0].steps == data["phases"][0]["steps"] and record.phases[0].loop_seconds is None
     assert record.comparable_config == data["comparable_config"] and record.failure is None
 
 

@@ -267,15 +267,16 @@ def test_the_prepare_flags_are_the_train_configs_fields():
     default of its own (an unset flag leaves the config's)."""
     import dataclasses
 
-    from langswap.cli import PREPARE_FLAGS, build_parser
-    from langswap.config import field_help
+    from langswap.cli import build_parser
+    from langswap.config import field_help, flag_fields
     from langswap.training.run import TrainConfig
 
     prepare = build_parser()._subparsers._group_actions[0].choices["prepare"]
     actions = {action.dest: action for action in prepare._actions}
     fields = {field.name: field for field in dataclasses.fields(TrainConfig)}
-    assert "data_dir" in PREPARE_FLAGS
-    for name in PREPARE_FLAGS:
+    flags = [field.name for field in flag_fields(TrainConfig, "prepare")]
+    assert "data_dir" in flags and "output" not in flags
+    for name in flags:
         assert actions[name].help.startswith(field_help(fields[name])) and actions[name].default is None
 
 

@@ -1,6 +1,6 @@
-"""The source model as a teacher during training (langswap.training.teacher): each block's text read again by the
-teacher's tokenizer from the same byte, matched positions that have read the same text, the distance joining the
-loss, resume, and refusals."""
+"""The source model as a teacher during training (langswap.training.teacher): the options and the check it shares
+with the transfer's distillation, each block's text read again by the teacher's tokenizer from the same byte, matched
+positions that have read the same text, the distance joining the loss, resume, and refusals."""
 
 from __future__ import annotations
 
@@ -235,6 +235,57 @@ def test_the_chunk_likelihood_match_is_the_binary_cross_entropy_of_each_chunk_s_
     assert torch.allclose(cut, expected)
 
 
+def test_distillation_and_training_share_one_definition_of_the_teachers_options():
+    """`DistillConfig` and `TeacherConfig` take layers, distance and when from `TeacherMatch`: the same defaults,
+    choices and checks, each error naming its own section, while each keeps its own fields' order."""
+    import dataclasses
+
+    from langswap.training.teacher import TeacherMatch
+    from langswap.transfer.distill import DistillConfig
+
+    fields = {cls: {field.name: field for field in dataclasses.fields(cls)} for cls in (DistillConfig, TeacherConfig)}
+    for name in ("layers", "distance", "when"):
+        one, other = fields[DistillConfig][name], fields[TeacherConfig][name]
+        assert one.default == other.default and one.metadata.get("choices") == other.metadata.get("choices")
+    assert list(fields[TeacherConfig]) == ["weight", "model", "layers", "distance", "likelihood_weight", "when"]
+    assert list(fields[DistillConfig])[5:7] == ["layers", "distance"] and list(fields[DistillConfig])[-2] == "when"
+    for cls, section in ((DistillConfig, "distill"), (TeacherConfig, "teacher")):
+        assert issubclass(cls, TeacherMatch) and cls(layers=[2, 2, -1]).layers == (2, -1)
+        with pytest.raises(ConfigError, match=rf"^{section}\.distance is 'l1'; choose mse or cosine"):
+            cls(distance="l1")
+        with pytest.raises(ConfigError, match=rf"^{section}\.when is 'never'; choose teacher-better or always"):
+            cls(when="never")
+        with pytest.raises(ConfigError, match=rf"^{section}\.layers holds 0"):
+            cls(layers=[0])
+
+
+def test_the_likelihood_check_compares_the_same_bytes_and_decides_when_the_teacher_teaches():
+    """Known answer: uniform logits over 4 tokens cost log 4 nats a token, over 2 tokens log 2; the side with the
+    lower sum reads the text better, a tie counts against the teacher, and `when` decides from the report."""
+    import math
+
+    from langswap.training.teacher import LikelihoodCheck, not_measured
+
+    check = LikelihoodCheck("chunk")
+    check.units = 3
+    check.add("teacher", torch.zeros(6, 2), torch.zeros(6, dtype=torch.long))
+    check.add("student", torch.zeros(6, 4), torch.zeros(6, dtype=torch.long))
+    report = check.report(windows_left_out=1)
+    assert list(report) == ["measured", "chunks", "windows_left_out", "teacher_nats_per_chunk",
+                            "student_nats_per_chunk", "teacher_worse"]
+    assert report["teacher_nats_per_chunk"] == round(6 * math.log(2) / 3, 4) and not report["teacher_worse"]
+    assert report["student_nats_per_chunk"] == round(6 * math.log(4) / 3, 4)
+    tie = LikelihoodCheck("block")
+    tie.units = 1
+    for side in ("teacher", "student"):
+        tie.add(side, torch.zeros(2, 3), torch.tensor([0, 1]))
+    worse = tie.report()
+    assert worse["blocks"] == 1 and worse["teacher_worse"]
+    better, always = TeacherConfig(weight=1), TeacherConfig(weight=1, when="always")
+    assert better.teaches(report) and not better.teaches(worse) and always.teaches(worse)
+    assert better.teaches(not_measured("no training block has two matched positions"))
+
+
 @pytest.fixture(scope="module")
 def plain(models, texts, tmp_path_factory):
     """The weights of a run without a teacher, which runs with one are compared with."""
@@ -258,10 +309,10 @@ def test_training_with_the_teacher_adds_its_distance_and_resumes_to_the_same_wei
 
     teacher = {"weight": 1.0, "layers": [1, -1], "when": "always", "likelihood_weight": 0.5}
     taught = train(_config(models, texts, tmp_path / "taught", teacher=teacher))
-    summary = taught.phases[0]["teacher"]
-    assert summary["teacher_distance"] > 0 and summary["teacher_matched"] > 5 and summary["layers"] == [1, 2]
-    assert summary["teacher_likelihood"] > 0 and summary["used"]
-    assert summary["check"] == {"measured": False, "why": "teacher.when is always"}  # used whatever it reads
+    summary = taught.phases[0].teacher
+    assert summary.teacher_distance > 0 and summary.teacher_matched > 5 and summary.layers == [1, 2]
+    assert summary.teacher_likelihood > 0 and summary.used
+    assert summary.check == {"measured": False, "why": "teacher.when is always"}  # used whatever it reads
     a, b = plain, load_file(str(taught.model / "model.safetensors"))
     changed = [name for name in a if not torch.equal(a[name], b[name])]
     assert changed and all("embed" in name or "lm_head" in name for name in changed), changed
@@ -298,7 +349,7 @@ def test_a_teacher_matched_below_its_last_layer_is_read_only_that_deep_and_teach
     monkeypatch.setattr(HiddenStates, "_early", lambda self, inputs: calls.append(1) or early(self, inputs))
     teacher = {"weight": 1.0, "layers": [1], "when": "always"}
     stopped = train(_config(models, texts, tmp_path / "stopped", teacher=teacher))
-    assert len(calls) >= 4 and stopped.phases[0]["teacher"]["layers"] == [1]
+    assert len(calls) >= 4 and stopped.phases[0].teacher.layers == [1]
     monkeypatch.setattr(HiddenStates, "_early", lambda self, inputs: None)  # every batch through the whole body
     whole = train(_config(models, texts, tmp_path / "whole", teacher=teacher))
     a, b = load_file(str(stopped.model / "model.safetensors")), load_file(str(whole.model / "model.safetensors"))
@@ -313,12 +364,12 @@ def test_a_teacher_that_reads_the_text_worse_than_the_model_is_not_used_unless_a
 
     worse = {"weight": 1.0, "model": str(models["peaky_source"])}
     dropped = train(_config(models, texts, tmp_path / "dropped", teacher=worse))
-    assert dropped.phases[0]["teacher"]["used"] is False and dropped.phases[0]["teacher"]["check"]["teacher_worse"]
+    assert dropped.phases[0].teacher.used is False and dropped.phases[0].teacher.check["teacher_worse"]
     a, b = plain, load_file(str(dropped.model / "model.safetensors"))
     assert all(torch.equal(a[name], b[name]) for name in a)
     better = train(_config(models, texts, tmp_path / "better", model=str(models["peaky_student"]),
                            teacher={"weight": 1.0}))
-    check = better.phases[0]["teacher"]["check"]
+    check = better.phases[0].teacher.check
     assert check["measured"] and not check["teacher_worse"] and check["blocks"] > 4
     assert check["teacher_nats_per_block"] < check["student_nats_per_block"]
 

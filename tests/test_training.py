@@ -78,13 +78,13 @@ def test_embeddings_phase_leaves_every_other_parameter_bitwise_unchanged(kind, m
     if kind == "bert":  # the output bias trains, the position embeddings and norms do not
         assert any(name.endswith("predictions.bias") for name in changed)
         assert not any("position_embeddings" in name or "LayerNorm" in name for name in changed)
-    assert report.phases[0]["trainable_parameters"] < report.phases[0]["total_parameters"]
+    assert report.phases[0].trainable_parameters < report.phases[0].total_parameters
 
 
 def test_transinner_freezes_the_body_in_phase_one_then_trains_everything(models, texts, tmp_path):
     report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=10))
-    assert [p["name"] for p in report.phases] == ["1-embeddings", "2-full"]
-    assert [p["steps"] for p in report.phases] == [1, 9]
+    assert [p.name for p in report.phases] == ["1-embeddings", "2-full"]
+    assert [p.steps for p in report.phases] == [1, 9]
     start, middle, end = _state(models["gpt2"]), _state(tmp_path / "run" / "phase-1-embeddings" / "final"), \
         _state(report.model)
     body = [name for name in start if "wte" not in name and "lm_head" not in name]
@@ -197,8 +197,8 @@ def test_tiktotok_ends_the_embedding_phase_when_the_loss_settles(models, texts, 
     # a tolerance of 1 means "settled" as soon as two windows exist: after 2 x settle_window updates
     report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="tiktotok", steps=20,
                            recipe={"settle_window": 2, "settle_tolerance": 1.0}, eval_text=None))
-    assert [p["steps"] for p in report.phases] == [4, 16]
-    assert report.phases[1]["planned_steps"] == 16
+    assert [p.steps for p in report.phases] == [4, 16]
+    assert report.phases[1].planned_steps == 16
 
 
 # -- resume -------------------------------------------------------------------------------------------------------------
@@ -258,9 +258,9 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(kind, pre
     assert resumed.resumed
     assert f"took over the lock of training output folder '{config.output}' from pid {process.pid}" in caplog.text
     assert not lock_path(config.output).exists()
-    assert [p["steps"] for p in resumed.phases] == [p["steps"] for p in reference.phases]
+    assert [p.steps for p in resumed.phases] == [p.steps for p in reference.phases]
     if preset == "tiktotok":
-        assert [p["steps"] for p in reference.phases] == [4, 12]
+        assert [p.steps for p in reference.phases] == [4, 12]
     final_reference, final_resumed = _state(reference.model), _state(resumed.model)
     assert final_reference.keys() == final_resumed.keys()
     assert all(torch.equal(final_reference[name], final_resumed[name]) for name in final_reference)
@@ -341,14 +341,14 @@ def test_tiktotok_settles_at_the_same_step_however_often_it_evaluates(models, te
                    save_steps=100)
     often = train(_config(models["gpt2"], texts, tmp_path / "often", eval_steps=1, **options))
     rarely = train(_config(models["gpt2"], texts, tmp_path / "rarely", eval_steps=100, **options))
-    assert [p["steps"] for p in often.phases] == [p["steps"] for p in rarely.phases] == [9, 11]
+    assert [p.steps for p in often.phases] == [p.steps for p in rarely.phases] == [9, 11]
 
 
 def test_a_phase_shorter_than_logging_steps_still_reports_its_loss(models, texts, tmp_path):
     report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=10, logging_steps=10,
                            eval_text=None))
-    assert [p["steps"] for p in report.phases] == [1, 9]
-    assert all(p["train_loss"] is not None and p["train_loss"] > 0 for p in report.phases)
+    assert [p.steps for p in report.phases] == [1, 9]
+    assert all(p.train_loss is not None and p.train_loss > 0 for p in report.phases)
 
 
 def test_tiktotok_stopped_at_the_checkpoint_where_the_loss_settled_resumes_to_the_same_phases(models, texts,
@@ -358,16 +358,16 @@ def test_tiktotok_stopped_at_the_checkpoint_where_the_loss_settled_resumes_to_th
     options = dict(preset="tiktotok", steps=16, save_steps=2, eval_steps=4, logging_steps=2,
                    recipe={"settle_window": 2, "settle_tolerance": 1.0})
     reference = train(_config(models["gpt2"], texts, tmp_path / "reference", **options))
-    assert [p["steps"] for p in reference.phases] == [4, 12]
+    assert [p.steps for p in reference.phases] == [4, 12]
     config = _config(models["gpt2"], texts, tmp_path / "interrupted", **options)
     with pytest.raises(Crash):
         train(config, callbacks=[_crash_at(4, "on_save")])
     assert (tmp_path / "interrupted" / "phase-1-embeddings" / "checkpoint-4").is_dir()
     resumed = train(config)
-    assert [p["steps"] for p in resumed.phases] == [4, 12]
+    assert [p.steps for p in resumed.phases] == [4, 12]
     a, b = _state(reference.model), _state(resumed.model)
     assert all(torch.equal(a[name], b[name]) for name in a)
-    assert [p["train_loss"] for p in resumed.phases] == [p["train_loss"] for p in reference.phases]
+    assert [p.train_loss for p in resumed.phases] == [p.train_loss for p in reference.phases]
 
 
 def test_phases_read_consecutive_slices_of_one_shuffled_stream(models, texts, tmp_path, monkeypatch):
@@ -386,7 +386,7 @@ def test_phases_read_consecutive_slices_of_one_shuffled_stream(models, texts, tm
     monkeypatch.setattr(LMCollator, "__call__", recording)
     report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=10, eval_text=None,
                            seed=7))
-    assert [p["steps"] for p in report.phases] == [1, 9]
+    assert [p.steps for p in report.phases] == [1, 9]
     blocks = pack(load_tokenizer(models["gpt2"]), read_documents(texts / "train.txt"), 32, "causal").blocks
     expected = stream_indices(len(blocks), 7, 0, 10 * 4)
     assert len(set(expected)) == 40 <= len(blocks)  # one epoch: every block at most once
@@ -454,7 +454,7 @@ def test_curve_json_and_png_and_a_loadable_model(models, texts, tmp_path):
 
 def test_masked_lm_training_evaluates_fixed_masks(models, texts, tmp_path):
     report = train(_config(models["bert"], texts, tmp_path / "run", preset="wechsel", steps=4, eval_steps=2))
-    assert report.objective == "masked" and report.phases[0]["learning_rate"] == 1e-4
+    assert report.objective == "masked" and report.phases[0].learning_rate == 1e-4
     losses = [e["loss"] for e in report.curve["eval"]]
     assert len(losses) == 3 and all(0 < loss < 20 for loss in losses)
     assert "bits_per_byte" not in report.curve["eval"][0]
@@ -639,7 +639,7 @@ def test_with_the_document_mask_a_packed_document_reads_as_if_it_were_alone(kind
 def test_a_run_with_the_document_mask_trains_and_refuses_what_it_cannot_mask(models, texts, tmp_path):
     _skip_without_packed_documents()
     report = train(_config(models["llama"], texts, tmp_path / "run", steps=2, document_mask=True))
-    assert report.phases[0]["steps"] == 2
+    assert report.phases[0].steps == 2
     with pytest.raises(ConfigError, match="document_mask is for causal LMs"):
         train(_config(models["bert"], texts, tmp_path / "bert", steps=2, document_mask=True))
 

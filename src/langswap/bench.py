@@ -37,13 +37,25 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from langswap.config import dump_yaml, from_dict, to_dict
+from langswap.config import dump_yaml, from_dict, merge_dicts, to_dict
 from langswap.errors import ConfigError, MissingResourceError, NumericalError
+from langswap.evaluation.language_modeling import evaluate_model
+from langswap.evaluation.probes import ProbeConfig, pos_probe
+from langswap.files import atomic_directory, atomic_write_text
+from langswap.locking import OutputLock
+from langswap.methods.base import get_method, make_config
+from langswap.models import load_model, load_tokenizer, method_device, objective_of, pick_device, save_tokenizer
+from langswap.plots import line_plot
+from langswap.records import (BENCH_SHARED_INPUTS, BenchResult, BenchVariant, append_bench_result, has_model_record,
+                              read_bench_results, read_bench_variant, read_model_record, write_bench_variant)
+from langswap.reports import PhaseReport
+from langswap.resources.kinds import get_resource
+from langswap.resources.text import read_text_lines
+from langswap.resources.tokenizer import train_tokenizer
+from langswap.training.run import TrainConfig, comparable_config, train
+from langswap.transfer import ModelPairConfig, TransferConfig, transfer
 from langswap.transfer.calibrate import CalibrationConfig
 from langswap.transfer.distill import DistillConfig
-from langswap.records import (BENCH_SHARED_INPUTS, BenchResult, BenchVariant, append_bench_result, has_model_record,
-                              read_bench_results, read_bench_variant, write_bench_variant)
-from langswap.transfer import ModelPairConfig, TransferConfig
 
 logger = logging.getLogger(__name__)
 
@@ -68,14 +80,14 @@ class BenchConfig(ModelPairConfig):
     source_text: str | None = field(default=None, metadata={
         "help": "Source-language text (e.g. English) also scored at every step, its first eval_lines lines read "
                 "with each model's own tokenizer (source bits per byte): what the source language keeps."})
-    output: str = field(default="", metadata={"help": "Output folder (required); rerun to resume."})
+    output: str = field(default="", metadata={"cli": ("bench",), "help": "Output folder (required); rerun to resume."})
     steps: list[int] = field(default_factory=lambda: [0, 50, 200], metadata={"help": "Training steps at which "
                                                                                       "every variant is measured."})
     methods: list[dict] = field(default_factory=_default_methods, metadata={
         "help": "Methods to compare: each {name: ..., options..., label: optional, grid: optional, calibration: "
                 "optional (frequency calibration options; on by default for causal LMs, {strength: 0} turns it "
-                "off), distill: optional (token distillation options, e.g. {tokens: 20000}; off by default), train: optional "
-                "(train options of this entry's runs over the bench's `train:`, e.g. {teacher: {weight: 1}})}."})
+                "off), distill: optional (token distillation options, e.g. {tokens: 20000}; off by default), train: "
+                "optional (train options of this entry's runs over the bench's `train:`, e.g. {teacher: {weight: 1}})}."})
     train: dict = field(default_factory=lambda: {"preset": "embeddings"}, metadata={
         "help": "langswap train options for every variant (`langswap init-config --for train` lists them); "
                 "preset is embeddings unless set here."})
@@ -95,8 +107,6 @@ class BenchConfig(ModelPairConfig):
                 "not part of what a measurement is keyed by."})
 
     def validate(self) -> None:
-        from langswap.models import method_device
-
         self.validate_pair()
         method_device(self.method_device)
         for name in ("eval_text", "output"):
@@ -188,9 +198,6 @@ def _train_config(config: BenchConfig, run: Path, entry: dict | None = None, upd
     """The langswap train config of one variant (`entry`: its own train options, over the bench's), in a folder
     named by its schedule length and options: to the last listed step with a snapshot at each, or, given `updates`,
     a run of that many updates without snapshots."""
-    from langswap.config import merge_dicts
-    from langswap.training.run import TrainConfig, comparable_config
-
     overlap = RESERVED_TRAIN_KEYS & (set(config.train) | set(entry or {}))
     if overlap:
         raise ConfigError(f"train.{sorted(overlap)[0]} is set by the bench itself; remove it from `train:` (steps "
@@ -227,8 +234,6 @@ def _digest(value) -> str:
 def _resolved_method(method: dict) -> dict:
     """A variant's method entry with every option as it resolves, defaults included, so a measurement is not reused
     after a default changes."""
-    from langswap.methods.base import make_config
-
     options = {key: value for key, value in method.items() if key != "name"}
     return {"name": method["name"], **to_dict(make_config(method["name"], **options))}
 
@@ -236,7 +241,6 @@ def _resolved_method(method: dict) -> dict:
 def _probe_config(config: BenchConfig):
     if config.probe is None:
         return None
-    from langswap.evaluation.probes import ProbeConfig
 
     options = dict(config.probe)
     paths = {key: options.pop(key, None) for key in ("train", "test")}
@@ -250,8 +254,6 @@ def _probe_config(config: BenchConfig):
 
 def _variant_kinds(config: BenchConfig, variant: Variant) -> tuple[str, ...]:
     """The resource kinds a variant's method reads with its options (a weight of 0 leaves a kind unread)."""
-    from langswap.methods.base import get_method, make_config
-
     options = dict(variant.method)
     return get_method(options["name"]).kinds(config, make_config(options.pop("name"), **options))
 
@@ -259,9 +261,6 @@ def _variant_kinds(config: BenchConfig, variant: Variant) -> tuple[str, ...]:
 def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, progress: bool) -> dict:
     """Build each resource the variants need once (e.g. align the vectors) and train the target tokenizer once for
     all variants; returns transfer config keys."""
-    from langswap.files import atomic_directory
-    from langswap.resources.kinds import get_resource
-
     shared: dict = {"resources": to_dict(config.resources), "align": to_dict(config.align)}
     needed = sorted({name for variant in variants for name in _variant_kinds(config, variant)})
     for name in needed:
@@ -286,9 +285,6 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
         inputs = {"source_tokenizer": config.source_tokenizer or config.source_model, "target_text": config.target_text,
                   "vocab_size": config.vocab_size}
         if not _built_from(folder, "tokenizer.json", inputs):
-            from langswap.models import load_tokenizer, save_tokenizer
-            from langswap.resources.tokenizer import train_tokenizer
-
             source = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
             with atomic_directory(folder, overwrite=True) as temporary:
                 save_tokenizer(train_tokenizer(source, config.target_text, config.vocab_size, progress=progress),
@@ -300,8 +296,6 @@ def _prepare_shared(config: BenchConfig, variants: list[Variant], output: Path, 
 
 def _shared_for(shared: dict, requires: tuple[str, ...]) -> dict:
     """The shared transfer keys a method's measurements depend on: resources only of the kinds it reads."""
-    from langswap.resources.kinds import get_resource
-
     out = {key: value for key, value in shared.items() if key not in ("resources", "align")}
     if requires:
         keys = {key for name in requires for key in get_resource(name).keys() + list(get_resource(name).reads)}
@@ -363,9 +357,6 @@ def _append_result(output: Path, row: dict) -> None:
 
 def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokenizer_folder=None,
              source_lines: list[str] | None = None) -> dict:
-    from langswap.evaluation.language_modeling import evaluate_model
-    from langswap.models import load_model, load_tokenizer, objective_of, pick_device
-
     tokenizer = load_tokenizer(tokenizer_folder or folder)
     model = load_model(folder).to(pick_device())  # the GPU where there is one
     try:
@@ -382,20 +373,27 @@ def _measure(folder: Path | str, lines: list[str], probe, progress: bool, tokeni
         source = evaluate_model(model, tokenizer, source_lines, objective_of(model.config), progress=progress)
         metrics["source_" + per_byte] = source.bits_per_byte
     if probe is not None:
-        from langswap.evaluation.probes import pos_probe
-
         paths, probe_config = probe
         result = pos_probe(model, paths["train"], paths["test"], probe_config, tokenizer=tokenizer)
         metrics["pos_accuracy"] = result.accuracy
     return {key: round(value, 5) for key, value in metrics.items()}
 
 
-def run_bench(config: BenchConfig, progress: bool = False) -> dict:
+@dataclass
+class BenchReport:
+    output: Path
+    rows: list[dict]  # every measurement, as results.jsonl holds it
+
+    def summary(self) -> str:
+        """The table, and what was written."""
+        table = (self.output / "table.md").read_text(encoding="utf-8")
+        return f"{table}wrote {self.output}: table.md, results.jsonl and a plot per metric"
+
+
+def run_bench(config: BenchConfig, progress: bool = False) -> BenchReport:
     """Run every variant at every step (resuming), then write table.md and the plots; returns the results. One
     process at a time writes a bench folder (`langswap.locking`): a second bench of the same folder, which would run
     the same variants into the same run folders, gets `OutputLockedError`."""
-    from langswap.locking import OutputLock
-
     with OutputLock(config.output, "bench output folder"):
         return _run_bench(config, progress)
 
@@ -415,9 +413,7 @@ class _Measuring:
         return _measure(folder, self.lines, self.probe, self.progress, tokenizer_folder, self.source_lines)
 
 
-def _run_bench(config: BenchConfig, progress: bool) -> dict:
-    from langswap.files import atomic_write_text
-
+def _run_bench(config: BenchConfig, progress: bool) -> BenchReport:
     config.validate()
     variants = expand_variants(config.methods)
     probe = _probe_config(config)
@@ -442,12 +438,10 @@ def _run_bench(config: BenchConfig, progress: bool) -> dict:
     extra = _equal_time_rows(config, output, variants, steps, rows, results, digests, measuring, progress)
     rows.extend(extra)
     write_report(output, rows, labels + [row["variant"] for row in extra], steps, plotted=labels)
-    return {"output": output, "rows": rows}
+    return BenchReport(output, rows)
 
 
 def _measuring(config: BenchConfig, probe, progress: bool) -> _Measuring:
-    from langswap.resources.text import read_text_lines
-
     lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
     source_lines = (read_text_lines(config.source_text, "source-language text", max_lines=config.eval_lines)
                     if config.source_text else None)
@@ -477,8 +471,8 @@ def _variant_record(config: BenchConfig, variant: Variant, shared: dict) -> tupl
     # of the kinds the method reads, so another method's resource (or a kind added to langswap) leaves it alone
     record = BenchVariant(label=variant.label, method=variant.method, pair=pair,
                           shared=_shared_for(shared, _variant_kinds(config, variant)))
-    # frequency calibration as a transfer does it (langswap.transfer.calibrate: on by default for causal LMs), on the bench's
-    # target text unless the entry names a text; `calibration: {strength: 0}` turns it off
+    # frequency calibration as a transfer does it (langswap.transfer.calibrate: on by default for causal LMs), on the
+    # bench's target text unless the entry names a text; `calibration: {strength: 0}` turns it off
     text = variant.calibration.get("text") or config.train_text or config.target_text or config.resources.token_text
     calibration = {**variant.calibration, "text": text}
     # an uncalibrated variant's record is as it always was
@@ -513,9 +507,6 @@ def _check_run_folder(run: Path, record: BenchVariant, variant: Variant, output:
 def _run_variant(config: BenchConfig, variant: Variant, output: Path, shared: dict, steps: list[int], results: dict,
                  measuring: _Measuring, progress: bool) -> tuple[str, list[dict]]:
     """(the variant's digest, its rows at every step): transferred, trained and measured where no result is kept."""
-    from langswap.transfer import transfer
-    from langswap.training.run import train
-
     run = output / "runs" / _folder_name(variant.label)
     train_config, train_key = _train_config(config, run, variant.train) if steps[-1] > 0 else (None, None)
     record, calibration = _variant_record(config, variant, shared)
@@ -618,16 +609,14 @@ def _distillation_seconds(output: Path, variant: Variant) -> float:
     """Seconds the variant's transfer spent distilling, every candidate of the method together (its record's
     `seconds["method: distillation"]`, or the kept candidate's own report where that is missing); 0 where it did not
     distil (a teacher check that skipped it) or its transfer folder is gone."""
-    from langswap.records import read_model_record
-
     folder = output / "runs" / _folder_name(variant.label) / "transfer"
     if not has_model_record(folder):
         return 0.0
     record = read_model_record(folder)
-    report = record.distillation or {}
-    if not report.get("updates"):
+    report = record.distillation
+    if report is None or not report.updates:
         return 0.0
-    return float((record.seconds or {}).get("method: distillation") or report.get("seconds") or 0.0)
+    return float((record.seconds or {}).get("method: distillation") or report.seconds or 0.0)
 
 
 def _at_equal_time(config: BenchConfig, output: Path, taught: Variant, plain: Variant, rows: list[dict],
@@ -636,8 +625,6 @@ def _at_equal_time(config: BenchConfig, output: Path, taught: Variant, plain: Va
     """The row of `plain` trained for as many updates as `taught` took time to reach the last step (by their loop's
     seconds per update, plus `extra_seconds` `taught` spent before training: its distillation), measured after them;
     None where either run has no loop time on record."""
-    from langswap.training.run import train
-
     final = max(config.steps)
     by_key = {(row["variant"], row["step"]): row for row in rows}
     times = [by_key.get((variant.label, final), {}).get("seconds_per_update") for variant in (taught, plain)]
@@ -671,19 +658,19 @@ def _at_equal_time(config: BenchConfig, output: Path, taught: Variant, plain: Va
     return results[key]
 
 
-def _loop_timing(phases: list[dict]) -> dict:
+def _loop_timing(phases: list[PhaseReport]) -> dict:
     """The training loop's seconds per update and tokens per second over the run's phases (updates only:
     evaluations and checkpoints left out), so rows trained with and without extra work per update (a teacher) can be
     compared at equal time as well as at equal steps, and, where a phase had a teacher, whether it was used (its
     check can drop it); {} where the record has no loop timing."""
-    updates = sum(phase.get("loop_updates") or 0 for phase in phases)
-    seconds = sum(phase.get("loop_seconds") or 0.0 for phase in phases)
-    tokens = sum(phase.get("loop_tokens") or 0 for phase in phases)
+    updates = sum(phase.loop_updates or 0 for phase in phases)
+    seconds = sum(phase.loop_seconds or 0.0 for phase in phases)
+    tokens = sum(phase.loop_tokens or 0 for phase in phases)
     if not updates or not seconds:
         return {}
-    teachers = [phase["teacher"] for phase in phases if isinstance(phase.get("teacher"), dict)]
+    teachers = [phase.teacher for phase in phases if phase.teacher is not None]
     return {"seconds_per_update": round(seconds / updates, 4), "train_tokens_per_second": round(tokens / seconds, 1),
-            **({"teacher_used": any(teacher.get("used") for teacher in teachers)} if teachers else {})}
+            **({"teacher_used": any(teacher.used for teacher in teachers)} if teachers else {})}
 
 
 METRIC_NAMES = {"bits_per_byte": "bits per byte", "pseudo_bits_per_byte": "pseudo bits per byte",
@@ -730,9 +717,6 @@ def format_table(rows: list[dict], labels: list[str], steps: list[int]) -> str:
 def write_report(output: Path, rows: list[dict], labels: list[str], steps: list[int],
                  plotted: list[str] | None = None) -> list[Path]:
     """table.md of `labels`' rows, and a plot per metric of `plotted`'s (default: every label)."""
-    from langswap.plots import line_plot
-    from langswap.files import atomic_write_text
-
     atomic_write_text(output / "table.md", format_table(rows, labels, steps))
     written = [output / "table.md"]
     metrics = [m for m in METRIC_NAMES if any(m in row for row in rows) and m not in ONCE | LAST]

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from transformers import GenerationConfig
 
 from langswap.errors import ResourceFormatError
 from langswap.models import (MISSING_HEAD_FIX, check_safetensors, check_stored_shapes, load_config, meta_model,
@@ -178,8 +180,6 @@ class Checkpoint:
         beside the copy); converted to `dtype` block by block, so no second copy in the stored dtype is made."""
         stored = self.tensors[name]
         if stored.dtype not in FLOAT_CODES:
-            from safetensors import safe_open
-
             with safe_open(str(self.folder / stored.file), framework="pt") as handle:
                 return handle.get_tensor(name).to(dtype) if dtype else handle.get_tensor(name)
         stored_dtype = FLOAT_CODES[stored.dtype]
@@ -310,8 +310,6 @@ class Checkpoint:
 def generation_config(folder: Path, model):
     """The generation config from_pretrained would give `model`: the folder's generation_config.json, or one made
     from the model config for a model that generates; None for one that does not."""
-    from transformers import GenerationConfig
-
     can_generate = getattr(model, "can_generate", lambda: False)()
     if not can_generate:
         return None

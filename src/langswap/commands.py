@@ -14,8 +14,40 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from langswap import __version__
+from langswap.bench import BenchConfig
+from langswap.config import apply_overrides, dump_yaml, field_help, from_dict, to_dict
+from langswap.enrich import EnrichConfig
 from langswap.errors import ConfigError
-from langswap.resources.joint import JointConfig
+from langswap.evaluation.correspondence import format_correspondence
+from langswap.evaluation.language_modeling import evaluate_model
+from langswap.evaluation.lexicon import LexiconConfig, lexicon_induction
+from langswap.evaluation.options import EvaluateConfig
+from langswap.evaluation.probes import pos_probe
+from langswap.evaluation.token_classification import finetune_token_classification
+from langswap.files import atomic_directory, atomic_write_text, refuse_existing
+from langswap.locking import OutputLock
+from langswap.methods.base import DEFAULT_METHOD, config_fields, get_method, make_config, method_names
+from langswap.models import load_model, load_tokenizer, objective_of, pick_device, save_tokenizer
+from langswap.records import TokenizerRecord, has_model_record, read_model_record, write_tokenizer_record
+from langswap.reports import AlignmentReport, CheckedLines, ExtensionReport, TokensPerByte
+from langswap.resources.alignment import AlignConfig, align, load_alignment, write_alignment
+from langswap.resources.dictionary import Dictionary
+from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, compounds, train_bilingual_fasttext
+from langswap.resources.extension import changed_lines, extend_tokenizer, tokens_per_byte
+from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+from langswap.resources.joint import JOINT_FASTTEXT, JointConfig, train_joint_vectors
+from langswap.resources.kinds import get_resource
+from langswap.resources.parallel import ParallelConfig, describe, table_from_files
+from langswap.resources.segment import segmenter
+from langswap.resources.text import read_text_lines
+from langswap.resources.token_vectors import FOCUS_FASTTEXT, train_token_fasttext
+from langswap.resources.tokenizer import train_tokenizer_report
+from langswap.resources.vectors import WordVectors
+from langswap.training.recipes import get_recipe, recipe_names
+from langswap.training.run import TrainConfig, prepare
+from langswap.training.store import format_size, list_stores, remove_stores, store_root
+from langswap.transfer import TransferConfig
 
 
 def _required(job, names: list[str], command: str) -> None:
@@ -72,20 +104,20 @@ class TokenizerResult:
     tokenizer, and with a check text the count of its lines the two read otherwise."""
 
     tokenizer: object
-    extension: dict | None = None
+    extension: ExtensionReport | None = None
     trained: object = None  # resources.tokenizer.TrainedTokenizer of a replacement vocabulary
+    output: str = ""
+    source: str = ""
+
+    def summary(self) -> str:
+        if self.extension is not None:
+            return self.extension.summary(self.output, self.source)
+        return "\n".join([f"wrote {self.output}: {self.trained.summary()}"]
+                         + [f"warning: {warning}" for warning in self.trained.warnings])
 
 
 def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> TokenizerResult:
     """Train (or extend) the tokenizer `job` describes and write it to `job.output` (atomically)."""
-    from langswap.files import atomic_directory
-    from langswap.locking import OutputLock
-    from langswap.models import load_tokenizer, save_tokenizer
-    from langswap.resources.text import read_text_lines
-    from langswap import __version__
-    from langswap.records import TokenizerRecord, write_tokenizer_record
-    from langswap.resources.tokenizer import train_tokenizer_report
-
     _required(job, ["source", "text", "output"], "tokenizer")
     if job.extend and job.vocab_size:
         raise ConfigError("give --vocab-size (a replacement vocabulary) or --extend (tokens added to the source's), "
@@ -108,8 +140,7 @@ def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> Tokeniz
             save_tokenizer(trained.tokenizer, folder)
             write_tokenizer_record(folder, TokenizerRecord(langswap_version=__version__, job=dataclasses.asdict(job),
                                                            vocabulary=trained.report()))
-            return TokenizerResult(trained.tokenizer, trained=trained)
-        from langswap.resources.extension import changed_lines, extend_tokenizer, tokens_per_byte
+            return TokenizerResult(trained.tokenizer, trained=trained, output=job.output, source=job.source)
 
         lines = read_text_lines(job.text, what="tokenizer training text", max_lines=job.max_lines)
         keep = read_text_lines(job.keep_text, what="source-language text to keep") if job.keep_text else None
@@ -117,15 +148,16 @@ def train_target_tokenizer(job: TokenizerJob, progress: bool = False) -> Tokeniz
         extension = extend_tokenizer(source, lines, job.extend, progress=progress, keep_lines=keep)
         save_tokenizer(extension.tokenizer, folder)
         sample = lines[-min(1000, max(1, len(lines) // 10)):]
-        report = {**extension.report(), "sample_lines": len(sample), "keep_text": job.keep_text,
-                  "tokens_per_byte": {"source": round(tokens_per_byte(source, sample), 4),
-                                      "extended": round(tokens_per_byte(extension.tokenizer, sample), 4)}}
+        report = ExtensionReport.from_dict({
+            **extension.report(), "sample_lines": len(sample), "keep_text": job.keep_text,
+            "tokens_per_byte": TokensPerByte(source=round(tokens_per_byte(source, sample), 4),
+                                             extended=round(tokens_per_byte(extension.tokenizer, sample), 4))})
         if check is not None:
-            report["check_text"] = {"text": job.check_text, "lines": len(check),
-                                    "changed": changed_lines(source, extension.tokenizer, check)}
+            report.check_text = CheckedLines(text=job.check_text, lines=len(check),
+                                             changed=changed_lines(source, extension.tokenizer, check))
         write_tokenizer_record(folder, TokenizerRecord(langswap_version=__version__, job=dataclasses.asdict(job),
                                                        extension=report))
-        return TokenizerResult(extension.tokenizer, report)
+        return TokenizerResult(extension.tokenizer, report, output=job.output, source=job.source)
 
 
 # -- langswap fasttext ---------------------------------------------------------------------------------------------
@@ -189,12 +221,35 @@ class VectorsJob:
                               "of a dictionary (Tik-to-Tok), not both.")
 
 
-def train_vectors(job: VectorsJob, overrides: list[str] = (), progress: bool = False) -> dict:
-    """Train the vectors `job` describes into `job.output`, the fastText options of its mode's defaults with
-    `overrides` (`key=value`, `FastTextConfig` fields) applied; returns {"mode", "output"} and the mode's report."""
-    from langswap.config import apply_overrides, from_dict
-    from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+@dataclass
+class VectorsResult:
+    """What `train_vectors` wrote: the mode, the output file and the mode's report."""
 
+    mode: str
+    output: str
+    report: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        output, report = Path(self.output), AlignmentReport.from_dict(self.report)
+        if self.mode == "joint":
+            switched = self.report["switched"]
+            line = (f"wrote {output} and {output.name}.words.json: {self.report['lines']:,} lines, "
+                    f"{switched['source']:,} source and {switched['target']:,} target words switched")
+            if report.precision_at_1 is not None:
+                distinct = report.distinct_precision()
+                line += (f"\nheld-out precision@1 {report.precision_at_1} (CSLS {report.precision_at_1_csls}) on "
+                         f"{report.queries:,} words" + (f"; {distinct}" if distinct else ""))
+            return line
+        if self.mode == "tokens":
+            return (f"wrote {output} and {output.name}.tokens.json: {self.report['tokens']:,} tokens of text; "
+                    f"{self.report['covered_tokens']:,} of {self.report['vocabulary']:,} tokens have a vector of "
+                    "their own")
+        return f"wrote {output}"
+
+
+def train_vectors(job: VectorsJob, overrides: list[str] = (), progress: bool = False) -> VectorsResult:
+    """Train the vectors `job` describes into `job.output`, the fastText options of its mode's defaults with
+    `overrides` (`key=value`, `FastTextConfig` fields) applied."""
     job.check()
     output = Path(job.output)
 
@@ -202,30 +257,23 @@ def train_vectors(job: VectorsJob, overrides: list[str] = (), progress: bool = F
         return from_dict(FastTextConfig, apply_overrides(dataclasses.asdict(defaults) if defaults else {},
                                                           list(overrides)))
 
-    result = {"mode": job.mode, "output": str(output)}
+    result = VectorsResult(job.mode, str(output))
     if job.mode == "joint":
-        from langswap.resources.joint import JOINT_FASTTEXT, train_joint_vectors
-
         joint = JointConfig(share=job.share, heldout_words=job.heldout_words, passes=job.passes,
                             target_segmenter=job.segmenter, target_language=job.language)
-        return {**result, **train_joint_vectors(job.text, job.joint, job.dictionary, output, joint,
-                                                options(JOINT_FASTTEXT), progress=progress,
-                                                overwrite=job.overwrite)}
+        result.report = train_joint_vectors(job.text, job.joint, job.dictionary, output, joint,
+                                            options(JOINT_FASTTEXT), progress=progress, overwrite=job.overwrite)
+        return result
     if job.mode == "tokens":
-        from langswap.models import load_tokenizer
-        from langswap.resources.token_vectors import FOCUS_FASTTEXT, train_token_fasttext
-
-        return {**result, **train_token_fasttext(job.text, load_tokenizer(job.tokenizer, "target tokenizer"), output,
-                                                 options(FOCUS_FASTTEXT), progress=progress,
-                                                 overwrite=job.overwrite)}
+        result.report = train_token_fasttext(job.text, load_tokenizer(job.tokenizer, "target tokenizer"), output,
+                                             options(FOCUS_FASTTEXT), progress=progress, overwrite=job.overwrite)
+        return result
     if job.mode == "dictionary":
-        from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, compounds, train_bilingual_fasttext
-
         sides = job.compounds or ("target" if compounds(job.language, None) else "none")
         train_bilingual_fasttext(job.dictionary, output, sides in ("source", "both"), sides in ("target", "both"),
                                  options(BILINGUAL_FASTTEXT), progress=progress, overwrite=job.overwrite)
-        return {**result, "compounds": sides}
-    from langswap.resources.segment import segmenter
+        result.report = {"compounds": sides}
+        return result
 
     train_fasttext(job.text, output, options(None), progress=progress, overwrite=job.overwrite,
                    segment=segmenter(job.segmenter, job.language))
@@ -247,14 +295,23 @@ class AlignJob:
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
 
-def align_vectors(job: AlignJob, config=None) -> dict:
-    """Align as `job` says (options: an `AlignConfig`), write the folder; returns the alignment's report."""
-    from langswap.files import atomic_directory, refuse_existing
-    from langswap.locking import OutputLock
-    from langswap.resources.alignment import AlignConfig, align, write_alignment
-    from langswap.resources.dictionary import Dictionary
-    from langswap.resources.vectors import WordVectors
+@dataclass
+class AlignResult:
+    output: str
+    report: AlignmentReport
 
+    def summary(self) -> str:
+        report = self.report
+        distinct = report.distinct_precision()
+        line = (f"wrote {self.output}: {report.word_pairs:,} word pairs from {report.entries_covered:,} of "
+                f"{report.dictionary_entries:,} entries; precision@1 {report.precision_at_1} (CSLS "
+                f"{report.precision_at_1_csls}) on {report.heldout_words or 0} held-out words ({report.queries} "
+                "queries, case variants included)" + (f"; {distinct}" if distinct else ""))
+        return line + (f"\n{report.pca}" if report.pca else "")
+
+
+def align_vectors(job: AlignJob, config=None) -> AlignResult:
+    """Align as `job` says (options: an `AlignConfig`), write the folder; returns the alignment's report."""
     _required(job, ["source_vectors", "target_vectors", "dictionary", "output"], "align")
     with OutputLock(job.output, "alignment output folder"):
         refuse_existing(job.output, job.overwrite)  # before the alignment, not after it
@@ -264,7 +321,7 @@ def align_vectors(job: AlignJob, config=None) -> dict:
         with atomic_directory(Path(job.output), job.overwrite) as folder:
             write_alignment(folder, alignment.source, alignment.target, alignment.report)
             alignment.source.save_vec(folder / "source.aligned.vec", max_words=job.max_words)
-    return alignment.report
+    return AlignResult(job.output, AlignmentReport.from_dict(alignment.report))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,22 +338,32 @@ class AlignParallelJob:
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
 
 
-def align_parallel(job: AlignParallelJob, config=None):
-    """Word-align the parallel text, save the translation table to `job.output`; returns the table."""
-    from langswap.files import refuse_existing
-    from langswap.locking import OutputLock
-    from langswap.models import load_tokenizer
-    from langswap.resources.parallel import ParallelConfig, table_from_files
+@dataclass
+class ParallelResult:
+    output: str
+    table: object  # resources.parallel.TranslationTable
+    max_tokens: int
 
+    def summary(self) -> str:
+        report = self.table.report
+        line = f"wrote {self.output}: {describe(report)}"
+        if report["skipped_empty"] or report["skipped_long"]:
+            line += (f"\nskipped {report['skipped_empty']:,} pairs with an empty side and {report['skipped_long']:,} "
+                     f"with a side over {self.max_tokens} tokens")
+        return line
+
+
+def align_parallel(job: AlignParallelJob, config=None) -> ParallelResult:
+    """Word-align the parallel text, save the translation table to `job.output`."""
     _required(job, ["parallel", "source_tokenizer", "target_tokenizer", "output"], "align-parallel")
     with OutputLock(job.output, "translation table folder"):
         refuse_existing(job.output, job.overwrite)  # before the alignment, not after it
         source_tokenizer = load_tokenizer(job.source_tokenizer, "source tokenizer")
         target_tokenizer = load_tokenizer(job.target_tokenizer, "target tokenizer")
-        table = table_from_files(job.parallel, job.target_text, source_tokenizer, target_tokenizer,
-                                 config or ParallelConfig())
+        config = config or ParallelConfig()
+        table = table_from_files(job.parallel, job.target_text, source_tokenizer, target_tokenizer, config)
         table.save(job.output, job.overwrite)
-    return table
+    return ParallelResult(job.output, table, config.max_tokens)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,19 +379,31 @@ class LexiconJob:
         "help": "alignment.npy from `langswap align`, applied to raw source vectors."})
 
 
-def lexicon(job: LexiconJob, config=None) -> dict:
-    """Precision@k of `job`'s vectors on its dictionary (options: a `LexiconConfig`); the report."""
-    from langswap.evaluation.lexicon import LexiconConfig, lexicon_induction
-    from langswap.resources.alignment import load_alignment
-    from langswap.resources.dictionary import Dictionary
-    from langswap.resources.vectors import WordVectors
+@dataclass
+class LexiconResult:
+    report: dict
+    ks: tuple
 
+    def as_dict(self) -> dict:
+        return self.report
+
+    def summary(self) -> str:
+        report = self.report
+        return "\n".join([f"{report['queries']:,} source words of {report['dictionary_entries']:,} dictionary "
+                          f"entries, {report['retrieval_candidates']:,} candidate translations"]
+                         + [f"precision@{k}: nearest neighbour {report[f'precision_at_{k}']:.4f} | CSLS "
+                            f"{report[f'precision_at_{k}_csls']:.4f}" for k in sorted(set(self.ks))])
+
+
+def lexicon(job: LexiconJob, config=None) -> LexiconResult:
+    """Precision@k of `job`'s vectors on its dictionary (options: a `LexiconConfig`)."""
     _required(job, ["source_vectors", "target_vectors", "dictionary"], "lexicon")
     config = config or LexiconConfig()
     source, target = WordVectors.load(job.source_vectors), WordVectors.load(job.target_vectors)
     if job.alignment:  # raw vectors + the rotation `langswap align` wrote
         source, target = load_alignment(job.alignment, source, target)
-    return lexicon_induction(source, target, Dictionary.load(job.dictionary), **dataclasses.asdict(config))
+    return LexiconResult(lexicon_induction(source, target, Dictionary.load(job.dictionary),
+                                           **dataclasses.asdict(config)), tuple(config.ks))
 
 
 # -- langswap evaluate ---------------------------------------------------------------------------------------------
@@ -380,6 +459,34 @@ class Evaluation:
     pos_probe: object = None  # evaluation.probes.ProbeResult
     finetune: object = None  # evaluation.token_classification.FinetuneResult
     correspondence: list | None = None  # rows of the transfer record's correspondence, [] where there are none
+    task: str | None = None  # the fine-tuning task
+
+    def summary(self) -> str:
+        lines = []
+        for score, label in ((self.language_modeling, ""), (self.source_language_modeling, "source text: ")):
+            if score is None:
+                continue
+            per_byte = "" if score.kind == "masked-lm-loss" else (f" | bits per byte {score.bits_per_byte:.4f} | "
+                                                                 f"tokens per byte {score.tokens_per_byte:.4f}")
+            lines.append(f"{label}{score.kind} {score.perplexity:.3f}{per_byte} | {score.tokens:,} tokens, "
+                         f"{score.bytes:,} bytes, {score.lines} lines")
+        probe = self.pos_probe
+        if probe is not None:
+            lines.append(f"POS probe (layer {probe.layer}): accuracy {probe.accuracy:.4f} on {probe.test_words:,} "
+                         f"words (majority baseline {probe.majority_baseline:.4f}; trained on {probe.train_words:,} "
+                         "words)")
+        tuned = self.finetune
+        if tuned is not None:
+            scores = f"accuracy {tuned.accuracy:.4f}" + (f", entity F1 {tuned.f1:.4f} (precision "
+                                                         f"{tuned.precision:.4f}, recall {tuned.recall:.4f})"
+                                                         if self.task == "ner" else "")
+            lines.append(f"fine-tuned {self.task}: {scores} on {tuned.test_words:,} words (majority baseline "
+                         f"{tuned.majority_baseline:.4f})" + (f", read zero-shot through {tuned.zero_shot}"
+                                                               if tuned.zero_shot else ""))
+        if self.correspondence is not None:
+            lines.append(format_correspondence(self.correspondence) if self.correspondence
+                         else "no transfer record with correspondences in this folder")
+        return "\n".join(lines)
 
     def as_dict(self) -> dict:
         result: dict = {"model": self.model}
@@ -399,9 +506,6 @@ class Evaluation:
 
 def evaluate(job: EvaluateJob, config=None, progress: bool = False) -> Evaluation:
     """Measure what `job` asks for (options: an `EvaluateConfig`)."""
-    from langswap.evaluation.options import EvaluateConfig
-    from langswap.models import load_model, load_tokenizer, objective_of, pick_device
-
     job.check()
     config = config or EvaluateConfig()
     result = Evaluation(model=job.model)
@@ -411,9 +515,6 @@ def evaluate(job: EvaluateJob, config=None, progress: bool = False) -> Evaluatio
         # a probe alone reads hidden states
         model = load_model(job.model, require_head=bool(scored)).to(pick_device(config.device))
     if scored:
-        from langswap.evaluation.language_modeling import evaluate_model
-        from langswap.resources.text import read_text_lines
-
         options = {key: value for key, value in (("stride", config.stride), ("max_length", config.max_length),
                                                  ("probability", config.mlm_probability), ("seed", config.seed))
                    if value is not None}
@@ -429,20 +530,15 @@ def evaluate(job: EvaluateJob, config=None, progress: bool = False) -> Evaluatio
             result.source_language_modeling = score(job.source_text, "source-language text")
             result.source_text = job.source_text
     if job.probe_pos:
-        from langswap.evaluation.probes import pos_probe
-
         result.pos_probe = pos_probe(model, job.probe_pos[0], job.probe_pos[1], config.probe, progress=progress,
                                      tokenizer=tokenizer)
     if job.finetune:
-        from langswap.evaluation.token_classification import finetune_token_classification
-
         task, train_path, test_path = job.finetune
+        result.task = task
         result.finetune = finetune_token_classification(job.model, train_path, test_path, task, config.finetune,
                                                         progress=progress, output=job.finetune_output,
                                                         zero_shot=job.zero_shot, overwrite=job.overwrite)
     if job.correspondence:
-        from langswap.records import has_model_record, read_model_record
-
         rows = getattr(read_model_record(job.model), "correspondence", None) if has_model_record(job.model) else None
         result.correspondence = rows or []
     return result
@@ -464,28 +560,26 @@ class InitConfigJob:
     output: str | None = field(default=None, metadata={"help": "File to write (default: print)."})
 
 
+def init_config(job: InitConfigJob) -> str:
+    """`langswap init-config`: the template written to `job.output` (then what to print says so), or printed."""
+    text = config_template(job)
+    if not job.output:
+        return text.rstrip("\n")
+    atomic_write_text(job.output, text)
+    return f"wrote {job.output}"
+
+
 def config_template(job: InitConfigJob) -> str:
     """The commented YAML `langswap init-config` writes."""
-    from langswap.config import dump_yaml, to_dict
-
     if job.kind not in CONFIG_KINDS:
         raise ConfigError(f"init-config --for {job.kind!r}: choose one of {', '.join(CONFIG_KINDS)}.")
     if job.kind == "train":
-        from langswap.training.run import TrainConfig
-
         config = TrainConfig()
     elif job.kind == "bench":
-        from langswap.bench import BenchConfig
-
         config = BenchConfig()
     elif job.kind == "enrich":
-        from langswap.enrich import EnrichConfig
-
         config = EnrichConfig()
     else:
-        from langswap.methods.base import DEFAULT_METHOD, make_config
-        from langswap.transfer import TransferConfig
-
         config = TransferConfig(method=make_config(job.method or DEFAULT_METHOD))
     header = f"# langswap {job.kind} config: every key with its default. Run: langswap {job.kind} THIS_FILE\n"
     for line in describe_fields(type(config)):
@@ -495,8 +589,6 @@ def config_template(job: InitConfigJob) -> str:
 
 def describe_fields(config_cls, prefix: str = "") -> list[str]:
     """'key (default): help' lines for every field of a config dataclass, nested ones dotted."""
-    from langswap.config import field_help
-
     lines = []
     for item in dataclasses.fields(config_cls):
         if not item.init:
@@ -509,10 +601,62 @@ def describe_fields(config_cls, prefix: str = "") -> list[str]:
                 continue
             default = nested
         if item.metadata.get("method_section"):  # a registered method's name and its options
-            from langswap.methods.base import DEFAULT_METHOD
 
             lines.append(f"{prefix}{item.name}.name ({DEFAULT_METHOD!r}): {field_help(item)} "
                          f"{prefix}{item.name}.<option> sets one of its options.")
             continue
         lines.append(f"{prefix}{item.name} ({default!r}): {field_help(item)}")
     return lines
+
+
+# -- langswap methods, recipes, prepare ------------------------------------------------------------------------------
+
+def methods_listing() -> str:
+    """`langswap methods`: every method, the resource kinds it needs or uses, and its options."""
+    lines = []
+    for name in method_names():
+        spec = get_method(name)
+        needed = spec.config_cls().needed_kinds()  # what the default options make an optional kind
+        optional = tuple(kind for kind in spec.optional if kind not in needed)
+        needs = "".join(
+            f" ({label}: " + "; ".join(f"{kind}: {get_resource(kind).description}, resources."
+                                       + ", resources.".join(get_resource(kind).keys() or get_resource(kind).reads)
+                                       for kind in kinds) + ")"
+            for label, kinds in (("needs", spec.requires), ("needs with its default options", needed),
+                                 ("uses when given, or as its options say", optional)) if kinds)
+        lines.append(f"{name}: {spec.description}{needs}")
+        lines += [f"    {item.name} = {item.default!r}: {field_help(item)}" for item in config_fields(spec.config_cls)]
+    return "\n".join(lines)
+
+
+def recipes_listing() -> str:
+    """`langswap recipes`: every training recipe and its options."""
+    lines = []
+    for name in recipe_names():
+        recipe = get_recipe(name)
+        lines.append(f"{name}: {recipe.description}")
+        for item in dataclasses.fields(recipe.options_class):
+            if item.init:
+                default = (item.default_factory() if item.default_factory is not dataclasses.MISSING  # type: ignore[misc]
+                           else item.default)
+                lines.append(f"    recipe.{item.name} = {default!r}: {field_help(item)}")
+    return "\n".join(lines)
+
+
+def prepare_stores(config, listing: bool = False, remove: list[str] | None = None, progress: bool = False) -> str:
+    """`langswap prepare`: the token stores of a training config built (`training.run.prepare`), or the stores of
+    its data folder removed and listed; what to print."""
+    if not (listing or remove):
+        return "\n".join(f"{store.folder}: {store.summary()}" for store in prepare(config, progress=progress))
+    lines = [f"removed {folder}" for folder in (remove_stores(remove, config.data_dir) if remove else [])]
+    if listing:
+        rows = list_stores(config.data_dir)
+        total = f"{len(rows)}, {format_size(sum(row['bytes'] for row in rows))}" if rows else "none"
+        lines.append(f"token stores in {store_root(config.data_dir)}: {total}")
+        for row in rows:
+            counts = (f"{row['tokens']:,} tokens, {row['documents']:,} documents, {row['objective']}, tokenizer "
+                      f"{row['tokenizer']}, " if "tokens" in row else "")
+            files = ", ".join(row.get("files", []))
+            lines.append(f"  {row['name']}  {format_size(row['bytes'])}  {row['status']}"
+                         + (f"\n    {counts}{files}" if counts or files else ""))
+    return "\n".join(lines)

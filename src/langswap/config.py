@@ -8,6 +8,7 @@ on `method.name`; `resources`, made of the registered resource kinds' keys).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import math
@@ -255,3 +256,59 @@ def load_yaml(path: str | Path) -> dict:
 
 def dump_yaml(data: dict) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+# -- command-line flags from config fields ---------------------------------------------------------------------------
+
+def count(text: str) -> int:
+    """An argparse type for counts written as people write them: 2000, 2_000, 2e3."""
+    number = as_number(text)
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    if not isinstance(number, int):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 2000, 2_000 or 2e3)")
+    return number
+
+
+def flag_fields(config_cls, command: str) -> list[dataclasses.Field]:
+    """The fields of `config_cls` that are flags of `command`: those whose metadata's "cli" names it, or, where no
+    field is marked, every field."""
+    fields = [field for field in dataclasses.fields(config_cls) if field.init]
+    if not any("cli" in field.metadata for field in fields):
+        return fields
+    return [field for field in fields if command in field.metadata.get("cli", ())]
+
+
+def add_flags(parser, config_cls, command: str) -> None:
+    """A flag for each of `command`'s fields of `config_cls` (`flag_fields`), with the field's help, type and
+    choices: `--kebab-name` (or the field's "flag"), a switch for a bool field, a positional argument for a
+    "positional" field, `nargs` values where the field says so. Every flag's default is None, so an absent flag leaves
+    the field's own default; `config_flags` puts the given ones into the config mapping."""
+    hints = typing.get_type_hints(config_cls)
+    for field in flag_fields(config_cls, command):
+        flag, hint = field.metadata.get("flag", "--" + field.name.replace("_", "-")), hints[field.name]
+        if hint is bool:
+            action = parser.add_argument(flag, dest=field.name, action="store_true", default=None,
+                                         help=field_help(field))
+            action.config_field = (config_cls, field.name)
+            continue
+        kind = count if hint in (int, int | None) else float if hint in (float, float | None) else None
+        choices = field.metadata.get("choices")
+        options = {"type": kind, "help": field_help(field) + (f" One of: {', '.join(choices)}." if choices else "")}
+        options.update({key: field.metadata[key] for key in ("nargs", "metavar") if key in field.metadata})
+        if field.metadata.get("positional"):
+            required = field.default in ("", dataclasses.MISSING)
+            action = parser.add_argument(field.name, **({} if required else {"nargs": "?", "default": None}),
+                                         **options)
+        else:
+            action = parser.add_argument(flag, dest=field.name, **options)
+        action.config_field = (config_cls, field.name)  # what the flag sets (tests/test_cli.py reads it)
+
+
+def config_flags(args, data: dict, config_cls, command: str) -> dict:
+    """`data` with the flags of `add_flags` that were given on the command line set."""
+    for field in flag_fields(config_cls, command):
+        value = getattr(args, field.name, None)
+        if value is not None:
+            data[field.name] = value
+    return data

@@ -62,7 +62,19 @@ from langswap import __version__
 from langswap.config import to_dict
 from langswap.errors import ConfigError, MissingResourceError, VocabularyError
 from langswap.files import refuse_existing
-from langswap.records import EnrichRecord, write_model_record
+from langswap.locking import OutputLock
+from langswap.methods.base import TransferInputs, make_config
+from langswap.methods.provenance import show_token, write_table
+from langswap.models import is_tied, load_config, load_model, load_tokenizer, save_tokenizer, transformers_bars
+from langswap.numerics import refuse_non_finite
+from langswap.records import EnrichRecord
+from langswap.resources.alignment import procrustes
+from langswap.resources.dictionary import Dictionary, case_variants, check_direction
+from langswap.resources.text import read_text_lines
+from langswap.surgery import SourceMatrices, read_source_matrices
+from langswap.tokens import BYTE_LEVEL, SENTENCEPIECE, WORDPIECE, Vocabulary, bytes_to_unicode
+from langswap.training.run import TrainConfig, train
+from langswap.transfer.steps import apply_method, load_checked_model, load_vocabulary, write_model_folder
 
 logger = logging.getLogger(__name__)
 
@@ -71,21 +83,26 @@ HEAD_CHOICES = ("same", "keep")
 DEFAULT_ANCHORS = tuple(string.digits) + tuple(string.punctuation)
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 WORD = re.compile(r"\w+")
+INTACT = "Give an intact checkpoint."  # what to do about a model with NaN or infinite weights
+PROVENANCE_COLUMNS = ("id", "token", "translations", "change_norm", "row")
 
 
 @dataclass(frozen=True, kw_only=True)
 class EnrichConfig:
     """TEMA: enrich a poorly trained target-language model (L2) with the embeddings of a richly trained one (L1)."""
 
-    l1: str = field(default="", metadata={"help": "Richly trained model folder (L1) with its tokenizer, e.g. "
-                                                  "SmolLM2-135M (required)."})
-    l2: str = field(default="", metadata={"help": "Poorly trained target-language model folder (L2) with its "
-                                                  "tokenizer, of L1's hidden size (required)."})
-    dictionary: str = field(default="", metadata={"help": "Bilingual dictionary, source<TAB>target, L1's language "
-                                                          "first (required)."})
-    output: str = field(default="", metadata={"help": "Output model folder (required)."})
-    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
-    method: Literal["projection", "lstsq", "procrustes"] = field(default="projection", metadata={
+    l1: str = field(default="", metadata={"cli": ("enrich",),
+        "help": "Richly trained model folder (L1) with its tokenizer, e.g. "
+                "SmolLM2-135M (required)."})
+    l2: str = field(default="", metadata={"cli": ("enrich",),
+        "help": "Poorly trained target-language model folder (L2) with its "
+                "tokenizer, of L1's hidden size (required)."})
+    dictionary: str = field(default="", metadata={"cli": ("enrich",),
+        "help": "Bilingual dictionary, source<TAB>target, L1's language "
+                "first (required)."})
+    output: str = field(default="", metadata={"cli": ("enrich",), "help": "Output model folder (required)."})
+    overwrite: bool = field(default=False, metadata={"cli": ("enrich",), "help": "Replace an existing output folder."})
+    method: Literal["projection", "lstsq", "procrustes"] = field(default="projection", metadata={"cli": ("enrich",),
         "help": "projection: the paper's u + proj(v_x - w); lstsq or procrustes: a linear map from L1's to L2's "
                 "embedding space fitted on the dictionary pairs, blended into the old rows.", "choices": METHODS})
     blend: float = field(default=0.5, metadata={"help": "lstsq/procrustes: new row = (1 - blend) x old row + "
@@ -96,8 +113,9 @@ class EnrichConfig:
     output_head: Literal["same", "keep"] = field(default="same", metadata={
         "help": "An untied output head: same (enriched like the input embeddings, from L1's head rows) or keep "
                 "(left as it is).", "choices": HEAD_CHOICES})
-    target_text: str | None = field(default=None, metadata={"help": "Target-language text: its sentences that "
-                                                                     "hold added words fine-tune their rows."})
+    target_text: str | None = field(default=None, metadata={"cli": ("enrich",),
+        "help": "Target-language text: its sentences that "
+                "hold added words fine-tune their rows."})
     max_new_words: int = field(default=1000, metadata={"help": "Dictionary words L2 lacks that are added to its "
                                                                "tokenizer, at most (0: none)."})
     max_sentences: int = field(default=20000, metadata={"help": "Sentences of target_text fine-tuned on, at most."})
@@ -155,8 +173,6 @@ class EnrichConfig:
 
 
 def _hidden_size(model: str) -> int | None:
-    from langswap.models import load_config
-
     return getattr(load_config(model), "hidden_size", None)
 
 
@@ -175,6 +191,19 @@ class EnrichReport:
     added_words: list[str]
     training: dict | None
     seconds: dict
+
+    def summary(self) -> str:
+        """What `langswap enrich` prints: the folder and its rows, the change of the rows, the words added."""
+        counts = " | ".join(f"{key} {value:,}" for key, value in self.counts.items())
+        lines = [f"wrote {self.output}: {counts}"]
+        if self.change_norm:
+            lines.append("row change (L2 norm): " + ", ".join(f"{key} {value:.4g}" for key, value
+                                                             in self.change_norm.items()
+                                                             if isinstance(value, (int, float))))
+        if self.added_words:
+            shown = ", ".join(self.added_words[:10]) + (", ..." if len(self.added_words) > 10 else "")
+            lines.append(f"added {len(self.added_words):,} dictionary words to L2's vocabulary: {shown}")
+        return "\n".join(lines)
 
 
 # -- words and tokens -------------------------------------------------------------------------------------------------
@@ -243,8 +272,6 @@ def translation_pairs(dictionary, l1_words: dict[str, int], l2_words: dict[str, 
     """Each dictionary pair as token pairs: the first case variant of its source word that is an L1 whole-word
     token, with every case variant of its target word that is an L2 one; without repeats. Pairs whose L2 token is
     in `added_ids` are not fitted on."""
-    from langswap.resources.dictionary import case_variants
-
     seen: set[tuple[int, int]] = set()
     for source, target in dictionary.pairs:
         l1_id = next((l1_words[v] for v in case_variants(source) if v in l1_words), None)
@@ -264,8 +291,6 @@ def words_to_add(dictionary, l1_words: dict[str, int], l2_words: dict[str, int],
     """Target-side dictionary words (letters only) that no case variant of which is an L2 whole-word token and
     whose source word is an L1 one: with text counts, the `limit` most frequent in the form most frequent there
     (absent ones not at all); without, the first `limit` in dictionary order, as written there."""
-    from langswap.resources.dictionary import case_variants
-
     if limit == 0:
         return []
     chosen: dict[str, int] = {}
@@ -289,9 +314,6 @@ def words_to_add(dictionary, l1_words: dict[str, int], l2_words: dict[str, int],
 def add_whole_words(tokenizer, vocabulary, words: list[str]):
     """`tokenizer` with `words` appended to its model's vocabulary, each one word-start token (ids len(tokenizer)
     onwards). A tokenizer family that cannot give such tokens is an error saying to add none."""
-    from langswap.models import load_tokenizer, save_tokenizer
-    from langswap.tokens import BYTE_LEVEL, SENTENCEPIECE, WORDPIECE, Vocabulary, bytes_to_unicode
-
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     model = spec["model"]
     kind = (vocabulary.family, model.get("type"))
@@ -346,8 +368,6 @@ def projection_offsets(l1_rows: torch.Tensor, l1_anchors: torch.Tensor, l2_ancho
 def fit_linear_map(source: torch.Tensor, target: torch.Tensor, method: str) -> torch.Tensor:
     """The (d, d) map W with source @ W close to target, for (n, d) row-paired matrices: least squares (`lstsq`,
     needs n >= d), or orthogonal Procrustes times the best single scale (`procrustes`)."""
-    from langswap.resources.alignment import procrustes
-
     pairs, dim = source.shape
     assert target.shape == (pairs, dim), (source.shape, target.shape)
     if method == "lstsq":
@@ -393,28 +413,18 @@ def enriched_rows(l1_matrix: torch.Tensor, l2_matrix: torch.Tensor, pairs: Trans
 def enrich(config: EnrichConfig, progress: bool = False) -> EnrichReport:
     """Enrich `config.l2` from `config.l1` as `config` says and write the output folder; returns what happened.
     Everything cheap is checked first; one process at a time writes an output folder (`langswap.locking`)."""
-    from langswap.locking import OutputLock
-    from langswap.models import transformers_bars
-
     config.validate()
     with OutputLock(config.output, "enrich output folder"), transformers_bars(progress):
         return _enrich(config, progress)
 
 
 def _enrich(config: EnrichConfig, progress: bool) -> EnrichReport:
-    from langswap.models import load_model, load_tokenizer
-    from langswap.numerics import refuse_non_finite
-    from langswap.resources.dictionary import Dictionary, check_direction
-    from langswap.resources.text import read_text_lines
-    from langswap.surgery import read_source_matrices
-    from langswap.tokens import Vocabulary
-
     config.validate()
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
-    l1_tokenizer = load_tokenizer(config.l1, f"L1 tokenizer (model folder '{config.l1}' must hold its tokenizer)")
-    l2_tokenizer = load_tokenizer(config.l2, f"L2 tokenizer (model folder '{config.l2}' must hold its tokenizer)")
-    l1_vocabulary, l2_vocabulary = Vocabulary(l1_tokenizer), Vocabulary(l2_tokenizer)
+    _, l1_vocabulary = load_vocabulary(config.l1, f"L1 tokenizer (model folder '{config.l1}' must hold its tokenizer)")
+    l2_tokenizer, l2_vocabulary = load_vocabulary(config.l2, f"L2 tokenizer (model folder '{config.l2}' must hold "
+                                                             "its tokenizer)")
     dictionary = Dictionary.load(config.dictionary)
     l1_words, l2_words = whole_word_tokens(l1_vocabulary), whole_word_tokens(l2_vocabulary)
     direction = check_direction(dictionary, set(l1_words), set(l2_words), f"L1's vocabulary ('{config.l1}')",
@@ -432,42 +442,26 @@ def _enrich(config: EnrichConfig, progress: bool) -> EnrichReport:
             "target word as one of L2 (nor a word L2 lacks that could be added: max_new_words is "
             f"{config.max_new_words}). Check that the dictionary is source<TAB>target for these two models.")
 
-    model = load_model(config.l2)
-    l1_model = load_model(config.l1)
-    for which, loaded in (("L1", l1_model), ("L2", model)):
-        refuse_non_finite(loaded, f"{which} '{getattr(config, which.lower())}'", "Give an intact checkpoint.")
-    _refuse_other_width(l1_model.get_input_embeddings().weight.shape[1], model.get_input_embeddings().weight.shape[1],
-                        config, "embedding width")
-    l1_matrices = read_source_matrices(l1_model, len(l1_vocabulary))
-    del l1_model
+    # loaded and checked as the transfer loads its source; of L1 only the token matrices are kept, so its model is
+    # freed before L2's loads
+    l1_matrices = load_checked_model(config.l1, l1_vocabulary, f"L1 '{config.l1}'", INTACT)[1]
+    model, l2_matrices = load_checked_model(config.l2, l2_vocabulary, f"L2 '{config.l2}'", INTACT)
+    _refuse_other_width(l1_matrices.embeddings.shape[1], l2_matrices.embeddings.shape[1], config, "embedding width")
     seconds["load"] = time.perf_counter() - clock
 
     training = None
     if added:
         clock = time.perf_counter()
-        model, l2_tokenizer, l2_vocabulary, training = _add_words(config, model, l2_tokenizer, l2_vocabulary, added,
-                                                                 lines, progress)
+        model, l2_tokenizer, l2_vocabulary, training = _add_words(config, model, l2_tokenizer, l2_vocabulary,
+                                                                 l2_matrices, added, lines, progress)
         l2_words = whole_word_tokens(l2_vocabulary)
+        l2_matrices = read_source_matrices(model, len(l2_vocabulary))
         seconds["add_words"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
     added_ids = set(range(len(l2_vocabulary) - len(added), len(l2_vocabulary)))
     pairs = translation_pairs(dictionary, l1_words, l2_words, added_ids)
-    l2_matrices = read_source_matrices(model, len(l2_vocabulary))
-    matrices = [("input", l1_matrices.embeddings, l2_matrices.embeddings, model.get_input_embeddings().weight)]
-    if l2_matrices.output_embeddings is not None and config.output_head == "same":
-        l1_head = (l1_matrices.output_embeddings if l1_matrices.output_embeddings is not None
-                   else l1_matrices.embeddings)
-        matrices.append(("head", l1_head, l2_matrices.output_embeddings, model.get_output_embeddings().weight))
-    norms = {}
-    for which, l1_matrix, l2_matrix, weight in matrices:
-        rows, new = enriched_rows(l1_matrix, l2_matrix, pairs, config.method, config.blend, l1_anchor_ids,
-                                  l2_anchor_ids)
-        norms[which] = (new - l2_matrix[torch.from_numpy(rows)]).norm(dim=1)
-        with torch.no_grad():
-            weight[torch.from_numpy(rows)] = new.to(weight.dtype)
-    refuse_non_finite(model, "the enriched model", "The L1 or L2 rows it was made from are not finite, or the "
-                      "anchors' rows are degenerate; try other anchors.")
+    rows, norms = _move_rows(config, model, l1_matrices, l2_matrices, pairs, l1_anchor_ids, l2_anchor_ids)
     seconds["enrich"] = time.perf_counter() - clock
 
     change = norms["input"]
@@ -503,17 +497,36 @@ def _enrich(config: EnrichConfig, progress: bool) -> EnrichReport:
     return EnrichReport(Path(config.output), record_counts, change_norm, added, training, record.seconds)
 
 
-def _add_words(config: EnrichConfig, model, tokenizer, vocabulary, words: list[str], lines: list[str] | None,
-               progress: bool):
-    """L2 with `words` as new tokens: their rows the mean of L2's rows of their old spelling (`overlap` with the
-    `subword` fallback, every other row copied), then, with target text, fine-tuned embeddings-only on the sentences
-    that hold them. Returns (model, tokenizer, vocabulary, training summary or None)."""
-    from langswap.methods.base import TransferInputs, make_config
-    from langswap.surgery import read_source_matrices
-    from langswap.transfer import apply_method
+def _move_rows(config: EnrichConfig, model, l1_matrices: SourceMatrices, l2_matrices: SourceMatrices,
+               pairs: TranslationPairs, l1_anchor_ids: np.ndarray, l2_anchor_ids: np.ndarray
+               ) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+    """The pairs' L2 rows of `model` moved (`enriched_rows`): the input matrix, and an untied head with
+    `output_head: same` (from L1's head rows, or its input rows where L1 ties its head). Returns (the changed row
+    ids, the L2 norm of each one's change by matrix: "input", and "head" where it was moved)."""
+    matrices = [("input", l1_matrices.embeddings, l2_matrices.embeddings, model.get_input_embeddings().weight)]
+    if l2_matrices.output_embeddings is not None and config.output_head == "same":
+        l1_head = (l1_matrices.output_embeddings if l1_matrices.output_embeddings is not None
+                   else l1_matrices.embeddings)
+        matrices.append(("head", l1_head, l2_matrices.output_embeddings, model.get_output_embeddings().weight))
+    norms = {}
+    for which, l1_matrix, l2_matrix, weight in matrices:
+        rows, new = enriched_rows(l1_matrix, l2_matrix, pairs, config.method, config.blend, l1_anchor_ids,
+                                  l2_anchor_ids)
+        norms[which] = (new - l2_matrix[torch.from_numpy(rows)]).norm(dim=1)
+        with torch.no_grad():
+            weight[torch.from_numpy(rows)] = new.to(weight.dtype)
+    refuse_non_finite(model, "the enriched model", "The L1 or L2 rows it was made from are not finite, or the "
+                      "anchors' rows are degenerate; try other anchors.")
+    return rows, norms
 
+
+def _add_words(config: EnrichConfig, model, tokenizer, vocabulary, matrices: SourceMatrices, words: list[str],
+               lines: list[str] | None, progress: bool):
+    """L2 (`model`, its `tokenizer`, `vocabulary` and token `matrices`) with `words` as new tokens: their rows the mean
+    of L2's rows of their old spelling (`overlap` with the `subword` fallback, every other row copied), then, with
+    target text, fine-tuned embeddings-only on the sentences that hold them. Returns (model, tokenizer, vocabulary,
+    training summary or None)."""
     extended, grown = add_whole_words(tokenizer, vocabulary, words)
-    matrices = read_source_matrices(model, len(vocabulary))
     inputs = TransferInputs(vocabulary, grown, matrices.embeddings)
     model, _, _ = apply_method(model, inputs, matrices, make_config("overlap", fallback="subword"))
     logger.info("added %d words to L2's tokenizer (%d tokens now)", len(words), len(extended))
@@ -544,9 +557,6 @@ def _train_new_rows(config: EnrichConfig, model, tokenizer, sentences: list[str]
     """Embeddings-only `langswap train` of `model` on `sentences`, in a temporary folder beside the output; the new
     tokens' rows (input, and an untied head) are copied back into `model`, every other row is left as it was.
     Returns the training's summary."""
-    from langswap.models import is_tied, load_model, save_tokenizer
-    from langswap.training.run import TrainConfig, train
-
     if not sentences:
         raise VocabularyError(f"no sentence of target_text '{config.target_text}' holds an added word as a token "
                               "(only words after a space are). Give more target text, or no target text to keep "
@@ -578,28 +588,24 @@ def _train_new_rows(config: EnrichConfig, model, tokenizer, sentences: list[str]
             layers.append((model.get_output_embeddings(), trained.get_output_embeddings()))
         for mine, theirs in layers:
             mine.weight[ids] = theirs.weight[ids].to(mine.weight.dtype)
-    phase = report.phases[-1] if report.phases else {}
     return {"sentences": len(sentences), "tokens": tokens, "steps": config.train_steps,
-            "train_loss": phase.get("train_loss"), "preset": "embeddings", "seconds": round(report.seconds, 1)}
+            "train_loss": report.phases[-1].train_loss if report.phases else None, "preset": "embeddings",
+            "seconds": round(report.seconds, 1)}
 
 
 def _write_output(config: EnrichConfig, model, tokenizer, record: EnrichRecord, rows: np.ndarray, change: torch.Tensor,
                   pairs: TranslationPairs, l1_vocabulary, l2_vocabulary, added_ids: set[int]) -> None:
-    from langswap.files import atomic_directory
-    from langswap.methods.provenance import show_token
-    from langswap.modelcard import write_model_card
-    from langswap.models import save_tokenizer
-
+    """The output folder, written as the transfer writes its own (`transfer.steps.write_model_folder`), with a
+    provenance.tsv line per changed L2 row: its id and token, the L1 tokens it was moved towards, the L2 norm of its
+    change (`change`, in the order of `rows`), and whether it is an added word's row or one L2 had."""
     translations: dict[int, list[str]] = {}
     for l1_id, l2_id in zip(pairs.l1_ids.tolist(), pairs.l2_ids.tolist()):
         translations.setdefault(l2_id, []).append(show_token(l1_vocabulary, l1_id))
-    with atomic_directory(Path(config.output), config.overwrite) as folder:
-        model.save_pretrained(folder)
-        save_tokenizer(tokenizer, folder)
-        with open(folder / "provenance.tsv", "w", encoding="utf-8") as handle:
-            handle.write("id\ttoken\ttranslations\tchange_norm\trow\n")
-            for row, norm in zip(rows.tolist(), change.tolist()):
-                handle.write(f"{row}\t{show_token(l2_vocabulary, row)!r}\t{' '.join(map(repr, translations[row]))}"
-                             f"\t{norm:.6f}\t{'added' if row in added_ids else 'existing'}\n")
-        write_model_record(folder, record)
-        write_model_card(folder, language=config.language)
+    lines = [(row, repr(show_token(l2_vocabulary, row)), " ".join(map(repr, translations[row])), f"{norm:.6f}",
+              "added" if row in added_ids else "existing") for row, norm in zip(rows.tolist(), change.tolist())]
+
+    def write_provenance(folder: Path) -> None:
+        write_table(folder / "provenance.tsv", PROVENANCE_COLUMNS, lines)
+
+    write_model_folder(Path(config.output), config.overwrite, model.save_pretrained, tokenizer, write_provenance,
+                       record, language=config.language)

@@ -27,8 +27,9 @@ import yaml
 
 from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError
 from langswap.files import atomic_write_text
-from langswap.records import (MODEL_RECORD, EnrichRecord, ModelRecord, TrainingSection, TrainRecord,
-                              has_model_record, read_model_record, read_train_record)
+from langswap.records import (MODEL_RECORD, EnrichRecord, ModelRecord, TrainingSection, TrainRecord, has_model_record,
+                              read_model_record, read_train_record)
+from langswap.reports import count as _count, is_hub_name, name as _name, value as _value
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +38,6 @@ CARD = "README.md"
 MARKER = "<!-- langswap model card: written from the langswap record; langswap rewrites this file -->"
 KEPT_STEM = "README.original"
 LICENSE_KEYS = ("license", "license_name", "license_link")  # license_name/_link go with `license: other`
-# A hub repository id: an optional owner and a name, each of letters, digits, '-', '_' and '.', neither starting
-# nor ending with '-' or '.', without '--' or '..' (the hub's own rules).
-HUB_PART = r"[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9_])?"
-HUB_ID = re.compile(rf"(?:{HUB_PART}/)?{HUB_PART}")
 # A snapshot in a Hugging Face hub cache: .../models--OWNER--NAME/snapshots/REVISION
 HUB_CACHE_FOLDER = re.compile(r"models--(.+)")
 RESOURCE_NAMES = {"source_vectors": "source word vectors", "target_vectors": "target word vectors",
@@ -171,11 +168,6 @@ def _front_matter_or_nothing(path: Path) -> dict:
         return {}
 
 
-def is_hub_name(name: str) -> bool:
-    """True when `name` has the form of a hub repository id ('gpt2', 'HuggingFaceTB/SmolLM2-135M')."""
-    return bool(HUB_ID.fullmatch(name)) and "--" not in name and ".." not in name
-
-
 def _base_model(source: str | None, source_folder: Path | None, given: str | None,
                 parent_card: dict) -> tuple[str | None, str]:
     """(the source's hub name or None, where that name comes from: a phrase for the card)."""
@@ -289,7 +281,7 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
     if trained is not None and trained.step is not None:
         title += f", after {_updates(trained.step)} of training" if trained.step else ", before training"
     elif trained is not None and trained.phases:
-        title += f", trained for {_updates(sum(p.get('steps', 0) for p in trained.phases))}"
+        title += f", trained for {_updates(sum(phase.steps or 0 for phase in trained.phases))}"
     lines = [MARKER, "", f"# {title}", ""]
 
     what = []
@@ -328,7 +320,7 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
         for key, label in (("source_vocabulary", "Source vocabulary"), ("target_vocabulary", "Target vocabulary")):
             if getattr(record, key, None):
                 lines.append(f"- {label}: {getattr(record, key)}")
-        extended = _extension_line(getattr(record, "vocabulary", None))
+        extended = record.vocabulary.summary() if getattr(record, "vocabulary", None) is not None else None
         if extended:
             lines.append(f"- Vocabulary: {extended}")
         options = {key: value for key, value in (config.get("method") or {}).items() if key != "name"}
@@ -341,39 +333,32 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
         resources = [f"{RESOURCE_NAMES.get(key, key)} `{_name(value)}`" for key, value in used.items() if value]
         if resources:
             lines.append(f"- Resources: {', '.join(resources)}")
-        alignment = _alignment_line(getattr(record, "alignment", None))
+        alignment = record.alignment.summary() if getattr(record, "alignment", None) is not None else ""
         if alignment:
             lines.append(f"- Alignment: {alignment}")
         if getattr(record, "method_choice", None):
-            lines.append(f"- Candidates: {describe_choice(record.method_choice)}")
+            lines.append(f"- Candidates: {record.method_choice.summary()}")
         counts = record.counts
         if counts:
             parts = " | ".join(f"{kind} {_count(number)}" for kind, number in counts.items())
             lines.append(f"- Embedding rows: {parts} (total {_count(sum(counts.values()))})"
                          + ("; `provenance.tsv` says how each row was made" if (folder / "provenance.tsv").is_file()
                             else ""))
-        matching = getattr(record, "matching", None) or {}
-        if "copied" in matching:
-            lines.append(f"- Copied tokens: {_count(matching['copied'])} of {_count(matching['target_tokens'])} "
-                         f"({matching['share_copied']:.1%}); of those with a whole surface "
-                         f"({_count(matching['copied_whole'])}) an independent count finds "
-                         f"{_count(matching['independent'])}"
-                         + "".join(f". Warning: {warning}" for warning in matching.get("warnings", [])))
+        matching = record.matching.summary() if getattr(record, "matching", None) is not None else None
+        if matching:
+            lines.append(f"- Copied tokens: {matching}")
         if record.tied_embeddings is not None:
             lines.append(f"- Input and output embeddings: {'tied' if record.tied_embeddings else 'untied'}"
                          + (", with an output bias" if getattr(record, "output_bias", None) else ""))
-        distillation = _distillation_line(getattr(record, "distillation", None))
-        if distillation:
-            lines.append(f"- Token distillation: {distillation}")
-        calibration = _calibration_line(getattr(record, "calibration", None))
-        if calibration:
-            lines.append(f"- Frequency calibration: {calibration}")
-        separation = _separation_line(getattr(record, "separation", None))
-        if separation:
-            lines.append(f"- Kept off the source language: {separation}")
+        for key, label in (("distillation", "Token distillation"), ("calibration", "Frequency calibration"),
+                           ("separation", "Kept off the source language")):
+            report = getattr(record, key, None)
+            if report is not None:
+                lines.append(f"- {label}: {report.summary()}")
     lines.append("")
 
-    figures = _transfer_figures(getattr(record, "metrics", None), config)
+    metrics = getattr(record, "metrics", None)
+    figures = metrics.figures(config.get("eval_text")) if metrics is not None else []
     if figures:
         lines += ["## Held-out figures after the transfer", ""] + figures + [""]
     if trained is not None:
@@ -424,157 +409,6 @@ def _source_line(source, source_folder, base_model, named_by) -> str:
     return line + "; no hub name recorded)"
 
 
-def distinct_precision(report: dict) -> str | None:
-    """The held-out precision@1 over the words whose translations are spelled otherwise, for people; None where the
-    report predates that measure."""
-    if report.get("precision_at_1_distinct") is None:
-        return None
-    return (f"{report['precision_at_1_distinct']:.3f} (CSLS {report.get('precision_at_1_csls_distinct', 0):.3f}) on "
-            f"the {_count(report.get('distinct_queries', 0))} whose translations are spelled otherwise")
-
-
-def describe_choice(choice: dict) -> str:
-    """Which of a method's candidate mappings a transfer kept, and on what grounds (`MethodResult.choice`)."""
-    if "losses" in choice and all(loss is None for loss in choice["losses"].values()):
-        return f"kept {choice['chosen']}, the first: no candidate's held-out loss was a finite number"
-    if "losses" in choice:
-        losses = ", ".join(f"{name} {'-' if loss is None else f'{loss:.4f}'}"
-                           for name, loss in choice["losses"].items())
-        return f"kept {choice['chosen']}, the lowest mean token loss on held-out target text ({losses} nats)"
-    return f"kept {choice['chosen']} of {', '.join(choice.get('candidates', []))}: {choice.get('by', '')}"
-
-
-def _extension_line(vocabulary: dict | None) -> str | None:
-    """What an extended vocabulary kept and added (None for a replaced one, or a record without the field)."""
-    if not vocabulary or vocabulary.get("mode") != "extended":
-        return None
-    first, last = vocabulary["new"]
-    line = (f"extended: the source's {_count(vocabulary['kept'])} tokens keep their ids and rows (input, output and "
-            f"bias copied bit for bit), {_count(last - first + 1)} new tokens at ids {_count(first)}-{_count(last)}")
-    if vocabulary.get("padding"):
-        start, stop = vocabulary["padding"]
-        line += f", {_count(stop - start + 1)} padding rows ({_count(vocabulary['rows'])} rows in all)"
-    return line
-
-
-def _distillation_line(report: dict | None) -> str | None:
-    """The transfer's token distillation (`langswap.transfer.distill`'s report), in one line."""
-    if not report:
-        return None
-    if report.get("skipped"):
-        return f"none ({report['skipped']})"
-    text = f" of `{_name(report['text'])}`" if report.get("text") else ""
-    line = (f"{_count(report.get('rows', 0))} rows learned from the source model reading {_count(report['tokens'])} "
-            f"target tokens{text} ({_count(report['updates'])} updates)")
-    if report.get("loss_start") is not None:
-        line += f"; held-out distillation loss {report['loss_start']} -> {report['loss_end']}"
-    if report.get("put_back"):
-        line += f"; put back: {report['put_back']}"
-    return line
-
-
-def _separation_line(report: dict | None) -> str | None:
-    """What `langswap.transfer.calibrate.separate` did to an extension's new rows, in one line."""
-    if not report:
-        return None
-    if report.get("skipped"):
-        return f"none ({report['skipped']})"
-    text = f" of `{_name(report['source_text'])}`" if report.get("source_text") else ""
-    accuracy = f"held-out accuracy {_value(report.get('direction_accuracy_held_out'))}"
-    lines = report.get("check_lines") or {}
-    how = ("set by calibration.separation" if report.get("chosen_by") == "calibration.separation" else
-           f"chosen on {_count(lines.get('target', 0))} target and {_count(lines.get('source', 0))} source-language "
-           "check lines")
-    if report.get("amount"):
-        line = (f"the new rows moved {_value(report['amount'])} along the direction that tells target-language "
-                f"positions from source-language ones{text} ({accuracy}), their mean logit on target text kept; "
-                f"the amount {how}")
-    else:
-        line = (f"no move along the direction that tells target-language positions from source-language "
-                f"ones{text} ({accuracy}): the amount 0, {how}")
-    losses = report.get("losses") or {}
-    if losses:
-        line += " (check losses target / source: " + ", ".join(
-            f"{amount}: {_value(loss['target'])} / {_value(loss['source'])}" for amount, loss in losses.items()) + ")"
-    return line
-
-
-def _calibration_line(calibration: dict | None) -> str | None:
-    """What `langswap.transfer.calibrate` did to the output rows (the held-out figures are measured after it)."""
-    if not calibration:
-        return None
-    if calibration.get("skipped"):
-        return f"none ({calibration['skipped']})"
-    rows = f"{_count(calibration['rows'])} output rows" if calibration.get("rows") else "the output rows"
-    text = f" of `{_name(calibration['text'])}`" if calibration.get("text") else ""
-    through = f", through the {calibration['through']}" if calibration.get("through") else ""
-    frequencies = calibration.get("frequencies") or calibration.get("smoothing") or {}
-    if frequencies.get("estimate") == "held-out":
-        smoothed = ", frequencies of rare tokens held out"
-    else:
-        smoothed = f", counts smoothed by {_value(frequencies['smoothing'])}" if "smoothing" in frequencies else ""
-    up_only = calibration.get("up_only_rows") or {}
-    if up_only.get("rows"):
-        rare = ("never counted" if up_only["below_count"] == 1
-                else f"counted fewer than {_count(up_only['below_count'])} times")
-        smoothed += f", {_count(up_only['rows'])} rows of tokens {rare} moved up only"
-    inputs = calibration.get("input_rows") or {}
-    if inputs.get("moved"):
-        shift = inputs.get("relative_shift", {})
-        moved_inputs = (f"; the tied input rows moved with them ({_count(inputs['moved'])} rows; each move's size "
-                        f"against its row's norm: median {_value(shift.get('median'))}, largest "
-                        f"{_value(shift.get('max'))})")
-    elif "input_rows" in calibration:
-        moved_inputs = "; no input row moved"
-    else:
-        moved_inputs = ""
-    return (f"{rows} moved towards the token frequencies{text} (strength {_value(calibration.get('strength'))}"
-            f"{smoothed}{through}){moved_inputs}; held-out figures are of the calibrated model")
-
-
-def _alignment_line(report: dict | None) -> str:
-    if not report:
-        return ""
-    parts = []
-    if report.get("pairs_used") is not None:
-        pairs = f"rotation fitted on {_count(report['pairs_used'])} word pairs"
-        if report.get("entries_covered") is not None and report.get("dictionary_entries") is not None:
-            pairs += (f" ({_count(report['entries_covered'])} of {_count(report['dictionary_entries'])} dictionary "
-                      "entries covered)")
-        parts.append(pairs)
-    if report.get("precision_at_1") is not None:
-        precision = f"precision@1 {report['precision_at_1']:.3f}"
-        if report.get("precision_at_1_csls") is not None:
-            precision += f" (CSLS {report['precision_at_1_csls']:.3f})"
-        if report.get("heldout_words"):
-            precision += f" on {_count(report['heldout_words'])} held-out source words"
-        distinct = distinct_precision(report)
-        parts.append(precision + (f"; {distinct}" if distinct else ""))
-    if report.get("pca"):
-        parts.append(str(report["pca"]))
-    return "; ".join(parts)
-
-
-def _transfer_figures(metrics: dict | None, config: dict) -> list[str]:
-    if not metrics:
-        return []
-    kind = metrics.get("kind") or "perplexity"
-    measured = []
-    if metrics.get("bits_per_byte") is not None:
-        label = "pseudo bits per byte" if kind == "pseudo-perplexity" else "bits per byte"
-        measured.append(f"- {label}: {metrics['bits_per_byte']:.4f}")
-    if metrics.get("perplexity") is not None:
-        measured.append(f"- {kind}: {metrics['perplexity']:,.2f} (per token of the new tokenizer)")
-    if not measured:
-        return []
-    text = f" of `{_name(config['eval_text'])}`" if config.get("eval_text") else ""
-    size = [f"{_count(metrics[key])} {key}" for key in ("bytes", "tokens") if metrics.get(key) is not None]
-    lines = f"the first {_count(metrics['lines'])} non-empty lines{text}" if metrics.get("lines") else f"text{text}"
-    where = (f"Measured right after the transfer, before any training, on {lines}"
-             + (f" ({', '.join(size)})" if size else "") + ":")
-    return [where, ""] + measured
-
-
 def _training_lines(trained: TrainingSection) -> list[str]:
     config = trained.config
     objective = trained.objective or config.get("objective")
@@ -592,13 +426,7 @@ def _training_lines(trained: TrainingSection) -> list[str]:
     if trained.step is not None:  # a snapshot: the run's phases are its plan, its final figures are not there yet
         lines.append(f"- This is the run's snapshot at update {_count(trained.step)}.")
         return lines
-    for phase in trained.phases:
-        parts = [f"{phase.get('trainable', '?')} trained", f"{_count(phase.get('steps', 0))} updates"]
-        if phase.get("learning_rate") is not None:
-            parts.append(f"peak rate {phase['learning_rate']:g}")
-        if phase.get("train_loss") is not None:
-            parts.append(f"mean training loss {phase['train_loss']:.4f}")
-        lines.append(f"- Phase `{phase.get('name', '?')}`: " + ", ".join(parts))
+    lines += [f"- {phase.summary()}" for phase in trained.phases]
     final = trained.final_eval[-1:]
     if final:
         entry = final[0]
@@ -614,16 +442,6 @@ def _training_lines(trained: TrainingSection) -> list[str]:
     return lines
 
 
-def _name(value) -> str:
-    """A path's base name (the whole value when that is all there is); hub names stay whole."""
-    if value is None:
-        return ""
-    text = str(value)
-    if is_hub_name(text) and not Path(text).expanduser().exists():
-        return text
-    return Path(text).name or text
-
-
 def _has_trained(trained: TrainingSection | None) -> bool:
     """A finished training, or a snapshot after at least one update (a snapshot at update 0 is the start model)."""
     if trained is None:
@@ -633,11 +451,3 @@ def _has_trained(trained: TrainingSection | None) -> bool:
 
 def _updates(number) -> str:
     return f"{_count(number)} update" + ("" if number == 1 else "s")
-
-
-def _count(number) -> str:
-    return f"{number:,}" if isinstance(number, int) else str(number)
-
-
-def _value(value) -> str:
-    return json.dumps(value) if isinstance(value, (bool, type(None), list, dict)) else str(value)

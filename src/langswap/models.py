@@ -14,6 +14,12 @@ import logging
 import struct
 from pathlib import Path
 
+import torch
+import transformers
+from tokenizers import Tokenizer
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
+
 from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError, VocabularyError
 
 logger = logging.getLogger(__name__)
@@ -33,8 +39,6 @@ def objective_of(config) -> str:
 def quiet_transformers(progress: bool = True) -> None:
     """Only transformers' errors reach the user (its warnings are about defaults langswap sets on purpose), and its
     progress bars only with `progress`."""
-    import transformers
-
     transformers.logging.set_verbosity_error()
     if not progress:
         transformers.utils.logging.disable_progress_bar()
@@ -43,8 +47,6 @@ def quiet_transformers(progress: bool = True) -> None:
 @contextlib.contextmanager
 def transformers_bars(progress: bool):
     """transformers' own progress bars (loading and saving weights) only when `progress`; restored after."""
-    from transformers.utils import logging as hf_logging
-
     was_enabled = hf_logging.is_progress_bar_enabled()
     if not progress:
         hf_logging.disable_progress_bar()
@@ -78,8 +80,6 @@ def input_embedding_scale(model) -> float:
     the square root of the hidden size, so inputs given as `inputs_embeds` (distillation's teacher and student)
     must be multiplied alike to read as `input_ids` do. 1.0 for a plain `nn.Embedding`. Read from the layer's
     `embed_scale` where it has one, else measured on its largest row."""
-    import torch
-
     embedding = model.get_input_embeddings()
     if type(embedding) is torch.nn.Embedding:
         return 1.0
@@ -96,8 +96,6 @@ def input_embedding_scale(model) -> float:
 
 def transformers_version() -> tuple[int, int]:
     """(major, minor) of the installed transformers."""
-    import transformers
-
     major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
     return major, minor
 
@@ -140,7 +138,6 @@ def _needs_remote_code(folder: Path) -> bool:
         return False  # transformers reports a missing or damaged config.json
     if not isinstance(config, dict) or not config.get("auto_map"):
         return False
-    from transformers import CONFIG_MAPPING
 
     return config.get("model_type") not in CONFIG_MAPPING
 
@@ -150,7 +147,6 @@ def load_config(name_or_path: str | Path):
     (`trust_remote_code`) is refused with the reason, its code never imported; transformers is told not to run it,
     so it never asks on a terminal either."""
     quiet_transformers()
-    from transformers import AutoConfig
 
     name = str(name_or_path)
     if Path(name).is_dir() and _needs_remote_code(Path(name)):
@@ -167,9 +163,6 @@ def load_config(name_or_path: str | Path):
 
 def meta_model(config, objective: str):
     """The causal- or masked-LM model class of `config`, built on the meta device (no weights are allocated)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
-
     loader = AutoModelForMaskedLM if objective == "masked" else AutoModelForCausalLM
     with torch.device("meta"):
         return loader.from_config(config)
@@ -216,8 +209,6 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
     is refused: transformers would fill them with random values and say nothing at langswap's log level. With
     `require_head=False` (the probes, which read hidden states only) such a model is loaded, with a warning.
     `attention`: transformers' attention implementation (sdpa, eager, ...); None keeps transformers' default."""
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
-
     name = str(name_or_path)
     config = load_config(name)  # fails with a clear message before the weights are looked for
     objective = objective or objective_of(config)
@@ -257,8 +248,6 @@ def load_model(name_or_path: str | Path, objective: str | None = None, require_h
 def pick_device(name: str | None = None, key: str = "device"):
     """The torch device `name` names (cpu, cuda, cuda:1, ...); by default cuda where there is one, else cpu. `key`:
     the setting that named it, for the error."""
-    import torch
-
     if name:
         try:
             device = torch.device(name)
@@ -294,7 +283,6 @@ def missing_weights(name: str, config, missing: list[str], objective: str) -> st
 def load_tokenizer(name_or_path: str | Path, what: str = "tokenizer"):
     """A fast tokenizer from a folder or hub name."""
     quiet_transformers()
-    from transformers import AutoTokenizer
 
     name = str(name_or_path)
     if Path(name).is_dir() and not any((Path(name) / file).is_file() for file in TOKENIZER_FILES):
@@ -388,8 +376,6 @@ def damaged_tokenizer_file(folder: str | Path) -> str | None:
     Run after loading failed, so a good tokenizer is read only once: each JSON file must be UTF-8 and valid JSON
     (one that stops in the middle is called truncated), and tokenizer.json must be a tokenizer the tokenizers library
     builds."""
-    from tokenizers import Tokenizer
-
     fix = "Save the tokenizer again (tokenizer.save_pretrained(folder)) or download or copy it again."
     for file in TOKENIZER_JSON_FILES:
         path = Path(folder) / file
@@ -496,8 +482,6 @@ class HiddenStates:
         self.deepest = max(self.layers)
         self.blocks = None
         if self.deepest < blocks:
-            import torch
-
             found = [module for module in body.modules()
                      if isinstance(module, torch.nn.ModuleList) and len(module) == blocks]
             self.blocks = found[0] if len(found) == 1 else None
@@ -511,8 +495,6 @@ class HiddenStates:
         return self.body(**inputs, output_hidden_states=True, use_cache=False).hidden_states
 
     def __call__(self, **inputs):
-        import torch
-
         if self.blocks is None:
             return self.whole(**inputs)
         states = self._early(inputs)

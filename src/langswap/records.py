@@ -14,8 +14,9 @@
 
 Every record has a `version` (RECORD_VERSION when written; 0 for a record written before records had one) and keeps
 the keys it does not know in `extra`, written back unchanged, so a record from a newer langswap survives a rewrite.
-Nested reports (an alignment's, a calibration's, metrics) stay mappings: they are written by the module that
-measures them and read where they are shown. This module is the only one that names a record file.
+Nested reports (a calibration's, an alignment's, held-out metrics, a training phase) are the typed reports of
+`langswap.reports`, built by the step that does the work; a record of any earlier version reads into them. This
+module is the only one that names a record file.
 
 Not records in this sense, and named where they are kept: a token store's own `store.json` (what the store was
 built from, read only by `training/store.py` to decide whether the store is current), a training run's working
@@ -25,7 +26,6 @@ when it resumes or reports), a fine-tuning run's `finetune.json` and the demo's 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
@@ -34,10 +34,13 @@ from typing import Any
 
 from langswap.errors import MissingResourceError, ResourceFormatError
 from langswap.files import atomic_write_text
+from langswap.reports import (AlignmentReport, CalibrationReport, DistillationReport, EvaluationMetrics,
+                              ExtensionReport, MatchingReport, MethodChoice, PhaseReport, Report, SeparationReport,
+                              VocabularyReport, nested)
 
 logger = logging.getLogger(__name__)
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: reports typed (langswap.reports); the JSON of 1 reads as it is
 MODEL_RECORD = "langswap.json"
 TRAIN_RECORD = "langswap-train.json"
 TOKENIZER_RECORD = "langswap-tokenizer.json"
@@ -47,39 +50,21 @@ BENCH_SHARED_INPUTS = "bench-inputs.json"  # in a bench's shared resource folder
 
 
 @dataclass(kw_only=True)
-class Record:
-    """Fields every record has; `extra` holds the keys this version of langswap does not know."""
+class Record(Report):
+    """Fields every record has; `extra` holds the keys this version of langswap does not know. Every field is
+    written, None included; a nested report (`langswap.reports`) as its own object."""
 
     version: int = RECORD_VERSION
-    extra: dict = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        """The JSON object written: every field (a nested record as its own object) and the unknown keys."""
-        data = {}
-        for item in dataclasses.fields(self):
-            if item.name == "extra":
-                continue
-            value = getattr(self, item.name)
-            data[item.name] = value.as_dict() if isinstance(value, Record) else value
-        return {**data, **self.extra}
+    WRITE_NONE = True
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "record"):
-        """The record of a JSON object; a key of no field goes to `extra`, a missing one keeps its default (a record
-        written before the field existed). A record without a version is version 0."""
+        """The record of a JSON object (`Report.from_dict`); a record without a version is version 0."""
+        if data is None or isinstance(data, cls):
+            return data
         if not isinstance(data, dict):
             raise ResourceFormatError(f"{where} is not a langswap record: it holds no JSON object.")
-        names = {item.name for item in dataclasses.fields(cls) if item.name != "extra"}
-        values = {key: value for key, value in data.items() if key in names}
-        for item in dataclasses.fields(cls):  # a null where a mapping or list belongs: the empty one
-            if values.get(item.name, 0) is None and item.default_factory is not dataclasses.MISSING:
-                values[item.name] = item.default_factory()
-        values.setdefault("version", 0)
-        nested = getattr(cls, "NESTED", {})
-        for key, nested_cls in nested.items():
-            if isinstance(values.get(key), dict):
-                values[key] = nested_cls.from_dict(values[key], f"{where}: {key}")
-        return cls(**values, extra={key: value for key, value in data.items() if key not in names})
+        return super().from_dict({"version": 0, **data}, where)
 
 
 @dataclass(kw_only=True)
@@ -90,7 +75,7 @@ class TrainingSection(Record):
     langswap_version: str | None = None
     config: dict = field(default_factory=dict)  # the TrainConfig, as written
     objective: str | None = None
-    phases: list = field(default_factory=list)
+    phases: list[PhaseReport] = field(default_factory=list, metadata=nested(PhaseReport))
     final_eval: list = field(default_factory=list)
     step: int | None = None  # a snapshot's update; None for the finished model
 
@@ -112,8 +97,7 @@ class ModelRecord(Record):
     counts: dict = field(default_factory=dict)  # rows by how they were made
     tied_embeddings: bool | None = None
     seconds: dict = field(default_factory=dict)
-    training: TrainingSection | None = None
-    NESTED = {"training": TrainingSection}
+    training: TrainingSection | None = field(default=None, metadata=nested(TrainingSection))
 
     @property
     def trained(self) -> bool:
@@ -132,21 +116,20 @@ class TransferRecord(ModelRecord):
     output_bias: bool | None = None
     source_padded_rows: int | None = None
     streamed: dict | None = None
-    alignment: dict | None = None
-    resources: dict | None = None
+    alignment: AlignmentReport | None = field(default=None, metadata=nested(AlignmentReport))
+    resources: dict | None = None  # each resource kind's report, as the kind wrote it
     resource_keys: dict | None = None  # the resources.* keys the method's kinds read; None in older records
-    metrics: dict | None = None
-    method_choice: dict | None = None
-    calibration: dict | None = None
-    distillation: dict | None = None  # langswap.transfer.distill's report, where the transfer distilled; None otherwise
-    separation: dict | None = None  # langswap.transfer.calibrate.separate's report (calibration.source_text); None otherwise
-    # {"mode": "replaced"}, or "extended" with the source ids kept, the new ids, the padding rows and the row count
-    # (`transfer.steps.Growth.report`); None in older records
-    vocabulary: dict | None = None
+    metrics: EvaluationMetrics | None = field(default=None, metadata=nested(EvaluationMetrics))
+    method_choice: MethodChoice | None = field(default=None, metadata=nested(MethodChoice))
+    calibration: CalibrationReport | None = field(default=None, metadata=nested(CalibrationReport))
+    # where the transfer distilled; None otherwise
+    distillation: DistillationReport | None = field(default=None, metadata=nested(DistillationReport))
+    # where calibration.source_text moved an extension's new rows; None otherwise
+    separation: SeparationReport | None = field(default=None, metadata=nested(SeparationReport))
+    vocabulary: VocabularyReport | None = field(default=None, metadata=nested(VocabularyReport))  # None: older
     correspondence: list | None = None
-    # the copies against an independent count and the share copied (`transfer.steps.check_matching`); None in older
-    # records
-    matching: dict | None = None
+    # the copies against an independent count and the share copied; None in older records
+    matching: MatchingReport | None = field(default=None, metadata=nested(MatchingReport))
     demo: list | None = None  # the demo's table rows
     demo_key: str | None = None  # the demo's digest of the transfer that made this model
 
@@ -172,7 +155,7 @@ class TokenizerRecord(Record):
     langswap_version: str | None = None
     job: dict = field(default_factory=dict)
     vocabulary: dict | None = None  # a replacement's: sizes, learnt pieces, added tokens kept by kind, conventions
-    extension: dict | None = None  # an extension's: what was added, tokens per byte, lines changed
+    extension: ExtensionReport | None = field(default=None, metadata=nested(ExtensionReport))  # an extension's
 
 
 @dataclass(kw_only=True)
@@ -190,7 +173,8 @@ class TrainRecord(Record):
     training_data: Any = None
     processes: int | None = None
     status: str = "running"  # running, complete or failed
-    phases: list = field(default_factory=list)  # planned while running, then each phase's summary
+    # planned while running, then each phase's summary
+    phases: list[PhaseReport] = field(default_factory=list, metadata=nested(PhaseReport))
     steps: int | None = None  # updates over all phases, once complete
     failure: dict | None = None
 

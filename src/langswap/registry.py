@@ -7,10 +7,14 @@ user's (ConfigError, listing the names there are).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import pkgutil
+import sys
+from pathlib import Path
 
-from langswap.errors import ConfigError
+from langswap.errors import ConfigError, MissingResourceError
 
 
 class Registry(dict):
@@ -51,13 +55,6 @@ class Registry(dict):
 def load_plugin(path: str) -> None:
     """Import the Python file at `path` once, so the methods, resource kinds and recipes it defines register
     themselves (`langswap --plugin FILE`). An error inside the file is the file's, and keeps its traceback."""
-    import hashlib
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    from langswap.errors import MissingResourceError
-
     file = Path(path).expanduser().resolve()
     if not file.is_file() or file.suffix != ".py":
         raise MissingResourceError(f"plugin '{path}' is not a Python file; give the .py file that registers your "

@@ -19,6 +19,7 @@ import torch
 
 from langswap.errors import VocabularyError
 from langswap.models import is_tied, position_padding_idx
+from langswap.tokens import names_a_token, special_token_roles
 
 logger = logging.getLogger(__name__)
 
@@ -145,8 +146,6 @@ def check_position_offset(model, target_roles: dict[str, int]) -> None:
 
 def update_special_token_ids(model, tokenizer) -> None:
     """Point config and generation config at the new tokenizer's special tokens (None where it has none)."""
-    from langswap.tokens import special_token_roles
-
     roles = special_token_roles(tokenizer)
     configs = [model.config]
     text_config = getattr(model.config, "get_text_config", lambda: None)()
@@ -168,8 +167,6 @@ def remap_named_token_ids(config: dict, source_tokenizer, target_tokenizer) -> l
     `boi_token_index`; `image_token_id`, `video_token_id`), in place, from the source tokenizer's ids to the target's
     ids of the same tokens (`tokens.names_a_token`). Returns a warning for each such id whose token the target lacks
     (left as it was)."""
-    from langswap.tokens import names_a_token
-
     source_size = len(source_tokenizer)
     target_vocab = target_tokenizer.get_vocab()
     warnings = []

@@ -30,8 +30,23 @@ from dataclasses import dataclass, field
 from importlib import resources as package_resources
 from pathlib import Path
 
-from langswap.errors import ConfigError
+from langswap import __version__
+from langswap.config import to_dict
+from langswap.demo.smollm2 import HUB_NAME as SMOLLM2_HUB_NAME
+from langswap.demo.smollm2 import cache_dir, smollm2_135m
+from langswap.errors import ConfigError, MissingResourceError
+from langswap.evaluation.correspondence import format_correspondence
+from langswap.evaluation.language_modeling import causal_lm_score
+from langswap.files import atomic_directory, atomic_write_text
 from langswap.methods.base import DEFAULT_METHOD, get_method
+from langswap.modelcard import write_model_card
+from langswap.models import load_tokenizer, save_tokenizer
+from langswap.records import has_model_record, read_model_record, write_model_record
+from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+from langswap.resources.joint import JOINT_FASTTEXT, train_joint_vectors, words_path
+from langswap.resources.text import read_text_lines
+from langswap.resources.tokenizer import train_tokenizer
+from langswap.transfer import load, run_steps, transfer_config, write_output
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +66,7 @@ class DemoConfig:
         "help": "Word vectors in one space for the methods that read them: none, joint (one fastText model on "
                 "code-switched English and German) or procrustes (a model per language, rotated onto each other "
                 "with the dictionary); default: none (--full: joint).", "choices": ("none", "joint", "procrustes")})
-    full: bool = field(default=False, metadata={
+    full: bool = field(default=False, metadata={"cli": ("demo",),
         "help": "The full comparison: the methods " + FULL_METHODS + " with joint word vectors, each also "
                 "uncalibrated (takes about half an hour on 2 cores)."})
     fallback: str | None = field(default=None, metadata={"help": "Fallback of every method (random, mean, subword);"
@@ -62,10 +77,10 @@ class DemoConfig:
     vector_epochs: int = field(default=5, metadata={"help": "fastText epochs."})
     seed: int = field(default=0, metadata={"help": "Seed of every method."})
     calibrate: float = field(default=1.0, metadata={
-        "help": "Strength of the frequency calibration (langswap.transfer.calibrate, on the bundled German training text) "
-                "every method's transfer applies, as `langswap transfer` does with target text; 0: none."})
+        "help": "Strength of the frequency calibration (langswap.transfer.calibrate, on the bundled German training "
+                "text) every method's transfer applies, as `langswap transfer` does with target text; 0: none."})
     redo: bool = field(default=False, metadata={"help": "Recompute the cached tokenizer, vectors and rows."})
-    workdir: str | None = field(default=None, metadata={
+    workdir: str | None = field(default=None, metadata={"cli": ("demo",),
         "help": "Where vectors, tokenizer and the models go; default: the user cache."})
 
     def resolved(self) -> "DemoConfig":
@@ -78,22 +93,17 @@ class DemoConfig:
 def demo_file(name: str) -> Path:
     path = Path(str(package_resources.files("langswap.demo") / "data" / name))
     if not path.is_file():
-        from langswap.errors import MissingResourceError
-
         raise MissingResourceError(f"bundled demo file '{name}' is missing from {path.parent}; reinstall langswap.")
     return path
 
 
 def _vectors(config: DemoConfig, workdir: Path, dictionary: Path, german_train: Path, out) -> dict:
     """The `resources.*` keys of the word vectors `config.vectors` asks for, trained once into `workdir`."""
-    from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
-
     if config.vectors == "none":
         return {}
     if config.vectors == "joint":
         out("    word vectors of English and German in one space: fastText on both texts, dictionary words "
             "code-switched")
-        from langswap.resources.joint import JOINT_FASTTEXT, train_joint_vectors, words_path
 
         path = workdir / f"fasttext-joint-en-de-{config.vector_dim}d-{config.vector_epochs}ep.bin"
         reused = not config.redo and path.exists() and words_path(path).exists()
@@ -118,17 +128,13 @@ def _vectors(config: DemoConfig, workdir: Path, dictionary: Path, german_train: 
 
 def _counts(result) -> str:
     counts = ", ".join(f"{kind} {count:,}" for kind, count in result.mapping.counts().items())
-    if result.choice and "losses" in result.choice:
-        counts += f" (mode {result.choice['chosen']}, kept on held-out lines)"
+    if result.choice and result.choice.losses is not None:
+        counts += f" (mode {result.choice.chosen}, kept on held-out lines)"
     return counts
 
 
 def run_demo(config: DemoConfig, workdir: Path | None = None, out=print) -> dict:
     """Run the demo; returns the table rows (also printed through `out`)."""
-    from langswap.demo.smollm2 import cache_dir, smollm2_135m
-    from langswap.evaluation.correspondence import format_correspondence
-    from langswap.models import load_tokenizer
-
     config = config.resolved()
     methods = _methods(config)
     workdir = workdir or config.workdir
@@ -184,10 +190,6 @@ def _methods(config: DemoConfig) -> list[str]:
 
 def _german_tokenizer(config: DemoConfig, workdir: Path, source_tokenizer, german_train: Path, out) -> Path:
     """The German tokenizer of the source's family, trained once and kept in the work folder."""
-    from langswap.files import atomic_directory
-    from langswap.models import save_tokenizer
-    from langswap.resources.tokenizer import train_tokenizer
-
     tokenizer_dir = workdir / f"tokenizer-de-{config.vocab_size or len(source_tokenizer)}"
     reused = not config.redo and (tokenizer_dir / "tokenizer.json").exists()
     if not reused:
@@ -214,8 +216,6 @@ class _DemoPlan:
     workdir: Path
 
     def transfer_config(self, name: str, calibrate: float):
-        from langswap.transfer import transfer_config
-
         config = self.config
         options = {"seed": config.seed} | ({"fallback": config.fallback} if config.fallback else {})
         made = transfer_config({
@@ -234,12 +234,6 @@ class _DemoPlan:
 def _scored_rows(plan: _DemoPlan, source_tokenizer, out):
     """(the table's rows, the saved method's `run_steps` result where it ran now, the loaded source and target where
     anything ran): the source model and each method's transfer, each scored once and kept in the row cache."""
-    from langswap.config import to_dict
-    from langswap.evaluation.language_modeling import causal_lm_score
-    from langswap.records import has_model_record, read_model_record
-    from langswap.resources.text import read_text_lines
-    from langswap.transfer import load, run_steps
-
     config = plan.config
     cache = RowCache(plan.workdir / ROW_CACHE, fresh=config.redo)
     strengths = [config.calibrate] + ([0.0] if config.calibrate else [])  # 0: what calibration adds
@@ -267,13 +261,13 @@ def _scored_rows(plan: _DemoPlan, source_tokenizer, out):
             out(f"    {name + label}: reused")
             continue
         done = run_steps(configs[(name, strength)], progress=True, loaded=loaded, write=False)
-        calibration = done.made.finished.get("calibration") or {}
+        calibration = done.made.finished["calibration"]
         counts = _counts(done.made.result)
-        if calibration.get("rows"):
-            counts += f"; {calibration['rows']:,} output rows calibrated"
+        if calibration.rows:
+            counts += f"; {calibration.rows:,} output rows calibrated"
         elif strength:
-            counts += f"; calibration {calibration.get('skipped')}"
-        cache.put(key, {"model": name + label, **done.metrics, "counts": counts})
+            counts += f"; calibration {calibration.skipped}"
+        cache.put(key, {"model": name + label, **done.metrics.as_dict(), "counts": counts})
         rows.append(cache.get(key))
         if key == saved_key:
             saved = (done, configs[plan.saved_run], saved_key)
@@ -285,21 +279,13 @@ def _scored_rows(plan: _DemoPlan, source_tokenizer, out):
 def _saved_model_record(plan: _DemoPlan, rows: list[dict], saved, loaded):
     """The saved method's model folder written with this table in its record (or, where it was written before, its
     record and card brought up to this table); returns the record."""
-    from langswap.demo.smollm2 import HUB_NAME as SMOLLM2_HUB_NAME
-    from langswap.records import read_model_record
-
     if saved is not None:
-        from langswap.transfer import write_output
-
         done, config, key = saved
         return write_output(config, loaded.source, loaded.target, done.inputs, done.made, done.metrics,
                             done.correspondence, done.seconds, demo=rows, source_name=SMOLLM2_HUB_NAME,
                             demo_key=key, matching=done.matching)
     record = read_model_record(plan.output)
     if record.demo != rows:  # other rows than when it was saved: its record and card show this table
-        from langswap.modelcard import write_model_card
-        from langswap.records import write_model_record
-
         record.demo = rows
         write_model_record(plan.output, record)
         write_model_card(plan.output, source_model=SMOLLM2_HUB_NAME)
@@ -324,8 +310,6 @@ class RowCache:
 
     @staticmethod
     def key(inputs: dict) -> str:
-        from langswap import __version__
-
         data = {key: value for key, value in inputs.items() if key not in ("output", "overwrite")}
         return hashlib.sha256(json.dumps([__version__, data], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -333,8 +317,6 @@ class RowCache:
         return self.rows.get(key)
 
     def put(self, key: str, row: dict) -> None:
-        from langswap.files import atomic_write_text
-
         self.rows[key] = row
         atomic_write_text(self.path, json.dumps(self.rows, indent=2, ensure_ascii=False))
 

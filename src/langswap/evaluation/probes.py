@@ -32,8 +32,9 @@ import torch
 from langswap.batching import right_pad
 from langswap.errors import ConfigError, VocabularyError
 from langswap.evaluation.conll import Sentence, read_conllu
-from langswap.models import position_padding_idx
+from langswap.models import load_model, load_tokenizer, objective_of, position_padding_idx, transformers_bars
 from langswap.progress import bar as progress_bar
+from langswap.tokens import canonical_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +63,6 @@ class EncodedSentence:
 
 def encode_sentences(tokenizer, sentences: list[Sentence]) -> list[EncodedSentence]:
     """Tokenize each sentence (words joined by single spaces) and map tokens to the words they overlap."""
-    from langswap.tokens import canonical_tokens
-
     if not getattr(tokenizer, "is_fast", False):
         raise VocabularyError("word-level evaluation needs a fast tokenizer (character offsets); this one is slow. "
                               "Save it as a fast one (tokenizer.json).")
@@ -196,8 +195,6 @@ def pad_id_of(model, tokenizer) -> int:
 
 
 def _objective(model) -> str:
-    from langswap.models import objective_of
-
     return objective_of(model.config)
 
 
@@ -401,8 +398,6 @@ def pos_probe(model_or_folder, train_conllu: str | Path | list[Sentence], test_c
     model_or_folder: a model folder or hub name (loaded with langswap.models.load_model, its tokenizer with
     load_tokenizer unless `tokenizer` is given), or a loaded model together with `tokenizer`. The splits are
     .conllu paths or lists of Sentence."""
-    from langswap.models import load_model, load_tokenizer, transformers_bars
-
     config = config or ProbeConfig()
     if isinstance(model_or_folder, (str, Path)):
         with transformers_bars(progress):

@@ -32,13 +32,18 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from transformers import AutoModelForTokenClassification, Trainer, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
 
+from langswap import __version__
+from langswap.batching import right_pad
 from langswap.errors import ConfigError, ResourceFormatError
 from langswap.evaluation.conll import Sentence, read_conll_columns, read_conllu
-from langswap.batching import right_pad
-from langswap.evaluation.probes import (EncodedSentence, batches, context_length, encode_sentences,
-                                        load_sentences, majority, make_pieces, pad_id_of, special_tokens)
-from langswap.models import transformers_bars
+from langswap.evaluation.probes import (EncodedSentence, batches, context_length, encode_sentences, load_sentences,
+                                        majority, make_pieces, pad_id_of, special_tokens)
+from langswap.files import atomic_directory, refuse_existing
+from langswap.models import (dtype_argument, load_config, load_model, load_tokenizer, objective_of, pick_device,
+                             quiet_transformers, save_tokenizer, transformers_bars)
 from langswap.progress import bar as progress_bar
 
 logger = logging.getLogger(__name__)
@@ -261,14 +266,10 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
     a transfer, or a bilingual run's `model/`), the model is fine-tuned on the training split (source language)
     with its input embeddings frozen, then reads the test split (target language) through `zero_shot`'s input
     embeddings and tokenizer: the head and the body never see a target-language label."""
-    from langswap.models import dtype_argument, load_config, load_tokenizer, objective_of, quiet_transformers
-
     config = config or FinetuneConfig()
     if task not in ("pos", "ner"):
         raise ConfigError(f"task is {task!r}; choose 'pos' (UPOS from .conllu) or 'ner' (BIO tags in CoNLL columns).")
     if output is not None:
-        from langswap.files import refuse_existing
-
         refuse_existing(output, overwrite)
     if task == "pos":
         def reader(path, what):
@@ -288,13 +289,11 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
     label_ids = {label: index for index, label in enumerate(labels)}
 
     quiet_transformers()
-    from transformers import AutoModelForTokenClassification
 
     tokenizer = load_tokenizer(tokenizer if tokenizer is not None else model_folder)
     model_config = load_config(model_folder)  # refuses a model that needs code of its own
     causal = objective_of(model_config) != "masked"
     label_token = config.resolved_label_token(causal)
-    from langswap.models import pick_device
 
     device = pick_device(config.device)
     devices = [device] if device.type == "cuda" else []
@@ -367,8 +366,6 @@ def finetune_token_classification(model_folder: str | Path, train_path: str | Pa
 def swap_in_embeddings(model, other_folder: str | Path):
     """Give `model` the input embeddings of the model in `other_folder` (same hidden size); returns that model's
     tokenizer, which now reads text for `model`."""
-    from langswap.models import load_model, load_tokenizer
-
     tokenizer = load_tokenizer(other_folder, f"tokenizer of the zero-shot model '{other_folder}'")
     other = load_model(other_folder).get_input_embeddings().weight.detach()
     hidden = model.get_input_embeddings().weight.shape[1]
@@ -396,9 +393,6 @@ class _LabelledCollator:
 
 def _train(model, pieces, piece_labels, config: FinetuneConfig, pad_id: int, device, progress: bool) -> float:
     """Fine-tune `model` on the labelled pieces with the transformers Trainer; the mean loss of the last epoch."""
-    from transformers import Trainer, TrainingArguments
-    from transformers.trainer_callback import PrinterCallback
-
     # a piece none of whose positions carries a label teaches nothing (and alone would make a NaN loss)
     examples = [{"input_ids": piece.input_ids, "labels": labels}
                 for piece, labels in zip(pieces, piece_labels) if any(label >= 0 for label in labels)]
@@ -450,10 +444,6 @@ def _predict(model, encoded, label_ids, prefix, suffix, context, causal, label_t
 
 
 def _save(model, tokenizer, output: Path, overwrite: bool, record: dict) -> None:
-    from langswap import __version__
-    from langswap.models import save_tokenizer
-    from langswap.files import atomic_directory
-
     with atomic_directory(output, overwrite) as folder, transformers_bars(False):
         model.save_pretrained(folder)
         save_tokenizer(tokenizer, folder)

@@ -22,9 +22,13 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 
+from langswap.config import from_dict
 from langswap.errors import MissingResourceError, VocabularyError
 from langswap.methods.mapping import Kind, TokenMapping, build_matrix
 from langswap.registry import Registry
+from langswap.reports import MethodChoice
+from langswap.resources.kinds import get_resource
+from langswap.resources.kinds.vectors import AlignedVectors
 from langswap.tokens import Vocabulary, match_special_tokens
 
 logger = logging.getLogger(__name__)
@@ -90,15 +94,11 @@ class TransferInputs:
         rows, _ = self.source_embeddings.shape
         assert rows == len(self.source), f"{rows} embedding rows for {len(self.source)} source tokens"
         if self.source_vectors is not None and self.target_vectors is not None:
-            from langswap.resources.kinds.vectors import AlignedVectors
-
             self.resources.setdefault("vectors", AlignedVectors(self.source_vectors, self.target_vectors))
 
     def resource(self, name: str):
         """The loaded resource of kind `name`; a MissingResourceError naming what to set when it was not given."""
         if name not in self.resources:
-            from langswap.resources.kinds import get_resource
-
             kind = get_resource(name)
             raise MissingResourceError(f"this transfer has no '{name}' resource ({kind.description}); set "
                                        + ", ".join(f"resources.{key}" for key in kind.keys() or kind.reads)
@@ -114,7 +114,7 @@ class MethodResult:
     embeddings: torch.Tensor  # (V_t, d)
     output_embeddings: torch.Tensor | None = None  # (V_t, d) for an untied head
     output_bias: torch.Tensor | None = None  # (V_t,)
-    choice: dict | None = None  # where the method offered candidates: their losses and the one kept
+    choice: MethodChoice | None = None  # where the method offered candidates: their losses and the one kept
 
 
 @dataclass(frozen=True)
@@ -131,8 +131,6 @@ class MethodSpec:
         the method options need (`needed_kinds`), and each optional kind the config gives, unless the method
         options ignore it (`unused_kinds`). The options are
         `method`, else the config's own `method` (a transfer's; a bench names one per variant)."""
-        from langswap.resources.kinds import get_resource
-
         method = method if method is not None else getattr(config, "method", None)
         unused = method.unused_kinds() if isinstance(method, MethodConfig) else ()
         needed = tuple(name for name in (method.needed_kinds() if isinstance(method, MethodConfig) else ())
@@ -151,8 +149,6 @@ def register_method(name: str, config_cls: type, requires: tuple[str, ...] = (),
     (`langswap resources`) the method cannot run without; `optional` names kinds it uses when a config gives them
     (the method reads `name in inputs.resources`). A name no kind is registered under is an error here, not when a
     transfer runs."""
-    from langswap.resources.kinds import get_resource
-
     for what, names in (("requires", requires), ("optional", optional)):
         if isinstance(names, str):
             raise ValueError(f"method {name!r}: {what} must be a tuple of resource kind names, not the string "
@@ -180,8 +176,6 @@ def get_method(name: str) -> MethodSpec:
 
 def make_config(name: str, **options) -> MethodConfig:
     """The config of method `name` with `options` set; unknown options are errors."""
-    from langswap.config import from_dict
-
     return from_dict(get_method(name).config_cls, options, where="method.")
 
 
@@ -242,8 +236,6 @@ def apply_fallback(mapping: TokenMapping, inputs: TransferInputs, fallback: str)
 def check_resources(spec: MethodSpec, config) -> None:
     """Fail early, with the fix, when `config` (a transfer or bench config) cannot give a resource the method needs
     (or an optional one it gives only in part)."""
-    from langswap.resources.kinds import get_resource
-
     for name in spec.kinds(config):
         try:
             get_resource(name).check(config)
@@ -257,8 +249,6 @@ def load_resources(spec: MethodSpec, config, target_tokenizer=None,
     `check_resources`, as a transfer config's `validate` does) says: ({kind: resource}, {kind: report}). Kinds made
     with the target tokenizer (`uses_target_tokenizer`) get `target_tokenizer`, and those made with both
     (`uses_source_tokenizer`) `source_tokenizer` too."""
-    from langswap.resources.kinds import get_resource
-
     loaded, reports = {}, {}
     for name in spec.kinds(config):
         kind = get_resource(name)
@@ -297,9 +287,8 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
         name, mapping = next(iter(candidates.items()))
         result = finish_mapping(spec.name, mapping, inputs, config, source_matrices, dtype)
         if len(candidates) > 1:
-            result.choice = {"chosen": name, "by": "default (nothing to compare on: no held-out target text, or "
-                                                   "not a causal LM)",
-                             "candidates": list(candidates)}
+            result.choice = MethodChoice(chosen=name, by="default (nothing to compare on: no held-out target text, "
+                                                          "or not a causal LM)", candidates=list(candidates))
         return result
     best, losses = None, {}
     for name, mapping in candidates.items():
@@ -310,8 +299,8 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
         if best is None or losses[name] < losses[best[0]]:  # ties keep the earlier candidate
             best = (name, result)
     name, result = best
-    result.choice = {"chosen": name, "by": "held-out loss", "losses": {
-        key: round(value, 5) if math.isfinite(value) else None for key, value in losses.items()}}
+    result.choice = MethodChoice(chosen=name, by="held-out loss", losses={
+        key: round(value, 5) if math.isfinite(value) else None for key, value in losses.items()})
     logger.info("%s: kept %s", spec.name, name)
     return result
 

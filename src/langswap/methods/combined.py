@@ -19,10 +19,10 @@
      `resources.translation_table` is given): the token's translation probabilities p(source token | target token)
      from word-aligned parallel text (RAMEN's, `langswap.resources.parallel`).
    Each evidence has a weight: spelling `spelling_weight` (1), translations `dictionary_weight` (1), parallel text
-   `parallel_weight` (0: off unless asked for; docs/benchmarks.md has the Swahili measurement), neighbours
+   `parallel_weight` (0: off unless asked for; docs/results.md has the Swahili measurement), neighbours
    `vectors_weight`, by default the aligned space's held-out precision@1 over words whose translation is spelled
    otherwise (the share of such unseen dictionary words whose nearest neighbour is their translation; a few
-   hundredths for the German and Swahili spaces of docs/benchmarks.md), so a poor alignment counts little; the helper
+   hundredths for the German and Swahili spaces of docs/results.md), so a poor alignment counts little; the helper
    `helper_weight`, by default its measured agreement with the source model (`helper_agreement`: the share of shared
    tokens whose nearest shared token in the helper's space is among their 10 nearest in the source model's; chance is
    about 10 / shared tokens). `mode: mix` mixes a token's distributions by these weights, normalised over the
@@ -40,7 +40,7 @@ the row, `mixed` where neighbours (aligned or the helper's) are, `subword` where
 Decided here, not read from a paper: the weights (spelling and a human dictionary trusted alike; vectors as much as
 their measured precision; a helper as much as its geometry agrees with the source model's where both are known), the
 false-friend rule, the two modes and choosing between them on held-out text (with a large dictionary, translations
-alone predict better; with a small one, mixing does). They are the same for every language; docs/benchmarks.md has
+alone predict better; with a small one, mixing does). They are the same for every language; docs/results.md has
 the figures.
 
 Memory: beside the source and new matrices, each evidence's rows (small arrays per row, 8 to 16 bytes per source:
@@ -65,12 +65,15 @@ import numpy as np
 import torch
 
 from langswap.errors import ConfigError
+from langswap.kernels import topk_cosine
 from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method, subword_sources
 from langswap.methods.fvt import WEIGHTINGS, piece_weights
-from langswap.kernels import topk_cosine
 from langswap.methods.overlap import copied_sources, copy_exact_matches
+from langswap.methods.ramen import table_rows
+from langswap.methods.tiktotok import _whole_word_candidates, candidate_weights, whole_words
+from langswap.methods.wechsel import WechselConfig, nearest_sources, token_vectors
 from langswap.progress import bar as progress_bar
-from langswap.resources.dictionary import case_variants
+from langswap.resources.dictionary import case_variants, check_direction
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +95,7 @@ class CombinedConfig(MethodConfig):
                 "precision@1."})
     parallel_weight: float = field(default=0.0, metadata={
         "help": "Weight of translation probabilities from aligned parallel text (resources.parallel_text or "
-                "resources.translation_table); 0, the default, leaves them out (docs/benchmarks.md: in Swahili at "
+                "resources.translation_table); 0, the default, leaves them out (docs/results.md: in Swahili at "
                 "step 0 they gained 0.2% on test text and lost 1% on held-out text)."})
     helper_weight: float | None = field(default=None, metadata={
         "help": "Weight of the neighbours in a helper model's space, where resources.helper_model is given; "
@@ -179,9 +182,6 @@ def spelling_evidence(inputs: TransferInputs, rows: np.ndarray, config: Combined
 
 
 def translation_evidence(inputs: TransferInputs, rows: np.ndarray, config: CombinedConfig) -> Evidence:
-    from langswap.methods.tiktotok import _whole_word_candidates, candidate_weights, whole_words
-    from langswap.resources.dictionary import check_direction
-
     dictionary = inputs.resource("dictionary")
     check_direction(dictionary, whole_words(inputs.source), whole_words(inputs.target),
                     "the source tokenizer's vocabulary", "the target tokenizer's vocabulary")
@@ -193,8 +193,6 @@ def translation_evidence(inputs: TransferInputs, rows: np.ndarray, config: Combi
 
 def parallel_evidence(inputs: TransferInputs, rows: np.ndarray, config: CombinedConfig) -> Evidence:
     """The rows' translation probabilities from aligned parallel text (`ramen`'s table rows)."""
-    from langswap.methods.ramen import table_rows
-
     placed, lengths, sources, probs = table_rows(inputs.resource("translations"), inputs)
     starts = np.concatenate([[0], np.cumsum(lengths)])
     chosen = np.flatnonzero(np.isin(placed, rows))
@@ -205,8 +203,6 @@ def parallel_evidence(inputs: TransferInputs, rows: np.ndarray, config: Combined
 
 def neighbour_evidence(inputs: TransferInputs, rows: np.ndarray, config: CombinedConfig, weight: float,
                        progress: bool) -> Evidence:
-    from langswap.methods.wechsel import WechselConfig, nearest_sources, token_vectors
-
     vectors = inputs.resource("vectors")
     options = WechselConfig(neighbors=config.neighbors, temperature=config.temperature)
     source_vectors = token_vectors(inputs.source, vectors.source, options)

@@ -1,17 +1,21 @@
 """How each target row was made, for people: `provenance.tsv`, and the error that names non-finite new rows.
 
 Both read a `TokenMapping` row by row (its compressed rows; nothing is widened to a table). The correspondence
-table (`langswap.evaluation.correspondence`) reads the same functions.
+table (`langswap.evaluation.correspondence`) reads the same functions. `write_table` writes every provenance file,
+the transfer's (`write_provenance`) and `langswap enrich`'s, whose columns are its own (translations, change of
+norm). Fields are written as given: a tab or newline inside one is not escaped (tokens are shown with `repr`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from langswap.errors import NumericalError
 from langswap.methods.mapping import Kind, TokenMapping
+from langswap.numerics import non_finite_rows
 from langswap.tokens import Vocabulary
 
 
@@ -40,6 +44,14 @@ def base_name(mapping: TokenMapping, token_id: int) -> str | None:
     return None if base is None else f"{base[0]}[{base[1]}]"
 
 
+def write_table(path: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """A provenance file: a line of column names, then one tab-separated line per row (each field as `str` gives
+    it)."""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("\t".join(header) + "\n")
+        handle.writelines("\t".join(map(str, row)) + "\n" for row in rows)
+
+
 def write_provenance(path: Path, mapping: TokenMapping, source: Vocabulary, target: Vocabulary) -> None:
     """One line per target token: id, token, how made, source tokens with weights (`ID:'TOKEN':WEIGHT` each, heaviest
     first), or for a BASE_PLUS_OFFSET row its base row as `NAME[ROW]+offset`."""
@@ -54,21 +66,20 @@ def write_provenance(path: Path, mapping: TokenMapping, source: Vocabulary, targ
              for source_id in np.unique(indices)}  # each source token spelled once, however many rows name it
     entries = [shown[source_id] + f"{weight:.4f}"
                for source_id, weight in zip(indices[order].tolist(), weights[order].tolist())]
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write("id\ttoken\tkind\tsources\n")
-        for token_id in range(len(mapping)):
-            sources = bases.get(token_id)
-            if sources is None:
-                sources = " ".join(entries[int(indptr[token_id]):int(indptr[token_id + 1])])
-            handle.write(f"{token_id}\t{show_token(target, token_id)!r}\t{names[int(kinds[token_id])]}\t{sources}\n")
+
+    def sources(token_id: int) -> str:
+        base = bases.get(token_id)
+        return base if base is not None else " ".join(entries[int(indptr[token_id]):int(indptr[token_id + 1])])
+
+    write_table(path, ("id", "token", "kind", "sources"),
+                ((token_id, repr(show_token(target, token_id)), names[int(kinds[token_id])], sources(token_id))
+                 for token_id in range(len(mapping))))
 
 
 def refuse_non_finite_rows(result, inputs) -> None:
     """A method's matrices must be finite: a NaN row would be written into the model and spread through training.
 
     `result` is a MethodResult and `inputs` its TransferInputs."""
-    from langswap.numerics import non_finite_rows
-
     for what, matrix in (("input embeddings", result.embeddings), ("output embeddings", result.output_embeddings),
                          ("output bias", result.output_bias)):
         if matrix is None:

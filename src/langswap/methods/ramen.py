@@ -43,7 +43,10 @@ import numpy as np
 
 from langswap.errors import ConfigError, VocabularyError
 from langswap.methods.base import Kind, MethodConfig, TokenMapping, TransferInputs, register_method
+from langswap.methods.focus import sparse_anchor_weights
+from langswap.methods.wechsel import frequency_token_vectors
 from langswap.progress import bar as progress_bar
+from langswap.resources.parallel import TranslationTable
 
 logger = logging.getLogger(__name__)
 
@@ -101,9 +104,6 @@ def table_rows(table, inputs: TransferInputs) -> tuple[np.ndarray, np.ndarray, n
 def vector_probabilities(inputs: TransferInputs, config: RamenConfig, progress: bool = False):
     """(target rows, lengths, source ids, probabilities): sparsemax over the cosines of frequency-weighted token
     vectors (RAMEN's equation 4) to every source token with a vector."""
-    from langswap.methods.focus import sparse_anchor_weights
-    from langswap.methods.wechsel import frequency_token_vectors
-
     vectors = inputs.resource("vectors")
     source_vectors = frequency_token_vectors(inputs.source, vectors.source, config.max_words)
     target_vectors = frequency_token_vectors(inputs.target, vectors.target, config.max_words)
@@ -131,8 +131,6 @@ def ramen(inputs: TransferInputs, config: RamenConfig, progress: bool = False) -
         if config.probabilities == "parallel":
             table = inputs.resource("translations")
         else:
-            from langswap.resources.parallel import TranslationTable
-
             table = TranslationTable.load_for(config.probabilities, inputs.source.tokenizer, inputs.target.tokenizer,
                                               f"method.probabilities '{config.probabilities}'")
         rows, lengths, sources, probs = table_rows(table, inputs)

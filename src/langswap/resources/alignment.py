@@ -9,6 +9,7 @@ pairs, with every case variant of the word, are not used for the rotation that i
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,8 +122,6 @@ def write_alignment(folder: Path, source: WordVectors, target: WordVectors, repo
     """The files `langswap align` writes and `load_alignment` reads:
     alignment.npy (raw source space -> shared space), target_transform.npy where the target side was reduced by PCA,
     and report.json."""
-    import json
-
     np.save(folder / "alignment.npy", source.transform)
     if target.transform is not None:
         np.save(folder / "target_transform.npy", target.transform)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import regex
 
+from langswap.reports import MatchingReport
 from langswap.tokens import BYTE_LEVEL, SENTENCEPIECE, WORDPIECE, canonical_token, detect_family
 
 SPAN_SHARE = 0.01  # of all pieces: at or above it, the source's pieces span words and new ones may too
@@ -268,7 +269,7 @@ def independent_matches(source_tokenizer, target_tokenizer) -> dict:
             "ordinary": len(target_tokenizer) - len(added), "breaks": breaks}
 
 
-def matching_report(copied: dict[int, int], independent: dict) -> dict:
+def matching_report(copied: dict[int, int], independent: dict) -> MatchingReport:
     """The transfer's copies (`copied`: target id -> source id, the rows it copied from a source token of the same
     form; added tokens, matched by their literal text, are left out) against `independent_matches`: how many each
     finds among the tokens with a whole surface (`copied_whole`; `copied_partial` are the copies of partial UTF-8 and
@@ -278,26 +279,26 @@ def matching_report(copied: dict[int, int], independent: dict) -> dict:
     copied = {token_id: source_id for token_id, source_id in copied.items() if token_id not in independent["added"]}
     whole = {token_id: source_id for token_id, source_id in copied.items() if token_id in counted}
     agree = sum(1 for token_id, source_id in whole.items() if found.get(token_id) == source_id)
-    return {"copied": len(copied), "copied_whole": len(whole), "copied_partial": len(copied) - len(whole),
-            "independent": len(found), "agree": agree, "only_transfer": len(whole) - agree,
-            "only_independent": len(set(found) - set(whole)),
-            "share_copied": round(len(copied) / max(1, independent["ordinary"]), 4),
-            "target_tokens": independent["ordinary"], "breaks_conventions": independent["breaks"]}
+    return MatchingReport(copied=len(copied), copied_whole=len(whole), copied_partial=len(copied) - len(whole),
+                          independent=len(found), agree=agree, only_transfer=len(whole) - agree,
+                          only_independent=len(set(found) - set(whole)),
+                          share_copied=round(len(copied) / max(1, independent["ordinary"]), 4),
+                          target_tokens=independent["ordinary"], breaks_conventions=independent["breaks"])
 
 
-def matching_warnings(report: dict) -> list[str]:
+def matching_warnings(report: MatchingReport) -> list[str]:
     """What a transfer must say loudly about its matching: pieces that break the source family's conventions, and a
     copy count far from the independent one."""
     warnings = []
-    if report["breaks_conventions"]:
+    if report.breaks_conventions:
         warnings.append("the target tokenizer's pieces break the source family's conventions ("
-                        + "; ".join(report["breaks_conventions"]) + "): few of its tokens match the source's, and "
+                        + "; ".join(report.breaks_conventions) + "): few of its tokens match the source's, and "
                         "the model reads it poorly. Train it with `langswap tokenizer --source SOURCE`, which follows "
                         "them.")
-    gap = abs(report["copied_whole"] - report["independent"])
-    if gap > max(10, 0.02 * report["independent"]):
-        warnings.append(f"the transfer copied {report['copied_whole']:,} tokens where an independent count (each "
-                        f"target token decoded and read by the source tokenizer) finds {report['independent']:,} that the "
-                        f"source reads as one token of the same text ({report['agree']:,} agree): the two "
+    gap = abs(report.copied_whole - report.independent)
+    if gap > max(10, 0.02 * report.independent):
+        warnings.append(f"the transfer copied {report.copied_whole:,} tokens where an independent count (each "
+                        f"target token decoded and read by the source tokenizer) finds {report.independent:,} that the "
+                        f"source reads as one token of the same text ({report.agree:,} agree): the two "
                         "tokenizers' conventions differ; check the target tokenizer's normaliser and pre-tokeniser.")
     return warnings

@@ -32,11 +32,13 @@ import dataclasses
 import hashlib
 import json
 import logging
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from langswap.files import cache_dir, hash_file
 from langswap.resources.dictionary import Dictionary
-from langswap.resources.fasttext_train import FastTextConfig
+from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +110,6 @@ def write_dictionary_corpus(dictionary: Dictionary, path: str | Path, source_com
 def corpus_digest(dictionary_path: str | Path, source_compounds: bool, target_compounds: bool,
                   options: FastTextConfig) -> str:
     """What a bilingual model depends on, hashed: the dictionary's bytes and every option of corpus and training."""
-    from langswap.files import hash_file
-
     digest = hash_file(hashlib.sha256(), dictionary_path)
     digest.update(json.dumps({"format": CORPUS_FORMAT, "tags": [dataclasses.astuple(SOURCE_TAGS),
                                                                 dataclasses.astuple(TARGET_TAGS)],
@@ -123,10 +123,6 @@ def train_bilingual_fasttext(dictionary_path: str | Path, output: str | Path, so
                              progress: bool = False, overwrite: bool = True) -> Path:
     """Write the symmetrised corpus of the dictionary at `dictionary_path` and train the bilingual fastText model on
     it into `output` (.bin); returns the path. A bad dictionary line is an error before any training."""
-    import tempfile
-
-    from langswap.resources.fasttext_train import train_fasttext
-
     dictionary = Dictionary.load(dictionary_path)
     with tempfile.TemporaryDirectory(prefix="langswap-dictionary-corpus-") as workdir:
         corpus = Path(workdir) / "corpus.txt"
@@ -142,8 +138,6 @@ def bilingual_fasttext(dictionary_path: str | Path, source_compounds: bool = Fal
                        progress: bool = False) -> Path:
     """The bilingual model of the dictionary at `dictionary_path`, from the cache (`cache_dir()/bilingual-fasttext`,
     or `cache`) when it was built before with the same inputs, else trained and kept there."""
-    from langswap.files import cache_dir
-
     folder = Path(cache) if cache is not None else cache_dir() / "bilingual-fasttext"
     path = folder / f"{corpus_digest(dictionary_path, source_compounds, target_compounds, options)}.bin"
     if path.is_file():

@@ -35,10 +35,12 @@ import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from tokenizers import Tokenizer
+
 from langswap.errors import ConfigError, VocabularyError
+from langswap.progress import bar as progress_bar
 from langswap.resources.conventions import measure_conventions
-from langswap.resources.tokenizer import (classify_added_tokens, train_pieces, training_tokenizer,
-                                          with_tokenizer_json)
+from langswap.resources.tokenizer import classify_added_tokens, train_pieces, training_tokenizer, with_tokenizer_json
 
 logger = logging.getLogger(__name__)
 
@@ -149,10 +151,6 @@ def _continued_bpe(source_tokenizer, spec: dict, lines: list[str], count: int, k
                    progress: bool) -> tuple[tuple[list[str], list], int]:
     """(new tokens, the merge making each or None for a single character) by BPE training continued from the
     source's state on `lines` (module docstring), and the number of distinct words counted."""
-    from tokenizers import Tokenizer
-
-    from langswap.progress import bar as progress_bar
-
     model = spec["model"]
     prefix = model.get("continuing_subword_prefix") or ""
     known = set(model["vocab"]) | {entry["content"] for entry in spec.get("added_tokens") or []}

@@ -14,12 +14,15 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from langswap.errors import LangswapError, ResourceFormatError
-from langswap.files import atomic_file
+from langswap.files import atomic_file, refuse_existing
+from langswap.locking import OutputLock
 from langswap.resources.segment import Segmenter
 from langswap.resources.text import read_lines
 
@@ -77,9 +80,6 @@ def train_fasttext(text_path: str | Path, output: str | Path, config: FastTextCo
     existing `output` is replaced, or with `overwrite=False` refused before any work. One process at a time writes an
     output file: another gets `OutputLockedError` (`langswap.locking`), and the existence check is made under the
     lock."""
-    from langswap.files import refuse_existing
-    from langswap.locking import OutputLock
-
     with OutputLock(output, "fastText output file"):
         refuse_existing(output, overwrite, "output file")
         return _train_fasttext(text_path, output, config or FastTextConfig(), progress, split_words, segment)
@@ -113,9 +113,6 @@ def _train_fasttext(text_path: str | Path, output: str | Path, config: FastTextC
 def _exit_with_parent(parent: int, interval: float = 1.0) -> None:
     """End this process when process `parent`, which started it, is gone (killed, or stopped with Ctrl-C before it
     could wait): fastText's training holds every core until it finishes, and nothing would read its model."""
-    import threading
-    import time
-
     def watch():
         while True:
             time.sleep(interval)

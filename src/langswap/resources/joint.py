@@ -8,7 +8,7 @@ dictionary translates is replaced by one of its translations with probability `s
 word and its translations share contexts and end up close. fastText is trained on that corpus (`train_joint_vectors`).
 On the shared German data (about a million words a language, different domains), written once (`passes: 1`), this
 ties differently spelled translations no better than Procrustes (held-out precision@1 over such words 0.026 against
-0.031; docs/benchmarks.md): its lead on all held-out words comes from same-spelled pairs, which share one vector
+0.031; docs/results.md): its lead on all held-out words comes from same-spelled pairs, which share one vector
 here. Each further pass writes both texts again with switches of their own; with eight passes (and 5 epochs)
 differently spelled translations are retrieved at 0.091 and all held-out words at 0.257 by CSLS.
 
@@ -37,11 +37,14 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from langswap.errors import ConfigError, VocabularyError
+from langswap.errors import ConfigError, MissingResourceError, VocabularyError
+from langswap.files import atomic_write_text
 from langswap.resources.dictionary import Dictionary, case_variants
-from langswap.resources.fasttext_train import FastTextConfig
+from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+from langswap.resources.retrieval import dictionary_precision
 from langswap.resources.segment import SEGMENTER_NAMES, segmenter
 from langswap.resources.text import read_lines
+from langswap.resources.vectors import WordVectors
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +163,6 @@ def train_joint_vectors(source_text: str | Path, target_text: str | Path, dictio
                         overwrite: bool = True) -> dict:
     """Train the joint model into `output` (.bin) and write `<output>.words.json` beside it; returns the report
     (switches, lines, held-out precision@1)."""
-    from langswap.resources.fasttext_train import train_fasttext
-
     config = config or JointConfig()
     dictionary = Dictionary.load(dictionary_path)
     output = Path(output)
@@ -193,8 +194,6 @@ def word_lists(made: dict) -> dict:
 def write_words_file(model: str | Path, report: dict, words: dict) -> None:
     """`<model>.words.json`, which `load_joint_vectors` reads: the report (its `config` the JointConfig) and the
     word lists (`word_lists`)."""
-    from langswap.files import atomic_write_text
-
     atomic_write_text(words_path(model), json.dumps({"report": report, "words": words}, ensure_ascii=False))
 
 
@@ -205,8 +204,6 @@ def words_path(model: str | Path) -> Path:
 
 def views(model_path: str | Path, words: dict):
     """The source and target language's views of one joint model: each its words and counts, one model."""
-    from langswap.resources.vectors import WordVectors
-
     model = WordVectors.load(model_path)
     out = []
     for side in ("source", "target"):
@@ -218,8 +215,6 @@ def views(model_path: str | Path, words: dict):
 
 def load_joint_vectors(model_path: str | Path):
     """(source view, target view, report) of a model `train_joint_vectors` wrote."""
-    from langswap.errors import MissingResourceError
-
     sidecar = words_path(model_path)
     if not sidecar.is_file():
         raise MissingResourceError(f"'{sidecar}' is missing: joint vectors are written with their word lists by "
@@ -232,8 +227,6 @@ def load_joint_vectors(model_path: str | Path):
 
 def heldout_precision(source, target, heldout: list[tuple[str, str]], retrieval_words: int) -> dict:
     """Precision@1 of the held-out pairs whose words each text has, among the target text's words."""
-    from langswap.resources.retrieval import dictionary_precision
-
     pairs = [(s, t) for s, t in heldout if source.word_id(s) >= 0 and target.word_id(t) >= 0]
     queries = sorted({s for s, _ in pairs})
     if not queries:

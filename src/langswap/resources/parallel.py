@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError
+from langswap.files import atomic_directory, cache_dir, hash_file
+from langswap.resources.token_vectors import tokenizer_digest
 
 logger = logging.getLogger(__name__)
 
@@ -221,8 +223,6 @@ class TranslationTable:
 
     def check_tokenizers(self, source_tokenizer, target_tokenizer, where: str = "translation table") -> None:
         """Refuse the table unless it was built with these two tokenizers."""
-        from langswap.resources.token_vectors import tokenizer_digest
-
         for side, tokenizer, digest, size in (("source", source_tokenizer, self.source_digest, self.source_size),
                                               ("target", target_tokenizer, self.target_digest, self.target_size)):
             if tokenizer_digest(tokenizer) != digest or len(tokenizer) != size:
@@ -234,8 +234,6 @@ class TranslationTable:
 
     def save(self, folder: str | Path, overwrite: bool = False) -> None:
         """Write `translations.npz` and `report.json` into `folder` (built beside it, then renamed)."""
-        from langswap.files import atomic_directory
-
         with atomic_directory(Path(folder), overwrite) as temporary:
             with open(temporary / TABLE_FILE, "wb") as handle:
                 np.savez(handle, indptr=self.indptr, indices=self.indices, probs=self.probs)
@@ -311,8 +309,6 @@ def _entropy(indptr: np.ndarray, probs: np.ndarray) -> float | None:
 def translation_table(source_lines: list[str], target_lines: list[str], source_tokenizer, target_tokenizer,
                       config: ParallelConfig | None = None, progress: bool = False) -> TranslationTable:
     """Align the pairs at the subword level and turn the symmetrised links into p(source token | target token)."""
-    from langswap.resources.token_vectors import tokenizer_digest
-
     config = config or ParallelConfig()
     clock = time.perf_counter()
     if len(source_lines) != len(target_lines):
@@ -386,9 +382,6 @@ def table_from_files(source: str | Path, target: str | Path | None, source_token
 
 
 def _files_digest(paths, source_tokenizer, target_tokenizer, config: ParallelConfig) -> str:
-    from langswap.files import hash_file
-    from langswap.resources.token_vectors import tokenizer_digest
-
     digest = hashlib.sha256()
     for path in paths:
         if path is not None:
@@ -404,8 +397,6 @@ def cached_translation_table(source: str | Path, target: str | Path | None, sour
     """The table of the parallel text `source` (a TSV) or `source` and `target` (two files) under these tokenizers,
     from the cache (`cache_dir()/translation-tables`, or `cache`) when built before from the same inputs, else built
     and kept there."""
-    from langswap.files import cache_dir
-
     config = config or ParallelConfig()
     paths = [source, target]
     for path in paths:

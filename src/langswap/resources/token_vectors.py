@@ -32,7 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from langswap.errors import MissingResourceError, ResourceFormatError
-from langswap.resources.fasttext_train import FastTextConfig
+from langswap.files import atomic_write_text, cache_dir, hash_file, refuse_existing
+from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+from langswap.resources.text import read_lines
+from langswap.resources.vectors import WordVectors
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +69,6 @@ def tokenizer_digest(tokenizer) -> str:
 
 def write_token_corpus(text_path: str | Path, tokenizer, out_path: str | Path) -> np.ndarray:
     """Write the tokenised text to `out_path`, a line per non-empty line; returns the count of every token id."""
-    from langswap.resources.text import read_lines
-
     words = token_words(tokenizer)
     counts = np.zeros(len(words), dtype=np.int64)
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
@@ -120,11 +121,6 @@ def train_token_fasttext(text_path: str | Path, tokenizer, output: str | Path,
                          overwrite: bool = True) -> dict:
     """Tokenise `text_path` with `tokenizer` and train the token-level model into `output` (.bin) and its sidecar;
     returns the sidecar's record. Text too small for `options.minCount` is refused before training."""
-    from langswap.files import atomic_write_text
-    from langswap.resources.fasttext_train import train_fasttext
-
-    from langswap.files import refuse_existing
-
     output = Path(output)
     refuse_existing(output, overwrite, "output file")  # before the text is tokenised
     with tempfile.TemporaryDirectory(prefix="langswap-token-corpus-") as workdir:
@@ -142,8 +138,6 @@ def train_token_fasttext(text_path: str | Path, tokenizer, output: str | Path,
 
 def text_digest(text_path: str | Path, tokenizer, options: FastTextConfig) -> str:
     """What a token-level model depends on, hashed: the text's bytes, the tokenizer and every training option."""
-    from langswap.files import hash_file
-
     digest = hash_file(hashlib.sha256(), text_path)
     digest.update(json.dumps({"format": CORPUS_FORMAT, "tokenizer": tokenizer_digest(tokenizer),
                               "fasttext": dataclasses.asdict(options)}, sort_keys=True).encode())
@@ -154,8 +148,6 @@ def token_fasttext(text_path: str | Path, tokenizer, options: FastTextConfig = F
                    cache: str | Path | None = None, progress: bool = False) -> Path:
     """The token-level model of `text_path` under `tokenizer`, from the cache (`cache_dir()/token-fasttext`, or
     `cache`) when built before from the same inputs, else trained and kept there."""
-    from langswap.files import cache_dir
-
     folder = Path(cache) if cache is not None else cache_dir() / "token-fasttext"
     path = folder / f"{text_digest(text_path, tokenizer, options)}.bin"
     if path.is_file() and Path(str(path) + SIDECAR).is_file():
@@ -168,8 +160,6 @@ def token_fasttext(text_path: str | Path, tokenizer, options: FastTextConfig = F
 
 def load_token_vectors(path: str | Path, tokenizer):
     """The `WordVectors` of a token-level model, checked to belong to `tokenizer` by its sidecar."""
-    from langswap.resources.vectors import WordVectors
-
     path = Path(path)
     sidecar = Path(str(path) + SIDECAR)
     if not sidecar.is_file():

@@ -31,10 +31,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokenizers import AddedToken, Tokenizer, pre_tokenizers, trainers
+
 from langswap.errors import VocabularyError
 from langswap.resources.conventions import Conventions, measure_conventions, model_unknown
 from langswap.resources.text import read_text_lines
-from langswap.tokens import names_a_token, special_token_roles
+from langswap.tokens import _component_types, names_a_token, special_token_roles
 
 logger = logging.getLogger(__name__)
 
@@ -265,8 +267,6 @@ def byte_fallback_tokens(spec: dict) -> list[str]:
 def training_tokenizer(spec: dict, conventions: Conventions):
     """The source's pipeline with an empty model of its type, no added tokens, no post-processor, and the training
     pre-tokeniser of its conventions: its normaliser and pre-tokeniser read text as the new pieces are learnt."""
-    from tokenizers import Tokenizer
-
     training = json.loads(json.dumps(spec))
     training["added_tokens"] = []
     training["post_processor"] = None
@@ -285,10 +285,6 @@ def training_tokenizer(spec: dict, conventions: Conventions):
 
 def _trainer(spec: dict, size: int, kept: list[dict], progress: bool):
     """The `tokenizers` trainer of the source's model type for `size` tokens, the kept added tokens first."""
-    from tokenizers import AddedToken, pre_tokenizers, trainers
-
-    from langswap.tokens import _component_types
-
     model = spec["model"]
     special = [AddedToken(entry["content"], single_word=entry.get("single_word", False),
                           lstrip=entry.get("lstrip", False), rstrip=entry.get("rstrip", False),

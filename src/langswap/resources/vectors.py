@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from langswap.errors import MissingResourceError, ResourceFormatError
+from langswap.files import atomic_file
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +217,6 @@ class WordVectors:
         words = self.words if max_words is None else self.words[:max_words]
         matrix = self.word_matrix(len(words))
         kept = [i for i, word in enumerate(words) if word and not any(char.isspace() for char in word)]
-        from langswap.files import atomic_file
 
         with atomic_file(path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
             handle.write(f"{len(kept)} {matrix.shape[1]}\n")

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+from transformers.pytorch_utils import Conv1D
+
 from langswap.errors import ConfigError
 
 ADAPTER = "default"  # peft's adapter name
@@ -32,7 +35,7 @@ class Merge:
 
 
 def require_peft() -> None:
-    from langswap.training.options import _require_module
+    from langswap.training.options import _require_module  # here: options imports this module (via the recipes)
 
     _require_module("peft", "this recipe trains low-rank adapters, which needs the peft package: `pip install "
                     "'peft>=0.13'` (or `pip install -e '.[adapters]'`), or choose a recipe without adapters.")
@@ -45,7 +48,6 @@ def inject(model, rank: int, alpha: float, dropout: float, targets: str | list[s
     adapters' initial values are drawn from a generator seeded by `seed`, so a phase started again (a resumed run)
     starts from the same adapters whatever the process drew before; the global random state is left as it was."""
     require_peft()
-    import torch
     from peft import LoraConfig, inject_adapter_in_model
     from peft.tuners.lora import LoraLayer
 
@@ -79,9 +81,6 @@ def inject(model, rank: int, alpha: float, dropout: float, targets: str | list[s
 
 
 def _linear_classes() -> tuple:
-    import torch
-    from transformers.pytorch_utils import Conv1D
-
     return (torch.nn.Linear, Conv1D)
 
 
@@ -101,8 +100,6 @@ def merge_state_dict(state_dict: dict, merges: dict[str, Merge]) -> dict:
     """`state_dict` of an adapted model as the plain model's: each adapted module's `base_layer.weight` plus its
     delta under the module's own name (`.weight`, `.bias`), the adapters dropped. A merged weight is summed in
     float32 and kept in its base weight's dtype. Keys may carry a prefix the module names lack (a wrapper's)."""
-    import torch
-
     lora_a = f".lora_A.{ADAPTER}.weight"
     out: dict = {}
     found: set[str] = set()

@@ -25,12 +25,20 @@ from __future__ import annotations
 
 import logging
 import types
+from itertools import islice
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from torch import nn
+from transformers.modeling_outputs import CausalLMOutput
 
 from langswap.errors import ConfigError, VocabularyError
+from langswap.files import atomic_directory
+from langswap.models import input_embedding_scale, load_model, load_tokenizer, objective_of, save_tokenizer
+from langswap.surgery import install_embeddings, read_source_matrices
+from langswap.training.sources import source_texts
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +63,6 @@ class SourceSide(nn.Module):
 
 def _saved_source_tables(folder: Path) -> dict[str, torch.Tensor] | None:
     """The `langswap_source.*` tensors of a model folder's safetensors files, or None where it has none."""
-    from safetensors import safe_open
-
     tables: dict[str, torch.Tensor] = {}
     for path in sorted(Path(folder).glob("*.safetensors")):
         with safe_open(str(path), framework="pt") as handle:
@@ -68,8 +74,6 @@ def _saved_source_tables(folder: Path) -> dict[str, torch.Tensor] | None:
 
 def source_tables_from_model(model, source_model: str) -> SourceSide:
     """The token tables of `model`, the source model loaded from `source_model`."""
-    from langswap.surgery import read_source_matrices
-
     if model.get_output_embeddings() is None:
         raise ConfigError(f"source model '{source_model}' has no output layer; a bilingual model predicts source "
                           "tokens with it. Give the language model (with its head) the target model came from.")
@@ -82,8 +86,6 @@ def attach_source(model, start: str | Path, source_model: str, loaded=None) -> S
     """Give `model` (the target model) the source tables: those saved in `start` (a phase's folder) where it has
     them, else the source model's (`loaded`, where the caller has it in memory already); and the bilingual forward.
     Returns the attached module."""
-    from langswap.models import load_model
-
     if hasattr(model, MODULE):
         return getattr(model, MODULE)
     saved = _saved_source_tables(Path(start)) if Path(start).is_dir() else None
@@ -114,8 +116,6 @@ def nats_per_byte(model, tokenizer, lines: list[str], max_tokens: int = 128) -> 
     between texts its tokenizer splits finely or coarsely. A causal LM predicts each token from those before it; a
     masked LM each token with it masked (pseudo-log-likelihood, Salazar et al., 2020), every `PSEUDO_STRIDE`-th
     token masked at once, so a line takes that many passes."""
-    from langswap.models import objective_of
-
     masked = objective_of(model.config) == "masked"
     total, count = 0.0, 0
     model.eval()
@@ -160,11 +160,6 @@ def check_source_language(source_model: str, source_text: str, target_text: str,
     language, or in a third one, trains the source tables on a language the source model does not know. `loaded`:
     the source model, where the caller has it in memory already; `text_field`: as `sources.source_texts` reads
     the texts. Returns both figures."""
-    from itertools import islice
-
-    from langswap.models import load_model, load_tokenizer
-    from langswap.training.sources import source_texts
-
     model = loaded if loaded is not None else load_model(source_model)
     tokenizer = load_tokenizer(source_model, "source model's tokenizer")
     losses = {name: nats_per_byte(model, tokenizer, list(islice(source_texts(path, name, text_field),
@@ -216,10 +211,6 @@ def head_inputs(model, inputs_embeds: torch.Tensor, attention_mask) -> torch.Ten
 
 def bilingual_forward(self, input_ids=None, attention_mask=None, labels=None, stream_ids=None):
     """The target model's forward for target text; source-language sequences (stream 0) read the source tables."""
-    from transformers.modeling_outputs import CausalLMOutput
-
-    from langswap.models import input_embedding_scale, objective_of
-
     cls = type(self)
     if stream_ids is None or not bool((stream_ids == SOURCE_STREAM).any()):
         return cls.forward(self, input_ids=input_ids, attention_mask=attention_mask, labels=labels)
@@ -257,12 +248,6 @@ def write_two_models(model_folder: Path, source_folder: Path, source_model: str)
     """Split the run's model folder (the target model with the source tables among its weights) into two ordinary
     model folders: `model_folder` without the source tables, and `source_folder`, the source model with the trained
     source tables and the target model's body weights."""
-    from safetensors.torch import load_file, save_file
-
-    from langswap.files import atomic_directory
-    from langswap.models import load_model, load_tokenizer, save_tokenizer
-    from langswap.surgery import install_embeddings
-
     tables: dict[str, torch.Tensor] = {}
     for path in sorted(Path(model_folder).glob("*.safetensors")):
         weights = load_file(str(path))

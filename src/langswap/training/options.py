@@ -3,14 +3,15 @@ that recipe's own options, checked against its options dataclass when the config
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from langswap.config import from_dict
 from langswap.errors import ConfigError, MissingResourceError
-from langswap.training.sources import check_streams
-from langswap.training.sources import check_source
-from langswap.training.teacher import TeacherConfig
 from langswap.training.recipes.base import RecipeOptions, describe_recipes, make_recipe, recipe_options
+from langswap.training.sources import check_source, check_streams
+from langswap.training.teacher import TeacherConfig
 
 ATTENTION_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flex_attention")
 
@@ -27,23 +28,28 @@ class TrainConfig:
     MOVED_KEYS = {name: f"recipe.{name}" for name in ("embedding_fraction", "settle_window", "settle_tolerance",
                                                       "full_lr_scale", "full_warmup_fraction")}
 
-    model: str = field(default="", metadata={"help": "Model folder with its tokenizer, e.g. a `langswap transfer` "
-                                                     "output (required)."})
-    train_text: str = field(default="", metadata={
+    model: str = field(default="", metadata={"cli": ("train", "prepare"),
+        "help": "Model folder with its tokenizer, e.g. a `langswap transfer` "
+                "output (required)."})
+    train_text: str = field(default="", metadata={"cli": ("train", "prepare"),
         "help": "Training text (required): a .txt/.gz file (a document per line), .jsonl or .parquet (text_field), a "
                 "folder or quoted glob of such files, or hf:NAME_OR_PATH?config=C&split=S&revision=R (a Hugging "
                 "Face dataset)."})
-    eval_text: str | None = field(default=None, metadata={"help": "Held-out text for the evaluation curve (any "
-                                                                  "source train_text takes)."})
-    output: str = field(default="", metadata={"help": "Output folder (required); rerun to resume."})
-    overwrite: bool = field(default=False, metadata={"help": "Delete an existing output folder and start again."})
-    objective: str = field(default="auto", metadata={"help": "causal, masked, or auto (from the model's "
-                                                             "architecture).", "choices": ("auto", "causal", "masked")})
-    preset: str = field(default="wechsel", metadata={"help": "The recipe (phases, what each trains, optimizer, "
-                                                             "schedule, data); `langswap recipes` lists them."})
+    eval_text: str | None = field(default=None, metadata={"cli": ("train",),
+        "help": "Held-out text for the evaluation curve (any "
+                "source train_text takes)."})
+    output: str = field(default="", metadata={"cli": ("train",), "help": "Output folder (required); rerun to resume."})
+    overwrite: bool = field(default=False, metadata={"cli": ("train",),
+        "help": "Delete an existing output folder and start again."})
+    objective: str = field(default="auto", metadata={"cli": ("train", "prepare"),
+        "help": "causal, masked, or auto (from the model's "
+                "architecture).", "choices": ("auto", "causal", "masked")})
+    preset: str = field(default="wechsel", metadata={"cli": ("train", "prepare"),
+        "help": "The recipe (phases, what each trains, optimizer, "
+                "schedule, data); `langswap recipes` lists them."})
     recipe: dict | RecipeOptions = field(default_factory=dict, metadata={
         "help": "Options of the recipe that preset names (recipe.<option>). " + describe_recipes()})
-    steps: int = field(default=1000, metadata={"help": "Optimizer updates over all phases."})
+    steps: int = field(default=1000, metadata={"cli": ("train",), "help": "Optimizer updates over all phases."})
     learning_rate: float | None = field(default=None, metadata={"help": "Peak rate; default 5e-4 (causal) or 1e-4 "
                                                                         "(masked), as in WECHSEL."})
     warmup_fraction: float = field(default=0.1, metadata={"help": "Share of a phase's updates spent warming up."})
@@ -69,11 +75,13 @@ class TrainConfig:
                                                              "most recipe.settle_window)."})
     snapshot_steps: list[int] = field(default_factory=list, metadata={"help": "Also save the model at these "
                                                                               "global steps (snapshots/step-N)."})
-    text_field: str = field(default="text", metadata={"help": "Key of the text in .jsonl files; its column in "
-                                                              ".parquet files and datasets."})
-    max_lines: int | None = field(default=None, metadata={"help": "Read at most this many training documents."})
+    text_field: str = field(default="text", metadata={"cli": ("prepare",),
+        "help": "Key of the text in .jsonl files; its column in "
+                ".parquet files and datasets."})
+    max_lines: int | None = field(default=None, metadata={"cli": ("prepare",),
+        "help": "Read at most this many training documents."})
     num_workers: int = field(default=0, metadata={"help": "Data-loader worker processes."})
-    data_dir: str | None = field(default=None, metadata={
+    data_dir: str | None = field(default=None, metadata={"cli": ("prepare",),
         "help": "Folder of token stores (the training text tokenised once, reused by reruns, resumes and every "
                 "process; `langswap prepare --list` shows them); default: token-stores/ in the langswap cache "
                 "($LANGSWAP_CACHE, else $XDG_CACHE_HOME/langswap, else ~/.cache/langswap)."})
@@ -106,8 +114,6 @@ class TrainConfig:
         # the recipe: mapping becomes the named recipe's options (an unknown preset or option is an error here)
         object.__setattr__(self, "recipe", recipe_options(self.preset, self.recipe))
         if isinstance(self.teacher, dict):  # TrainConfig(teacher={...}) as the YAML gives it
-            from langswap.config import from_dict
-
             object.__setattr__(self, "teacher", from_dict(TeacherConfig, self.teacher, "teacher"))
 
     def validate(self, training: bool = True) -> None:
@@ -166,7 +172,5 @@ class TrainConfig:
 
 def _require_module(name: str, message: str) -> None:
     """ConfigError(message) unless module `name` can be imported."""
-    import importlib.util
-
     if importlib.util.find_spec(name) is None:
         raise ConfigError(message)

@@ -17,8 +17,11 @@ bias; position embeddings, norms and the transformer body stay frozen. "Full" is
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Callable, Iterable
+
+from accelerate.utils import str_to_bool
 
 from langswap.errors import ConfigError
 
@@ -115,10 +118,6 @@ def parameter_counts(model) -> dict:
 def sharding_engine() -> str | None:
     """"fsdp" or "deepspeed" when `accelerate launch` runs the model under one (they hold parameters in flat shards
     and handle precision themselves, so a frozen body is not kept in its own dtype there), else None."""
-    import os
-
-    from accelerate.utils import str_to_bool
-
     for name in ("fsdp", "deepspeed"):
         if str_to_bool(os.environ.get(f"ACCELERATE_USE_{name.upper()}", "false")):
             return name

@@ -40,16 +40,34 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list, gather_object
+from transformers import TrainerState, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
+from transformers.trainer_utils import get_last_checkpoint
+
 from langswap import __version__
 from langswap.config import to_dict
-from langswap.errors import ConfigError, OutputExistsError, TrainingDivergedError
-from langswap.files import atomic_write_text
+from langswap.errors import ConfigError, LangswapError, OutputExistsError, OutputLockedError, TrainingDivergedError
+from langswap.files import atomic_directory, atomic_write_text
+from langswap.locking import OutputLock
 from langswap.modelcard import write_model_card
+from langswap.models import (load_config, load_model, load_tokenizer, objective_of, portable_tokenizer_config,
+                             position_limit, quiet_transformers)
+from langswap.numerics import prepare_embeddings_for_training, refuse_non_finite
 from langswap.records import (ModelRecord, TrainingSection, TrainRecord, has_model_record, has_train_record,
                               read_model_record, read_train_record, write_model_record, write_train_record)
+from langswap.reports import PhaseReport
+from langswap.training.curve import CurveWriter
+from langswap.training.data import BlockDataset, LMCollator, batch_counts, masked_eval_set, pack, phase_dataset
 from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
-from langswap.training.phases import Phase, parameter_counts, set_trainable, sharding_engine
+from langswap.training.phases import Phase, embedding_parameters, parameter_counts, set_trainable, sharding_engine
 from langswap.training.recipes.base import Recipe, make_recipe
+from langswap.training.sources import source_texts
+from langswap.training.store import StoreBlocks, token_store
+from langswap.training.teacher import TeacherBlocks, TeacherCollator, load_teacher, teacher_check
+from langswap.training.trainer import Curve, PhaseTrainer, RecipeHooks, Snapshots, save_model_atomically
 
 __all__ = ["TrainConfig", "TrainReport", "comparable_config", "prepare", "train"]
 
@@ -64,10 +82,28 @@ class TrainReport:
     output: Path
     model: Path  # the trained model folder
     objective: str
-    phases: list[dict]
+    phases: list[PhaseReport]
     curve: dict
     resumed: bool
     seconds: float
+
+    def summary(self) -> str:
+        """What `langswap train` prints: each phase, the held-out curve's ends, the model written."""
+        lines = []
+        for phase in self.phases:
+            speed = f", {phase.tokens_per_second:,.0f} tokens/s" if phase.tokens_per_second else ""
+            if speed and phase.data_wait is not None:
+                speed += f" ({100 * phase.data_wait:.1f}% of it waiting for data)"
+            lines.append(f"phase {phase.name}: {phase.steps} updates, {phase.trainable_parameters:,} trainable "
+                         f"parameters, final training loss {phase.train_loss:.4f}{speed}")
+        evaluations = self.curve.get("eval") or []
+        if evaluations:
+            first, last = evaluations[0], evaluations[-1]
+            key = "bits_per_byte" if "bits_per_byte" in last else "loss"
+            lines.append(f"held-out {key.replace('_', ' ')}: {first[key]:.4f} at step {first['step']} -> "
+                         f"{last[key]:.4f} at step {last['step']}")
+        lines.append(f"wrote {self.model} (curve: {self.output / 'curve.png'})")
+        return "\n".join(lines)
 
 
 # -- output folder and resume -------------------------------------------------------------------------------------------
@@ -106,8 +142,6 @@ def _check_output(config: TrainConfig, processes: int = 1) -> str:
 
 
 def _resolve_objective(config: TrainConfig, model_config) -> str:
-    from langswap.models import objective_of
-
     architecture = ", ".join(getattr(model_config, "architectures", None) or ["unknown architecture"])
     actual = objective_of(model_config)
     if config.objective != "auto" and config.objective != actual:
@@ -121,8 +155,6 @@ def _resolve_objective(config: TrainConfig, model_config) -> str:
 
 
 def _precision_flags(precision: str) -> dict:
-    import torch
-
     if precision == "auto":
         if torch.cuda.is_available():
             return {"bf16": True} if torch.cuda.is_bf16_supported() else {"fp16": True}
@@ -137,8 +169,6 @@ def _optimizer_name(fused: str, use_cpu: bool) -> str:
 
 def _autocast_dtype(flags: dict):
     """The dtype the Trainer autocasts to under `flags` (None in fp32)."""
-    import torch
-
     return torch.bfloat16 if flags.get("bf16") else torch.float16 if flags.get("fp16") else None
 
 
@@ -164,10 +194,6 @@ def _stopped_checkpoint(checkpoint: str | None, recipe: Recipe, phase: Phase) ->
 def _checkpointing_arguments() -> dict:
     """TrainingArguments that turn on non-reentrant activation checkpointing, under the names of the installed
     transformers (`activation_checkpointing` from 5.x, `gradient_checkpointing` before)."""
-    import dataclasses
-
-    from transformers import TrainingArguments
-
     names = {field.name for field in dataclasses.fields(TrainingArguments)}
     name = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
     return {name: True, f"{name}_kwargs": {"use_reentrant": False}}
@@ -181,12 +207,6 @@ def _load_for_training(folder: str | Path, objective: str, seed: int, tokenizer=
     the body, run under bf16 or fp16) the matrices of a body stored in that dtype stay in it, and only the token
     embeddings and the body's vectors (norms, biases: a layer norm on the CPU takes no weight of another dtype than
     its input) become float32. Returns (model, whether the body kept its dtype)."""
-    import torch
-
-    from langswap.models import load_model
-    from langswap.numerics import prepare_embeddings_for_training, refuse_non_finite
-    from langswap.training.phases import embedding_parameters
-
     model = load_model(folder, objective, attention=None if attention == "auto" else attention)
     embeddings = embedding_parameters(model)
     body = [parameter for parameter in model.parameters() if not any(parameter is e for e in embeddings)]
@@ -227,16 +247,10 @@ def _saved_state(recipe: Recipe, phase: Phase, stored_dtype):
 def train(config: TrainConfig, progress: bool = False, callbacks: list | None = None) -> TrainReport:
     """Train `config.model` as `config.preset` says; resumes an interrupted run in `config.output`. One process (or
     one multi-process run) at a time writes an output folder: another gets `OutputLockedError`."""
-    import torch
-    from transformers import TrainingArguments
-
-    from langswap.models import quiet_transformers
-
     clock = time.perf_counter()
     config.validate()
     quiet_transformers(progress)
     output = Path(config.output)
-    from accelerate import PartialState
 
     # The Trainer's arguments set up the process group (torchrun / accelerate launch); a PartialState made before
     # them would pin a single-process state. Without use_cpu on a machine with no GPU, transformers 5 writes no
@@ -256,9 +270,6 @@ def train(config: TrainConfig, progress: bool = False, callbacks: list | None = 
 def _run_lock(output: Path, state):
     """The output folder's lock (`langswap.locking`), taken by the main process for all ranks before anything is
     read or written; a refusal reaches every rank, so none touches the folder."""
-    from langswap.errors import OutputLockedError
-    from langswap.locking import OutputLock
-
     lock, refusal = None, None
     if state.is_main_process:
         try:
@@ -266,8 +277,6 @@ def _run_lock(output: Path, state):
         except OutputLockedError as error:
             refusal = str(error)
     if state.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
-
         refusal = broadcast_object_list([refusal])[0]
     if refusal:
         raise OutputLockedError(refusal)
@@ -280,10 +289,6 @@ def _run_lock(output: Path, state):
 
 def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, use_cpu: bool,
            clock: float) -> TrainReport:
-    from langswap.models import load_config, load_tokenizer
-    from langswap.training.curve import CurveWriter
-    from langswap.training.data import LMCollator
-
     output = Path(config.output)
     recipe = make_recipe(config)
     status = _check_output(config, state.num_processes)
@@ -318,7 +323,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                          training_sequences=sum(len(dataset) for dataset in train_sets.values()),
                          training_tokens=sum(stream_tokens.values()), token_stores=stores, training_data=data,
                          processes=state.num_processes, status="running",
-                         phases=[dataclasses.asdict(phase) for phase in planned])
+                         phases=[PhaseReport.from_dict(dataclasses.asdict(phase)) for phase in planned])
     _start_output(config, state, output, record)
 
     curve = CurveWriter(output, objective, bytes_per_token)
@@ -326,7 +331,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     if step0_path.exists():
         curve.step0 = json.loads(step0_path.read_text())
     done_steps: list[int] = []
-    summaries: list[dict] = []
+    summaries: list[PhaseReport] = []
     start_model: str | Path = config.model
     resumed = status == "resume"
     offset = 0
@@ -342,18 +347,19 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         phase_dir = output / f"phase-{phase.name}"
         final = phase_dir / "final"
         if (final / "phase.json").is_file():
-            summary = json.loads((final / "phase.json").read_text())
-            curve.done.append((phase, offset, summary.pop("log_history")))
+            written = json.loads((final / "phase.json").read_text())
+            curve.done.append((phase, offset, written.pop("log_history")))
+            summary = PhaseReport.from_dict(written, str(final / "phase.json"))
             summaries.append(summary)
-            done_steps.append(summary["steps"])
-            offset += summary["steps"]
+            done_steps.append(summary.steps)
+            offset += summary.steps
             start_model = final
             continue
         summary, resumed_here = _train_phase(run, index, phase, start_model, offset)
         resumed |= resumed_here
         summaries.append(summary)
-        done_steps.append(summary["steps"])
-        offset += summary["steps"]
+        done_steps.append(summary.steps)
+        offset += summary.steps
         start_model = final
 
     final_curve = _finish_output(state, output, recipe, start_model, record, summaries, curve, offset)
@@ -390,10 +396,6 @@ class _Run:
 def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tuple[dict, bool]:
     """Train one phase from `start_model` (or resume it from its last checkpoint) and save its final model;
     returns its summary and whether it resumed."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    from langswap.training.trainer import save_model_atomically
-
     config, state, recipe, output = run.config, run.state, run.recipe, run.output
     phase_dir = output / f"phase-{phase.name}"
     checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
@@ -415,8 +417,6 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
     if index == 0 and 0 in config.snapshot_steps and checkpoint is None:
         save_model_atomically(trainer, output / "snapshots" / "step-0", card=(output, 0))
     if stopped_at:
-        from transformers import TrainerState
-
         logger.info("phase %s ended at its checkpoint of step %d (recipe %s); it is not trained on", phase.name,
                     stopped_at, recipe.name)
         trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
@@ -428,8 +428,8 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
                                             for e in trainer.state.log_history):
         trainer.evaluate()
     summary = _phase_summary(phase, trainer, metrics, counts, run.teacher, run.dropped)
-    save_model_atomically(trainer, phase_dir / "final", {"phase.json": {**summary,
-                                                                        "log_history": trainer.state.log_history}})
+    save_model_atomically(trainer, phase_dir / "final", {"phase.json": {
+        **summary.as_dict(), "log_history": trainer.state.log_history}})
     run.curve.done.append((phase, offset, list(trainer.state.log_history)))
     if state.is_main_process:
         for checkpoint_dir in phase_dir.glob("checkpoint-*"):
@@ -441,11 +441,6 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
 def _phase_trainer(run: _Run, index: int, phase, offset: int, phase_dir: Path, model, kept_dtype):
     """The phase's Trainer: its arguments, callbacks (curve, recipe hooks, snapshots) and its slice of the run's
     shuffled streams, which goes on where the phase before stopped."""
-    from transformers.trainer_callback import PrinterCallback
-
-    from langswap.training.data import phase_dataset
-    from langswap.training.trainer import Curve, PhaseTrainer, RecipeHooks, Snapshots
-
     config, recipe = run.config, run.recipe
     args = _training_arguments(config, phase, phase_dir, run.eval_set is not None, run.precision_flags, run.progress,
                                run.use_cpu)
@@ -486,7 +481,7 @@ def _start_output(config: TrainConfig, state, output: Path, record: TrainRecord)
     state.wait_for_everyone()
 
 
-def _finish_output(state, output: Path, recipe, start_model, record: TrainRecord, summaries: list[dict], curve,
+def _finish_output(state, output: Path, recipe, start_model, record: TrainRecord, summaries: list[PhaseReport], curve,
                    steps: int) -> dict:
     """The last phase's model written as the run's model, the recipe's outputs, the record complete; returns the
     curve (empty on processes other than the main one)."""
@@ -515,8 +510,6 @@ def _check_document_mask(config: TrainConfig, objective: str, tokenizer, streams
 def _phase_model(config: TrainConfig, recipe, phase, loaded_from, objective: str, tokenizer, precision_flags: dict):
     """(the phase's model, prepared by the recipe with its trainable parameters set; the dtype its folders are
     written in (None: its own); its parameter counts)."""
-    import torch
-
     autocast_dtype = (_autocast_dtype(precision_flags) if recipe.freezes_body(phase) and not sharding_engine()
                       else None)
     model, kept = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention,
@@ -540,9 +533,6 @@ def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: st
     """Each stream's blocks from its token store (built once, by one process of a multi-process run), with what the
     record says of them: (blocks by stream, tokens by stream, the streams' own tokenizers (None: the model's),
     store folders, the training data's facts)."""
-    from langswap.training.data import batch_counts
-    from langswap.training.store import StoreBlocks
-
     train_sets, stream_tokens, stream_tokenizers, stores, data = {}, {}, [], {}, {}
     # sequences of each stream a micro-batch reads, and micro-batches of the run on all processes
     micro_batch = dict(zip((stream.name for stream in streams), batch_counts(streams, config.batch_size)))
@@ -568,9 +558,6 @@ def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: st
 def _eval_set(config: TrainConfig, tokenizer, collator, objective: str, sequence_length: int):
     """(the evaluation blocks, their bytes per token), or (None, None) without an evaluation text. A masked LM's
     blocks are masked once, so every evaluation reads the same masks."""
-    from langswap.training.data import BlockDataset, masked_eval_set, pack
-    from langswap.training.sources import source_texts
-
     if not config.eval_text:
         return None, None
     # read a document at a time until eval_sequences blocks are full: memory does not grow with the file
@@ -588,8 +575,6 @@ def _eval_set(config: TrainConfig, tokenizer, collator, objective: str, sequence
 def _training_arguments(config: TrainConfig, phase, phase_dir: Path, evaluates: bool, precision_flags: dict,
                         progress: bool, use_cpu: bool):
     """The Trainer's arguments for one phase."""
-    from transformers import TrainingArguments
-
     return TrainingArguments(
         output_dir=str(phase_dir), max_steps=phase.steps, per_device_train_batch_size=config.batch_size,
         per_device_eval_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation,
@@ -610,32 +595,30 @@ def _training_arguments(config: TrainConfig, phase, phase_dir: Path, evaluates: 
         **precision_flags)
 
 
-def _phase_summary(phase, trainer, metrics: dict, counts: dict, teacher, dropped) -> dict:
+def _phase_summary(phase, trainer, metrics: dict, counts: dict, teacher, dropped) -> PhaseReport:
     """What the record keeps of a finished phase (logged, with the loop's speed)."""
     # the mean of the phase's logged losses: the Trainer's train_loss covers only what this process trained
     logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    summary = {"name": phase.name, "trainable": phase.trainable, "steps": trainer.state.global_step,
-               "planned_steps": phase.steps, "learning_rate": phase.learning_rate,
-               "warmup_steps": phase.warmup_steps, "schedule": phase.schedule,
-               **counts, "train_loss": (round(sum(logged) / len(logged), 5) if logged
-                                        else metrics.get("train_loss")),  # a phase shorter than logging_steps
-               # the loop's own speed: the updates' time, without evaluations and checkpoints
-               **trainer.clock.summary(), "train_seconds": metrics.get("train_runtime"),
-               **({"teacher": {"used": True, **teacher.phase_summary()}} if teacher is not None
-                  else {"teacher": {"used": False, "check": dropped}} if dropped is not None else {})}
+    teacher_report = ({"teacher": {"used": True, **teacher.phase_summary()}} if teacher is not None
+                      else {"teacher": {"used": False, "check": dropped}} if dropped is not None else {})
+    summary = PhaseReport.from_dict({
+        "name": phase.name, "trainable": phase.trainable, "steps": trainer.state.global_step,
+        "planned_steps": phase.steps, "learning_rate": phase.learning_rate, "warmup_steps": phase.warmup_steps,
+        "schedule": phase.schedule, **counts,
+        "train_loss": (round(sum(logged) / len(logged), 5) if logged
+                       else metrics.get("train_loss")),  # a phase shorter than logging_steps
+        # the loop's own speed: the updates' time, without evaluations and checkpoints
+        **trainer.clock.summary(), "train_seconds": metrics.get("train_runtime"), **teacher_report})
     if trainer.clock.updates:
         logger.info("phase %s: %s updates read %s tokens in %s s of loop: %s tokens/s, %.1f%% of it waiting "
                     "for data", phase.name, f"{trainer.clock.updates:,}", f"{trainer.clock.tokens:,}",
-                    f"{trainer.clock.seconds:,.1f}", f"{summary['tokens_per_second']:,.0f}",
-                    100 * summary["data_wait"])
+                    f"{trainer.clock.seconds:,.1f}", f"{summary.tokens_per_second:,.0f}", 100 * summary.data_wait)
     return summary
 
 
 def prepare(config: TrainConfig, progress: bool = False) -> list:
     """The token stores `train` reads for `config`, one per stream of its recipe (`TokenStore`s, in the streams'
     order): found where built before from the same files, tokenizer and options, else built (`training.store`)."""
-    from langswap.models import load_config, load_tokenizer
-
     config.validate(training=False)
     tokenizer = load_tokenizer(config.model, f"tokenizer of model folder '{config.model}' (a model folder must hold "
                                "its tokenizer files)")
@@ -648,9 +631,6 @@ def _with_teacher(config: TrainConfig, state, objective: str, model_config, toke
                   dtype, progress: bool = False):
     """(the teacher, the collator that pads its readings, None), each training set becoming its TeacherBlocks; or
     (None, `collator`, the check) where the check drops the teacher."""
-    from langswap.models import position_limit
-    from langswap.training.teacher import TeacherBlocks, TeacherCollator, load_teacher
-
     if objective != "causal":
         raise ConfigError("teacher.weight is for causal LMs, and this model is trained as a masked LM: its hidden "
                           "state at a token reads the whole window, so the two readings of the same bytes need not "
@@ -667,7 +647,7 @@ def _with_teacher(config: TrainConfig, state, objective: str, model_config, toke
     teacher.sizes = (len(teacher_tokenizer), len(tokenizer))
     teacher.check = _check_teacher(config, state, teacher, next(iter(views.values())),
                                    (len(teacher_tokenizer), len(tokenizer)))
-    if teacher.check.get("teacher_worse") and config.teacher.when == "teacher-better":
+    if not config.teacher.teaches(teacher.check):
         logger.warning("the teacher is not used: before any update it reads the first training blocks worse than "
                        "the model does (%.2f against %.2f nats a block); teacher.when: always teaches anyway",
                        teacher.check["teacher_nats_per_block"], teacher.check["student_nats_per_block"])
@@ -680,9 +660,6 @@ def _with_teacher(config: TrainConfig, state, objective: str, model_config, toke
 def _check_teacher(config: TrainConfig, state, teacher, view, sizes: tuple[int, int]) -> dict:
     """`teacher_check` of the model the run starts from, decided by the main process and given to every other (two
     GPUs need not round a near tie alike); not measured under `teacher.when: always`."""
-    from langswap.models import load_model
-    from langswap.training.teacher import teacher_check
-
     if config.teacher.when == "always":
         return {"measured": False, "why": "teacher.when is always"}
     check = None
@@ -696,22 +673,16 @@ def _check_teacher(config: TrainConfig, state, teacher, view, sizes: tuple[int, 
         logger.info("teacher check on %s training blocks: teacher %s, model %s nats a block",
                     check.get("blocks"), check.get("teacher_nats_per_block"), check.get("student_nats_per_block"))
     if state.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
-
         check = broadcast_object_list([check])[0]
     return check
 
 
 def _stream_tokenizer(stream, tokenizer):
     """The tokenizer that packs `stream`: its own where the recipe gives it one, else the model's."""
-    from langswap.models import load_tokenizer
-
     return load_tokenizer(stream.tokenizer, f"tokenizer of stream {stream.name}") if stream.tokenizer else tokenizer
 
 
 def _stream_store(config: TrainConfig, stream, tokenizer, objective: str, progress: bool):
-    from langswap.training.store import token_store
-
     return token_store([stream.path], tokenizer, objective, config.text_field, config.max_lines, config.data_dir,
                        progress, "training text")
 
@@ -722,9 +693,6 @@ def _built_once(state, build):
     wait for it at the next collective forever."""
     if state.num_processes == 1:
         return build()
-    from accelerate.utils import gather_object
-
-    from langswap.errors import LangswapError
 
     result, error, original = None, None, None
     if state.is_local_main_process:
@@ -745,8 +713,6 @@ def _built_once(state, build):
 def _record_failure(output: Path, error: TrainingDivergedError, state) -> None:
     """A diverged run: `langswap-train.json` (written when the run started) says failed and why, the curve keeps what
     was logged, no model/ is written; the phase's checkpoints (all written before the failed update) are kept."""
-    from transformers.trainer_utils import get_last_checkpoint
-
     phase_dir = output / f"phase-{error.details['phase']}"
     checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
     last_good = (f"The last good checkpoint, {checkpoint}, is kept: rerunning this command resumes from it and "
@@ -765,12 +731,9 @@ def _record_failure(output: Path, error: TrainingDivergedError, state) -> None:
         write_train_record(output, record)
 
 
-def _write_model(last_final: Path, folder: Path, record: TrainRecord, phases: list[dict], curve: dict) -> None:
+def _write_model(last_final: Path, folder: Path, record: TrainRecord, phases: list[PhaseReport], curve: dict) -> None:
     """Copy the last phase's weights and tokenizer to output/model with a langswap.json that keeps the record of the
     folder it was trained from (when langswap wrote that folder) and adds the training."""
-    from langswap.models import portable_tokenizer_config
-    from langswap.files import atomic_directory
-
     start = Path(record.config["model"])
     with atomic_directory(folder, overwrite=True) as temporary:
         for item in Path(last_final).iterdir():

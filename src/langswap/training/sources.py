@@ -34,6 +34,9 @@ from __future__ import annotations
 
 import functools
 import glob
+import gzip
+import importlib
+import json
 import logging
 import math
 import time
@@ -195,8 +198,6 @@ def check_streams(streams: list[Stream], recipe: str, batch_size: int) -> None:
 
 
 def _require(module: str, package: str, why: str):
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as error:
@@ -417,9 +418,6 @@ def dataset_facts(part: Part, what: str = "training text") -> dict:
 
 def read_document(row: dict, start: int, end: int, text_field: str = "text") -> str:
     """The text of a document found at (start, end) of the part a store recorded as `row` (`identity`)."""
-    import gzip
-    import json
-
     kind = row.get("kind") or file_kind(row["path"])
     if kind == "dataset":
         part = Part("dataset", row["path"], row.get("config"), row.get("split"), row.get("revision"))

@@ -53,6 +53,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import re
 import shutil
 import time
 from itertools import chain
@@ -61,7 +63,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from langswap.errors import OutputLockedError, ResourceFormatError, VocabularyError
+from langswap import __version__
+from langswap.errors import (MissingResourceError, OutputLockedError, OutputSpaceError, ResourceFormatError,
+                             VocabularyError)
+from langswap.files import atomic_directory, cache_dir
+from langswap.locking import OutputLock, lock_path
+from langswap.progress import bar
+from langswap.resources.token_vectors import tokenizer_digest
 from langswap.training import sources as sources_module
 from langswap.training.data import stream_frame, too_short
 
@@ -81,8 +89,6 @@ BATCH_BYTES = 1 << 22  # text per tokenizer call, at most: enough for every core
 
 def store_root(data_dir: str | Path | None = None) -> Path:
     """The folder that holds token stores: `data_dir`, else `cache_dir()/token-stores`."""
-    from langswap.files import cache_dir
-
     return Path(data_dir).expanduser() if data_dir else cache_dir() / STORES
 
 
@@ -105,8 +111,6 @@ def describe(sources: list[str | Path], tokenizer, objective: str, text_field: s
              max_lines: int | None = None) -> dict:
     """What a store's stream depends on, apart from the contents of its sources: its folder name is a digest of
     this. `sources`: as `sources.expand` reads them (files, folders, globs, hf:DATASET)."""
-    from langswap.resources.token_vectors import tokenizer_digest
-
     specs = [sources_module.canonical(source) for source in sources]
     before, after, _frame, _body = stream_frame(tokenizer, objective, 4)
     return {"format": FORMAT, "sources": specs,
@@ -131,8 +135,6 @@ def store_name(description: dict) -> str:
 def _stem(spec: str) -> str:
     """A readable name of a source: a file's name before its first dot, a folder's name, the folder of a glob, a
     dataset's last name part and its config."""
-    import re
-
     if sources_module.is_dataset(spec):
         part = sources_module.parse_dataset(spec)
         stem = Path(part.path).name + (f"-{part.config}" if part.config else "")
@@ -276,9 +278,6 @@ def _open_texts(store: TokenStore) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _write_texts(store: TokenStore, progress: bool) -> tuple[np.ndarray, np.ndarray]:
     """Write the text copy of `store` (`TokenStore.prepare_texts`) and open it."""
-    from langswap.errors import OutputSpaceError
-    from langswap.progress import bar
-
     with _StoreLock(store.folder):
         opened = _open_texts(store)  # made by the process waited for
         if opened is not None:
@@ -343,8 +342,6 @@ class _StoreLock:
     """The store folder's lock (`locking.OutputLock`), waited for where another process holds it."""
 
     def __init__(self, folder: Path):
-        from langswap.locking import OutputLock
-
         self.lock, self.folder, self.waited = OutputLock(folder, "token store"), folder, False
 
     def __enter__(self):
@@ -472,9 +469,6 @@ def build_store(folder: Path, description: dict, tokenizer, progress: bool = Fal
                 what: str = "training text") -> TokenStore:
     """Tokenise the described sources into the store `folder` (replacing a stale one once the new one is
     complete)."""
-    from langswap.files import atomic_directory
-    from langswap.progress import bar
-
     clock = time.perf_counter()
     options = description["options"]
     before, after = options["before"], options["after"]
@@ -572,8 +566,6 @@ def build_store(folder: Path, description: dict, tokenizer, progress: bool = Fal
 
 
 def _version() -> str:
-    from langswap import __version__
-
     return __version__
 
 
@@ -649,10 +641,6 @@ def _source_names(record: dict) -> list[str]:
 
 def _being_built(folder: Path) -> bool:
     """Whether a process holds the lock of the store `folder` now (is building it); the lock is only probed."""
-    import os
-
-    from langswap.locking import lock_path
-
     try:
         import fcntl
 
@@ -671,8 +659,6 @@ def _being_built(folder: Path) -> bool:
 def remove_stores(names: list[str], data_dir: str | Path | None = None) -> list[Path]:
     """Remove the named stores (folder names as `list_stores` gives them; `all`: every store and unfinished build)
     under the data folder; returns the folders removed. A name that is no store there is an error naming them."""
-    from langswap.errors import MissingResourceError
-
     root = store_root(data_dir)
     present = {row["name"]: row["folder"] for row in list_stores(data_dir)}
     if "all" in names:

@@ -1,8 +1,19 @@
-"""The source model as a teacher during training: the language-model loss plus the distance between the student's
-hidden states and the teacher's, at the chunk boundaries of the same text read by both tokenizers.
+"""The source model as a teacher: what the transfer's token distillation and training share, and the teacher during
+training (the language-model loss plus the distance between the student's hidden states and the teacher's, at the
+chunk boundaries of the same text read by both tokenizers).
 
-`langswap.transfer.distill` does this once, at transfer time, for the new input rows; here it is a term of the training loss
-in every update of a phase, so it reaches whatever the phase trains:
+**Shared by both teachers.** `langswap.transfer.distill` teaches once, at transfer time, the new input rows
+(`DistillConfig`, `distill.*`); training teaches in every update (`TeacherConfig`, `teacher.*`). Both configs derive
+from `TeacherMatch`, which checks the options they share (`layers`, `distance`, `when`: one default, one set of
+choices; each config declares the three fields with `layers_field`, `distance_field` and `when_field` in its own
+place among its options, with a help text saying what its teacher reads), resolves the layers on a model
+(`TeacherMatch.match_layers`) and decides whether the teacher teaches (`TeacherMatch.teaches`). Whether the teacher
+reads the text better is one comparison (`LikelihoodCheck`): each side's next-token loss summed over the same bytes
+(distillation: the held-out lines' chunks; training: the first training blocks). The distance is
+`kernels.hidden_state_distance` for both.
+
+**During training** the teacher is a term of the training loss in every update of a phase, so it reaches whatever the
+phase trains:
 
     loss = next-token cross-entropy + teacher.weight * distance(student states, teacher states)
            + teacher.likelihood_weight * chunk_likelihood_match(student, teacher)
@@ -52,53 +63,150 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from langswap.chunks import ChunkAligner, cut, pair
-from langswap.config import check_choices, layer_indices
+from langswap.config import layer_indices
 from langswap.errors import ConfigError, MissingResourceError
+from langswap.kernels import hidden_state_distance
+from langswap.models import HiddenStates, load_config, load_model, load_tokenizer, resolve_layers
+from langswap.records import has_model_record, read_model_record
 from langswap.training.data import document_positions, stream_frame
 
 logger = logging.getLogger(__name__)
 
 KEYS = ("teacher_ids", "teacher_at", "student_at", "teacher_position_ids")  # what a batch carries for the teacher
 COUNTS = ("teacher_mismatched", "teacher_inexact_starts", "teacher_unencodable_chunks")
+DISTANCES = ("mse", "cosine")  # what kernels.hidden_state_distance computes
+WHEN = ("teacher-better", "always")
+
+
+def layers_field(help_text: str):
+    """A teacher config's `layers`: hidden-state layers matched, by default the last block's output."""
+    return field(default=(-1,), metadata={"help": help_text})
+
+
+def distance_field(help_text: str):
+    """A teacher config's `distance` (`kernels.hidden_state_distance`), mse by default."""
+    return field(default="mse", metadata={"help": help_text, "choices": DISTANCES})
+
+
+def when_field(help_text: str):
+    """A teacher config's `when`: teacher-better (teach only where `LikelihoodCheck` finds the teacher reading the
+    text better) by default, or always."""
+    return field(default="teacher-better", metadata={"help": help_text, "choices": WHEN})
 
 
 @dataclass(frozen=True, kw_only=True)
-class TeacherConfig:
+class TeacherMatch:
+    """What the transfer's distillation (`DistillConfig`) and training's teacher (`TeacherConfig`) share: the
+    hidden-state `layers` matched, the `distance`, and `when` the teacher teaches.
+
+    A base without fields: each config declares the three with `layers_field`, `distance_field` and `when_field`
+    where they stand among its own options (the order of its YAML keys and flags, which inheriting fields would
+    change), and with help of its own, since the two teachers read different text for `when`. `OPTION` is the
+    config's section (`distill`, `teacher`), naming its options in errors."""
+
+    OPTION: ClassVar[str]
+
+    def __post_init__(self):
+        object.__setattr__(self, "layers", layer_indices(self.layers, f"{self.OPTION}.layers"))
+        if self.distance not in DISTANCES:
+            raise ConfigError(f"{self.OPTION}.distance is {self.distance!r}; choose mse or cosine.")
+        if self.when not in WHEN:
+            raise ConfigError(f"{self.OPTION}.when is {self.when!r}; choose teacher-better or always.")
+
+    def match_layers(self, student_config, teacher_config=None) -> tuple[int, ...]:
+        """`layers` as block numbers 1 .. L of a model of `student_config` (`models.resolve_layers`). The teacher is
+        the student's own body (distillation) unless `teacher_config` is given: a teacher model of its own
+        (training's source model or `teacher.model`), refused where its architecture, width or blocks at these
+        layers are not the student's."""
+        if teacher_config is not None:
+            for key, what in (("model_type", "architecture"), ("hidden_size", "width")):
+                mine, theirs = getattr(student_config, key, None), getattr(teacher_config, key, None)
+                if mine != theirs:
+                    raise ConfigError(f"the teacher's {what} ({key} {theirs!r}) is not the model's ({mine!r}): "
+                                      "hidden states are matched layer by layer, so the teacher must be the model's "
+                                      "source or one of the same architecture and width. Name another with "
+                                      "teacher.model, or set teacher.weight: 0.")
+        option = f"{self.OPTION}.layers"
+        resolved = resolve_layers(student_config, self.layers, option)
+        if teacher_config is not None and resolve_layers(teacher_config, self.layers, option) != resolved:
+            raise ConfigError(f"{option} {list(self.layers)} name other blocks in the teacher "
+                              f"({teacher_config.num_hidden_layers} blocks) than in the model "
+                              f"({student_config.num_hidden_layers}); give layers both have, counted from the first.")
+        return resolved
+
+    def teaches(self, check: dict) -> bool:
+        """Whether the teacher teaches after `check` (a `LikelihoodCheck.report`, or `not_measured`'s): always under
+        `when: always`; under `teacher-better` unless it was measured reading the text worse than the student (a
+        check that could not measure lets it teach)."""
+        return self.when == "always" or not check.get("teacher_worse")
+
+
+class LikelihoodCheck:
+    """Does the teacher read the text better than the student? Each side's next-token loss (nats) summed over the
+    same bytes, counted in `unit`s (distillation: "chunk", the held-out lines' chunks; training: "block", the first
+    training blocks); `report` gives each side's nats per unit and `teacher_worse` where the teacher's sum is not
+    lower. Each side's softmax runs over its own tokenizer's tokens: the caller cuts the logits to them."""
+
+    def __init__(self, unit: str):
+        self.unit = unit
+        self.units = 0  # counted by the caller, as it reads them
+        self.nats = {"teacher": 0.0, "student": 0.0}
+
+    def add(self, side: str, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        """`side` ("teacher" or "student") predicting `targets` (N,) with `logits` (N, V) float32."""
+        self.nats[side] += float(F.cross_entropy(logits, targets, reduction="sum"))
+
+    def report(self, **extra) -> dict:
+        """measured, the units read, `extra` (e.g. what was left out), each side's nats per unit, teacher_worse."""
+        teacher, student, unit = self.nats["teacher"], self.nats["student"], self.unit
+        return {"measured": True, f"{unit}s": self.units, **extra,
+                f"teacher_nats_per_{unit}": round(teacher / self.units, 4),
+                f"student_nats_per_{unit}": round(student / self.units, 4), "teacher_worse": teacher >= student}
+
+
+def not_measured(why: str) -> dict:
+    """A check's report where it could not be measured: the teacher then teaches (`TeacherMatch.teaches`)."""
+    return {"measured": False, "why": why}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeacherConfig(TeacherMatch):
     """The source model as a teacher during training (`langswap.training.teacher`)."""
+
+    OPTION = "teacher"
 
     weight: float = field(default=0.0, metadata={
         "help": "Weight of the hidden-state distance to the teacher in the training loss (0: no teacher)."})
     model: str | None = field(default=None, metadata={
         "help": "Teacher model folder (with its tokenizer); default: the source model named in the model folder's "
                 "langswap.json. Same architecture and width as the model."})
-    layers: tuple[int, ...] = field(default=(-1,), metadata={
-        "help": "Hidden-state layers matched, as distill.layers counts them: 1 is the first block's output, -1 the "
-                "last one's; several are averaged."})
-    distance: str = field(default="mse", metadata={
-        "help": "mse (squared error divided channel by channel by the teacher's mean square) or cosine.",
-        "choices": ("mse", "cosine")})
+    layers: tuple[int, ...] = layers_field(
+        "Hidden-state layers matched, as distill.layers counts them: 1 is the first block's output, -1 the last "
+        "one's; several are averaged.")
+    distance: str = distance_field(
+        "mse (squared error divided channel by channel by the teacher's mean square) or cosine.")
     likelihood_weight: float = field(default=0.0, metadata={
         "help": "Weight of the chunk-likelihood match (approximate likelihood matching, as tokenkit's ALM): each "
                 "chunk's probability under the model pushed towards the teacher's, by binary cross-entropy."})
-    when: str = field(default="teacher-better", metadata={
-        "help": "teacher-better (teach only where the teacher, reading the first training blocks with its own "
-                "tokenizer before any update, gives their text a higher likelihood than the model does: a teacher "
-                "that reads the language worse can only hold it back) or always.",
-        "choices": ("teacher-better", "always")})
+    when: str = when_field(
+        "teacher-better (teach only where the teacher, reading the first training blocks with its own tokenizer "
+        "before any update, gives their text a higher likelihood than the model does: a teacher that reads the "
+        "language worse can only hold it back) or always.")
 
     def __post_init__(self):
-        object.__setattr__(self, "layers", layer_indices(self.layers, "teacher.layers"))
+        super().__post_init__()
         for name in ("weight", "likelihood_weight"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
                     or value == float("inf"):
                 raise ConfigError(f"teacher.{name} is {value!r}; give a finite number of at least 0 (0: off).")
-        check_choices(self, "teacher.")
 
     @property
     def enabled(self) -> bool:
@@ -113,8 +221,6 @@ def teacher_folders(config: TeacherConfig, model: str | Path) -> tuple[str, str]
             raise MissingResourceError(f"teacher.model '{config.model}' is not a folder; give a model folder with "
                                        "its tokenizer, of the same architecture and width as the model.")
         return config.model, config.model
-    from langswap.records import has_model_record, read_model_record
-
     record = read_model_record(model) if has_model_record(model) else None
     source = (record.config or {}).get("source_model") if record is not None else None
     if not source:
@@ -122,25 +228,6 @@ def teacher_folders(config: TeacherConfig, model: str | Path) -> tuple[str, str]
                           "missing or was not written by `langswap transfer`); name the teacher with "
                           "teacher.model=FOLDER.")
     return source, (record.config or {}).get("source_tokenizer") or source
-
-
-def check_teacher(teacher_config, student_config, layers: tuple[int, ...]) -> tuple[int, ...]:
-    """The layers resolved for both models; a teacher of another architecture, width or depth is refused."""
-    from langswap.models import resolve_layers
-
-    for key, what in (("model_type", "architecture"), ("hidden_size", "width")):
-        mine, theirs = getattr(student_config, key, None), getattr(teacher_config, key, None)
-        if mine != theirs:
-            raise ConfigError(f"the teacher's {what} ({key} {theirs!r}) is not the model's ({mine!r}): hidden states "
-                              "are matched layer by layer, so the teacher must be the model's source or one of the "
-                              "same architecture and width. Name another with teacher.model, or set "
-                              "teacher.weight: 0.")
-    resolved = resolve_layers(student_config, layers, "teacher.layers")
-    if resolve_layers(teacher_config, layers, "teacher.layers") != resolved:
-        raise ConfigError(f"teacher.layers {list(layers)} name other blocks in the teacher "
-                          f"({teacher_config.num_hidden_layers} blocks) than in the model "
-                          f"({student_config.num_hidden_layers}); give layers both have, counted from the first.")
-    return resolved
 
 
 class TeacherBlocks(torch.utils.data.Dataset):
@@ -279,8 +366,6 @@ class Teacher:
         self.sizes: tuple[int, int] | None = None  # (teacher's, model's) tokenizer sizes: each softmax's tokens
         self.model.requires_grad_(False)
         self.model.eval()
-        from langswap.models import HiddenStates
-
         self._states = HiddenStates(model.base_model, layers, model.config.num_hidden_layers)
         self._interval = self._empty()
         self._phase = self._empty()
@@ -293,8 +378,6 @@ class Teacher:
         """The teacher's term of one micro-batch's loss (float32 scalar): `weight` times the hidden-state distance
         plus `likelihood_weight` times the chunk-likelihood match, the teacher reading `batch`'s text. `student`:
         the model's output with its hidden states (and logits, for the likelihood term)."""
-        from langswap.kernels import hidden_state_distance
-
         device = student.hidden_states[-1].device
         if next(self.model.parameters()).device != device:
             self.model.to(device)
@@ -399,12 +482,13 @@ def teacher_check(teacher_model, student_model, view: TeacherBlocks, sizes: tupl
     `teacher_ids`) or the student's (reading the block), before any update (neither has trained on them)? In each
     block both sums of next-token losses run from its first matched position to its last, so they cover the same
     bytes; each softmax runs over its own tokenizer's tokens (`sizes`: teacher's, student's). Gives nats per block
-    for each side and `teacher_worse` where the teacher's sum is not lower."""
+    for each side and `teacher_worse` where the teacher's sum is not lower (`LikelihoodCheck`)."""
     items = [view[index] for index in range(min(blocks, len(view)))]
     items = [item for item in items if len(item["student_at"]) >= 2]
     if not items:
-        return {"measured": False, "why": "no training block has two matched positions"}
-    nats = {"teacher": 0.0, "student": 0.0}
+        return not_measured("no training block has two matched positions")
+    check = LikelihoodCheck("block")
+    check.units = len(items)
     device = next(student_model.parameters()).device
     with torch.no_grad():
         for start in range(0, len(items), batch_size):
@@ -420,21 +504,15 @@ def teacher_check(teacher_model, student_model, view: TeacherBlocks, sizes: tupl
                 logits = model(input_ids=ids.to(device), use_cache=False).logits[..., :size].float()
                 for index, item in enumerate(part):
                     first, last = int(item[at_key][0]), int(item[at_key][-1])
-                    nats[side] += float(torch.nn.functional.cross_entropy(
-                        logits[index, first:last], ids[index, first + 1:last + 1].to(device), reduction="sum"))
-    count = len(items)
-    return {"measured": True, "blocks": count, "teacher_nats_per_block": round(nats["teacher"] / count, 4),
-            "student_nats_per_block": round(nats["student"] / count, 4),
-            "teacher_worse": nats["teacher"] >= nats["student"]}
+                    check.add(side, logits[index, first:last], ids[index, first + 1:last + 1].to(device))
+    return check.report()
 
 
 def load_teacher(config: TeacherConfig, model_folder: str | Path, student_config, dtype) -> tuple[Teacher, object]:
     """(the Teacher, its tokenizer) for a run training `model_folder` (a model of `student_config`), its weights in
     `dtype`."""
-    from langswap.models import load_config, load_model, load_tokenizer
-
     folder, tokenizer_folder = teacher_folders(config, model_folder)
-    layers = check_teacher(load_config(folder), student_config, config.layers)
+    layers = config.match_layers(student_config, load_config(folder))
     tokenizer = load_tokenizer(tokenizer_folder, f"teacher tokenizer '{tokenizer_folder}'")
     model = load_model(folder).to(dtype or torch.float32)
     logger.info("teacher: %s (tokenizer %s), weight %g, layers %s, %s", folder, tokenizer_folder, config.weight,

@@ -1,8 +1,4 @@
-"""The Trainer of one phase, and the callbacks the loop gives it.
-
-This module imports transformers when it is imported; `training/run.py` imports it inside `train`, so `import
-langswap` and `langswap --help` stay free of transformers.
-"""
+"""The Trainer of one phase, and the callbacks the loop gives it."""
 
 from __future__ import annotations
 
@@ -10,17 +6,21 @@ import json
 import logging
 import math
 import os
+import random
 import shutil
 import time
 from pathlib import Path
 
+import numpy
 import torch
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from langswap.errors import TrainingDivergedError
 from langswap.files import replace_directory
 from langswap.modelcard import write_model_card
 from langswap.training.phases import Phase
+from langswap.training.teacher import COUNTS, KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +75,6 @@ class PhaseTrainer(Trainer):
         language-model loss alone). The distance, a mean over the micro-batch, is scaled as the Trainer scales the
         language-model loss: divided by the accumulation steps where that loss is normalised over the whole
         accumulated batch (the Trainer then does not divide it)."""
-        from langswap.training.teacher import COUNTS, KEYS
-
         if self.teacher is None or "teacher_ids" not in inputs:
             inputs = {key: value for key, value in inputs.items() if key not in KEYS + COUNTS}
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
@@ -207,8 +205,6 @@ class PhaseTrainer(Trainer):
         return self._staging or super()._get_output_dir(trial)
 
     def _save_checkpoint(self, model, trial, *args, **kwargs):  # 4.x also passes `metrics`
-        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
         if self.state.max_steps and self.state.global_step >= self.state.max_steps:
             # the phase's planned end: its final folder, written next, replaces every checkpoint, so this one would
             # cost a second copy of the model and its optimizer state on disk (24 GB at 8B) for nothing; a run
@@ -246,19 +242,11 @@ def name_dtype(config_file: Path, dtype) -> None:
 
 
 def random_state() -> dict:
-    import random
-
-    import numpy
-
     return {"python": random.getstate(), "numpy": numpy.random.get_state(), "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
 
 def set_random_state(saved: dict) -> None:
-    import random
-
-    import numpy
-
     random.setstate(saved["python"])
     numpy.random.set_state(saved["numpy"])
     torch.set_rng_state(saved["torch"])

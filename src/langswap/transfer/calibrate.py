@@ -36,6 +36,7 @@ so that they take less of the source language's probability (docs/design.md, "Ex
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -43,8 +44,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from langswap.batching import length_batches, right_pad
 from langswap.errors import ConfigError, LangswapError
+from langswap.evaluation.language_modeling import causal_lm_score
+from langswap.models import is_tied, objective_of
 from langswap.progress import bar as progress_bar
+from langswap.reports import (CalibrationReport, Frequencies, InputRows, LossCheck, SeparationReport, Spread,
+                              TextPair, UpOnlyRows)
+from langswap.resources.tokenizer import train_tokenizer_on_lines
+from langswap.surgery import set_config_value
 
 logger = logging.getLogger(__name__)
 
@@ -145,17 +153,12 @@ class CalibrationConfig:
 
 def calibratable(model) -> bool:
     """Whether frequency calibration applies to `model`: a causal LM."""
-    from langswap.models import objective_of
-
     return objective_of(model.config) == "causal" and not type(model).__name__.endswith("ForMaskedLM")
 
 
 def untie_head(model) -> None:
     """Give a tied model's output layer its own copy of the embedding matrix (config.tie_word_embeddings false), so
     moving output rows leaves the input rows where they are."""
-    from langswap.models import is_tied
-    from langswap.surgery import set_config_value
-
     if not is_tied(model):
         return
     output = model.get_output_embeddings()
@@ -165,8 +168,6 @@ def untie_head(model) -> None:
 
 def tie_head(model) -> None:
     """Undo `untie_head`: the output layer shares the embedding matrix again."""
-    from langswap.surgery import set_config_value
-
     set_config_value(model.config, "tie_word_embeddings", True)
     model.get_output_embeddings().weight = model.get_input_embeddings().weight
 
@@ -205,8 +206,6 @@ def proxy_counts(tokenizer, counted: list[str], held: list[str]) -> tuple[np.nda
     pieces that such counts hardly contain (intermediate merges of BPE). Counted by the target tokenizer, held-out
     lines of that text are not new to it; read by a tokenizer that never saw them, they are new text, as the text a
     transferred model meets is new to its tokenizer."""
-    from langswap.resources.tokenizer import train_tokenizer_on_lines
-
     try:
         proxy = train_tokenizer_on_lines(tokenizer, counted, len(tokenizer), keep_placeholders=True).tokenizer
         size = len(proxy)
@@ -316,8 +315,6 @@ def read_head_inputs(model, tokenizer, lines: list[str], max_length: int, take, 
     `lines` (each read up to `max_length` tokens, with the tokenizer's special tokens), a batch of about
     `batch_tokens` tokens at a time, right-padded (a causal model's real positions never see the padding); the
     forward stops where the head would start."""
-    from langswap.batching import length_batches, right_pad
-
     head = model.get_output_embeddings()
     mask = None
 
@@ -376,8 +373,6 @@ def head_input_states(model, tokenizer, lines: list[str], max_length: int, progr
 def mean_token_loss(model, tokenizer, lines: list[str], max_length: int, progress: bool = False) -> float:
     """Mean next-token cross-entropy (nats) of `model`, in eval mode, over the tokens of `lines`, each read in windows
     of up to `max_length` (`causal_lm_score`; `progress`: a bar labelled "held-out check")."""
-    from langswap.evaluation.language_modeling import causal_lm_score
-
     was_training = model.training
     model.eval()
     try:
@@ -396,7 +391,7 @@ def split_check_lines(lines: list[str], config: CalibrationConfig) -> tuple[list
     return lines, []
 
 
-def input_row_moves(before: torch.Tensor, after: torch.Tensor, moved: np.ndarray) -> dict:
+def input_row_moves(before: torch.Tensor, after: torch.Tensor, moved: np.ndarray) -> InputRows:
     """What a calibration did to a tied model's input rows (`before`, `after`: (V, d)): how many of the rows
     `moved` names did move, and over those, each move's size relative to the row's own norm (median, 90th
     percentile, largest)."""
@@ -406,20 +401,18 @@ def input_row_moves(before: torch.Tensor, after: torch.Tensor, moved: np.ndarray
     relative = (shift / start.norm(dim=1).clamp_min(1e-12)).cpu().numpy()
     relative = relative[(shift > 0).cpu().numpy()]
     if not len(relative):
-        return {"moved": 0}
-    return {"moved": len(relative), "relative_shift": {
-        "median": round(float(np.median(relative)), 4), "p90": round(float(np.quantile(relative, 0.9)), 4),
-        "max": round(float(relative.max()), 4)}}
+        return InputRows(moved=0)
+    return InputRows(moved=len(relative), relative_shift=Spread(
+        median=round(float(np.median(relative)), 4), p90=round(float(np.quantile(relative, 0.9)), 4),
+        max=round(float(relative.max()), 4)))
 
 
-def head_as_configured(model, config: CalibrationConfig) -> tuple[bool, dict | None]:
-    """(whether a tied head was untied here, as `tied_head: untie` asks; the report of a step skipped because the
-    head is tied and `tied_head` is skip, else None)."""
-    from langswap.models import is_tied
-
+def head_as_configured(model, config: CalibrationConfig) -> tuple[bool, str | None]:
+    """(whether a tied head was untied here, as `tied_head: untie` asks; why the step is skipped where the head is
+    tied and `tied_head` is skip, else None)."""
     tied = is_tied(model)
     if tied and config.tied_head == "skip":
-        return False, {"rows": 0, "skipped": "the head is tied (calibration.tied_head: skip)"}
+        return False, "the head is tied (calibration.tied_head: skip)"
     if tied and config.tied_head == "untie":
         untie_head(model)
         return True, None
@@ -427,20 +420,18 @@ def head_as_configured(model, config: CalibrationConfig) -> tuple[bool, dict | N
 
 
 def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray,
-              line: tuple[np.ndarray, dict, np.ndarray] | None = None, progress: bool = False) -> dict:
+              line: tuple[np.ndarray, dict, np.ndarray] | None = None, progress: bool = False) -> CalibrationReport:
     """Move the output rows `moved` (a boolean mask over the vocabulary) of `model` as the module docstring says;
-    returns a report (rows moved, mean |move| of the mean logits before and after, per round; with the check, the
-    held-out loss of the model as left, unrounded, under "held_out_loss"). `line`: `frequency_line`'s result for
+    returns the report (rows moved, mean |move| of the mean logits before and after, per round; with the check, the
+    held-out loss of the model as left, unrounded, as `held_out_loss`). `line`: `frequency_line`'s result for
     these lines and config, where the caller has it already. `progress`: a bar on each pass over the text."""
     assert config.strength is not None, "calibrate() takes a resolved strength (CalibrationConfig.plan)"
     if not calibratable(model):
         raise ConfigError("frequency calibration is for causal LMs (a masked LM's mean logit over unmasked "
                           "positions is not its prior); set calibration.strength: 0 for this model.")
-    from langswap.models import is_tied
-
     untied, skipped = head_as_configured(model, config)
     if skipped:
-        return skipped
+        return CalibrationReport(rows=0, skipped=skipped)
     head = model.get_output_embeddings()
     weight = head.weight
     bias = getattr(head, "bias", None)
@@ -475,15 +466,16 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
                 direction = (hidden / hidden.dot(hidden).clamp_min(1e-12)).to(weight.device)
                 weight += (delta.to(weight.device)[:, None] * direction[None, :]).to(weight.dtype)
         rounds.append({"mean_abs_distance": round(float(np.abs(distance[moved]).mean()), 4)})
-    report = {"rows": int(moved.sum()), "strength": config.strength, "slope": config.slope,
-              "through": "output bias" if bias is not None else "head rows along the mean hidden state",
-              "rounds": rounds, "frequencies": frequencies,
-              "up_only_rows": {"rows": int((up_only & moved).sum()), "below_count": config.lower_min_count},
-              "input_rows": input_row_moves(saved[0], weight, moved) if moves_inputs else {"moved": 0}}
+    report = CalibrationReport(
+        rows=int(moved.sum()), strength=config.strength, slope=config.slope,
+        through="output bias" if bias is not None else "head rows along the mean hidden state", rounds=rounds,
+        frequencies=Frequencies.from_dict(frequencies),
+        up_only_rows=UpOnlyRows(rows=int((up_only & moved).sum()), below_count=config.lower_min_count),
+        input_rows=input_row_moves(saved[0], weight, moved) if moves_inputs else InputRows(moved=0))
     if held:
         after = mean_token_loss(model, tokenizer, held, config.max_length, progress)
-        report["check"] = {"lines": len(held), "loss_before": round(before, 4), "loss_after": round(after, 4)}
-        report["held_out_loss"] = min(before, after)
+        report.check = LossCheck(lines=len(held), loss_before=round(before, 4), loss_after=round(after, 4))
+        report.held_out_loss = min(before, after)
         if not after < before:
             with torch.no_grad():
                 weight.copy_(saved[0])
@@ -493,11 +485,12 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
                 tie_head(model)
             logger.warning("frequency calibration put back: on %d held-out lines of the text the mean token loss "
                            "went from %.4f to %.4f", len(held), before, after)
-            return {**report, "rows": 0, "held_out_loss": before, "input_rows": {"moved": 0},
-                    "skipped": f"put back: it raised the mean token loss on {len(held)} "
-                                                     f"held-out lines of the text ({before:.4f} -> {after:.4f})"}
+            return dataclasses.replace(
+                report, rows=0, held_out_loss=before, input_rows=InputRows(moved=0),
+                skipped=f"put back: it raised the mean token loss on {len(held)} held-out lines of the text "
+                        f"({before:.4f} -> {after:.4f})")
     logger.info("calibrated %s output rows to the target text's frequencies (mean |distance| %s)%s",
-                f"{report['rows']:,}", ", ".join(str(r["mean_abs_distance"]) for r in rounds),
+                f"{report.rows:,}", ", ".join(str(r["mean_abs_distance"]) for r in rounds),
                 f"; held-out token loss {before:.4f} -> {after:.4f}" if held else "")
     return report
 
@@ -548,24 +541,22 @@ def held_out_accuracy(target: torch.Tensor, source: torch.Tensor, share: float =
 
 @torch.no_grad()
 def separate(model, tokenizer, target_lines: list[str], source_lines: list[str], config: CalibrationConfig,
-             moved: np.ndarray, progress: bool = False, target_loss: float | None = None) -> dict:
+             moved: np.ndarray, progress: bool = False, target_loss: float | None = None) -> SeparationReport:
     """Move the output rows `moved` of an extended model along the direction of the head's input that tells target
     positions from source-language ones (`discriminant` of the first `hidden_lines` lines of each text less its
     check lines), projected off the target text's mean head input h_t so that each row's mean logit on target text
     stays as it is (nearly, where a tied head moves the input rows too): the same vector
     `a (w - (w . h_t) h_t / |h_t|^2)` is added to every moved row. `a` is
     `config.separation`, or, unset, the one of `SEPARATIONS` with the lowest sum of the mean token losses on the two
-    texts' check lines, each relative to its loss at 0. Returns a report (the amount, the losses per amount, the
-    held-out accuracy of the direction, "held_out_loss": the target check loss as left). `target_loss`: the mean
-    token loss of the model as it is on the target check lines (`calibrate`'s "held_out_loss" with the same config
+    texts' check lines, each relative to its loss at 0. Returns the report (the amount, the losses per amount, the
+    held-out accuracy of the direction, `held_out_loss`: the target check loss as left). `target_loss`: the mean
+    token loss of the model as it is on the target check lines (`calibrate`'s `held_out_loss` with the same config
     and lines), which is then not measured again; None: measured."""
-    from langswap.models import is_tied
-
     if not calibratable(model):
         raise ConfigError("calibration.source_text is for causal LMs; leave it unset for this model.")
     _, skipped = head_as_configured(model, config)
     if skipped:
-        return skipped
+        return SeparationReport(rows=0, skipped=skipped)
     target_fit, target_check = split_check_lines(target_lines, config)
     source_fit, source_check = split_check_lines(source_lines, config)
     checked = bool(target_check) and bool(source_check)
@@ -573,7 +564,7 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
         why = ("no check lines to choose the amount on (each text needs at least twice calibration.check_lines "
                "lines); set calibration.separation")
         logger.warning("new rows not moved off the source language: %s", why)
-        return {"rows": 0, "skipped": why}
+        return SeparationReport(rows=0, skipped=why)
     states = {name: head_input_states(model, tokenizer, lines[:config.hidden_lines], config.max_length, progress,
                                       label=f"{name}-language head inputs")
               for name, lines in (("target", target_fit), ("source", source_fit))}
@@ -604,20 +595,21 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     else:
         chosen = config.separation
     place(chosen)
-    report = {"rows": int(len(rows)) if chosen else 0, "amount": chosen,
-              "chosen_by": "calibration.separation" if config.separation is not None else "check lines",
-              "check_lines": {"target": len(target_check), "source": len(source_check)},
-              "positions": {name: len(value) for name, value in states.items()},
-              "direction_accuracy_held_out": None if accuracy is None else round(accuracy, 3),
-              "losses": {f"{amount:g}": {name: round(value, 4) for name, value in loss.items()}
-                         for amount, loss in losses.items()}}
+    report = SeparationReport(
+        rows=int(len(rows)) if chosen else 0, amount=chosen,
+        chosen_by="calibration.separation" if config.separation is not None else "check lines",
+        check_lines=TextPair(target=len(target_check), source=len(source_check)),
+        positions=TextPair(**{name: len(value) for name, value in states.items()}),
+        direction_accuracy_held_out=None if accuracy is None else round(accuracy, 3),
+        losses={f"{amount:g}": TextPair(**{name: round(value, 4) for name, value in loss.items()})
+                for amount, loss in losses.items()})
     if tied:
         shifted = (weight[rows.to(weight.device)].detach().to(torch.float32) - start.to(torch.float32)).norm(dim=1)
         relative = (shifted / start.to(torch.float32).norm(dim=1).clamp_min(1e-12)).cpu()
-        report["input_rows"] = {"moved": int((shifted > 0).sum()), "relative_shift_max": round(float(
-            relative.max()), 4) if len(relative) else 0.0}
+        report.input_rows = InputRows(moved=int((shifted > 0).sum()), relative_shift_max=round(float(
+            relative.max()), 4) if len(relative) else 0.0)
     if checked:
-        report["held_out_loss"] = losses[chosen]["target"]
+        report.held_out_loss = losses[chosen]["target"]
     checks = "; check losses (target, source) " + ", ".join(
         f"{a:g}: {v['target']:.4f} {v['source']:.4f}" for a, v in losses.items()) if losses else ""
     logger.info("new rows moved %g along the direction that tells target from source-language positions (held-out "

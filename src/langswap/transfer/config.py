@@ -7,14 +7,16 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from langswap.transfer.calibrate import CalibrationConfig
 from langswap.config import check_choices, from_dict
-from langswap.transfer.distill import DistillConfig
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.files import refuse_existing
-from langswap.methods.base import DEFAULT_METHOD, MethodConfig, check_resources, get_method
+from langswap.methods.base import DEFAULT_METHOD, MethodConfig, check_resources, get_method, make_config
+from langswap.models import method_device
 from langswap.resources.alignment import AlignConfig
 from langswap.resources.kinds import resources_config_class
+from langswap.resources.text import read_text_lines
+from langswap.transfer.calibrate import CalibrationConfig
+from langswap.transfer.distill import DistillConfig
 
 logger = logging.getLogger(__name__)
 
@@ -31,11 +33,14 @@ class ModelPairConfig:
     """The source model and the target tokenizer (a folder, or trained on target text); shared by transfer and
     bench configs."""
 
-    source_model: str = field(default="", metadata={"help": "Source model folder or hub name (required)."})
+    source_model: str = field(default="", metadata={"cli": ("transfer",),
+        "help": "Source model folder or hub name (required)."})
     source_tokenizer: str | None = field(default=None, metadata={"help": "Source tokenizer; default: the model's."})
-    target_tokenizer: str | None = field(default=None, metadata={"help": "Target tokenizer folder or hub name."})
-    target_text: str | None = field(default=None, metadata={"help": "Train the target tokenizer on this text when "
-                                                                     "target_tokenizer is not given."})
+    target_tokenizer: str | None = field(default=None, metadata={"cli": ("transfer",),
+        "help": "Target tokenizer folder or hub name."})
+    target_text: str | None = field(default=None, metadata={"cli": ("transfer",),
+        "help": "Train the target tokenizer on this text when "
+                "target_tokenizer is not given."})
     vocab_size: int | None = field(default=None, metadata={"help": "Size of a trained target tokenizer; default: "
                                                                     "the source's."})
     language: str | None = field(default=None, metadata={"help": "The target language's ISO 639 code (e.g. de), "
@@ -62,11 +67,13 @@ class ModelPairConfig:
 class TransferConfig(ModelPairConfig):
     """A whole transfer: source model, target tokenizer, method, resources, output."""
 
-    output: str = field(default="", metadata={"help": "Output model folder (required)."})
-    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+    output: str = field(default="", metadata={"cli": ("transfer",), "help": "Output model folder (required)."})
+    overwrite: bool = field(default=False, metadata={"cli": ("transfer",),
+        "help": "Replace an existing output folder."})
     method: MethodConfig = field(default=None, metadata={"help": "Method name and options (`langswap methods`).",
                                                          "method_section": True})
-    eval_text: str | None = field(default=None, metadata={"help": "Held-out target text to score the new model on."})
+    eval_text: str | None = field(default=None, metadata={"cli": ("transfer",),
+        "help": "Held-out target text to score the new model on."})
     eval_lines: int = field(default=300, metadata={"help": "Lines of eval_text scored."})
     correspondence: int = field(default=12, metadata={"help": "Target tokens shown with their source tokens."})
     held_out_lines: int = field(default=HELD_OUT_LINES, metadata={
@@ -76,10 +83,11 @@ class TransferConfig(ModelPairConfig):
                 "are then its check lines). Needs a text of at least twice as many lines. 0: the method's first "
                 "candidate."})
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig, metadata={
-        "help": "Move output rows so each token's mean logit fits its frequency in target text (langswap.transfer.calibrate)."})
+        "help": "Move output rows so each token's mean logit fits its frequency in target text "
+                "(langswap.transfer.calibrate)."})
     distill: DistillConfig = field(default_factory=DistillConfig, metadata={
-        "help": "Token distillation (langswap.transfer.distill): after the method, before calibration, the new input rows (and "
-                "an untied head's) learn so that the body's hidden states reading the target tokenization match "
+        "help": "Token distillation (langswap.transfer.distill): after the method, before calibration, the new input "
+                "rows (and an untied head's) learn so that the body's hidden states reading the target tokenization match "
                 "those of the source model reading the same target text (calibration.text, target_text or "
                 "resources.token_text) with its own tokenizer; causal LMs; off unless distill.tokens is set."})
     stream: str = field(default="auto", metadata={
@@ -104,14 +112,10 @@ class TransferConfig(ModelPairConfig):
 
     def __post_init__(self):
         if self.method is None:
-            from langswap.methods.base import make_config
-
             self.method = make_config(DEFAULT_METHOD)
 
     @staticmethod
     def resolve_method(value, where: str) -> MethodConfig:
-        from langswap.methods.base import make_config
-
         if isinstance(value, str):
             value = {"name": value}
         if not isinstance(value, dict):
@@ -159,8 +163,6 @@ class TransferConfig(ModelPairConfig):
 
     def compute_device(self):
         """The torch device of `method_device` (a ConfigError naming the fix where there is no such device)."""
-        from langswap.models import method_device
-
         return method_device(self.method_device)
 
     def calibration_text(self) -> str | None:
@@ -219,8 +221,6 @@ def read_separation_lines(config: TransferConfig, lines: list[str], held_out: li
     """The source-language lines the separation reads (`calibration.source_text`): `hidden_lines` to fit on and the
     check lines; refused before any slow work where the amount is to be chosen and either text has too few lines
     to keep check lines out."""
-    from langswap.resources.text import read_text_lines
-
     calibration = config.calibration
     check = check_line_count(config, held_out)
     source = read_text_lines(calibration.source_text, "source-language text (calibration.source_text)",
@@ -235,8 +235,6 @@ def read_separation_lines(config: TransferConfig, lines: list[str], held_out: li
 
 
 def plan_text_steps(config: TransferConfig, causal: bool) -> TextSteps:
-    from langswap.resources.text import read_text_lines
-
     text = config.calibration_text()
     strength, skipped = config.calibration.plan(bool(text), causal)
     distills = bool(config.distill.tokens) and bool(text)

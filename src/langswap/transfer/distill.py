@@ -39,7 +39,9 @@ model only where it went down (otherwise the report says they were put back).
 A teacher that reads the language worse than the student can only hold it back: before training, the held-out
 lines are read by both (the teacher through the source model's head, the student through the model's), and with
 `when: teacher-better` (the default) distillation runs only where the teacher's summed next-token loss over the
-same chunks is lower (`teacher_check` in the report).
+same chunks is lower (`teacher_check` in the report). That check, the options `layers`, `distance` and `when` and
+their layer choice are the ones the teacher during training has (`langswap.training.teacher`: `TeacherMatch`,
+`LikelihoodCheck`), and the distance is `kernels.hidden_state_distance` for both.
 
 Rows the text never shows get no gradient and stay bitwise as they were (AdamW with weight decay 0 moves no row
 whose gradient has always been zero). What the last layer cannot teach: a LayerNorm model (GPT-2) reads its stream
@@ -66,11 +68,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from langswap.config import layer_indices
+from langswap.batching import right_pad
+from langswap.chunks import ChunkAligner
 from langswap.errors import ConfigError, NumericalError, VocabularyError
 from langswap.kernels import hidden_state_distance
-from langswap.models import HiddenStates, input_embedding_scale, position_limit, resolve_layers
+from langswap.models import HiddenStates, input_embedding_scale, is_tied, objective_of, position_limit
 from langswap.progress import bar as progress_bar
+from langswap.reports import DistillationReport, TeacherCheck
+from langswap.training.teacher import (LikelihoodCheck, TeacherMatch, distance_field, layers_field, not_measured,
+                                       when_field)
+from langswap.transfer.calibrate import untie_head
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +86,10 @@ ALIGN_LINES = 256  # lines handed to the tokenizers at once
 
 
 @dataclass(frozen=True, kw_only=True)
-class DistillConfig:
+class DistillConfig(TeacherMatch):
     """Token distillation of the new rows after a transfer (`langswap.transfer.distill`)."""
+
+    OPTION = "distill"
 
     tokens: int = field(default=0, metadata={
         "help": "Target tokens read for training (the budget; 0: no distillation); the last update may overshoot it "
@@ -96,15 +105,14 @@ class DistillConfig:
     head_learning_rate: float | None = field(default=None, metadata={
         "help": "AdamW's peak learning rate for the output rows `head: lm` learns, on the same schedule (unset: "
                 "learning_rate): the rate at which the input rows learn best need not suit the output rows."})
-    layers: tuple[int, ...] = field(default=(-1,), metadata={
-        "help": "Hidden-state layers matched, indices into the model's hidden states (transformers' "
-                "output_hidden_states) of a model of L blocks: 1 is the first block's output, L or -1 the last "
-                "one's (after the final norm, for most models), and negative indices count back from it as in "
-                "Python (-2: block L-1, -L: block 1). 0 (and -L-1), the input embeddings, is not allowed; several "
-                "layers are averaged."})
-    distance: str = field(default="mse", metadata={
-        "help": "mse (squared error divided channel by channel by the teacher's mean square in the channel) or "
-                "cosine (1 - cosine similarity).", "choices": ("mse", "cosine")})
+    layers: tuple[int, ...] = layers_field(
+        "Hidden-state layers matched, indices into the model's hidden states (transformers' output_hidden_states) "
+        "of a model of L blocks: 1 is the first block's output, L or -1 the last one's (after the final norm, for "
+        "most models), and negative indices count back from it as in Python (-2: block L-1, -L: block 1). 0 (and "
+        "-L-1), the input embeddings, is not allowed; several layers are averaged.")
+    distance: str = distance_field(
+        "mse (squared error divided channel by channel by the teacher's mean square in the channel) or cosine "
+        "(1 - cosine similarity).")
     head: str = field(default="lm", metadata={
         "help": "An untied output head: lm (the new output rows learn by the student's next-token cross-entropy "
                 "on the text, gradient only into the output matrix) or keep (the output matrix stays). A tied head "
@@ -118,15 +126,14 @@ class DistillConfig:
     held_out_lines: int = field(default=32, metadata={
         "help": "Last lines of the text kept out of training, on which the loss is measured before and after "
                 "(at most a quarter of the lines)."})
-    when: str = field(default="teacher-better", metadata={
-        "help": "teacher-better (distil only where the source model, reading the held-out lines with its own "
-                "tokenizer, gives them a higher likelihood than the transferred model does: a teacher that reads "
-                "the language worse can only hold the student back) or always.",
-        "choices": ("teacher-better", "always")})
+    when: str = when_field(
+        "teacher-better (distil only where the source model, reading the held-out lines with its own tokenizer, "
+        "gives them a higher likelihood than the transferred model does: a teacher that reads the language worse "
+        "can only hold the student back) or always.")
     seed: int = field(default=0, metadata={"help": "Seed of the order in which lines are read."})
 
     def __post_init__(self):
-        object.__setattr__(self, "layers", layer_indices(self.layers, "distill.layers"))
+        super().__post_init__()  # layers, distance, when
         if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 0:
             raise ConfigError(f"distill.tokens is {self.tokens!r}; give a number of target tokens of at least 0 "
                               "(0 skips distillation).")
@@ -140,16 +147,12 @@ class DistillConfig:
         if self.head_learning_rate is not None and not _is_rate(self.head_learning_rate):
             raise ConfigError(f"distill.head_learning_rate is {self.head_learning_rate!r}; give a finite number above "
                               "0, e.g. 3e-4, or leave it unset to use distill.learning_rate.")
-        if self.distance not in ("mse", "cosine"):
-            raise ConfigError(f"distill.distance is {self.distance!r}; choose mse or cosine.")
         if self.head not in ("lm", "keep"):
             raise ConfigError(f"distill.head is {self.head!r}; choose lm or keep.")
         if self.tied_head not in ("move", "untie"):
             raise ConfigError(f"distill.tied_head is {self.tied_head!r}; choose move or untie.")
         if self.held_out_lines < 0:
             raise ConfigError(f"distill.held_out_lines is {self.held_out_lines}; give at least 0.")
-        if self.when not in ("teacher-better", "always"):
-            raise ConfigError(f"distill.when is {self.when!r}; choose teacher-better or always.")
 
 
 def _is_rate(value) -> bool:
@@ -176,7 +179,7 @@ class _Window:
 
 
 def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines: list[str], trainable,
-            config: DistillConfig, progress: bool = False, source_head: tuple | None = None) -> dict:
+            config: DistillConfig, progress: bool = False, source_head: tuple | None = None) -> DistillationReport:
     """Learn the `trainable` input rows of `model` (and, for an untied head with `head: lm`, its output rows) by
     token distillation on `lines`, as the module docstring says; returns the report.
 
@@ -203,36 +206,36 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
     deepest matched layer (`models.HiddenStates`) unless an untied head learns from the last.
     """
     if config.tokens == 0:
-        return {"skipped": "distill.tokens is 0: the rows are left as the transfer made them", "tokens": 0,
-                "updates": 0}
+        return DistillationReport(skipped="distill.tokens is 0: the rows are left as the transfer made them",
+                                  tokens=0, updates=0)
     started = time.perf_counter()
     _refuse_masked(model)
     run = _Distillation(model, source_embeddings, trainable, config)
     if not run.trainable.any():
-        return {"skipped": "no row is trainable: nothing to distill", "tokens": 0, "updates": 0}
+        return DistillationReport(skipped="no row is trainable: nothing to distill", tokens=0, updates=0)
     if not lines:
         raise ConfigError("distillation needs target-language text; none was given (distill lines).")
     held_count = min(config.held_out_lines, len(lines) // 4)
     train_lines, held_lines = list(lines[:len(lines) - held_count]), list(lines[len(lines) - held_count:])
     run.read_with(source_tokenizer, target_tokenizer)
-    report = run.report_head()
+    report = DistillationReport(**run.report_head())
     bar = progress_bar(progress, config.tokens, "distill", "tok")
     try:
         run.freeze()
         held_windows = [window for text in _aligned(run.aligner, held_lines)
                         for window in _windows(text, run.source_bos, run.target_bos, run.limits)[0]]
         check = run.teacher_check(held_windows, source_head, (len(source_tokenizer), len(target_tokenizer)))
-        report["teacher_check"] = check
-        if check.get("teacher_worse") and config.when == "teacher-better":
+        report.teacher_check = TeacherCheck.from_dict(check)
+        if not config.teaches(check):
             logger.warning("token distillation skipped: the source model reads the %d held-out lines worse than "
                            "the transferred model (%.3f against %.3f nats a chunk); distill.when: always distils "
                            "anyway", len(held_lines), check["teacher_nats_per_chunk"],
                            check["student_nats_per_chunk"])
-            report.update({"skipped": f"the teacher reads the held-out lines worse than the student "
-                                      f"({check['teacher_nats_per_chunk']} against {check['student_nats_per_chunk']} "
-                                      "nats a chunk): the rows are left as the transfer made them",
-                           "tokens": 0, "updates": 0, "seconds": round(time.perf_counter() - started, 2)})
-            return report
+            return dataclasses.replace(
+                report, skipped=f"the teacher reads the held-out lines worse than the student "
+                                f"({check['teacher_nats_per_chunk']} against {check['student_nats_per_chunk']} nats a "
+                                "chunk): the rows are left as the transfer made them",
+                tokens=0, updates=0, seconds=round(time.perf_counter() - started, 2))
         loss_start, token_loss_start = run.measure(held_windows, False) if held_windows else (None, None)
         trained = run.train(train_lines, bar)
         loss_end, token_loss_end = run.measure(held_windows, True) if held_windows else (None, None)
@@ -246,15 +249,14 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
             bar.close()
         run.thaw()
 
-    report.update({
-        "tokens": trained["read"], "updates": trained["updates"], "lines": len(train_lines),
-        "held_out_lines": len(held_lines), "loss_start": _round(loss_start), "loss_end": _round(loss_end),
-        "last_train_loss": _round(trained["train_loss"]), "next_token_loss_start": _round(token_loss_start),
-        "next_token_loss_end": _round(token_loss_end), "kept": kept, "untied": bool(run.untie and kept),
-        "chunks_matched": trained["matched"], "chunks_skipped": trained["unencodable"],
-        "chunks_too_long": trained["too_long"],
-        "held_out_chunks": sum(len(window.target_at) for window in held_windows),
-        "text_repeated": trained["repeated"], "seconds": round(time.perf_counter() - started, 2)})
+    report = dataclasses.replace(
+        report, tokens=trained["read"], updates=trained["updates"], lines=len(train_lines),
+        held_out_lines=len(held_lines), loss_start=_round(loss_start), loss_end=_round(loss_end),
+        last_train_loss=_round(trained["train_loss"]), next_token_loss_start=_round(token_loss_start),
+        next_token_loss_end=_round(token_loss_end), kept=kept, untied=bool(run.untie and kept),
+        chunks_matched=trained["matched"], chunks_skipped=trained["unencodable"], chunks_too_long=trained["too_long"],
+        held_out_chunks=sum(len(window.target_at) for window in held_windows), text_repeated=trained["repeated"],
+        seconds=round(time.perf_counter() - started, 2))
     _log_outcome(report, len(held_lines))
     return report
 
@@ -265,8 +267,6 @@ class _Distillation:
     order `distill` calls them."""
 
     def __init__(self, model, source_embeddings, trainable, config: DistillConfig):
-        from langswap.models import is_tied
-
         self.model, self.config = model, config
         self.input_weight = model.get_input_embeddings().weight
         self.rows, width = self.input_weight.shape
@@ -280,7 +280,7 @@ class _Distillation:
         # rows read as inputs_embeds skip the layer's scale (Gemma-3's sqrt(d)): apply it here
         self.source = source if self.input_scale == 1.0 else _ScaledRows(source, self.input_scale)
         self.trainable = _row_mask(trainable, self.rows, "input")
-        self.layers = resolve_layers(model.config, config.layers)
+        self.layers = config.match_layers(model.config)  # the teacher is this body, fed the source rows
         self.output = model.get_output_embeddings()
         tied = is_tied(model)
         # the head's rows, now the input matrix, become its own at the end
@@ -289,8 +289,6 @@ class _Distillation:
 
     def read_with(self, source_tokenizer, target_tokenizer) -> None:
         """How the text is read and cut (the aligner, the windows' limits and frames), and the learned rows."""
-        from langswap.chunks import ChunkAligner
-
         config, model = self.config, self.model
         self.aligner = ChunkAligner(source_tokenizer, target_tokenizer)
         self.limits = _Limits(config.max_length, position_limit(model.config), len(self.source), self.rows)
@@ -363,10 +361,45 @@ class _Distillation:
         return self.output.weight.detach()
 
     def teacher_check(self, windows: list[_Window], source_head, sizes: tuple[int, int]) -> dict:
-        bias = getattr(self.output, "bias", None) if self.output is not None else None
-        return _teacher_check(self.body, self.source, source_head, windows, self.config.batch_lines, self.device,
-                              self.dtype, lambda ids: self.student_inputs(ids, False), self.head_weight(False), bias,
-                              sizes, self.softcap)
+        """Whose likelihood of `windows` is higher (`LikelihoodCheck`): the teacher's (the body reading the source
+        tokens through the source model's rows and `source_head`) or the student's (the model as the transfer made
+        it)? Each window holds whole chunks, the same bytes on both sides, so the two sums of next-token losses are
+        over the same text: the report gives each per chunk, in nats, and `teacher_worse` where the teacher's is not
+        lower. Windows holding a chunk either tokenizer cannot spell are left out (an unknown token stands for bytes
+        the other side spells out), and each side's softmax runs over its own tokenizer's tokens (`sizes`: source,
+        target), not a matrix's padding rows."""
+        if source_head is None:
+            return not_measured("no source head was given (distill's source_head)")
+        if self.output is None:
+            return not_measured("the model has no output layer")
+        clean = [window for window in windows if not window.unencodable]
+        if not clean:
+            return not_measured("no held-out lines (fewer than 4 lines of text, or held_out_lines 0)" if not windows
+                                else "every held-out window holds a chunk one of the tokenizers cannot spell")
+        source_size, target_size = sizes
+        weight, bias = source_head
+        weight = weight[:source_size].to(self.device, torch.float32)
+        bias = None if bias is None else bias[:source_size].to(self.device, torch.float32)
+        student_weight = self.head_weight(False)[:target_size].to(torch.float32)
+        student_bias = getattr(self.output, "bias", None)
+        student_bias = None if student_bias is None else student_bias[:target_size].to(torch.float32)
+        check = LikelihoodCheck("chunk")
+        with torch.no_grad():
+            for start in range(0, len(clean), self.config.batch_lines):
+                part = clean[start:start + self.config.batch_lines]
+                batch = _Batch(part, self.device)
+                check.units += sum(len(window.target_at) for window in part)
+                teacher_inputs = self.source[batch.source_ids.to(self.source.device)].to(self.device, self.dtype)
+                hidden = self.body(inputs_embeds=teacher_inputs, use_cache=False).last_hidden_state
+                states = hidden[:, :-1][batch.source_predicts].to(torch.float32)
+                check.add("teacher", _logits(states, weight, bias, self.softcap),
+                          batch.source_ids[:, 1:][batch.source_predicts])
+                hidden = self.body(inputs_embeds=self.student_inputs(batch.target_ids, False),
+                                   use_cache=False).last_hidden_state
+                states = hidden[:, :-1][batch.predicts].to(torch.float32)
+                check.add("student", _logits(states, student_weight, student_bias, self.softcap),
+                          batch.target_ids[:, 1:][batch.predicts])
+        return check.report(windows_left_out=len(windows) - len(clean))
 
     def measure(self, windows: list[_Window], learning: bool) -> tuple[float | None, float | None]:
         """(distillation loss, next-token loss) over `windows`, each averaged over matched positions and predicted
@@ -451,8 +484,6 @@ class _Distillation:
     def write_back(self) -> None:
         """The learned rows into the model (an untied head first gets a copy of the rows the method made)."""
         if self.untie:
-            from langswap.transfer.calibrate import untie_head
-
             untie_head(self.model)
             self.output = self.model.get_output_embeddings()
         with torch.no_grad():
@@ -461,28 +492,26 @@ class _Distillation:
                 self.output.weight[self.head_ids] = self.head_rows.detach().to(self.output.weight.dtype)
 
 
-def _log_outcome(report: dict, held_lines: int) -> None:
-    loss_start, loss_end = report["loss_start"], report["loss_end"]
-    if not report["kept"]:
-        report["put_back"] = (f"the held-out distillation loss rose ({loss_start:.4f} -> {loss_end:.4f}): the rows "
-                              "are left as the transfer made them")
+def _log_outcome(report: DistillationReport, held_lines: int) -> None:
+    loss_start, loss_end = report.loss_start, report.loss_end
+    if not report.kept:
+        report.put_back = (f"the held-out distillation loss rose ({loss_start:.4f} -> {loss_end:.4f}): the rows "
+                           "are left as the transfer made them")
         logger.warning("token distillation put back: on %d held-out lines its loss went from %.4f to %.4f; lower "
                        "distill.learning_rate or raise distill.tokens", held_lines, loss_start, loss_end)
     elif loss_start is not None:
         logger.info("distilled %s rows over %s target tokens (%s updates): held-out distillation loss %.4f -> %.4f, "
                     "next-token loss %s -> %s | chunks matched %s, unencodable %s, too long %s",
-                    f"{report['rows']:,}", f"{report['tokens']:,}", f"{report['updates']:,}", loss_start, loss_end,
-                    report["next_token_loss_start"], report["next_token_loss_end"], f"{report['chunks_matched']:,}",
-                    f"{report['chunks_skipped']:,}", f"{report['chunks_too_long']:,}")
+                    f"{report.rows:,}", f"{report.tokens:,}", f"{report.updates:,}", loss_start, loss_end,
+                    report.next_token_loss_start, report.next_token_loss_end, f"{report.chunks_matched:,}",
+                    f"{report.chunks_skipped:,}", f"{report.chunks_too_long:,}")
     else:
         logger.info("distilled %s rows over %s target tokens (%s updates); no held-out check (fewer than 4 lines "
-                    "of text, or distill.held_out_lines 0)", f"{report['rows']:,}", f"{report['tokens']:,}",
-                    f"{report['updates']:,}")
+                    "of text, or distill.held_out_lines 0)", f"{report.rows:,}", f"{report.tokens:,}",
+                    f"{report.updates:,}")
 
 
 def _refuse_masked(model) -> None:
-    from langswap.models import objective_of
-
     if objective_of(model.config) == "masked" or type(model).__name__.endswith("ForMaskedLM"):
         raise ConfigError(
             f"token distillation is for causal LMs, and this model ({type(model).__name__}) is a masked LM: its "
@@ -608,8 +637,6 @@ class _Batch:
     """Windows right-padded into (B, S) source and (B, T) target id tensors, with the flat positions matched."""
 
     def __init__(self, windows: list[_Window], device):
-        from langswap.batching import right_pad
-
         self.source_ids, source_real = right_pad([w.source_ids for w in windows], 0)
         self.target_ids, target_real = right_pad([w.target_ids for w in windows], 0)
         source_length, target_length = self.source_ids.shape[1], self.target_ids.shape[1]
@@ -673,52 +700,6 @@ def _next_token_loss(hidden: torch.Tensor, batch: _Batch, weight: torch.Tensor, 
     if not len(targets):
         return states.new_zeros(()), 0
     return F.cross_entropy(_logits(states, weight, bias, softcap), targets), len(targets)
-
-
-def _teacher_check(body, source: torch.Tensor, source_head, windows: list[_Window], batch_lines: int, device,
-                   dtype, student_inputs, student_weight, student_bias, sizes: tuple[int, int],
-                   softcap: float | None = None) -> dict:
-    """Whose likelihood of `windows` is higher: the teacher's (the body reading the source tokens through the
-    source model's rows and head) or the student's (the model as the transfer made it)? Each window holds whole
-    chunks, the same bytes on both sides, so the two sums of next-token losses are over the same text: the report
-    gives each per chunk, in nats, and `teacher_worse` where the teacher's is not lower. Windows holding a chunk
-    either tokenizer cannot spell are left out (an unknown token stands for bytes the other side spells out), and
-    each side's softmax runs over its own tokenizer's tokens (`sizes`: source, target), not a matrix's padding
-    rows."""
-    if source_head is None:
-        return {"measured": False, "why": "no source head was given (distill's source_head)"}
-    if student_weight is None:
-        return {"measured": False, "why": "the model has no output layer"}
-    clean = [window for window in windows if not window.unencodable]
-    if not clean:
-        why = "no held-out lines (fewer than 4 lines of text, or held_out_lines 0)" if not windows else \
-            "every held-out window holds a chunk one of the tokenizers cannot spell"
-        return {"measured": False, "why": why}
-    source_size, target_size = sizes
-    weight, bias = source_head
-    weight = weight[:source_size].to(device, torch.float32)
-    bias = None if bias is None else bias[:source_size].to(device, torch.float32)
-    student_weight = student_weight[:target_size].to(torch.float32)
-    student_bias = None if student_bias is None else student_bias[:target_size].to(torch.float32)
-    teacher_nats = student_nats = 0.0
-    chunks = 0
-    with torch.no_grad():
-        for start in range(0, len(clean), batch_lines):
-            part = clean[start:start + batch_lines]
-            batch = _Batch(part, device)
-            chunks += sum(len(window.target_at) for window in part)
-            teacher_inputs = source[batch.source_ids.to(source.device)].to(device, dtype)
-            hidden = body(inputs_embeds=teacher_inputs, use_cache=False).last_hidden_state
-            states = hidden[:, :-1][batch.source_predicts].to(torch.float32)
-            teacher_nats += float(F.cross_entropy(_logits(states, weight, bias, softcap),
-                                                  batch.source_ids[:, 1:][batch.source_predicts], reduction="sum"))
-            hidden = body(inputs_embeds=student_inputs(batch.target_ids), use_cache=False).last_hidden_state
-            states = hidden[:, :-1][batch.predicts].to(torch.float32)
-            student_nats += float(F.cross_entropy(_logits(states, student_weight, student_bias, softcap),
-                                                  batch.target_ids[:, 1:][batch.predicts], reduction="sum"))
-    return {"measured": True, "chunks": chunks, "windows_left_out": len(windows) - len(clean),
-            "teacher_nats_per_chunk": round(teacher_nats / chunks, 4),
-            "student_nats_per_chunk": round(student_nats / chunks, 4), "teacher_worse": teacher_nats >= student_nats}
 
 
 def _round(value: float | None) -> float | None:

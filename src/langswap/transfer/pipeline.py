@@ -9,7 +9,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from langswap.evaluation.correspondence import format_correspondence
+from langswap.files import refuse_existing
+from langswap.locking import OutputLock
+from langswap.models import transformers_bars
 from langswap.records import TransferRecord
+from langswap.reports import AlignmentReport, CalibrationReport, EvaluationMetrics, MatchingReport, MethodChoice
 from langswap.transfer.config import TransferConfig
 from langswap.transfer.steps import (Inputs, Made, Source, Target, check_matching, load_inputs, load_source,
                                      load_target, make_embeddings, plan_text, score, write_output)
@@ -21,13 +26,42 @@ logger = logging.getLogger(__name__)
 class TransferReport:
     output: Path
     counts: dict
-    alignment: dict | None
-    metrics: dict | None
+    alignment: AlignmentReport | None
+    metrics: EvaluationMetrics | None
     correspondence: list[dict]
     seconds: dict
-    calibration: dict | None = None  # what langswap.transfer.calibrate did, or {"skipped": why}
-    choice: dict | None = None  # where the method offered candidates: which was kept, and why
-    matching: dict | None = None  # the copies against an independent count (`steps.check_matching`)
+    calibration: CalibrationReport | None = None  # what calibration did, or why it did not run
+    choice: MethodChoice | None = None  # where the method offered candidates: which was kept, and why
+    matching: MatchingReport | None = None  # the copies against an independent count (`steps.check_matching`)
+    method: str = ""
+
+    def summary(self) -> str:
+        """What `langswap transfer` prints: the folder and its rows, the copies, the alignment, the candidate kept,
+        the calibration, the held-out figures and the correspondence sample."""
+        counts = " | ".join(f"{key} {value:,}" for key, value in self.counts.items())
+        lines = [f"wrote {self.output}: {counts}"]
+        matching = self.matching
+        if matching is not None and matching.copied is not None:  # its warnings are logged, and show with -q too
+            lines.append(f"copied {matching.copied:,} of {matching.target_tokens:,} target tokens "
+                         f"({matching.share_copied:.1%}): {matching.copied_whole:,} with a whole surface, of which an "
+                         f"independent count finds {matching.independent:,} ({matching.agree:,} agree), and "
+                         f"{matching.copied_partial:,} byte or partial-character tokens")
+        alignment = self.alignment.line() if self.alignment is not None else None
+        if alignment:
+            lines.append(alignment)
+        if self.choice:
+            lines.append(f"method {self.method}: {self.choice.summary()}")
+        if self.calibration is not None and self.calibration.rows:
+            lines.append(f"calibrated {self.calibration.rows:,} output rows to the token frequencies of "
+                         f"{self.calibration.text} (strength {self.calibration.strength:g})")
+        elif self.calibration is not None and self.calibration.skipped:
+            lines.append(f"no frequency calibration: {self.calibration.skipped}")
+        if self.metrics is not None:
+            lines.append(f"{self.metrics.kind} {self.metrics.perplexity:.2f}, bits per byte "
+                         f"{self.metrics.bits_per_byte:.4f} on {self.metrics.lines} lines")
+        if self.correspondence:
+            lines.append(format_correspondence(self.correspondence))
+        return "\n".join(lines)
 
 
 class _Clock:
@@ -48,9 +82,6 @@ class _Clock:
 def transfer(config: TransferConfig, progress: bool = False) -> TransferReport:
     """Run one transfer as `config` says and write the output folder; returns what happened. One process at a time
     writes an output folder: another gets `OutputLockedError` (`langswap.locking`)."""
-    from langswap.locking import OutputLock
-    from langswap.models import transformers_bars
-
     config.validate()
     with OutputLock(config.output, "transfer output folder"), transformers_bars(progress):
         return _transfer(config, progress)
@@ -113,11 +144,9 @@ def run_steps(config: TransferConfig, progress: bool = False, loaded: Loaded | N
 
 
 def _transfer(config: TransferConfig, progress: bool) -> TransferReport:
-    from langswap.files import refuse_existing
-
     refuse_existing(config.output, config.overwrite)  # again, now that the folder's lock is held
     done = run_steps(config, progress)
     return TransferReport(output=Path(config.output), counts=done.record.counts, alignment=done.inputs.alignment,
                           metrics=done.metrics, correspondence=done.correspondence, seconds=done.seconds,
                           calibration=done.record.calibration, choice=done.made.result.choice,
-                          matching=done.matching)
+                          matching=done.matching, method=config.method.method_name)

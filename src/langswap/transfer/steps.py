@@ -17,11 +17,14 @@ matrices are kept (on the CPU) while the others are judged, and restored rather 
 
 from __future__ import annotations
 
+import copy as copying
 import dataclasses
 import json
 import logging
 import math
+import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,15 +32,34 @@ import numpy as np
 import torch
 
 from langswap import __version__
-from langswap.transfer.calibrate import CalibrationConfig
+from langswap.checkpoint import Checkpoint, MissingWeightsError, why_not_streamed
 from langswap.config import to_dict
 from langswap.errors import ConfigError, OutputSpaceError
+from langswap.evaluation.correspondence import correspondence_rows
+from langswap.evaluation.language_modeling import evaluate_model
+from langswap.files import atomic_directory
 from langswap.methods.base import MethodConfig, MethodResult, TransferInputs, get_method, load_resources, run_method
+from langswap.methods.mapping import Kind
 from langswap.methods.provenance import refuse_non_finite_rows, write_provenance
-from langswap.records import TransferRecord, write_model_record
+from langswap.modelcard import write_model_card
+from langswap.models import is_tied, load_config, load_model, load_tokenizer, objective_of, pick_device, save_tokenizer
+from langswap.numerics import SOURCE_FIX, refuse_non_finite
+from langswap.records import ModelRecord, TransferRecord, write_model_record
+from langswap.reports import (AlignmentReport, CalibrationReport, DistillationReport, EvaluationMetrics, MatchingReport,
+                              Report, SeparationReport, VocabularyReport)
+from langswap.resources.conventions import independent_matches, matching_report, matching_warnings
+from langswap.resources.extension import first_differing_id
 from langswap.resources.kinds import keys_in_use
+from langswap.resources.text import read_text_lines
+from langswap.resources.tokenizer import train_tokenizer
+from langswap.surgery import (SourceMatrices, check_position_offset, install_embeddings, read_source_matrices,
+                              remap_named_token_ids, update_special_token_ids)
+from langswap.tokens import Vocabulary
+from langswap.transfer.calibrate import (CalibrationConfig, calibratable, calibrate, frequency_line, mean_token_loss,
+                                         separate, tie_head, untie_head)
 from langswap.transfer.config import (HELD_OUT_TOKENS, TextSteps, TransferConfig, check_line_count, plan_text_steps,
-                                     separation_needs_extension)
+                                      separation_needs_extension)
+from langswap.transfer.distill import distill
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +91,10 @@ class Growth:
     rows: int
     source_rows: int
 
-    def report(self) -> dict:
-        return {"mode": "extended", "kept": self.kept, "new": [self.kept, self.tokens - 1],
-                "padding": [self.tokens, self.rows - 1] if self.rows > self.tokens else None, "rows": self.rows,
-                "source_rows": self.source_rows}
+    def report(self) -> VocabularyReport:
+        return VocabularyReport(mode="extended", kept=self.kept, new=[self.kept, self.tokens - 1],
+                                padding=[self.tokens, self.rows - 1] if self.rows > self.tokens else None,
+                                rows=self.rows, source_rows=self.source_rows)
 
 
 @dataclass
@@ -81,6 +103,9 @@ class Target:
     vocabulary: object  # tokens.Vocabulary
     growth: Growth | None = None  # an extended vocabulary; None: a replaced one
     independent: dict | None = None  # `check_matching`'s independent count, made once for the pair
+
+    def vocabulary_report(self) -> VocabularyReport:
+        return self.growth.report() if self.growth else VocabularyReport(mode="replaced")
 
     @property
     def rows(self) -> int:
@@ -101,8 +126,9 @@ class Inputs:
     reports: dict
 
     @property
-    def alignment(self) -> dict | None:
-        return self.reports.get("vectors")
+    def alignment(self) -> AlignmentReport | None:
+        """The aligned word vectors' report, where the method read them."""
+        return AlignmentReport.from_dict(self.reports["vectors"]) if "vectors" in self.reports else None
 
 
 @dataclass
@@ -112,7 +138,7 @@ class Made:
 
     model: object
     result: MethodResult
-    finished: dict = field(default_factory=dict)
+    finished: dict[str, Report] = field(default_factory=dict)  # by step: the reports of `FINISHING`
     seconds: dict = field(default_factory=dict)  # of the finishing steps (all candidates) and what they share
 
 
@@ -132,8 +158,6 @@ class FinishContext:
 
 def plan_text(config: TransferConfig) -> TextSteps:
     """What the transfer does with target-language text, from the config and the source model's kind."""
-    from langswap.models import load_config, objective_of
-
     return plan_text_steps(config, objective_of(load_config(config.source_model)) == "causal")
 
 
@@ -141,8 +165,6 @@ def streamed_checkpoint(config: TransferConfig, steps: TextSteps, model_config=N
     """The source checkpoint to stream (`langswap.checkpoint.Checkpoint`), or None to load the whole model, as
     `config.stream` says: auto streams a local safetensors folder when no step (`steps`) runs the model on text; on
     refuses what cannot be streamed, naming what to change."""
-    from langswap.checkpoint import Checkpoint, MissingWeightsError, why_not_streamed
-
     if config.stream == "off":
         return None
     folder = Path(config.source_model)
@@ -165,28 +187,38 @@ def streamed_checkpoint(config: TransferConfig, steps: TextSteps, model_config=N
     return None
 
 
+def load_vocabulary(name: str | Path, what: str) -> tuple[object, Vocabulary]:
+    """(tokenizer, its canonical vocabulary) of a folder or hub name; `what` names the tokenizer in the error a missing
+    one gets. The first half of loading a model folder: what is checked against the vocabularies is checked before
+    the model loads (`load_checked_model`)."""
+    tokenizer = load_tokenizer(name, what)
+    return tokenizer, Vocabulary(tokenizer)
+
+
+def load_checked_model(name: str | Path, vocabulary: Vocabulary, where: str, fix: str = SOURCE_FIX,
+                       stored_dtype: bool = False) -> tuple[object, SourceMatrices]:
+    """(model, its token matrices): the model of a folder or hub name in the dtype it was saved in, refused where a
+    weight is NaN or infinite (`where` names the model in the error, `fix` says what to do), and the first
+    len(vocabulary) rows of its input matrix, untied head and output bias (`surgery.read_source_matrices`: float32
+    copies, or copies in the model's dtype with `stored_dtype`)."""
+    model = load_model(name)
+    refuse_non_finite(model, where, fix)
+    return model, read_source_matrices(model, len(vocabulary), stored_dtype=stored_dtype)
+
+
 def load_source(config: TransferConfig, text: TextSteps) -> Source:
     """The source model (streamed where nothing runs it on text), its tokenizer and token matrices; a model with
     non-finite weights is refused."""
-    from langswap.models import load_config, load_model, load_tokenizer
-    from langswap.numerics import SOURCE_FIX, refuse_non_finite
-    from langswap.surgery import read_source_matrices
-    from langswap.tokens import Vocabulary
-
-    tokenizer = load_tokenizer(config.source_tokenizer or config.source_model, "source tokenizer")
-    vocabulary = Vocabulary(tokenizer)
+    tokenizer, vocabulary = load_vocabulary(config.source_tokenizer or config.source_model, "source tokenizer")
     model_config = load_config(config.source_model)
     checkpoint = streamed_checkpoint(config, text, model_config)
     if checkpoint is not None:
         return Source(tokenizer, vocabulary, checkpoint.model, checkpoint, checkpoint.read_matrices(len(vocabulary)),
                       checkpoint.dtype, checkpoint.stored_bytes())
     check_memory(memory_needed(config, text, model_config), text)
-    model = load_model(config.source_model)
-    refuse_non_finite(model, f"source model '{config.source_model}'", SOURCE_FIX)
-    matrices = read_source_matrices(model, len(vocabulary), stored_dtype=True)
+    model, matrices = load_checked_model(config.source_model, vocabulary, f"source model '{config.source_model}'",
+                                         stored_dtype=True)
     if text.model_runs():  # its forward passes run on the GPU where there is one
-        from langswap.models import pick_device
-
         model.to(pick_device())
     return Source(tokenizer, vocabulary, model, None, matrices, model.get_input_embeddings().weight.dtype,
                   sum(p.numel() * p.element_size() for p in model.parameters()))
@@ -195,15 +227,9 @@ def load_source(config: TransferConfig, text: TextSteps) -> Source:
 def load_target(config: TransferConfig, source: Source, text: TextSteps, progress: bool = False) -> Target:
     """The target tokenizer (trained on target_text where none is given); refused where the model's positions do not
     fit it or the output's disk lacks room for the new folder."""
-    from langswap.models import load_tokenizer
-    from langswap.surgery import check_position_offset
-    from langswap.tokens import Vocabulary
-
     if config.target_tokenizer:
         tokenizer = load_tokenizer(config.target_tokenizer, "target tokenizer")
     else:
-        from langswap.resources.tokenizer import train_tokenizer
-
         tokenizer = train_tokenizer(source.tokenizer, config.target_text, config.vocab_size, progress=progress)
     target = Target(tokenizer, Vocabulary(tokenizer))
     target.growth = plan_growth(config, source, target)
@@ -222,8 +248,6 @@ def plan_growth(config: TransferConfig, source: Source, target: Target) -> Growt
     """Whether the target tokenizer extends the source's (keeps every source id's token and adds tokens after them)
     and, where the transfer treats it so (`config.vocabulary`), the rows of the new matrices. `vocabulary: extend`
     refuses a target that is no extension, naming the first source id it moves."""
-    from langswap.resources.extension import first_differing_id
-
     kept, tokens = len(source.vocabulary), len(target.vocabulary)
     moved = first_differing_id(source.tokenizer, target.tokenizer)
     extends = moved is None and tokens > kept
@@ -285,8 +309,6 @@ def finish_context(config: TransferConfig, source: Source, target: Target, text:
     calibration = dataclasses.replace(config.calibration, check_lines=check_line_count(config, text.held_out))
     line = None
     if text.strength > 0 and not (source.matrices.tied and config.calibration.tied_head == "skip"):
-        from langswap.transfer.calibrate import frequency_line
-
         line = frequency_line(target.tokenizer, text.lines, target.rows, calibration)
     return FinishContext(config, target, text, calibration, line, source, progress)
 
@@ -295,42 +317,36 @@ def movable_rows(mapping, kept: int = 0, copied: bool = False) -> np.ndarray:
     """Rows a finishing step may change: never a special token's, never one of the first `kept` rows (an extended
     vocabulary's source rows), and a row copied from a source token of the same form only with `copied`; without
     it, the rows the method made."""
-    from langswap.methods.mapping import Kind
-
     kinds = mapping.kinds
     fixed = [Kind.SPECIAL] if copied else [Kind.SPECIAL, Kind.COPIED]
     return ~np.isin(kinds, fixed) & (np.arange(len(kinds)) >= kept)
 
 
 def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strength: float, lines: list[str],
-                   line: tuple | None = None, kept: int = 0, progress: bool = False) -> dict:
+                   line: tuple | None = None, kept: int = 0, progress: bool = False) -> CalibrationReport:
     """Frequency calibration (`langswap.transfer.calibrate`) of a transferred model's output rows at `strength`: every
     non-special row, or with `rows: new` those the method did not copy; never the first `kept` rows (an extended
     vocabulary's source rows). Returns calibrate's report."""
-    from langswap.transfer.calibrate import calibrate
-
     moved = movable_rows(mapping, kept, copied=config.rows == "all")
     return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line, progress)
 
 
-def calibrate_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> dict:
+def calibrate_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> CalibrationReport:
     """Frequency calibration as the text plan says."""
     text = context.text
     report = calibrate_rows(model, context.target.tokenizer, result.mapping, context.calibration, text.strength,
                             text.lines, context.line, context.target.kept, context.progress)
-    return {**report, "text": str(text.text)}
+    return dataclasses.replace(report, text=str(text.text))
 
 
 def calibrates(context: FinishContext) -> bool:
     return context.text.strength > 0
 
 
-def distill_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> dict:
+def distill_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> DistillationReport:
     """Token distillation (`langswap.transfer.distill`) of the rows the method made: every non-special row the method did not
     copy from a source token of the same form, never an extended vocabulary's source rows; on the target text
     without the held-out lines candidates are judged on."""
-    from langswap.transfer.distill import distill
-
     text = context.text
     trainable = movable_rows(result.mapping, context.target.kept)
     lines = text.lines[:len(text.lines) - len(text.held_out)] if text.held_out else text.lines
@@ -339,23 +355,22 @@ def distill_step(context: FinishContext, model, result: MethodResult, earlier: d
     report = distill(model, matrices.embeddings, context.source.tokenizer, context.target.tokenizer, lines,
                      trainable, context.config.distill, progress=context.progress,
                      source_head=(head, matrices.output_bias))
-    return {**report, "text": str(text.text)}
+    return dataclasses.replace(report, text=str(text.text))
 
 
 def distills(context: FinishContext) -> bool:
     return context.text.distills
 
 
-def separate_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> dict:
+def separate_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> SeparationReport:
     """An extension's new rows moved off the source language (`langswap.transfer.calibrate.separate`), the rows calibration
     moves; the target check loss calibration left is not measured again (the same check lines)."""
-    from langswap.transfer.calibrate import separate
-
     config = context.calibration
     moved = movable_rows(result.mapping, context.target.kept, copied=config.rows == "all")
     report = separate(model, context.target.tokenizer, context.text.lines, context.text.source_lines, config, moved,
-                      context.progress, target_loss=(earlier.get("calibration") or {}).get("held_out_loss"))
-    return {**report, "source_text": str(config.source_text)}
+                      context.progress, target_loss=earlier["calibration"].held_out_loss if "calibration" in earlier
+                      else None)
+    return dataclasses.replace(report, source_text=str(config.source_text))
 
 
 def separates(context: FinishContext) -> bool:
@@ -363,9 +378,8 @@ def separates(context: FinishContext) -> bool:
 
 
 # name -> (step, whether it runs for a transfer), in the order they run on each candidate, each step given the reports
-# of the steps before it (`earlier`); a report may carry
-# "held_out_loss", the candidate's loss measured on the held-out lines as it leaves it, which spares measuring it
-# again (the last one given counts)
+# of the steps before it (`earlier`); a report may carry `held_out_loss`, the candidate's loss measured on the
+# held-out lines as it leaves it (never written), which spares measuring it again (the last one given counts)
 FINISHING = {"distillation": (distill_step, distills), "calibration": (calibrate_step, calibrates),
              "separation": (separate_step, separates)}
 
@@ -373,8 +387,6 @@ FINISHING = {"distillation": (distill_step, distills), "calibration": (calibrate
 def token_matrices(model, device=None) -> dict:
     """Copies of the model's token matrices (input, a separate output layer, its bias), on `device` (default: where
     they are), and whether they are tied."""
-    from langswap.models import is_tied
-
     def copy(tensor):
         return tensor.detach().to(device, copy=True) if device is not None else tensor.detach().clone()
 
@@ -388,9 +400,6 @@ def token_matrices(model, device=None) -> dict:
 
 
 def restore_token_matrices(model, saved: dict) -> None:
-    from langswap.transfer.calibrate import tie_head, untie_head
-    from langswap.models import is_tied
-
     if saved["tied"] and not is_tied(model):
         tie_head(model)
     elif not saved["tied"] and is_tied(model):
@@ -412,18 +421,11 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     and finished in turn, and the one whose model then has the lowest mean token loss on the lines is kept (causal
     LMs; other models keep the method's first candidate), its finished matrices restored rather than finished again.
     `dtype`: that of the new matrices (`run_method`; default: the source matrices' own)."""
-    import copy as copying
-
-    from langswap.models import is_tied
-    from langswap.surgery import install_embeddings, update_special_token_ids
-
     if copy:
         model = copying.deepcopy(model)
 
     def install(result):
         if matrices.tied and not is_tied(model):  # a candidate's calibration untied it (calibration.tied_head)
-            from langswap.transfer.calibrate import tie_head
-
             tie_head(model)
         install_embeddings(model, result.embeddings, result.output_embeddings, result.output_bias)
         update_special_token_ids(model, inputs.target.tokenizer)
@@ -431,28 +433,24 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     # the best finished candidate so far, as run_method keeps it (lowest loss, ties to the earlier; a non-finite
     # loss counts as infinite): its loss, the result, its finished token matrices (on the CPU) and its reports
     best: dict = {}
-    judge = None
-    if held_out:
-        from langswap.transfer.calibrate import calibratable
 
-        if calibratable(model):
-            from langswap.transfer.calibrate import mean_token_loss
+    def judge(result) -> float:
+        install(result)
+        reports = finish(model, result) if finish is not None else {}
+        losses = [report.held_out_loss for report in reports.values()
+                  if getattr(report, "held_out_loss", None) is not None]
+        loss = losses[-1] if losses else mean_token_loss(model, inputs.target.tokenizer, held_out,
+                                                         HELD_OUT_TOKENS, progress)
+        ranked = loss if math.isfinite(loss) else math.inf
+        if finish is not None and (not best or ranked < best["loss"]):
+            best.update(loss=ranked, result=result, matrices=token_matrices(model, "cpu"), reports=reports)
+        return loss
 
-            def judge(result) -> float:
-                install(result)
-                reports = finish(model, result) if finish is not None else {}
-                losses = [report.pop("held_out_loss") for report in reports.values()
-                          if isinstance(report, dict) and "held_out_loss" in report]
-                loss = losses[-1] if losses else mean_token_loss(model, inputs.target.tokenizer, held_out,
-                                                                 HELD_OUT_TOKENS, progress)
-                ranked = loss if math.isfinite(loss) else math.inf
-                if finish is not None and (not best or ranked < best["loss"]):
-                    best.update(loss=ranked, result=result, matrices=token_matrices(model, "cpu"), reports=reports)
-                return loss
-
-    result = run_method(method_config, inputs, matrices.as_dict(), progress=progress, judge=judge, dtype=dtype)
-    if result.choice and finish is not None and "losses" in result.choice:
-        result.choice["by"] = "held-out loss after " + ", ".join(getattr(finish, "steps", ["finishing"]))
+    judged = bool(held_out) and calibratable(model)
+    result = run_method(method_config, inputs, matrices.as_dict(), progress=progress, judge=judge if judged else None,
+                        dtype=dtype)
+    if result.choice and finish is not None and result.choice.losses is not None:
+        result.choice.by = "held-out loss after " + ", ".join(getattr(finish, "steps", ["finishing"]))
     refuse_non_finite_rows(result, inputs)
     if best and best["result"] is result:  # judged: installed and finished then
         install(result)
@@ -461,9 +459,6 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     else:
         install(result)
         reports = finish(model, result) if finish is not None else {}
-        for report in reports.values():
-            if isinstance(report, dict):
-                report.pop("held_out_loss", None)
     return model, result, reports
 
 
@@ -478,7 +473,7 @@ def make_embeddings(config: TransferConfig, source: Source, target: Target, text
         refuse_non_finite_rows(result, inputs.method)
         if config.calibration.strength is None:
             logger.info("no frequency calibration: %s", text.skipped)
-        return Made(source.model, result, {"calibration": {"skipped": text.skipped, "strength": 0.0}})
+        return Made(source.model, result, {"calibration": CalibrationReport(skipped=text.skipped, strength=0.0)})
     seconds = {}
     start = time.perf_counter()
     context = finish_context(config, source, target, text, progress)
@@ -499,22 +494,19 @@ def make_embeddings(config: TransferConfig, source: Source, target: Target, text
                                            copy=copy, progress=progress, held_out=text.held_out,
                                            finish=finish if steps else None, dtype=source.dtype)
     if "calibration" not in finished:
-        finished["calibration"] = {"skipped": text.skipped, "strength": 0.0}
+        finished["calibration"] = CalibrationReport(skipped=text.skipped, strength=0.0)
         if config.calibration.strength is None:
             logger.info("no frequency calibration: %s", text.skipped)
     return Made(model, result, finished, seconds)
 
 
-def check_matching(source: Source, target: Target, made: Made) -> dict:
+def check_matching(source: Source, target: Target, made: Made) -> MatchingReport:
     """The rows the method copied from a source token of the same form, counted against an independent count
     (resources/conventions.py `matching_report`); logs the share copied, and warns where the target's pieces break the
     source family's conventions or the two counts part. An extended vocabulary keeps the source's ids by construction
     and is not counted."""
-    from langswap.methods.mapping import Kind
-    from langswap.resources.conventions import independent_matches, matching_report, matching_warnings
-
     if target.growth is not None:
-        return {"skipped": "an extended vocabulary keeps every source token at its id"}
+        return MatchingReport(skipped="an extended vocabulary keeps every source token at its id")
     mapping = made.result.mapping
     rows = mapping.rows_of(Kind.COPIED)
     copied = {int(row): int(mapping.row(int(row))[0][0]) for row in rows}
@@ -522,85 +514,91 @@ def check_matching(source: Source, target: Target, made: Made) -> dict:
         target.independent = independent_matches(source.tokenizer, target.tokenizer)
     report = matching_report(copied, target.independent)
     logger.info("copied %s of %s target tokens (%.1f%%): %s with a whole surface, where an independent count finds "
-                "%s the source reads as one token (%s agree)", f"{report['copied']:,}",
-                f"{report['target_tokens']:,}", 100 * report["share_copied"], f"{report['copied_whole']:,}",
-                f"{report['independent']:,}", f"{report['agree']:,}")
-    report["warnings"] = matching_warnings(report)
-    for warning in report["warnings"]:
+                "%s the source reads as one token (%s agree)", f"{report.copied:,}", f"{report.target_tokens:,}",
+                100 * report.share_copied, f"{report.copied_whole:,}", f"{report.independent:,}", f"{report.agree:,}")
+    report.warnings = matching_warnings(report)
+    for warning in report.warnings:
         logger.warning(warning)
     return report
 
 
 def score(config: TransferConfig, made: Made, source: Source, target: Target, progress: bool = False) \
-        -> tuple[dict | None, list[dict]]:
+        -> tuple[EvaluationMetrics | None, list[dict]]:
     """(eval_text's held-out figures or None, the correspondence sample)."""
-    from langswap.evaluation.correspondence import correspondence_rows
-    from langswap.models import objective_of
-
     rows = correspondence_rows(made.result.mapping, source.vocabulary, target.vocabulary, count=config.correspondence,
                                seed=config.method.seed)
     if not config.eval_text:
         return None, rows
-    from langswap.evaluation.language_modeling import evaluate_model
-    from langswap.resources.text import read_text_lines
-
     lines = read_text_lines(config.eval_text, "evaluation text", max_lines=config.eval_lines)
     metrics = evaluate_model(made.model, target.tokenizer, lines, objective_of(made.model.config), progress)
-    return metrics.as_dict(), rows
+    return metrics.report(), rows
 
 
 def write_output(config: TransferConfig, source: Source, target: Target, inputs: Inputs, made: Made,
-                 metrics: dict | None, rows: list[dict], seconds: dict, progress: bool = False,
+                 metrics: EvaluationMetrics | None, rows: list[dict], seconds: dict, progress: bool = False,
                  demo: list | None = None, source_name: str | None = None,
-                 demo_key: str | None = None, matching: dict | None = None) -> TransferRecord:
+                 demo_key: str | None = None, matching: MatchingReport | None = None) -> TransferRecord:
     """The output folder, written under a temporary name and renamed when complete: model (or the streamed
     checkpoint's files with the new matrices), tokenizer, provenance, record and model card (`source_name`: the
     source's hub name, for a source given as a local folder). `demo`, `demo_key`: the demo's table and its digest of
     this transfer, kept in the record."""
-    from langswap.files import atomic_directory
-    from langswap.modelcard import write_model_card
-    from langswap.models import is_tied, save_tokenizer
-
     result, matrices = made.result, source.matrices
     spec = get_method(config.method.method_name)
-    written = None
-    with atomic_directory(Path(config.output), config.overwrite) as folder:
-        if source.checkpoint is not None:
-            written = source.checkpoint.write(folder, target.tokenizer, result.embeddings, result.output_embeddings,
-                                              result.output_bias, progress=progress)
+    head = result.mapping.head is not None and matrices.output_embeddings is not None
+    record = TransferRecord(
+        langswap_version=__version__, config=to_dict(config), seed=config.method.seed, method=spec.name,
+        counts=result.mapping.counts(), head_counts=result.mapping.head.counts() if head else None,
+        source_vocabulary=source.vocabulary.summary(), target_vocabulary=target.vocabulary.summary(),
+        tied_embeddings=matrices.tied if source.checkpoint is not None else is_tied(made.model),
+        output_bias=matrices.output_bias is not None, source_padded_rows=matrices.padded_rows,
+        streamed=None, alignment=inputs.alignment, resources=inputs.reports,
+        resource_keys=keys_in_use(spec.kinds(config), config.resources), metrics=metrics,
+        method_choice=result.choice, calibration=made.finished.get("calibration"),
+        distillation=made.finished.get("distillation"), separation=made.finished.get("separation"),
+        correspondence=rows,
+        vocabulary=target.vocabulary_report(),
+        seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, demo_key=demo_key,
+        matching=matching)
+
+    def save_model(folder: Path) -> None:
+        if source.checkpoint is not None:  # what the streamed write copied is known once it is done
+            record.streamed = source.checkpoint.write(folder, target.tokenizer, result.embeddings,
+                                                      result.output_embeddings, result.output_bias,
+                                                      progress=progress)
         else:
             made.model.save_pretrained(folder)
-        save_tokenizer(target.tokenizer, folder)
         remap_config_ids(folder / "config.json", source.tokenizer, target.tokenizer)
+
+    def write_provenances(folder: Path) -> None:
         write_provenance(folder / "provenance.tsv", result.mapping, source.vocabulary, target.vocabulary)
-        head = result.mapping.head is not None and matrices.output_embeddings is not None
         if head:
             write_provenance(folder / "provenance-head.tsv", result.mapping.head, source.vocabulary,
                              target.vocabulary)
-        record = TransferRecord(
-            langswap_version=__version__, config=to_dict(config), seed=config.method.seed, method=spec.name,
-            counts=result.mapping.counts(), head_counts=result.mapping.head.counts() if head else None,
-            source_vocabulary=source.vocabulary.summary(), target_vocabulary=target.vocabulary.summary(),
-            tied_embeddings=matrices.tied if source.checkpoint is not None else is_tied(made.model),
-            output_bias=matrices.output_bias is not None, source_padded_rows=matrices.padded_rows,
-            streamed=written, alignment=inputs.alignment, resources=inputs.reports,
-            resource_keys=keys_in_use(spec.kinds(config), config.resources), metrics=metrics,
-            method_choice=result.choice, calibration=made.finished.get("calibration"),
-            distillation=made.finished.get("distillation"), separation=made.finished.get("separation"),
-            correspondence=rows,
-            vocabulary=target.growth.report() if target.growth else {"mode": "replaced"},
-            seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, demo_key=demo_key,
-            matching=matching)
-        write_model_record(folder, record)
-        write_model_card(folder, source_model=source_name)
+
+    write_model_folder(Path(config.output), config.overwrite, save_model, target.tokenizer, write_provenances,
+                       record, source_model=source_name)
     return record
+
+
+def write_model_folder(output: Path, overwrite: bool, save_model: Callable[[Path], None], tokenizer,
+                       write_provenances: Callable[[Path], None], record: ModelRecord, *,
+                       source_model: str | None = None, language: str | None = None) -> None:
+    """A model folder, written under a temporary name and renamed when complete (`files.atomic_directory`; an
+    existing `output` is replaced only with `overwrite`), in this order: the model (`save_model(folder)`), the
+    tokenizer, the provenance files (`write_provenances(folder)`, through `methods.provenance.write_table`), the
+    record (langswap.json, written last of the data, so `save_model` may complete it) and the model card made from
+    it (`source_model`, `language`: as `modelcard.write_model_card` takes them)."""
+    with atomic_directory(output, overwrite) as folder:
+        save_model(folder)
+        save_tokenizer(tokenizer, folder)
+        write_provenances(folder)
+        write_model_record(folder, record)
+        write_model_card(folder, source_model=source_model, language=language)
 
 
 def remap_config_ids(path: Path, source_tokenizer, target_tokenizer) -> None:
     """config.json's token ids beside the roles (image, tool tokens) moved to the target tokenizer's ids
     (`surgery.remap_named_token_ids`), with a warning for each the target lacks."""
-    from langswap.surgery import remap_named_token_ids
-
     config = json.loads(path.read_text(encoding="utf-8"))
     before = json.dumps(config, sort_keys=True)
     warnings = remap_named_token_ids(config, source_tokenizer, target_tokenizer)
@@ -614,8 +612,6 @@ def output_size(source_bytes: int, matrices, target_rows: int, dtype, untie: boo
     """About how many bytes a transfer's output folder takes: the source's weights less its token matrices, plus
     the new token matrices in `dtype` ({"body", "tokens", "total"}, the total with 16 MiB for configs and the
     tokenizer); `untie`: a tied head gets a matrix of its own (calibration.tied_head: untie)."""
-    import torch
-
     rows, dim = matrices.embeddings.shape
     matrices_count = 1 if matrices.tied or matrices.output_embeddings is None else 2
     itemsize = torch.empty(0, dtype=dtype).element_size()
@@ -698,8 +694,6 @@ def check_memory(needed: dict[str, int] | None, text: TextSteps) -> None:
 def check_output_space(output: Path, size: dict[str, int]) -> None:
     """Refuse, before the resources load and the method runs, an output whose disk has less free space than
     `size["total"]`."""
-    import shutil
-
     place = output.absolute()
     while not place.exists() and place != place.parent:
         place = place.parent

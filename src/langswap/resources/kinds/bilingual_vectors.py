@@ -9,11 +9,15 @@ and cached, `langswap.resources.dictionary_fasttext`, with `resources.bilingual_
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from langswap.errors import ConfigError, MissingResourceError
+from langswap.resources.dictionary import Dictionary
+from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, bilingual_fasttext, compounds
 from langswap.resources.kinds import ResourceKind, register_resource
+from langswap.resources.vectors import WordVectors
 
 COMPOUNDS = ("auto", "none", "source", "target", "both")
 
@@ -43,8 +47,6 @@ class BilingualVectors:
 
 def compound_sides(config) -> tuple[bool, bool]:
     """(source side compounds, target side compounds) for a transfer or bench config."""
-    from langswap.resources.dictionary_fasttext import compounds
-
     setting = config.resources.compounds
     if setting == "auto":
         return False, compounds(getattr(config, "language", None), None)
@@ -67,12 +69,6 @@ def check(config) -> None:
 
 
 def load(config) -> tuple[BilingualVectors, dict]:
-    import dataclasses
-
-    from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, bilingual_fasttext
-    from langswap.resources.dictionary import Dictionary
-    from langswap.resources.vectors import WordVectors
-
     resources = config.resources
     dictionary = Dictionary.load(resources.dictionary)
     source_compounds, target_compounds = compound_sides(config)

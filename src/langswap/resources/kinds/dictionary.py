@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from langswap.errors import MissingResourceError
+from langswap.resources.dictionary import Dictionary
 from langswap.resources.kinds import ResourceKind, register_resource
 
 
@@ -28,8 +29,6 @@ def check(config) -> None:
 
 
 def load(config):
-    from langswap.resources.dictionary import Dictionary
-
     dictionary = Dictionary.load(config.resources.dictionary)
     return dictionary, {"dictionary": config.resources.dictionary, "pairs": len(dictionary)}
 

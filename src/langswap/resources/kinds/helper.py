@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from langswap.errors import MissingResourceError, VocabularyError
+from langswap.models import load_model, load_tokenizer
 from langswap.resources.kinds import ResourceKind, register_resource
 
 
@@ -51,8 +52,6 @@ def same_vocabulary(helper_tokenizer, target_tokenizer) -> str | None:
 
 
 def load_helper(name: str, target_tokenizer) -> HelperModel:
-    from langswap.models import load_model, load_tokenizer
-
     difference = same_vocabulary(load_tokenizer(name, "helper model's tokenizer"), target_tokenizer)
     if difference is not None:
         raise VocabularyError(

@@ -8,11 +8,13 @@ minCount there). Methods read `inputs.resource("token_vectors")`, a `TokenVector
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.resources.kinds import ResourceKind, register_resource
+from langswap.resources.token_vectors import FOCUS_FASTTEXT, load_token_vectors, token_fasttext, token_words
 
 
 @dataclass(kw_only=True)
@@ -59,10 +61,6 @@ def check(config) -> None:
 
 
 def load(config, target_tokenizer) -> tuple[TokenVectors, dict]:
-    import dataclasses
-
-    from langswap.resources.token_vectors import FOCUS_FASTTEXT, load_token_vectors, token_fasttext, token_words
-
     resources = config.resources
     path = resources.token_vectors
     if not path:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.resources.kinds import ResourceKind, register_resource
+from langswap.resources.parallel import ParallelConfig, TranslationTable, cached_translation_table
 
 
 @dataclass(kw_only=True)
@@ -31,8 +32,6 @@ class TranslationsFiles:
 
 
 def parallel_config(resources):
-    from langswap.resources.parallel import ParallelConfig
-
     return ParallelConfig(min_count=resources.parallel_min_count, symmetrize=resources.parallel_symmetrize)
 
 
@@ -59,8 +58,6 @@ def check(config) -> None:
 
 
 def load(config, target_tokenizer, source_tokenizer):
-    from langswap.resources.parallel import TranslationTable, cached_translation_table
-
     resources = config.resources
     if resources.translation_table:
         table = TranslationTable.load_for(resources.translation_table, source_tokenizer, target_tokenizer,

@@ -10,12 +10,18 @@ trained on code-switched text (`langswap fasttext SOURCE_TEXT --joint TARGET_TEX
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from langswap.config import to_dict
 from langswap.errors import ConfigError, MissingResourceError
+from langswap.resources.alignment import align, load_alignment, write_alignment
+from langswap.resources.dictionary import Dictionary
+from langswap.resources.joint import load_joint_vectors
 from langswap.resources.kinds import ResourceKind, register_resource
+from langswap.resources.vectors import WordVectors
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +74,7 @@ def check(config) -> None:
 
 def load_aligned(resources, align_config) -> AlignedVectors:
     """Load both vector files and bring them into one space, with the saved rotation or by fitting one."""
-    from langswap.resources.alignment import align, load_alignment
-    from langswap.resources.dictionary import Dictionary
-    from langswap.resources.vectors import WordVectors
-
     if resources.joint_vectors:
-        from langswap.resources.joint import load_joint_vectors
-
         source, target, report = load_joint_vectors(resources.joint_vectors)
         return AlignedVectors(source, target, report)
     source = WordVectors.load(resources.source_vectors)
@@ -84,8 +84,6 @@ def load_aligned(resources, align_config) -> AlignedVectors:
         report = {"alignment": resources.alignment}
         written = Path(resources.alignment).with_name("report.json")  # what `langswap align` measured, if beside it
         if written.is_file():
-            import json
-
             try:
                 report = {**json.loads(written.read_text(encoding="utf-8")), **report}
             except (ValueError, UnicodeDecodeError):
@@ -104,8 +102,6 @@ def load(config) -> tuple[AlignedVectors, dict | None]:
 
 def prepare_shared(config, folder: Path) -> dict:
     """Align once into `folder` (alignment.npy and report.json) for every variant of a bench."""
-    from langswap.resources.alignment import write_alignment
-
     if config.resources.alignment or config.resources.joint_vectors:
         return {}
     vectors = load_aligned(config.resources, config.align)
@@ -118,8 +114,6 @@ def prepare_shared(config, folder: Path) -> dict:
 
 
 def inputs(config) -> dict:
-    from langswap.config import to_dict
-
     return {**{key: getattr(config.resources, key) for key in VectorsFiles.__dataclass_fields__},
             "align": to_dict(config.align)}
 

@@ -34,12 +34,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from langswap.config import from_dict
 from langswap.errors import ConfigError
 from langswap.registry import Registry
 from langswap.training.data import Stream
 from langswap.training.phases import PEAK_LEARNING_RATE, Phase, embedding_parameters, warmup_for
 from langswap.training.sources import check_source
-
 
 
 class RunConfig(Protocol):
@@ -199,8 +199,6 @@ def get_recipe(name: str) -> type[Recipe]:
 
 def recipe_options(name: str, value: Any) -> RecipeOptions:
     """The options of recipe `name` from a `recipe:` mapping (unknown keys are errors), or checked as given."""
-    from langswap.config import from_dict
-
     cls = get_recipe(name).options_class
     if isinstance(value, cls):
         return value

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from langswap.errors import ConfigError
+from langswap.records import has_model_record, read_model_record
 from langswap.training.data import Stream
 from langswap.training.phases import Phase, embedding_parameters, sharding_engine
 from langswap.training.recipes.base import Recipe, RecipeOptions, check_source_stream, register_recipe
@@ -76,14 +77,12 @@ class NewRowsAdamW(torch.optim.AdamW):
 def extended_rows(folder: str) -> tuple[int, int]:
     """(first new id, id after the last new token) of an extended model folder, from its record; a ConfigError
     naming what to do for any other folder."""
-    from langswap.records import has_model_record, read_model_record
-
     vocabulary = getattr(read_model_record(folder), "vocabulary", None) if has_model_record(folder) else None
-    if not vocabulary or vocabulary.get("mode") != "extended":
+    if vocabulary is None or not vocabulary.extended:
         raise ConfigError(f"preset extension trains the new rows of an extended vocabulary, and '{folder}' has none "
                           "(its langswap.json records no extended vocabulary). Transfer into a tokenizer made with "
                           "`langswap tokenizer --extend N` first, or choose another preset (embeddings, transinner).")
-    first, last = vocabulary["new"]
+    first, last = vocabulary.new
     return first, last + 1
 
 

@@ -19,8 +19,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from langswap.errors import ConfigError
+from langswap.models import load_model
+from langswap.training.bilingual_model import attach_source, check_source_language, write_two_models
 from langswap.training.data import Stream
+from langswap.training.lookahead import Lookahead
 from langswap.training.phases import SCHEDULES, Phase, register_schedule
 from langswap.training.recipes.base import Recipe, RecipeOptions, check_source_stream, register_recipe
 
@@ -91,10 +96,6 @@ class Ramen(Recipe):
         return [Phase("1-bilingual", "full", steps, peak, warmup, schedule=schedule)]
 
     def optimizer(self, phase: Phase, parameter_groups: list[dict]):
-        import torch
-
-        from langswap.training.lookahead import Lookahead
-
         config = self.config
         inner = torch.optim.Adam([{**group, "lr": phase.learning_rate} for group in parameter_groups],
                                  lr=phase.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
@@ -102,9 +103,6 @@ class Ramen(Recipe):
         return Lookahead(inner, self.options.lookahead_k, self.options.lookahead_alpha)
 
     def prepare_model(self, phase: Phase, model, start) -> None:
-        from langswap.models import load_model
-        from langswap.training.bilingual_model import attach_source, check_source_language
-
         source = None
         if str(start) == str(self.config.model):  # the run's first start: is the source text the source language?
             source = load_model(self.options.source_model)  # read once, for the check and the source tables
@@ -113,6 +111,4 @@ class Ramen(Recipe):
         attach_source(model, start, self.options.source_model, loaded=source)
 
     def finish_outputs(self, output) -> None:
-        from langswap.training.bilingual_model import write_two_models
-
         write_two_models(Path(output) / "model", Path(output) / SOURCE_FOLDER, self.options.source_model)

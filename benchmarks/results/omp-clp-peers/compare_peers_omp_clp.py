@@ -20,7 +20,7 @@ langswap runs in this interpreter; the peers run in a subprocess with --peers-py
 mergekit and langsfer; see comparison.md for how it was made), and arrays go both ways as .npy files in a
 temporary folder. Inputs are small on purpose; nothing is timed.
 
-    python benchmarks/compare_peers_omp_clp.py [--peers-python PATH]
+    python benchmarks/results/omp-clp-peers/compare_peers_omp_clp.py [--peers-python PATH]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]  # benchmarks/results/<name>/ in the repository
 DEFAULT_PEERS_PYTHON = Path("/root/.cache/peers-venv/bin/python")
 RESULTS = REPO / "benchmarks" / "results" / "omp-clp-peers"
 
@@ -434,7 +434,7 @@ def main(argv=None) -> int:
                   f"{counts['mergekit']} ({counts['mergekit_special']}) "
                   f"| {counts['langsfer']} ({counts['langsfer_special']}) |"]
 
-    command = "python benchmarks/compare_peers_omp_clp.py" + (
+    command = "python benchmarks/results/omp-clp-peers/compare_peers_omp_clp.py" + (
         "" if args.peers_python == DEFAULT_PEERS_PYTHON else f" --peers-python {shlex.quote(str(args.peers_python))}")
     text = "\n".join(lines)
     print(text)

@@ -7,7 +7,7 @@ the training split as its target text does: a method's candidates (combined, mod
 100 lines after calibrating each, which calibration leaves out of its counts and checks itself on (the uncalibrated
 figure is of the candidate kept for the calibrated model).
 
-    python benchmarks/explore_combined.py --language de --settings overlap "combined mode=choose"
+    python benchmarks/results/peers-de-auto/explore_combined.py --language de --settings overlap "combined mode=choose"
 
 A setting is a method name followed by key=value options (values read as YAML).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/, for the bench modules
 from bench_german_training import DEFAULT_DATA, cached_resources  # noqa: E402
 from bench_tiktotok import DICTIONARIES, swahili_resources  # noqa: E402
 

@@ -5,7 +5,7 @@ text (`train.txt`, the training split less its development lines, the text the t
 for each size: the training text's tokens, the new tokens' share of them, and how many new tokens it shows fewer
 than 5 times and never, with the median count. Run bench_extension.py for the language first.
 
-    python benchmarks/extension_token_counts.py --language sw
+    python benchmarks/results/extension-sw-dev-extend-20000/extension_token_counts.py --language sw
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ rows may differ is explained from what the two did:
 - rows without a vector of their own: langswap's fallback against deepfocus's N(mean, std) draws (seed 42), which
   are regenerated here to confirm what they are.
 
-    python benchmarks/compare_deepfocus.py                       # byte-level BPE source and target
-    python benchmarks/compare_deepfocus.py --target-family sentencepiece --output-name comparison-sentencepiece.md
+    python benchmarks/results/focus-deepfocus/compare_deepfocus.py        # byte-level BPE source and target
+    python benchmarks/results/focus-deepfocus/compare_deepfocus.py --target-family sentencepiece \\
+        --output-name comparison-sentencepiece.md
 
 deepfocus lives in its own environment (it must not be installed beside langswap):
 
@@ -41,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]  # benchmarks/results/<name>/ in the repository
 DEFAULT_DATA = Path(os.environ.get("LANGSWAP_BENCH_DATA", REPO.parent / "shared" / "data"))
 RESULTS = REPO / "benchmarks" / "results" / "focus-deepfocus"
 DEFAULT_VENV_PYTHON = Path("/root/.cache/deepfocus-venv/bin/python")
@@ -462,7 +463,8 @@ def main(argv=None) -> int:
     table, figures, checks, examples, diff = compare(args, work, inputs, result, vectors, df, df_matrix)
     total = time.perf_counter() - started
 
-    command = "python benchmarks/compare_deepfocus.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = ("python benchmarks/results/focus-deepfocus/compare_deepfocus.py "
+               + " ".join(argv if argv is not None else sys.argv[1:]))
     versions = ", ".join(f"{name} {v}" for name, v in df["versions"].items())
     lines = [f"# langswap `focus` against deepfocus {df['versions']['deepfocus']}", "",
              f"Command: `{command.strip()}` (total {total:.0f} s on 2 CPU cores, beside another job)", "",

@@ -12,7 +12,8 @@ training"), and after three rounds of self-learning on top of it (the pairs of m
 the 20,000 most frequent words of each side added to the fit). Models are kept under --workdir, so a rerun only
 measures; beside each, the words file that `resources.joint_vectors` reads.
 
-    python benchmarks/explore_joint.py --language de --setting passes=1 --setting passes=2 --setting epoch=20
+    python benchmarks/results/joint-de/explore_joint.py --language de --setting passes=1 --setting passes=2 \\
+        --setting epoch=20
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/, for the bench modules
 from bench_german_training import DEFAULT_DATA  # noqa: E402
 
 DICTIONARIES = {"de": "muse-en-de.tsv", "sw": "freedict-en-sw.tsv"}

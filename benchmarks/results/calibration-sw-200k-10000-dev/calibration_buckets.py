@@ -6,7 +6,8 @@ Reads a `bench_calibration.py` folder (its train.txt, dev.txt and tokenizer) and
 first `--lines` development lines, and per bucket of training-line count: the held-out tokens in it, their mean
 and total loss, and the bucket's vocabulary size and mean logit.
 
-    python benchmarks/calibration_buckets.py ~/.cache/langswap/bench-calibration-sw-200k-10000 \\
+    python benchmarks/results/calibration-sw-200k-10000-dev/calibration_buckets.py \\
+        ~/.cache/langswap/bench-calibration-sw-200k-10000 \\
         ~/.cache/langswap/bench-calibration-sw-200k-10000/bench/runs/overlap_raw/transfer ...
 """
 

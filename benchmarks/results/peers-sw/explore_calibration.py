@@ -7,8 +7,8 @@ tokenizer), then moves each row of a transferred model along h̄ (the target mod
 text) so that its mean logit sits on the line at the token's log-frequency in the target text, by a share `alpha`
 (0: unchanged, 1: on the line), for all rows or the rows that were not copied, and scores each on held-out text.
 
-    python benchmarks/explore_calibration.py --model ~/.cache/langswap/bench-tiktotok-de/runs/overlap/transfer \\
-        --language de --alphas 0 0.5 1
+    python benchmarks/results/peers-sw/explore_calibration.py \\
+        --model ~/.cache/langswap/bench-tiktotok-de/runs/overlap/transfer --language de --alphas 0 0.5 1
 
 Prints one line per setting: rows moved, alpha, bits per byte on the first --eval-lines lines of the test split.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/, for the bench modules
 from bench_german_training import DEFAULT_DATA  # noqa: E402
 
 
