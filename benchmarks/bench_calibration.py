@@ -4,9 +4,13 @@ training text (as a language with little text) or on the whole split, each metho
 A `langswap bench` run: a tokenizer of `--vocab` tokens trained on the training text, the language's dictionary as
 the only resource (what `langswap transfer --set resources.dictionary=...` gets), every entry measured at the given
 steps of embedding-only training (batch 2 x 128, as bench_peers.py). The training text is the first `--slice-bytes`
-bytes of the split (0: the whole split) less its last `--dev-lines` lines, which are held out as development lines:
-`--eval dev` (the default) scores those, and it is on them that anything is chosen; `--eval test` scores the first
-300 lines of the test split with the same trained snapshots, for reporting. Every row also reports bits per byte
+bytes of the split (0: the whole split), and `--dev-lines` development lines are held out of it: `--dev-draw
+test-like` (the default) draws them as the test split is drawn (../shared/data/README.md: the lines shuffled with
+random.Random(0), the first ones of at least `TEST_LINE_CHARS[language]` characters taken), from the lines beyond the
+slice (so the training text is the whole slice) or, for the whole split, set aside from it; `--dev-draw tail` holds
+out the slice's own last lines, of any length. `--eval dev` (the default) scores the development lines, and it is on
+them that anything is chosen; `--eval test` scores the first 300 lines of the test split with the same trained
+snapshots, for reporting. Every row also reports bits per byte
 on the first 300 lines of splits/en.test.txt read with its own tokenizer (what English keeps).
 
 Entries: the method's label, then `cal` (calibrated as `langswap transfer` does by default) or `raw` (strength 0),
@@ -19,19 +23,24 @@ before the name) and train options of the entry's runs (`train.` before the name
     python benchmarks/bench_calibration.py --language sw --slice-bytes 200000 --steps 0 200 --eval test
     python benchmarks/bench_calibration.py --language de --slice-bytes 0 --vocab 49152 --steps 0 200
 
-The bench folder (default ~/.cache/langswap/bench-calibration-LANG-SLICE-VOCAB) is resumable; table, results and plot
-are copied to benchmarks/results/calibration-LANG-SLICE-VOCAB-EVAL/.
+The bench folder (default ~/.cache/langswap/bench-calibration-LANG-SLICE-VOCAB[-testlike]) is resumable; table,
+results and plot are copied to benchmarks/results/calibration-LANG-SLICE-VOCAB[-testlike]-EVAL/ (`-testlike`:
+development lines drawn by `--dev-draw test-like`).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_german_training import DEFAULT_DATA, REPO, run_and_record, shared_data_ready  # noqa: E402
 from bench_tiktotok import DICTIONARIES  # noqa: E402
+
+# characters a line of each language's test split has at least (../shared/data/README.md, "Fixed splits")
+TEST_LINE_CHARS = {"de": 200, "sw": 100}
 
 # label -> (method entry, calibration section)
 ENTRIES = {
@@ -55,6 +64,8 @@ def parse_args(argv=None):
     parser.add_argument("--slice-bytes", type=int, default=200_000, help="Bytes of the training split (0: all).")
     parser.add_argument("--vocab", type=int, default=10_000, help="Target tokenizer size.")
     parser.add_argument("--dev-lines", type=int, default=300, help="Lines held out of the training text.")
+    parser.add_argument("--dev-draw", choices=("test-like", "tail"), default="test-like",
+                        help="How the development lines are drawn (the module docstring says).")
     parser.add_argument("--eval", choices=("dev", "test"), default="dev")
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 200])
     parser.add_argument("--entries", nargs="+", default=["overlap raw", "overlap cal", "combined raw",
@@ -92,22 +103,45 @@ def entry(text: str) -> dict:
     raise SystemExit(f"unknown entry {text!r}; start it with one of: {', '.join(ENTRIES)}")
 
 
-def split_text(source: Path, workdir: Path, slice_bytes: int, dev_lines: int) -> tuple[Path, Path]:
+def draw_like_test(pool: list[str], count: int, min_chars: int) -> list[int]:
+    """Indices into `pool` of `count` lines drawn as the test splits are: the lines shuffled with random.Random(0),
+    the first `count` of at least `min_chars` characters taken."""
+    order = list(range(len(pool)))
+    random.Random(0).shuffle(order)
+    chosen = [index for index in order if len(pool[index]) >= min_chars][:count]
+    if len(chosen) < count:
+        raise SystemExit(f"only {len(chosen)} lines of at least {min_chars} characters to draw {count} from")
+    return chosen
+
+
+def split_text(source: Path, workdir: Path, slice_bytes: int, dev_lines: int, draw: str = "tail",
+               min_chars: int = 0) -> tuple[Path, Path]:
     """(training text, development text) in `workdir`: the first `slice_bytes` bytes of `source` (whole lines; 0:
-    all of it), its last `dev_lines` lines held out."""
+    all of it) and `dev_lines` lines held out of it: its last lines (`draw` tail), or lines drawn like the test split
+    (`draw_like_test`) from beyond the slice, or set aside from the whole split."""
     lines = source.read_text(encoding="utf-8").splitlines()
+    sliced = lines
     if slice_bytes:
-        kept, size = [], 0
+        sliced, size = [], 0
         for line in lines:
             size += len(line.encode("utf-8")) + 1
             if size > slice_bytes:
                 break
-            kept.append(line)
-        lines = kept
-    if len(lines) < 2 * dev_lines:
-        raise SystemExit(f"{len(lines)} lines are too few to hold out {dev_lines}")
+            sliced.append(line)
+    if draw == "test-like" and slice_bytes:
+        beyond = lines[len(sliced):]
+        training, development = sliced, [beyond[index] for index in draw_like_test(beyond, dev_lines, min_chars)]
+    elif draw == "test-like":
+        chosen = draw_like_test(lines, dev_lines, min_chars)
+        held = set(chosen)
+        training = [line for index, line in enumerate(lines) if index not in held]
+        development = [lines[index] for index in chosen]
+    else:
+        if len(sliced) < 2 * dev_lines:
+            raise SystemExit(f"{len(sliced)} lines are too few to hold out {dev_lines}")
+        training, development = sliced[:-dev_lines], sliced[-dev_lines:]
     train, dev = workdir / "train.txt", workdir / "dev.txt"
-    for path, part in ((train, lines[:-dev_lines]), (dev, lines[-dev_lines:])):
+    for path, part in ((train, training), (dev, development)):
         if not path.exists():
             path.write_text("\n".join(part) + "\n", encoding="utf-8")
     return train, dev
@@ -122,10 +156,11 @@ def main(argv=None) -> int:
     if not shared_data_ready("bench_calibration", args.data, needed):
         return 0
     name = f"{language}-{args.slice_bytes // 1000 if args.slice_bytes else 'full'}k-{args.vocab}"
-    name = name.replace("fullk", "full")
+    name = name.replace("fullk", "full") + ("-testlike" if args.dev_draw == "test-like" else "")
     workdir = args.workdir or Path(f"~/.cache/langswap/bench-calibration-{name}").expanduser()
     workdir.mkdir(parents=True, exist_ok=True)
-    train, dev = split_text(splits / f"{language}.train.txt", workdir, args.slice_bytes, args.dev_lines)
+    train, dev = split_text(splits / f"{language}.train.txt", workdir, args.slice_bytes, args.dev_lines,
+                            args.dev_draw, TEST_LINE_CHARS[language])
 
     from langswap.demo.smollm2 import smollm2_135m
     from langswap.files import atomic_directory

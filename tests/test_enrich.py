@@ -177,8 +177,8 @@ def test_added_words_are_fine_tuned_on_the_target_text(tmp_path, gpt2_folder, l2
     config = EnrichConfig(**{**base.__dict__, "max_new_words": 3, "target_text": str(corpus_dir / "xx.txt"),
                              "train_steps": 3, "batch_size": 2, "sequence_length": 32, "learning_rate": 0.05})
     report = enrich(config)
-    assert report.training["steps"] == 3 and report.training["sentences"] > 0
-    assert np.isfinite(report.training["train_loss"])
+    assert report.training.steps == 3 and report.training.sentences > 0
+    assert np.isfinite(report.training.train_loss)
     old_tokenizer = load_tokenizer(l2_folder)
     text = (corpus_dir / "xx.txt").read_text(encoding="utf-8")
     assert all(f" {word}" in text for word in report.added_words)  # words of the text, in its spelling

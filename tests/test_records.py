@@ -71,7 +71,7 @@ def test_an_enrich_record_of_the_untyped_format_loads(tmp_path):
     data = json.loads((GOLDEN / "enrich-langswap.json").read_text(encoding="utf-8"))
     record = read_model_record(_folder(tmp_path, "enrich", data))
     assert isinstance(record, EnrichRecord) and record.kind == "enrich" and record.version == 0
-    assert record.enrich["method"] == data["enrich"]["method"] and record.change_norm == data["change_norm"]
+    assert record.enrich.method == data["enrich"]["method"] and record.change_norm.as_dict() == data["change_norm"]
     assert record.counts["rows_changed"] == data["counts"]["rows_changed"] and record.extra == {}
 
 

@@ -68,6 +68,7 @@ from langswap.methods.provenance import show_token, write_table
 from langswap.models import is_tied, load_config, load_model, load_tokenizer, save_tokenizer, transformers_bars
 from langswap.numerics import refuse_non_finite
 from langswap.records import EnrichRecord
+from langswap.reports import ChangeNorm, EnrichSection, NewWordTraining
 from langswap.resources.alignment import procrustes
 from langswap.resources.dictionary import Dictionary, case_variants, check_direction
 from langswap.resources.text import read_text_lines
@@ -187,19 +188,17 @@ def _refuse_other_width(l1_size: int | None, l2_size: int | None, config: Enrich
 class EnrichReport:
     output: Path
     counts: dict
-    change_norm: dict  # mean and max of ||u' - u|| over the changed rows
+    change_norm: ChangeNorm  # mean and max of ||u' - u|| over the changed rows
     added_words: list[str]
-    training: dict | None
+    training: NewWordTraining | None
     seconds: dict
 
     def summary(self) -> str:
         """What `langswap enrich` prints: the folder and its rows, the change of the rows, the words added."""
         counts = " | ".join(f"{key} {value:,}" for key, value in self.counts.items())
         lines = [f"wrote {self.output}: {counts}"]
-        if self.change_norm:
-            lines.append("row change (L2 norm): " + ", ".join(f"{key} {value:.4g}" for key, value
-                                                             in self.change_norm.items()
-                                                             if isinstance(value, (int, float))))
+        if self.change_norm.summary():
+            lines.append(f"row change (L2 norm): {self.change_norm.summary()}")
         if self.added_words:
             shown = ", ".join(self.added_words[:10]) + (", ..." if len(self.added_words) > 10 else "")
             lines.append(f"added {len(self.added_words):,} dictionary words to L2's vocabulary: {shown}")
@@ -469,16 +468,16 @@ def _enrich(config: EnrichConfig, progress: bool) -> EnrichReport:
                      "pairs_fitted": int(pairs.fit.sum()) if config.method != "projection" else 0,
                      "rows_changed": len(rows), "words_added": len(added), "anchors": len(anchors),
                      "l2_vocabulary": len(l2_vocabulary)}
-    change_norm = {"mean": round(float(change.mean()), 6), "max": round(float(change.max()), 6)}
+    change_norm = ChangeNorm(mean=round(float(change.mean()), 6), max=round(float(change.max()), 6))
     if "head" in norms:
-        change_norm.update(head_mean=round(float(norms["head"].mean()), 6),
-                           head_max=round(float(norms["head"].max()), 6))
+        change_norm.head_mean = round(float(norms["head"].mean()), 6)
+        change_norm.head_max = round(float(norms["head"].max()), 6)
     record = EnrichRecord(
         langswap_version=__version__,
         config=to_dict(config),
-        enrich={"method": config.method, "l1": config.l1, "l2": config.l2, "anchors": anchors,
-                "output_head": config.output_head if l2_matrices.output_embeddings is not None else "tied",
-                "added_words": added, "changed_rows": rows.tolist()},
+        enrich=EnrichSection(method=config.method, l1=config.l1, l2=config.l2, anchors=anchors,
+                             output_head=config.output_head if l2_matrices.output_embeddings is not None else "tied",
+                             added_words=added, changed_rows=rows.tolist()),
         seed=config.seed,
         counts=record_counts,
         change_norm=change_norm,
@@ -493,7 +492,7 @@ def _enrich(config: EnrichConfig, progress: bool) -> EnrichReport:
                   added_ids)
     logger.info("enrich (%s): %s of %s L2 rows changed from %s pairs | %s words added | change norm mean %.4f, "
                 "max %.4f", config.method, f"{len(rows):,}", f"{len(l2_vocabulary):,}", f"{len(pairs):,}",
-                f"{len(added):,}", change_norm["mean"], change_norm["max"])
+                f"{len(added):,}", change_norm.mean, change_norm.max)
     return EnrichReport(Path(config.output), record_counts, change_norm, added, training, record.seconds)
 
 
@@ -553,7 +552,7 @@ def _sentences_with(lines: list[str], words: set[str], token_ids: set[int], toke
 
 
 def _train_new_rows(config: EnrichConfig, model, tokenizer, sentences: list[str], new_ids: set[int],
-                    progress: bool) -> dict:
+                    progress: bool) -> NewWordTraining:
     """Embeddings-only `langswap train` of `model` on `sentences`, in a temporary folder beside the output; the new
     tokens' rows (input, and an untied head) are copied back into `model`, every other row is left as it was.
     Returns the training's summary."""
@@ -588,9 +587,9 @@ def _train_new_rows(config: EnrichConfig, model, tokenizer, sentences: list[str]
             layers.append((model.get_output_embeddings(), trained.get_output_embeddings()))
         for mine, theirs in layers:
             mine.weight[ids] = theirs.weight[ids].to(mine.weight.dtype)
-    return {"sentences": len(sentences), "tokens": tokens, "steps": config.train_steps,
-            "train_loss": report.phases[-1].train_loss if report.phases else None, "preset": "embeddings",
-            "seconds": round(report.seconds, 1)}
+    return NewWordTraining(sentences=len(sentences), tokens=tokens, steps=config.train_steps,
+                           train_loss=report.phases[-1].train_loss if report.phases else None, preset="embeddings",
+                           seconds=round(report.seconds, 1))
 
 
 def _write_output(config: EnrichConfig, model, tokenizer, record: EnrichRecord, rows: np.ndarray, change: torch.Tensor,

@@ -29,7 +29,8 @@ from langswap.errors import ConfigError, MissingResourceError, ResourceFormatErr
 from langswap.files import atomic_write_text
 from langswap.records import (MODEL_RECORD, EnrichRecord, ModelRecord, TrainingSection, TrainRecord, has_model_record,
                               read_model_record, read_train_record)
-from langswap.reports import count as _count, is_hub_name, name as _name, value as _value
+from langswap.reports import EnrichSection, is_hub_name
+from langswap.reports import count as _count, name as _name, value as _value
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +73,8 @@ def write_model_card(folder: str | Path, source_model: str | None = None, langua
     trained_from = trained.config.get("model") if trained is not None else None
     parent_card = _langswap_card(Path(trained_from)) if trained_from else {}
     # `langswap.enrich`: the source is L2, the model it enriched
-    enriched = record.enrich if isinstance(record, EnrichRecord) else {}
-    source = record.config.get("source_model") or enriched.get("l2") or trained_from
+    enriched = record.enrich if isinstance(record, EnrichRecord) else None
+    source = record.config.get("source_model") or (enriched.l2 if enriched else None) or trained_from
     source_folder = Path(source).expanduser() if source and Path(source).expanduser().is_dir() else None
     base_model, named_by = _base_model(source, source_folder, source_model, parent_card)
 
@@ -277,7 +278,7 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
         title += f" with new token embeddings ({method})"
     enriched = record.enrich if isinstance(record, EnrichRecord) else None
     if enriched:
-        title += f" with token embeddings enriched from `{_name(enriched.get('l1'))}` (TEMA)"
+        title += f" with token embeddings enriched from `{_name(enriched.l1)}` (TEMA)"
     if trained is not None and trained.step is not None:
         title += f", after {_updates(trained.step)} of training" if trained.step else ", before training"
     elif trained is not None and trained.phases:
@@ -292,7 +293,7 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
     elif enriched:
         version = f" {record.langswap_version}" if record.langswap_version else ""
         what.append(f"`{source_label}` with the token embeddings of its dictionary words moved by TEMA from those of "
-                    f"`{_name(enriched.get('l1'))}` (`{enriched.get('method')}`), made by langswap{version}")
+                    f"`{_name(enriched.l1)}` (`{enriched.method}`), made by langswap{version}")
     else:
         what.append(f"`{source_label}`")
     if _has_trained(trained):
@@ -373,27 +374,27 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
     return "\n".join(lines)
 
 
-def _enrichment_lines(folder: Path, record: EnrichRecord, enriched: dict) -> list[str]:
+def _enrichment_lines(folder: Path, record: EnrichRecord, enriched: EnrichSection) -> list[str]:
     """What `langswap.enrich` did, from its record."""
     config, counts, norms = record.config, record.counts, record.change_norm
-    method = enriched.get("method")
-    anchors = " ".join(enriched.get("anchors") or [])
+    method = enriched.method
+    anchors = " ".join(enriched.anchors)
     how = (f"`blend={_value(config.get('blend'))}`" if method in ("lstsq", "procrustes")
            else f"u + proj(v_x - w); anchors: `` {anchors} ``")
-    lines = [f"- Richly trained model (L1): `{_name(enriched.get('l1'))}`",
+    lines = [f"- Richly trained model (L1): `{_name(enriched.l1)}`",
              f"- Dictionary: `{_name(config.get('dictionary'))}` ({_count(counts.get('translation_pairs'))} token "
              "pairs)",
              f"- Method: `{method}` ({how})",
              f"- Embedding rows changed: {_count(counts.get('rows_changed'))} of {_count(counts.get('l2_vocabulary'))}"
-             + (f" (change norm mean {norms['mean']:.4f}, max {norms['max']:.4f})" if "mean" in norms else "")
+             + (f" (change norm mean {norms.mean:.4f}, max {norms.max:.4f})" if norms.mean is not None else "")
              + ("; `provenance.tsv` lists them" if (folder / "provenance.tsv").is_file() else ""),
-             f"- Output head: {enriched.get('output_head')}"]
-    if enriched.get("added_words"):
+             f"- Output head: {enriched.output_head}"]
+    if enriched.added_words:
         training = record.new_word_training
-        trained = (f", then trained embeddings-only for {_updates(training.get('steps'))} on "
-                   f"{_count(training.get('sentences'))} sentences of `{_name(config.get('target_text'))}`"
+        trained = (f", then trained embeddings-only for {_updates(training.steps)} on "
+                   f"{_count(training.sentences)} sentences of `{_name(config.get('target_text'))}`"
                    if training else "")
-        lines.append(f"- Words added to the tokenizer: {_count(len(enriched['added_words']))} (rows started as the "
+        lines.append(f"- Words added to the tokenizer: {_count(len(enriched.added_words))} (rows started as the "
                      f"mean of their old subword rows{trained})")
     return lines
 
@@ -434,9 +435,9 @@ def _training_lines(trained: TrainingSection) -> list[str]:
         text = f" of `{_name(config['eval_text'])}`" if config.get("eval_text") else ""
         sequences = (f" on up to {_count(config['eval_sequences'])} packed sequences{text}"
                      if config.get("eval_sequences") else "")
-        line = f"- Held-out {what} at the end (update {_count(entry.get('step'))}): {entry['loss']:.4f}{sequences}"
-        if entry.get("bits_per_byte") is not None:
-            line += (f"; bits per byte estimated from it: {entry['bits_per_byte']:.4f} (the loss over the held-out "
+        line = f"- Held-out {what} at the end (update {_count(entry.step)}): {entry.loss:.4f}{sequences}"
+        if entry.bits_per_byte is not None:
+            line += (f"; bits per byte estimated from it: {entry.bits_per_byte:.4f} (the loss over the held-out "
                      "text's bytes per token; `langswap evaluate` scores whole lines exactly)")
         lines.append(line)
     return lines

@@ -34,9 +34,9 @@ from typing import Any
 
 from langswap.errors import MissingResourceError, ResourceFormatError
 from langswap.files import atomic_write_text
-from langswap.reports import (AlignmentReport, CalibrationReport, DistillationReport, EvaluationMetrics,
-                              ExtensionReport, MatchingReport, MethodChoice, PhaseReport, Report, SeparationReport,
-                              VocabularyReport, nested)
+from langswap.reports import (AlignmentReport, CalibrationReport, ChangeNorm, DistillationReport, EnrichSection,
+                              EvalPoint, EvaluationMetrics, ExtensionReport, MatchingReport, MethodChoice,
+                              NewWordTraining, PhaseReport, Report, SeparationReport, VocabularyReport, nested)
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class TrainingSection(Record):
     config: dict = field(default_factory=dict)  # the TrainConfig, as written
     objective: str | None = None
     phases: list[PhaseReport] = field(default_factory=list, metadata=nested(PhaseReport))
-    final_eval: list = field(default_factory=list)
+    final_eval: list[EvalPoint] = field(default_factory=list, metadata=nested(EvalPoint))
     step: int | None = None  # a snapshot's update; None for the finished model
 
     def as_dict(self) -> dict:
@@ -139,12 +139,12 @@ class EnrichRecord(ModelRecord):
     """langswap.json of `langswap enrich`'s output (TEMA)."""
 
     kind: str = "enrich"
-    enrich: dict = field(default_factory=dict)  # method, l1, l2, anchors, output_head, added_words, changed_rows
-    change_norm: dict = field(default_factory=dict)
+    enrich: EnrichSection = field(default_factory=EnrichSection, metadata=nested(EnrichSection))
+    change_norm: ChangeNorm = field(default_factory=ChangeNorm, metadata=nested(ChangeNorm))
     dictionary_direction: str | None = None
     l1_vocabulary: str | None = None
     l2_vocabulary: str | None = None
-    new_word_training: dict | None = None
+    new_word_training: NewWordTraining | None = field(default=None, metadata=nested(NewWordTraining))
 
 
 @dataclass(kw_only=True)

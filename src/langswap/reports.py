@@ -46,6 +46,15 @@ class Report:
     extra: dict = field(default_factory=dict, repr=False, compare=False)
     WRITE_NONE: ClassVar[bool] = False  # write every field, None included (records)
 
+    def __post_init__(self):
+        """A nested report given as its JSON object (or a list or mapping of them) becomes the typed report."""
+        for item in dataclasses.fields(self):
+            if "nested" in item.metadata:
+                value = getattr(self, item.name)
+                if isinstance(value, (dict, list)) and not isinstance(value, Report):
+                    setattr(self, item.name, _load(value, item.metadata["nested"], item.metadata["mapping"],
+                                                   item.name))
+
     def as_dict(self) -> dict:
         """The JSON object written: the fields set (every one with WRITE_NONE), nested reports as their own objects,
         then the unknown keys."""
@@ -554,6 +563,48 @@ class ExtensionReport(Report):
         return "\n".join(lines)
 
 
+# -- enrichment (TEMA) ---------------------------------------------------------------------------------------------
+
+@dataclass(kw_only=True)
+class EnrichSection(Report):
+    """What `langswap enrich` did: the method, the two models, the anchors, the head, the words added and the rows
+    changed."""
+
+    method: str | None = None
+    l1: str | None = None
+    l2: str | None = None
+    anchors: list = field(default_factory=list)
+    output_head: str | None = None
+    added_words: list = field(default_factory=list)
+    changed_rows: list = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class ChangeNorm(Report):
+    """The L2 norm of each changed row's move: mean and largest, of the input rows and of a separate head's."""
+
+    mean: float | None = None
+    max: float | None = None
+    head_mean: float | None = None
+    head_max: float | None = None
+
+    def summary(self) -> str:
+        return ", ".join(f"{key} {value:.4g}" for key, value in self.as_dict().items()
+                         if isinstance(value, (int, float)))
+
+
+@dataclass(kw_only=True)
+class NewWordTraining(Report):
+    """The embeddings-only training of the rows of words `langswap enrich` added."""
+
+    sentences: int | None = None
+    tokens: int | None = None
+    steps: int | None = None
+    train_loss: float | None = None
+    preset: str | None = None
+    seconds: float | None = None
+
+
 # -- training -------------------------------------------------------------------------------------------------------
 
 @dataclass(kw_only=True)
@@ -569,6 +620,15 @@ class PhaseTeacher(Report):
     teacher_distance: float | None = None  # mean per micro-batch
     teacher_likelihood: float | None = None
     teacher_matched: float | None = None  # matched positions per micro-batch
+
+
+@dataclass(kw_only=True)
+class EvalPoint(Report):
+    """A held-out evaluation of a training run: its update, its loss and the bits per byte estimated from it."""
+
+    step: int | None = None
+    loss: float | None = None
+    bits_per_byte: float | None = None
 
 
 @dataclass(kw_only=True)

@@ -106,15 +106,19 @@ _config_classes: dict[tuple[str, ...], type] = {}
 
 
 def resources_config_class() -> type:
-    """The `resources:` config: every registered kind's keys, in registration order (one class per set of kinds)."""
+    """The `resources:` config: every registered kind's keys, the kinds of this package in the order of their files
+    (whichever module happened to import one first), then those of plugins in registration order (one class per set
+    of kinds)."""
     _KINDS.load()
     names = tuple(_KINDS)
     if names not in _config_classes:
-        fields = [(field.name, field.type, field) for kind in _KINDS.values()
+        kinds = sorted(_KINDS.values(), key=lambda kind: (0, kind.config_cls.__module__)
+                       if kind.config_cls.__module__.startswith(__name__ + ".") else (1, ""))
+        fields = [(field.name, field.type, field) for kind in kinds
                   for field in dataclasses.fields(kind.config_cls) if field.init]
         cls = dataclasses.make_dataclass("ResourcesConfig", fields, kw_only=True)
         cls.__doc__ = "Files the methods consume: " + "; ".join(
-            f"{kind.name} ({', '.join(kind.keys() or kind.reads)})" for kind in _KINDS.values()) + "."
+            f"{kind.name} ({', '.join(kind.keys() or kind.reads)})" for kind in kinds) + "."
         cls.__module__ = __name__
         _config_classes[names] = cls
     return _config_classes[names]
