@@ -170,10 +170,10 @@ def test_vectors_of_different_dimension_are_reduced_by_pca(mixed_dimension_vecto
     target = WordVectors.load(mixed_dimension_vectors[f"target{target_dim}"])
     alignment = align(source, target, Dictionary.load(corpus_dir / "en-xx.tsv"))
     larger = "source" if source_dim > target_dim else "target"
-    assert alignment.report["pca"] == f"{larger} vectors reduced from 16 to 12 dimensions by PCA"
-    assert alignment.report["dimension"] == 12
+    assert alignment.report.pca == f"{larger} vectors reduced from 16 to 12 dimensions by PCA"
+    assert alignment.report.dimension == 12
     assert alignment.source.dim == alignment.target.dim == 12
-    assert alignment.report["pairs_used"] > 0
+    assert alignment.report.pairs_used > 0
 
 
 def test_vectors_of_different_dimension_transfer(gpt2_folder, target_tokenizer_folder, mixed_dimension_vectors,

@@ -27,9 +27,9 @@ def test_procrustes_recovers_the_rotation(cipher_vectors):
     dictionary = Dictionary([(word, cipher_word(word)) for word in WORDS])
     alignment = align(source, target, dictionary)
     assert np.allclose(alignment.rotation, cipher_vectors["rotation"], atol=1e-4)
-    assert alignment.report["precision_at_1"] == 1.0
-    assert alignment.report["precision_at_1_csls"] == 1.0
-    assert alignment.report["word_pairs"] == 4 * len(WORDS)  # the/The on each side, crossed as in WECHSEL
+    assert alignment.report.precision_at_1 == 1.0
+    assert alignment.report.precision_at_1_csls == 1.0
+    assert alignment.report.word_pairs == 4 * len(WORDS)  # the/The on each side, crossed as in WECHSEL
 
 
 def test_held_out_words_leave_every_case_variant_out_of_the_fit(cipher_vectors, monkeypatch):
@@ -46,10 +46,10 @@ def test_held_out_words_leave_every_case_variant_out_of_the_fit(cipher_vectors, 
     report = align(source, target, Dictionary([(word, cipher_word(word)) for word in WORDS])).report
     held_out_fit, final_fit = fitted
     queries = queried[0]
-    assert report["heldout_words"] == len(WORDS) // 5 and len(queries) == 2 * report["heldout_words"]
+    assert report.heldout_words == len(WORDS) // 5 and len(queries) == 2 * report.heldout_words
     assert {q.casefold() for q in queries} == {q.lower() for q in queries if q.islower()}  # both forms of each word
     assert not {s.casefold() for s, _ in held_out_fit} & {q.casefold() for q in queries}
-    assert len(held_out_fit) == len(final_fit) - 4 * report["heldout_words"]  # 4 pairs per word: the/The x both
+    assert len(held_out_fit) == len(final_fit) - 4 * report.heldout_words  # 4 pairs per word: the/The x both
 
 
 def test_procrustes_on_exact_data():

@@ -58,10 +58,10 @@ def test_a_ciphered_corpus_puts_each_tokens_mass_on_its_cipher_twin(parallel_wor
         top_is_twin += int(ids[np.argmax(probs)] == twin)
         mass.append(float(probs[ids == twin].sum()))
     report = cipher_table.report
-    assert twins >= 0.8 * report["covered_tokens"] and report["coverage"] == round(twins / 300, 4)
+    assert twins >= 0.8 * report.covered_tokens and report.coverage == round(twins / 300, 4)
     assert top_is_twin / twins > 0.95 and np.mean(mass) > 0.9, (top_is_twin, twins, np.mean(mass))
-    assert report["covered_occurrences"] > 0.95 and report["mean_entropy"] < 0.3
-    assert report["pairs_used"] == report["pairs_read"] == 1200 and report["aligner"] == "eflomal"
+    assert report.covered_occurrences > 0.95 and report.mean_entropy < 0.3
+    assert report.pairs_used == report.pairs_read == 1200 and report.aligner == "eflomal"
 
 
 def test_a_saved_table_loads_and_belongs_to_its_tokenizers(tmp_path, parallel_world, cipher_table):
@@ -70,7 +70,7 @@ def test_a_saved_table_loads_and_belongs_to_its_tokenizers(tmp_path, parallel_wo
     loaded = TranslationTable.load(tmp_path / "table")
     for name in ("indptr", "indices", "probs"):
         assert np.array_equal(getattr(loaded, name), getattr(cipher_table, name))
-    assert loaded.report["covered_tokens"] == cipher_table.report["covered_tokens"]
+    assert loaded.report.covered_tokens == cipher_table.report.covered_tokens
     loaded.check_tokenizers(source_tokenizer, target_tokenizer)
     with pytest.raises(MissingResourceError, match="another target tokenizer"):
         loaded.check_tokenizers(source_tokenizer, source_tokenizer)
@@ -110,7 +110,7 @@ def test_pairs_with_an_empty_side_are_skipped_and_counted(parallel_world, caplog
     left, right = list(english[:400]), list(ciphered[:400])
     left[3], right[7] = "", "   "
     table = translation_table(left, right, source_tokenizer, target_tokenizer)
-    assert table.report["skipped_empty"] == 2 and table.report["pairs_used"] == 398
+    assert table.report.skipped_empty == 2 and table.report.pairs_used == 398
     assert "2 of 400 parallel pairs have an empty side" in caplog.text
     with pytest.raises(ResourceFormatError, match="none of the 2 parallel pairs"):
         translation_table(["", "x"], ["y", ""], source_tokenizer, target_tokenizer)
@@ -121,7 +121,7 @@ def test_a_table_built_from_files_is_cached_by_its_inputs(tmp_path, parallel_wor
     text = tmp_path / "en-xx.tsv"
     text.write_text("".join(f"{a}\t{b}\n" for a, b in zip(english[:300], ciphered[:300])), encoding="utf-8")
     first = cached_translation_table(text, None, source_tokenizer, target_tokenizer, cache=tmp_path / "cache")
-    assert first.report["text"] == [str(text)]
+    assert first.report.text == [str(text)]
     import langswap.resources.parallel as parallel
 
     def no_alignment(*args, **kwargs):
@@ -153,6 +153,6 @@ def test_align_parallel_writes_a_table_from_two_files_and_refuses_an_existing_fo
     assert "target tokens have translation probabilities" in capsys.readouterr().out
     table = TranslationTable.load(tmp_path / "table")
     table.check_tokenizers(source_tokenizer, target_tokenizer)
-    assert table.report["options"]["symmetrize"] == "intersection" and table.report["pairs_used"] == 300
+    assert table.report.options["symmetrize"] == "intersection" and table.report.pairs_used == 300
     assert main([str(arg) for arg in argv]) != 0
     assert "exists" in capsys.readouterr().err

@@ -128,7 +128,7 @@ def test_a_table_that_covers_little_warns_and_the_rest_falls_back(parallel_world
     english, ciphered, source_tokenizer, target_tokenizer, embeddings = parallel_world
     table = translation_table(english[:20], ciphered[:20], source_tokenizer, target_tokenizer,
                               ParallelConfig(min_count=8))
-    assert table.report["covered_occurrences"] < 0.5
+    assert table.report.covered_occurrences < 0.5
     source, target = Vocabulary(source_tokenizer), Vocabulary(target_tokenizer)
     result = run_method(make_config("ramen", fallback="mean"), TransferInputs(source, target, embeddings,
                                                                               resources={"translations": table}))

@@ -44,8 +44,8 @@ def test_muse_dictionary_aligns_real_vectors(small_vectors):
     assert len(dictionary) > 100_000
     english, german = WordVectors.load(small_vectors["en"]), WordVectors.load(small_vectors["de"])
     report = align(english, german, dictionary, AlignConfig(heldout_words=500)).report
-    assert report["word_pairs"] > 2_000
-    assert report["queries"] > 500 and 0 <= report["precision_at_1"] <= 1
+    assert report.word_pairs > 2_000
+    assert report.queries > 500 and 0 <= report.precision_at_1 <= 1
 
     pairs = require_coverage(dictionary, english, german).pairs
     words = sorted({source.casefold() for source, _ in pairs})

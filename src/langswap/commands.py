@@ -30,7 +30,7 @@ from langswap.locking import OutputLock
 from langswap.methods.base import DEFAULT_METHOD, config_fields, get_method, make_config, method_names
 from langswap.models import load_model, load_tokenizer, objective_of, pick_device, save_tokenizer
 from langswap.records import TokenizerRecord, has_model_record, read_model_record, write_tokenizer_record
-from langswap.reports import AlignmentReport, CheckedLines, ExtensionReport, TokensPerByte
+from langswap.reports import AlignmentReport, CheckedLines, ExtensionReport, TokensPerByte, TokenVectorsReport
 from langswap.resources.alignment import AlignConfig, align, load_alignment, write_alignment
 from langswap.resources.dictionary import Dictionary
 from langswap.resources.dictionary_fasttext import BILINGUAL_FASTTEXT, compounds, train_bilingual_fasttext
@@ -38,7 +38,7 @@ from langswap.resources.extension import changed_lines, extend_tokenizer, tokens
 from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
 from langswap.resources.joint import JOINT_FASTTEXT, JointConfig, train_joint_vectors
 from langswap.resources.kinds import get_resource
-from langswap.resources.parallel import ParallelConfig, describe, table_from_files
+from langswap.resources.parallel import ParallelConfig, table_from_files
 from langswap.resources.segment import segmenter
 from langswap.resources.text import read_text_lines
 from langswap.resources.token_vectors import FOCUS_FASTTEXT, train_token_fasttext
@@ -232,18 +232,17 @@ class VectorsResult:
     def summary(self) -> str:
         output, report = Path(self.output), AlignmentReport.from_dict(self.report)
         if self.mode == "joint":
-            switched = self.report["switched"]
-            line = (f"wrote {output} and {output.name}.words.json: {self.report['lines']:,} lines, "
-                    f"{switched['source']:,} source and {switched['target']:,} target words switched")
+            line = (f"wrote {output} and {output.name}.words.json: {report.lines:,} lines, "
+                    f"{report.switched.source:,} source and {report.switched.target:,} target words switched")
             if report.precision_at_1 is not None:
                 distinct = report.distinct_precision()
                 line += (f"\nheld-out precision@1 {report.precision_at_1} (CSLS {report.precision_at_1_csls}) on "
                          f"{report.queries:,} words" + (f"; {distinct}" if distinct else ""))
             return line
         if self.mode == "tokens":
-            return (f"wrote {output} and {output.name}.tokens.json: {self.report['tokens']:,} tokens of text; "
-                    f"{self.report['covered_tokens']:,} of {self.report['vocabulary']:,} tokens have a vector of "
-                    "their own")
+            tokens = TokenVectorsReport.from_dict(self.report)
+            return (f"wrote {output} and {output.name}.tokens.json: {tokens.tokens:,} tokens of text; "
+                    f"{tokens.covered_tokens:,} of {tokens.vocabulary:,} tokens have a vector of their own")
         return f"wrote {output}"
 
 
@@ -321,7 +320,7 @@ def align_vectors(job: AlignJob, config=None) -> AlignResult:
         with atomic_directory(Path(job.output), job.overwrite) as folder:
             write_alignment(folder, alignment.source, alignment.target, alignment.report)
             alignment.source.save_vec(folder / "source.aligned.vec", max_words=job.max_words)
-    return AlignResult(job.output, AlignmentReport.from_dict(alignment.report))
+    return AlignResult(job.output, alignment.report)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -346,9 +345,9 @@ class ParallelResult:
 
     def summary(self) -> str:
         report = self.table.report
-        line = f"wrote {self.output}: {describe(report)}"
-        if report["skipped_empty"] or report["skipped_long"]:
-            line += (f"\nskipped {report['skipped_empty']:,} pairs with an empty side and {report['skipped_long']:,} "
+        line = f"wrote {self.output}: {report.summary()}"
+        if report.skipped_empty or report.skipped_long:
+            line += (f"\nskipped {report.skipped_empty:,} pairs with an empty side and {report.skipped_long:,} "
                      f"with a side over {self.max_tokens} tokens")
         return line
 

@@ -385,17 +385,24 @@ class AlignmentReport(Report):
     pairs_used: int | None = None
     entries_covered: int | None = None
     dictionary_entries: int | None = None
-    precision_at_1: float | None = None
-    precision_at_1_csls: float | None = None
+    precision_at_1: float | None = field(default=None, metadata=ALWAYS)  # None: too few words to hold out
+    precision_at_1_csls: float | None = field(default=None, metadata=ALWAYS)
     heldout_words: int | None = None
     precision_at_1_distinct: float | None = None  # over the words whose translations are spelled otherwise
     precision_at_1_csls_distinct: float | None = None
     distinct_queries: int | None = None
-    pca: str | None = None
+    pca: str | None = field(default=None, metadata=ALWAYS)  # what PCA did to one side, or None
+    source_vectors: str | None = None
+    target_vectors: str | None = None
+    dimension: int | None = None
+    pairs_train: int | None = None  # pairs the held-out measure's rotation was fitted on
+    note: str | None = None  # why precision was not measured
     word_pairs: int | None = None  # `langswap align`'s: pairs of the dictionary both vector files hold
     queries: int | None = None  # held-out queries, case variants included
     alignment: str | None = None  # a rotation read from this file (resources.alignment)
     joint_vectors: str | None = None  # vectors trained in one space: no rotation
+    lines: int | None = None  # joint vectors: lines of the code-switched corpus
+    switched: TextPair | None = field(default=None, metadata=nested(TextPair))  # joint: words switched per side
 
     def distinct_precision(self) -> str | None:
         """The held-out precision@1 over the words whose translations are spelled otherwise, for people; None where
@@ -441,6 +448,15 @@ class AlignmentReport(Report):
             return (f"joint vectors {self.joint_vectors}: held-out precision@1 {self.precision_at_1} (CSLS "
                     f"{self.precision_at_1_csls}){distinct}")
         return None
+
+
+@dataclass(kw_only=True)
+class TokenVectorsReport(Report):
+    """A token-level fastText model of the target tokenizer (`resources/token_vectors.py`)."""
+
+    tokens: int | None = None  # tokens of text it was trained on
+    covered_tokens: int | None = None  # tokens with a vector of their own
+    vocabulary: int | None = None
 
 
 @dataclass(kw_only=True)
@@ -561,6 +577,35 @@ class ExtensionReport(Report):
             lines.append("source-language text reads as before except where two of its tokens form a new merge; "
                          "--keep-text with some of it keeps it exactly as before")
         return "\n".join(lines)
+
+
+@dataclass(kw_only=True)
+class TableReport(Report):
+    """A translation table from word-aligned parallel text (`resources/parallel.py`): the pairs read and used, the
+    links, and how much of the target vocabulary and of the target side's tokens have probabilities."""
+
+    pairs_read: int | None = None
+    pairs_used: int | None = None
+    skipped_empty: int | None = None
+    skipped_long: int | None = None
+    links: int | None = None
+    entries: int | None = None
+    covered_tokens: int | None = None
+    coverage: float | None = None  # share of the target vocabulary
+    covered_occurrences: float | None = None  # share of the target side's tokens
+    mean_entropy: float | None = field(default=None, metadata=ALWAYS)  # nats; None: no row covered
+    options: dict | None = None
+    aligner: str | None = None
+    seconds: float | None = None
+    text: list | None = None  # the parallel files
+
+    def summary(self) -> str:
+        """One line for people: coverage and entropy."""
+        entropy = self.mean_entropy
+        return (f"{self.covered_tokens:,} target tokens have translation probabilities ({self.coverage:.1%} of the "
+                f"vocabulary, {self.covered_occurrences:.1%} of the target side's tokens), from {self.links:,} links "
+                f"in {self.pairs_used:,} pairs"
+                + (f"; mean entropy {entropy:.2f} nats" if entropy is not None and entropy == entropy else ""))
 
 
 # -- enrichment (TEMA) ---------------------------------------------------------------------------------------------

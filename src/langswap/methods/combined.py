@@ -73,6 +73,7 @@ from langswap.methods.ramen import table_rows
 from langswap.methods.tiktotok import _whole_word_candidates, candidate_weights, whole_words
 from langswap.methods.wechsel import WechselConfig, nearest_sources, token_vectors
 from langswap.progress import bar as progress_bar
+from langswap.reports import AlignmentReport
 from langswap.resources.dictionary import case_variants, check_direction
 
 logger = logging.getLogger(__name__)
@@ -152,16 +153,16 @@ def vectors_reliability(vectors, config: CombinedConfig) -> float:
     over all held-out words, with a warning, where a report predates that measure."""
     if config.vectors_weight is not None:
         return config.vectors_weight
-    report = vectors.report or {}
-    if "precision_at_1_distinct" in report:
-        precision = report["precision_at_1_distinct"]
+    report = vectors.report or AlignmentReport()
+    if report.distinct_queries is not None:  # measured, perhaps as None (no such word held out)
+        precision = report.precision_at_1_distinct
         if precision is None:
             logger.warning("combined: no held-out dictionary word of the aligned vectors has a translation spelled "
                            "otherwise, so their precision@1 on such words is unmeasured; their neighbours get no "
                            "weight. Set method.vectors_weight to use them.")
             return 0.0
         return float(precision)
-    precision = report.get("precision_at_1")
+    precision = report.precision_at_1
     if precision is None:
         logger.warning("combined: the aligned vectors come without a held-out precision@1 (a saved alignment without "
                        "its report.json, or too few dictionary words to hold some out); their neighbours get no "

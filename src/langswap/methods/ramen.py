@@ -134,7 +134,7 @@ def ramen(inputs: TransferInputs, config: RamenConfig, progress: bool = False) -
             table = TranslationTable.load_for(config.probabilities, inputs.source.tokenizer, inputs.target.tokenizer,
                                               f"method.probabilities '{config.probabilities}'")
         rows, lengths, sources, probs = table_rows(table, inputs)
-        share = table.report.get("covered_occurrences")
+        share = table.report.covered_occurrences
         if share is not None and share < LOW_COVERAGE:
             logger.warning(
                 "ramen: only %.0f%% of the target side's tokens in the parallel text have translation probabilities "

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from langswap.errors import ResourceFormatError, VocabularyError
+from langswap.reports import AlignmentReport
 from langswap.resources.dictionary import Dictionary, require_coverage
 from langswap.resources.retrieval import RetrievalConfig, dictionary_precision
 from langswap.resources.vectors import WordVectors, normalize_rows
@@ -39,7 +40,7 @@ class Alignment:
     source: WordVectors  # rotated into the target space
     target: WordVectors
     rotation: np.ndarray  # (D, D), applied after any PCA
-    report: dict
+    report: AlignmentReport
 
 
 def procrustes(source: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -91,7 +92,8 @@ def align(source_vectors: WordVectors, target_vectors: WordVectors, dictionary: 
     report.update(_heldout_precision(source_vectors, target_vectors, covered.pairs, config))
     rotation = _fit(source_vectors, target_vectors, covered.pairs, config.normalize)
     report["pairs_used"] = len(covered.pairs)
-    return Alignment(source_vectors.with_transform(rotation), target_vectors, rotation, report)
+    return Alignment(source_vectors.with_transform(rotation), target_vectors, rotation,
+                     AlignmentReport.from_dict(report))
 
 
 def _heldout_precision(source_vectors: WordVectors, target_vectors: WordVectors, pairs: list[tuple[str, str]],
@@ -118,14 +120,14 @@ def _heldout_precision(source_vectors: WordVectors, target_vectors: WordVectors,
     return result
 
 
-def write_alignment(folder: Path, source: WordVectors, target: WordVectors, report: dict) -> None:
+def write_alignment(folder: Path, source: WordVectors, target: WordVectors, report: AlignmentReport) -> None:
     """The files `langswap align` writes and `load_alignment` reads:
     alignment.npy (raw source space -> shared space), target_transform.npy where the target side was reduced by PCA,
     and report.json."""
     np.save(folder / "alignment.npy", source.transform)
     if target.transform is not None:
         np.save(folder / "target_transform.npy", target.transform)
-    (folder / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    (folder / "report.json").write_text(json.dumps(report.as_dict(), indent=2), encoding="utf-8")
 
 
 def load_alignment(path: str | Path, source: WordVectors, target: WordVectors) -> tuple[WordVectors, WordVectors]:

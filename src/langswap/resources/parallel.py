@@ -33,7 +33,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ import numpy as np
 
 from langswap.errors import ConfigError, MissingResourceError, ResourceFormatError
 from langswap.files import atomic_directory, cache_dir, hash_file
+from langswap.reports import TableReport
 from langswap.resources.token_vectors import tokenizer_digest
 
 logger = logging.getLogger(__name__)
@@ -207,7 +207,10 @@ class TranslationTable:
     source_size: int
     source_digest: str
     target_digest: str
-    report: dict = field(default_factory=dict)
+    report: TableReport = field(default_factory=TableReport)
+
+    def __post_init__(self):
+        self.report = TableReport.from_dict(self.report, "the translation table's report")
 
     @property
     def target_size(self) -> int:
@@ -238,7 +241,8 @@ class TranslationTable:
             with open(temporary / TABLE_FILE, "wb") as handle:
                 np.savez(handle, indptr=self.indptr, indices=self.indices, probs=self.probs)
             record = {"format": TABLE_FORMAT, "source_size": self.source_size, "target_size": self.target_size,
-                      "source_digest": self.source_digest, "target_digest": self.target_digest, **self.report}
+                      "source_digest": self.source_digest, "target_digest": self.target_digest,
+                      **self.report.as_dict()}
             (temporary / REPORT_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
     @classmethod
@@ -377,7 +381,7 @@ def table_from_files(source: str | Path, target: str | Path | None, source_token
     the report names the files."""
     left, right = read_parallel(source, target, config.max_lines)
     table = translation_table(left, right, source_tokenizer, target_tokenizer, config)
-    table.report["text"] = [str(path) for path in (source, target) if path is not None]
+    table.report.text = [str(path) for path in (source, target) if path is not None]
     return table
 
 
@@ -413,10 +417,3 @@ def cached_translation_table(source: str | Path, target: str | Path | None, sour
     return table
 
 
-def describe(report: dict) -> str:
-    """One line for people: coverage and entropy of a table's report."""
-    entropy = report.get("mean_entropy")
-    return (f"{report['covered_tokens']:,} target tokens have translation probabilities ({report['coverage']:.1%} "
-            f"of the vocabulary, {report['covered_occurrences']:.1%} of the target side's tokens), from "
-            f"{report['links']:,} links in {report['pairs_used']:,} pairs"
-            + (f"; mean entropy {entropy:.2f} nats" if entropy is not None and not math.isnan(entropy) else ""))

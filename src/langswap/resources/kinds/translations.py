@@ -9,10 +9,12 @@ Methods read `inputs.resource("translations")`, a `TranslationTable`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from langswap.errors import ConfigError, MissingResourceError
+from langswap.reports import TableReport
 from langswap.resources.kinds import ResourceKind, register_resource
 from langswap.resources.parallel import ParallelConfig, TranslationTable, cached_translation_table
 
@@ -57,6 +59,11 @@ def check(config) -> None:
             raise MissingResourceError(f"resources.{name} '{value}' does not exist.")
 
 
+# what a transfer's record keeps of the table's report
+KEPT = ("pairs_used", "skipped_empty", "skipped_long", "links", "covered_tokens", "coverage", "covered_occurrences",
+        "mean_entropy", "options", "text")
+
+
 def load(config, target_tokenizer, source_tokenizer):
     resources = config.resources
     if resources.translation_table:
@@ -65,10 +72,9 @@ def load(config, target_tokenizer, source_tokenizer):
     else:
         table = cached_translation_table(resources.parallel_text, resources.parallel_target, source_tokenizer,
                                          target_tokenizer, parallel_config(resources))
-    keep = ("pairs_used", "skipped_empty", "skipped_long", "links", "covered_tokens", "coverage",
-            "covered_occurrences", "mean_entropy", "options", "text")
-    report = {"translation_table": resources.translation_table,
-              **{key: table.report[key] for key in keep if key in table.report}}
+    report = TableReport(**{item.name: getattr(table.report, item.name) for item in dataclasses.fields(TableReport)
+                            if item.name in KEPT},
+                         extra={"translation_table": resources.translation_table})
     return table, report
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from langswap.config import to_dict
 from langswap.errors import ConfigError, MissingResourceError
+from langswap.reports import AlignmentReport
 from langswap.resources.alignment import align, load_alignment, write_alignment
 from langswap.resources.dictionary import Dictionary
 from langswap.resources.joint import load_joint_vectors
@@ -45,7 +46,10 @@ class AlignedVectors:
 
     source: object
     target: object
-    report: dict | None = None
+    report: AlignmentReport | None = None  # a JSON object (report.json, a joint model's words.json) is read into it
+
+    def __post_init__(self):
+        self.report = AlignmentReport.from_dict(self.report, "the aligned vectors' report")
 
 
 def check(config) -> None:
@@ -90,8 +94,8 @@ def load_aligned(resources, align_config) -> AlignedVectors:
                 logger.warning("'%s' is not a JSON report; the alignment's precision is unknown", written)
         return AlignedVectors(source, target, report)
     alignment = align(source, target, Dictionary.load(resources.dictionary), align_config)
-    logger.debug("aligned vectors: %s pairs, precision@1 %s (CSLS %s)", alignment.report["pairs_used"],
-                 alignment.report.get("precision_at_1"), alignment.report.get("precision_at_1_csls"))
+    logger.debug("aligned vectors: %s pairs, precision@1 %s (CSLS %s)", alignment.report.pairs_used,
+                 alignment.report.precision_at_1, alignment.report.precision_at_1_csls)
     return AlignedVectors(alignment.source, alignment.target, alignment.report)
 
 
@@ -107,8 +111,7 @@ def prepare_shared(config, folder: Path) -> dict:
     vectors = load_aligned(config.resources, config.align)
     report = vectors.report
     logger.info("aligned vectors: %s pairs; held-out precision@1 %s (CSLS %s) on %s words",
-                f"{report['pairs_used']:,}", report.get("precision_at_1"), report.get("precision_at_1_csls"),
-                report.get("heldout_words"))
+                f"{report.pairs_used:,}", report.precision_at_1, report.precision_at_1_csls, report.heldout_words)
     write_alignment(folder, vectors.source, vectors.target, report)
     return {"alignment": "alignment.npy"}
 
