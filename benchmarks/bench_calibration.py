@@ -67,6 +67,9 @@ def parse_args(argv=None):
     parser.add_argument("--dev-draw", choices=("test-like", "tail"), default="test-like",
                         help="How the development lines are drawn (the module docstring says).")
     parser.add_argument("--eval", choices=("dev", "test"), default="dev")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="Folder the table and results are copied to (default: benchmarks/results/calibration-NAME-"
+                             "EVAL).")
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 200])
     parser.add_argument("--entries", nargs="+", default=["overlap raw", "overlap cal", "combined raw",
                                                           "combined cal"],
@@ -182,7 +185,7 @@ def main(argv=None) -> int:
         "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
                   "logging_steps": 10, "max_lines": 20000},
     }
-    run_and_record(bench, REPO / "benchmarks" / "results" / f"calibration-{name}-{args.eval}")
+    run_and_record(bench, args.results or REPO / "benchmarks" / "results" / f"calibration-{name}-{args.eval}")
     return 0
 
 
