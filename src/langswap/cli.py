@@ -67,6 +67,7 @@ class Command:
     keys: type | None = None  # the class whose keys `--set key=value` takes, listed in the epilog (None: no --set)
     epilog: str = ""  # after the keys
     extra: Callable | None = None  # adds the command's own arguments, after the flags
+    amend: Callable | None = None  # (config mapping, args) -> the mapping with what `extra`'s arguments set
 
     def build(self, args):
         """The command's config: its YAML file, then its flags, then `--set` where the keys are the config's."""
@@ -74,9 +75,8 @@ class Command:
             return None
         data = config_flags(args, load_yaml(args.config) if self.config and args.config else {}, self.fields,
                             self.name)
-        if self.name == "transfer" and args.method:  # --method NAME, the options kept
-            method = data.get("method")
-            data["method"] = {**(method if isinstance(method, dict) else {}), "name": args.method}
+        if self.amend is not None:
+            data = self.amend(data, args)
         return from_dict(self.fields, apply_overrides(data, _overrides(args) if self.keys is self.fields else []))
 
 
@@ -109,6 +109,14 @@ def _method_flag(sub) -> None:
     sub.add_argument("--method", help=f"Method name (`langswap methods`; default {DEFAULT_METHOD}).")
 
 
+def _method_name(data: dict, args) -> dict:
+    """`--method NAME` sets the method section's name, the options the config gives kept."""
+    if args.method:
+        method = data.get("method")
+        data["method"] = {**(method if isinstance(method, dict) else {}), "name": args.method}
+    return data
+
+
 def _store_flags(sub) -> None:
     sub.add_argument("--list", action="store_true", help="List the token stores in the data folder: size, state "
                      "(ready, stale, damaged, unfinished), counts and files.")
@@ -134,7 +142,8 @@ COMMANDS = [
     Command("init-config", "Write a transfer config with every default.", lambda job, args: init_config(job),
             InitConfigJob),
     Command("transfer", "Transfer a model to a target tokenizer.", _progress(transfer), TransferConfig,
-            config="YAML config (`langswap init-config` writes one).", keys=TransferConfig, extra=_method_flag),
+            config="YAML config (`langswap init-config` writes one).", keys=TransferConfig, extra=_method_flag,
+            amend=_method_name),
     Command("train", "Continue pretraining a model folder (phases, presets, resume).", _train, TrainConfig,
             config="YAML config (`langswap init-config --for train` writes one).", keys=TrainConfig,
             epilog=TRAIN_EPILOG),

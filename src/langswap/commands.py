@@ -230,8 +230,9 @@ class VectorsResult:
     report: dict = field(default_factory=dict)
 
     def summary(self) -> str:
-        output, report = Path(self.output), AlignmentReport.from_dict(self.report)
+        output = Path(self.output)
         if self.mode == "joint":
+            report = AlignmentReport.from_dict(self.report)
             line = (f"wrote {output} and {output.name}.words.json: {report.lines:,} lines, "
                     f"{report.switched.source:,} source and {report.switched.target:,} target words switched")
             if report.precision_at_1 is not None:
