@@ -268,11 +268,15 @@ def test_auto_offers_mix_and_choose_and_a_judge_keeps_the_lower_loss(cipher_worl
     inputs = _inputs(cipher_world, dictionary=dictionary)
     mix = run_method(make_config("combined", mode="mix"), inputs)
     choose = run_method(make_config("combined", mode="choose"), inputs)
+    alone = run_method(make_config("combined"), _inputs(cipher_world))  # what a transfer without the dictionary makes
     assert not torch.equal(mix.embeddings, choose.embeddings)
     # without a judge (no held-out text) the first candidate, mix, is kept, and the record says why
     default = run_method(make_config("combined"), inputs)
     assert torch.equal(default.embeddings, mix.embeddings)
-    assert default.choice.chosen == "mix" and default.choice.candidates == ["mix", "choose"]
+    assert default.choice.chosen == "mix" and default.choice.candidates == ["mix", "choose", "spelling only"]
+    assert default.choice.weights == {"mix": {"spelling": 1.0, "translations": 1.0},
+                                      "choose": {"spelling": 1.0, "translations": 1.0},
+                                      "spelling only": {"spelling": 1.0, "translations": 0.0}}
 
     def judged(losses):
         seen = []
@@ -282,17 +286,55 @@ def test_auto_offers_mix_and_choose_and_a_judge_keeps_the_lower_loss(cipher_worl
             return losses[len(seen) - 1]
         return run_method(make_config("combined"), inputs, judge=judge), seen
 
-    result, seen = judged([2.0, 1.0])
+    result, seen = judged([2.0, 1.0, 3.0])
     assert torch.equal(seen[0], mix.embeddings) and torch.equal(seen[1], choose.embeddings)
+    # the candidate without the dictionary is the transfer without it, false friends copied again
+    assert torch.equal(seen[2], alone.embeddings)
     assert result.choice.as_dict() == {"chosen": "choose", "by": "held-out loss",
-                                       "losses": {"mix": 2.0, "choose": 1.0}}
+                                       "losses": {"mix": 2.0, "choose": 1.0, "spelling only": 3.0},
+                                       "weights": default.choice.weights}
+    assert "its evidence weights: spelling 1, translations 1" in result.choice.summary()
     assert torch.equal(result.embeddings, choose.embeddings)
     assert np.array_equal(result.mapping.kinds, choose.mapping.kinds)
-    assert judged([1.0, 1.0])[0].choice.chosen == "mix"  # a tie keeps the first
-    nan = judged([float("nan"), 3.0])[0]
+    assert judged([1.0, 1.0, 1.0])[0].choice.chosen == "mix"  # a tie keeps the first
+    nan = judged([float("nan"), 3.0, 4.0])[0]
     assert nan.choice.chosen == "choose" and nan.choice.losses["mix"] is None  # a NaN loss never wins
+    dropped = judged([2.0, 2.0, 1.0])[0]  # a dictionary that does not help is left out
+    assert dropped.choice.chosen == "spelling only" and torch.equal(dropped.embeddings, alone.embeddings)
+    assert "translations 0" in dropped.choice.summary()
     # one kind of evidence: mix and choose agree, so there is one candidate and nothing to choose
     assert run_method(make_config("combined"), _inputs(cipher_world)).choice is None
+
+
+def test_candidates_with_more_resources_include_every_candidate_with_fewer(cipher_world):
+    """A resource given never takes a candidate away: with aligned vectors beside the dictionary, the candidates are
+    both modes over every subset of the two, and those without the vectors are the dictionary-only transfer's, row
+    for row."""
+    from langswap.resources.kinds.vectors import AlignedVectors
+
+    _, _, _, dictionary, alignment = cipher_world
+    vectors = AlignedVectors(alignment.source, alignment.target, {"precision_at_1": 0.25})
+    made = {}
+
+    def judge(result):
+        made[len(made)] = result.embeddings.clone()
+        return 1.0
+
+    both = run_method(make_config("combined"), _inputs(cipher_world, dictionary=dictionary, vectors=vectors),
+                      judge=judge)
+    names = list(both.choice.losses)
+    assert names == ["mix", "choose", "mix without translations", "choose without translations",
+                     "mix without neighbours", "choose without neighbours", "spelling only"]
+    assert both.choice.weights["mix without neighbours"] == {"spelling": 1.0, "neighbours": 0.0, "translations": 1.0}
+    assert both.choice.weights["mix"]["neighbours"] == 0.25
+    fewer = []
+    alone = run_method(make_config("combined"), _inputs(cipher_world, dictionary=dictionary),
+                       judge=lambda result: fewer.append(result.embeddings.clone()) or 1.0)
+    assert list(alone.choice.losses) == ["mix", "choose", "spelling only"]
+    for index, embeddings in zip((4, 5, 6), fewer):
+        assert torch.equal(made[index], embeddings)
+    vectors_only = run_method(make_config("combined", mode="mix"), _inputs(cipher_world, vectors=vectors))
+    assert torch.equal(made[2], vectors_only.embeddings)
 
 
 def test_a_transfer_keeps_the_candidate_that_predicts_held_out_text_best(tmp_path, gpt2_folder,
@@ -311,7 +353,9 @@ def test_a_transfer_keeps_the_candidate_that_predicts_held_out_text_best(tmp_pat
     record = json.loads((tmp_path / "auto" / "langswap.json").read_text())
     choice = record["method_choice"]
     # each candidate judged as it would be saved: calibrated (calibration is on with target text)
-    assert choice["by"] == "held-out loss after calibration" and set(choice["losses"]) == {"mix", "choose"}
+    assert choice["by"] == "held-out loss after calibration"
+    assert set(choice["losses"]) == {"mix", "choose", "spelling only"}
+    assert choice["weights"]["spelling only"] == {"spelling": 1.0, "translations": 0.0}
     assert choice["chosen"] == min(choice["losses"], key=choice["losses"].get)
     assert "- Candidates: kept " in (tmp_path / "auto" / "README.md").read_text(encoding="utf-8")
     # the loss recorded is the saved model's on the last held_out_lines lines of the text (calibration, which the
@@ -322,10 +366,14 @@ def test_a_transfer_keeps_the_candidate_that_predicts_held_out_text_best(tmp_pat
     score = causal_lm_score(model, AutoTokenizer.from_pretrained(tmp_path / "auto"), held_out,
                             max_length=HELD_OUT_TOKENS)
     assert score.nll / score.tokens == pytest.approx(choice["losses"][choice["chosen"]], abs=2e-5)
-    # each mode alone gives the model of its candidate
+    # each mode alone gives the model of its candidate, and the candidate without the dictionary the transfer
+    # without it
     for mode in ("mix", "choose"):
         assert main(base + ["--set", f"method.mode={mode}", "--output", str(tmp_path / mode)]) == 0
         assert json.loads((tmp_path / mode / "langswap.json").read_text())["method_choice"] is None
+    alone = [part for part in base if "resources.dictionary" not in part]
+    alone.remove("--set")
+    assert main(alone + ["--output", str(tmp_path / "spelling only")]) == 0
     chosen = AutoModelForCausalLM.from_pretrained(tmp_path / choice["chosen"]).get_input_embeddings().weight
     assert torch.equal(model.get_input_embeddings().weight, chosen)
     plain = base + ["--set", "calibration.strength=0", "--output", str(tmp_path / "plain")]
@@ -438,22 +486,23 @@ def test_candidates_are_judged_finished_and_the_kept_one_is_installed_as_made(ki
     transferred, result, reports = apply_method(model, inputs, matrices, make_config("combined"), copy=True,
                                                 held_out=held_out, finish=finish)
     # each candidate finished once, the kept one not again
-    assert len(finished) == 2 and reports == {} and result.choice.by == "held-out loss after finishing"
+    assert len(finished) == 3 and reports == {} and result.choice.by == "held-out loss after finishing"
     losses = result.choice.losses
-    assert losses["choose"] > losses["mix"] + 0.5 and result.choice.chosen == "mix"  # judged as finished
+    assert losses["choose"] > losses["mix"] + 0.5 and result.choice.chosen != "choose"  # judged as finished
+    assert result.choice.chosen == min(losses, key=losses.get)
     # the kept candidate is in the model as it was finished (here: as the method made it; the finished second one
     # was last in the model)
     assert torch.equal(transferred.get_input_embeddings().weight, result.embeddings)
     if kind == "llama":
         assert result.output_embeddings is not None
         assert torch.equal(transferred.get_output_embeddings().weight, result.output_embeddings)
-    assert losses["mix"] == pytest.approx(mean_token_loss(transferred, target.tokenizer, held_out, HELD_OUT_TOKENS),
-                                          abs=1e-4)
+    assert losses[result.choice.chosen] == pytest.approx(
+        mean_token_loss(transferred, target.tokenizer, held_out, HELD_OUT_TOKENS), abs=1e-4)
 
 
 def test_a_transfer_calibrates_each_candidate_once_and_keeps_the_chosen_one_as_calibrated(
         tmp_path, gpt2_folder, target_tokenizer_folder, corpus_dir, monkeypatch):
-    """Calibration is a finishing step: each of combined's two candidates is calibrated once when it is judged, the
+    """Calibration is a finishing step: each of combined's candidates is calibrated once when it is judged, the
     kept one is restored as it was then (not calibrated a third time), and the record's seconds say where the time
     went."""
     import langswap.transfer.steps as steps
@@ -471,6 +520,6 @@ def test_a_transfer_calibrates_each_candidate_once_and_keeps_the_chosen_one_as_c
         "source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder),
         "output": str(tmp_path / "out"), "resources": {"dictionary": str(corpus_dir / "en-xx.tsv")},
         "calibration": {"text": str(corpus_dir / "xx.txt")}, "held_out_lines": 20}))
-    assert len(calls) == 2 and set(report.choice.losses) == {"mix", "choose"}
+    assert len(calls) == 3 and set(report.choice.losses) == {"mix", "choose", "spelling only"}
     assert report.calibration.check is not None and "held_out_loss" not in report.calibration.as_dict()
     assert {"method", "method: calibration", "method: frequencies"} <= set(report.seconds)

@@ -467,6 +467,12 @@ class MethodChoice(Report):
     by: str | None = None
     losses: dict | None = None  # candidate -> mean token loss on held-out lines (None: not finite)
     candidates: list | None = None
+    weights: dict | None = None  # candidate -> evidence -> its weight in that candidate (0: left out)
+
+    def kept_weights(self) -> str:
+        """The kept candidate's evidence weights, `name weight, ...` (empty where the method gave none)."""
+        kept = (self.weights or {}).get(self.chosen) or {}
+        return ", ".join(f"{name} {weight:.3g}" for name, weight in kept.items())
 
     def summary(self) -> str:
         if self.losses is not None and all(loss is None for loss in self.losses.values()):
@@ -474,7 +480,9 @@ class MethodChoice(Report):
         if self.losses is not None:
             losses = ", ".join(f"{candidate} {'-' if loss is None else f'{loss:.4f}'}"
                                for candidate, loss in self.losses.items())
-            return f"kept {self.chosen}, the lowest mean token loss on held-out target text ({losses} nats)"
+            weights = self.kept_weights()
+            return (f"kept {self.chosen}, the lowest mean token loss on held-out target text ({losses} nats)"
+                    + (f"; its evidence weights: {weights}" if weights else ""))
         return f"kept {self.chosen} of {', '.join(self.candidates or [])}: {self.by or ''}"
 
 

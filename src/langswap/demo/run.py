@@ -129,7 +129,7 @@ def _vectors(config: DemoConfig, workdir: Path, dictionary: Path, german_train: 
 def _counts(result) -> str:
     counts = ", ".join(f"{kind} {count:,}" for kind, count in result.mapping.counts().items())
     if result.choice and result.choice.losses is not None:
-        counts += f" (mode {result.choice.chosen}, kept on held-out lines)"
+        counts += f" (candidate {result.choice.chosen}, kept on held-out lines)"
     return counts
 
 

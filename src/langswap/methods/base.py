@@ -1,8 +1,9 @@
 """The method interface: configs, the registry, and the shared finishing step of every method.
 
-A method is a pure function `(TransferInputs, config) -> TokenMapping`, or `-> dict[str, TokenMapping]` when it offers
-candidates (`combined`'s `mode: auto`): the caller's judge (`run_method(judge=...)`, the loss of each finished
-candidate on held-out target text) keeps the best, and without a judge the first is kept. The mapping
+A method is a pure function `(TransferInputs, config) -> TokenMapping`, or `-> Mapping[str, TokenMapping]` when it
+offers candidates (`combined`'s `mode: auto`): the caller's judge (`run_method(judge=...)`, the loss of each finished
+candidate on held-out target text) keeps the best, and without a judge the first is kept. A mapping of candidates may
+carry `weights` (candidate -> evidence -> weight), which the record's choice then reports. The mapping
 (`methods/mapping.py`) says, for each target token, how its row is made: copied from a source row, mixed from source
 rows with weights, a base row plus an offset, or left unplaced. The shared finishing step (`finish_mapping`) then
 copies special tokens by role, places what the method left with the configured fallback, checks each row against its
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -281,14 +283,16 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
     if missing:
         inputs.resource(missing[0])  # the error that says what to set
     made = spec.function(inputs, config, progress=progress)
-    candidates = made if isinstance(made, dict) else {"": made}
+    candidates = made if isinstance(made, Mapping) else {"": made}
     assert candidates, f"method {spec.name} offered no mapping"
+    weights = getattr(candidates, "weights", None)
     if len(candidates) == 1 or judge is None:
         name, mapping = next(iter(candidates.items()))
         result = finish_mapping(spec.name, mapping, inputs, config, source_matrices, dtype)
         if len(candidates) > 1:
             result.choice = MethodChoice(chosen=name, by="default (nothing to compare on: no held-out target text, "
-                                                          "or not a causal LM)", candidates=list(candidates))
+                                                          "or not a causal LM)", candidates=list(candidates),
+                                         weights=weights)
         return result
     best, losses = None, {}
     for name, mapping in candidates.items():
@@ -300,7 +304,7 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
             best = (name, result)
     name, result = best
     result.choice = MethodChoice(chosen=name, by="held-out loss", losses={
-        key: round(value, 5) if math.isfinite(value) else None for key, value in losses.items()})
+        key: round(value, 5) if math.isfinite(value) else None for key, value in losses.items()}, weights=weights)
     logger.info("%s: kept %s", spec.name, name)
     return result
 

@@ -27,10 +27,12 @@
    tokens whose nearest shared token in the helper's space is among their 10 nearest in the source model's; chance is
    about 10 / shared tokens). `mode: mix` mixes a token's distributions by these weights, normalised over the
    evidence it has; `mode: choose` takes its heaviest evidence alone (ties: translations, then parallel text, then a
-   helper's neighbours, then aligned neighbours, then spelling). `mode: auto` (default) offers both as candidates:
-   a transfer with target-language text keeps the one whose model (calibrated, where the transfer calibrates) has
-   the lower loss on its held-out lines (`held_out_lines`), and without such text (or for a masked LM) keeps
-   `mix`. Where a token has one kind of evidence the two agree, so a transfer without resources has one candidate.
+   helper's neighbours, then aligned neighbours, then spelling). `mode: auto` (default) offers both, over every
+   subset of the evidence beyond spelling (`EvidenceCandidates`: each evidence weighted as above or left out), as
+   candidates: a transfer with target-language text keeps the one whose model (calibrated, where the transfer
+   calibrates) has the lower loss on its held-out lines (`held_out_lines`), and without such text (or for a masked
+   LM) keeps `mix` of all the evidence. Where a token has one kind of evidence the two modes agree, so a transfer
+   without resources has one candidate.
 3. Special tokens by role, and what has no text (partial UTF-8 bytes) by the shared fallback (`subword`: the mean
    row). No row is random unless the fallback is set to `random`.
 
@@ -51,13 +53,15 @@ similarity step (float32 (2 N + 3 M) x D_h, N + M <= V_t: about 3 GiB at 128k wi
 similarities (256 MiB); and, unless `helper_weight` is set, the helper's agreement (`helper_agreement`), whose
 similarity step holds the shared tokens' helper rows and, three times, their source rows in float32: M x (D_h + 3 d)
 x 4 bytes (6.8 GiB at M = 128,256, d = 4,096, D_h = 2,048). The mapping holds at most (pieces + translations +
-2 x neighbors) entries per row; `mode: auto` makes both candidates' mappings, and the transfer holds at most two
-candidates' new matrices at once.
+2 x neighbors) entries per row; `mode: auto` makes each candidate's mapping when it is judged, and the transfer holds
+at most two candidates' new matrices at once.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -104,8 +108,9 @@ class CombinedConfig(MethodConfig):
     mode: Literal["auto", "mix", "choose"] = field(default="auto", metadata={
         "help": "mix: each row mixes the distributions of its evidence by their weights; choose: each row takes its "
                 "heaviest evidence alone (ties: translations, then parallel text, then a helper's neighbours, then "
-                "aligned neighbours, then spelling); auto: both, and a "
-                "transfer keeps the one that predicts held-out target text better (mix without such text).",
+                "aligned neighbours, then spelling); auto: both, each also without every subset of the evidence beyond "
+                "spelling, and a transfer keeps the one that predicts held-out target text best (mix of all without "
+                "such text).",
         "choices": ("auto", "mix", "choose")})
     false_friends: bool = field(default=True, metadata={
         "help": "A token both vocabularies share that is a dictionary word none of whose translations is itself "
@@ -338,16 +343,19 @@ def false_friends(inputs: TransferInputs, rows: np.ndarray, dictionary) -> np.nd
     return np.asarray(out, dtype=np.int64)
 
 
-def base_mapping(inputs: TransferInputs, config: CombinedConfig) -> TokenMapping:
-    """Exact matches copied, false friends (where a dictionary is given) left to the evidence."""
+def base_mapping(inputs: TransferInputs, config: CombinedConfig) -> tuple[TokenMapping, TokenMapping | None]:
+    """Exact matches copied, false friends (where a dictionary is given) left to the evidence; and, where there are
+    false friends, the mapping with them still copied (for candidates without the translations)."""
     mapping = TokenMapping.empty(len(inputs.target))
     copy_exact_matches(mapping, inputs)
     if "dictionary" in inputs.resources and config.dictionary_weight > 0 and config.false_friends:
         friends = false_friends(inputs, mapping.rows_of(Kind.COPIED), inputs.resource("dictionary"))
         if len(friends):
+            copied = mapping.copy()
             mapping.set_kind(friends, Kind.UNPLACED)
             logger.info("combined: %s shared tokens are dictionary words translated otherwise", f"{len(friends):,}")
-    return mapping
+            return mapping, copied
+    return mapping, None
 
 
 def place_evidence(mapping: TokenMapping, evidence: list[Evidence]) -> TokenMapping:
@@ -366,11 +374,64 @@ def place_evidence(mapping: TokenMapping, evidence: list[Evidence]) -> TokenMapp
     return mapping
 
 
+def restricted(item: Evidence, rows: set[int]) -> Evidence:
+    """`item` for the rows in `rows` only."""
+    keep = [i for i, row in enumerate(item.rows) if row in rows]
+    return Evidence(item.name, item.weight, [item.rows[i] for i in keep], [item.sources[i] for i in keep],
+                    [item.weights[i] for i in keep])
+
+
+class EvidenceCandidates(Mapping):
+    """`mode: auto`'s candidates: both modes over every subset of the evidence beyond spelling (the full set first,
+    then smaller ones), each mapping made when it is read, so a transfer holds one at a time. A candidate without the
+    dictionary's translations keeps false friends copied, as a transfer without a dictionary does. `weights`: per
+    candidate, each evidence's weight (0 where it is left out), which the record reports. A subset with one kind of
+    evidence is one candidate (mixing and choosing agree), named `<evidence> only`."""
+
+    def __init__(self, mapping: TokenMapping, copied: TokenMapping | None, evidence: list[Evidence]):
+        self._made: dict[str, tuple] = {}
+        self.weights: dict[str, dict[str, float]] = {}
+        live = [item for item in evidence if item.weight > 0 and item.rows]
+        first, optional = live[0], live[1:]  # spelling where it has weight: what every token has
+        for count in range(len(optional), -1, -1):
+            for kept in itertools.combinations(optional, count):
+                used = {id(first)} | {id(item) for item in kept}
+                items = [item for item in live if id(item) in used]
+                dropped = [item.name for item in optional if id(item) not in used]
+                weights = {item.name: item.weight if id(item) in used else 0.0 for item in evidence}
+                base = mapping
+                if copied is not None and "translations" in dropped:
+                    base = copied
+                    rows = set(copied.rows_of(Kind.UNPLACED).tolist())
+                    items = [restricted(item, rows) for item in items]
+                if len(items) == 1:
+                    self._add(f"{items[0].name} only", base, items, "mix", weights)
+                    continue
+                suffix = f" without {' and '.join(dropped)}" if dropped else ""
+                for mode in ("mix", "choose"):
+                    self._add(mode + suffix, base, items, mode, weights)
+
+    def _add(self, name: str, base: TokenMapping, items: list[Evidence], mode: str, weights: dict) -> None:
+        self._made[name] = (base, items, mode)
+        self.weights[name] = {key: round(float(value), 6) for key, value in weights.items()}
+
+    def __getitem__(self, name: str) -> TokenMapping:
+        base, items, mode = self._made[name]
+        evidence = choose_evidence(len(base), items) if mode == "choose" else items
+        return place_evidence(base.copy(), evidence)
+
+    def __iter__(self):
+        return iter(self._made)
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+
 @register_method("combined", CombinedConfig, optional=("dictionary", "vectors", "helper_model", "translations"))
 def combined(inputs: TransferInputs, config: CombinedConfig,
-             progress: bool = False) -> TokenMapping | dict[str, TokenMapping]:
+             progress: bool = False) -> TokenMapping | EvidenceCandidates:
     """Copy exact matches; mix spelling, dictionary translations, aligned and helper neighbours by reliability."""
-    mapping = base_mapping(inputs, config)
+    mapping, copied = base_mapping(inputs, config)
     rows = np.array([row for row in mapping.rows_of(Kind.UNPLACED) if not inputs.target[int(row)].special],
                     dtype=np.int64)
     if len(rows) == 0:
@@ -395,5 +456,4 @@ def combined(inputs: TransferInputs, config: CombinedConfig,
         return place_evidence(mapping, choose_evidence(size, evidence))
     if config.mode == "mix" or sum(1 for item in evidence if item.weight > 0 and item.rows) < 2:
         return place_evidence(mapping, evidence)  # with one kind of evidence, mixing and choosing are the same
-    chosen = place_evidence(mapping.copy(), choose_evidence(size, evidence))
-    return {"mix": place_evidence(mapping, evidence), "choose": chosen}
+    return EvidenceCandidates(mapping, copied, evidence)
