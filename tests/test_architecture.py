@@ -19,7 +19,7 @@ LAYERS = [
     ("tokens", ["tokens", "chunks"]),
     ("resources", ["resources"]),
     ("methods", ["methods"]),
-    ("surgery", ["surgery", "checkpoint"]),
+    ("surgery", ["surgery", "checkpoint", "calibration_move"]),
     ("training", ["training"]),
     ("evaluation", ["evaluation"]),
     ("transfer", ["transfer", "enrich"]),

@@ -408,3 +408,67 @@ def test_rows_of_rare_tokens_move_up_only_below_the_count(text):
     frequent = counts >= 10
     offsets = final[frequent] - log_frequencies(tokenizer, lines, len(tokenizer), 0.5)[frequent]
     assert frequent.sum() > 5 and np.ptp(offsets) < 0.05  # the others land on the line as before
+
+
+def test_a_calibrated_transfer_records_its_move_and_training_can_take_it_off(gpt2_folder, corpus_dir,
+                                                                            target_tokenizer_folder, tmp_path):
+    """The transfer writes calibration's move beside the model; taking all of it off gives the uncalibrated
+    transfer's rows, taking off the lowering of rows counted fewer than 3 times gives the transfer calibrated with
+    `lower_min_count: 3`, and `langswap train` with `calibration: undo` starts from the uncalibrated rows."""
+    from transformers import AutoModelForCausalLM
+
+    from langswap.records import read_train_record
+    from langswap.training.run import TrainConfig, train
+    from langswap.transfer import transfer, transfer_config
+    from langswap.calibration_move import MOVE_FILE, CalibrationMove, take_off
+
+    base = {"source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder), "method": "overlap"}
+    text = str(corpus_dir / "xx.txt")
+
+    def made(name, **calibration):
+        report = transfer(transfer_config({**base, "output": str(tmp_path / name),
+                                           "calibration": {"text": text, "check_lines": 0, **calibration}}))
+        return report, AutoModelForCausalLM.from_pretrained(tmp_path / name)
+
+    report, every = made("every", lower_min_count=0, smoothing=0.5)
+    _, spared = made("spared", lower_min_count=3, smoothing=0.5)
+    _, plain = made("plain", strength=0)
+    assert report.calibration.rows > 0 and report.calibration.move_file == MOVE_FILE
+    record = json.loads((tmp_path / "every" / "langswap.json").read_text(encoding="utf-8"))
+    assert record["calibration"]["move_file"] == MOVE_FILE and "move" not in record["calibration"]
+    assert not (tmp_path / "plain" / MOVE_FILE).exists()
+    move = CalibrationMove.load(tmp_path / "every" / MOVE_FILE)
+    assert move.tied and len(move.logits) == 1 and move.directions[0].shape == (every.config.hidden_size,)
+    rare = move.counts < 3
+    assert rare.any() and (move.logits[0][rare] < 0).any()  # rows lowered that lower_min_count 3 would spare
+
+    weights = lambda model: model.get_output_embeddings().weight.detach()  # noqa: E731
+    assert not torch.allclose(weights(every), weights(spared), atol=1e-4)
+    with torch.no_grad():
+        again = AutoModelForCausalLM.from_pretrained(tmp_path / "every")
+        assert take_off(again, move, below_count=3) == int((rare & (move.logits[0] < 0)).sum())
+        torch.testing.assert_close(weights(again), weights(spared), rtol=0, atol=1e-5)
+        assert take_off(every, move) == int((move.logits[0] != 0).sum())
+        torch.testing.assert_close(weights(every), weights(plain), rtol=0, atol=1e-5)
+        torch.testing.assert_close(every.get_input_embeddings().weight, plain.get_input_embeddings().weight,
+                                   rtol=0, atol=1e-5)
+
+    def start_of(name, calibration):
+        config = TrainConfig(model=str(tmp_path / "every"), train_text=text, output=str(tmp_path / name), steps=1,
+                             batch_size=2, sequence_length=16, save_steps=1, logging_steps=1, preset="embeddings",
+                             snapshot_steps=[0], calibration=calibration)
+        train(config)
+        phase = read_train_record(tmp_path / name).phases[0]
+        return phase, AutoModelForCausalLM.from_pretrained(tmp_path / name / "snapshots" / "step-0")
+
+    phase, undone = start_of("undo", "undo")
+    assert phase.calibration_taken_off == int((move.logits[0] != 0).sum())
+    torch.testing.assert_close(weights(undone), weights(plain), rtol=0, atol=1e-5)
+    phase, kept = start_of("keep", "keep")
+    assert phase.calibration_taken_off is None
+    torch.testing.assert_close(weights(kept), weights(AutoModelForCausalLM.from_pretrained(tmp_path / "every")),
+                               rtol=0, atol=0)
+    # a folder calibrated without the move file (an older transfer) cannot be undone, and says so
+    (tmp_path / "every" / MOVE_FILE).unlink()
+    with pytest.raises(ConfigError, match="has no calibration-move.safetensors"):
+        start_of("old", "undo")

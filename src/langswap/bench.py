@@ -216,10 +216,12 @@ def _train_config(config: BenchConfig, run: Path, entry: dict | None = None, upd
 
 def _train_key(comparable: dict) -> dict:
     """What a trained measurement depends on besides the variant: the train options minus this variant's paths, and
-    minus options that are off (a teacher of weight 0), so that measurements made before such an option existed
+    minus options that are off (a teacher of weight 0, `calibration: keep`), so that measurements made before such an option existed
     are still those of runs without it."""
+    keeps = comparable.get("calibration", "keep") == "keep"
     return {key: value for key, value in comparable.items()
-            if key not in ("model", "output") and not (key == "teacher" and not _teaches(value))}
+            if key not in ("model", "output") and not (key == "teacher" and not _teaches(value))
+            and not (keeps and key in ("calibration", "calibration_min_count"))}
 
 
 def _teaches(teacher: dict | None) -> bool:

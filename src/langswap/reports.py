@@ -198,6 +198,8 @@ class CalibrationReport(Report):
     skipped: str | None = None
     text: str | None = None
     held_out_loss: float | None = field(default=None, metadata=NOT_WRITTEN)
+    move: object | None = field(default=None, compare=False, metadata=NOT_WRITTEN)  # calibration_move.CalibrationMove
+    move_file: str | None = None  # where the transfer wrote it, beside the model
 
     @property
     def estimate(self) -> Frequencies:
@@ -706,6 +708,7 @@ class PhaseReport(Report):
     tokens_per_second: float | None = None
     data_wait: float | None = None  # share of the loop spent waiting for data
     teacher: PhaseTeacher | None = field(default=None, metadata=nested(PhaseTeacher))
+    calibration_taken_off: int | None = None  # rows whose calibration move was taken off first (TrainConfig.calibration)
 
     def summary(self) -> str:
         """The phase in a line: what trained, the updates, the peak rate and the mean training loss."""

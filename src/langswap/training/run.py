@@ -48,6 +48,7 @@ from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from langswap import __version__
+from langswap.calibration_move import MOVE_FILE, CalibrationMove, take_off
 from langswap.config import to_dict
 from langswap.errors import ConfigError, LangswapError, OutputExistsError, OutputLockedError, TrainingDivergedError
 from langswap.files import atomic_directory, atomic_write_text
@@ -403,8 +404,8 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
     # trains on): that checkpoint is its result.
     stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
     loaded_from = checkpoint if stopped_at else start_model
-    model, kept_dtype, counts = _phase_model(config, recipe, phase, loaded_from, run.objective, run.tokenizer,
-                                             run.precision_flags)
+    model, kept_dtype, counts, undone = _phase_model(config, recipe, phase, loaded_from, run.objective,
+                                                     run.tokenizer, run.precision_flags)
     trainer = _phase_trainer(run, index, phase, offset, phase_dir, model, kept_dtype)
     if state.is_main_process and (phase_dir / ".staging").exists():
         shutil.rmtree(phase_dir / ".staging")  # a checkpoint an interrupted run did not finish
@@ -428,6 +429,7 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
                                             for e in trainer.state.log_history):
         trainer.evaluate()
     summary = _phase_summary(phase, trainer, metrics, counts, run.teacher, run.dropped)
+    summary.calibration_taken_off = undone
     save_model_atomically(trainer, phase_dir / "final", {"phase.json": {
         **summary.as_dict(), "log_history": trainer.state.log_history}})
     run.curve.done.append((phase, offset, list(trainer.state.log_history)))
@@ -514,6 +516,7 @@ def _phase_model(config: TrainConfig, recipe, phase, loaded_from, objective: str
                       else None)
     model, kept = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention,
                                      autocast_dtype)
+    undone = _calibration_start(config, model, loaded_from)
     kept_dtype = autocast_dtype if kept else None  # the dtype the phase's model folders are written in
     recipe.prepare_model(phase, model, loaded_from)
     set_trainable(model, recipe.trainable_parameters(phase, model))
@@ -525,7 +528,28 @@ def _phase_model(config: TrainConfig, recipe, phase, loaded_from, objective: str
     counts = parameter_counts(model)
     logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
                 f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
-    return model, kept_dtype, counts
+    return model, kept_dtype, counts, undone
+
+
+def _calibration_start(config: TrainConfig, model, folder) -> int | None:
+    """`config.calibration` applied to a model loaded from a calibrated transfer's folder (one holding its
+    calibration move): the rows whose move was taken off (None: the folder has no move, or `keep`)."""
+    path = Path(folder) / MOVE_FILE
+    if config.calibration == "keep" or Path(folder).resolve() != Path(config.model).resolve():
+        return None  # a later phase starts from the one before, a stopped phase from its checkpoint
+    if not path.is_file() and not has_model_record(folder):
+        return None
+    if not path.is_file():
+        calibration = getattr(read_model_record(folder), "calibration", None)
+        if calibration is not None and calibration.rows:
+            raise ConfigError(f"calibration is {config.calibration}, but '{folder}' has no {MOVE_FILE}: a transfer "
+                              "calibrated by an older langswap; transfer again, or set calibration: keep.")
+        return None  # an uncalibrated folder: nothing to take off
+    below = config.calibration_min_count if config.calibration == "spare-rare" else None
+    rows = take_off(model, CalibrationMove.load(path), below)
+    logger.info("calibration %s: the move of %s output rows taken off before training", config.calibration,
+                f"{rows:,}")
+    return rows
 
 
 def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: str, sequence_length: int,

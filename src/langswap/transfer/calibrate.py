@@ -45,12 +45,13 @@ import numpy as np
 import torch
 
 from langswap.batching import length_batches, right_pad
+from langswap.calibration_move import CalibrationMove
 from langswap.errors import ConfigError, LangswapError
 from langswap.evaluation.language_modeling import causal_lm_score
 from langswap.models import is_tied, objective_of
 from langswap.progress import bar as progress_bar
-from langswap.reports import (CalibrationReport, Frequencies, InputRows, LossCheck, SeparationReport, Spread,
-                              TextPair, UpOnlyRows)
+from langswap.reports import (CalibrationReport, Frequencies, InputRows, LossCheck, SeparationReport, Spread, TextPair,
+                              UpOnlyRows)
 from langswap.resources.tokenizer import train_tokenizer_on_lines
 from langswap.surgery import set_config_value
 
@@ -449,7 +450,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     moves_inputs = bias is None and is_tied(model)
     saved = (weight.detach().clone(), None if bias is None else bias.detach().clone()) \
         if held or moves_inputs else None
-    rounds = []
+    rounds, logits, directions = [], [], []
     for _ in range(config.rounds):
         hidden = mean_head_input(model, tokenizer, lines[:config.hidden_lines], config.max_length, progress=progress)
         with torch.no_grad():
@@ -460,18 +461,22 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
             distance = np.where(moved, config.slope * logf + offset - current, 0.0)
             distance = np.where(up_only, np.maximum(distance, 0.0), distance)
             delta = torch.from_numpy(config.strength * distance).to(torch.float32)
+            logits.append(delta.numpy().copy())
             if bias is not None:
                 bias += delta.to(bias.device, bias.dtype)
+                directions.append(None)
             else:
                 direction = (hidden / hidden.dot(hidden).clamp_min(1e-12)).to(weight.device)
                 weight += (delta.to(weight.device)[:, None] * direction[None, :]).to(weight.dtype)
+                directions.append(direction.detach().to(torch.float32).cpu().numpy())
         rounds.append({"mean_abs_distance": round(float(np.abs(distance[moved]).mean()), 4)})
     report = CalibrationReport(
         rows=int(moved.sum()), strength=config.strength, slope=config.slope,
         through="output bias" if bias is not None else "head rows along the mean hidden state", rounds=rounds,
         frequencies=Frequencies.from_dict(frequencies),
         up_only_rows=UpOnlyRows(rows=int((up_only & moved).sum()), below_count=config.lower_min_count),
-        input_rows=input_row_moves(saved[0], weight, moved) if moves_inputs else InputRows(moved=0))
+        input_rows=input_row_moves(saved[0], weight, moved) if moves_inputs else InputRows(moved=0),
+        move=CalibrationMove(logits, directions, np.asarray(counts), tied=moves_inputs))
     if held:
         after = mean_token_loss(model, tokenizer, held, config.max_length, progress)
         report.check = LossCheck(lines=len(held), loss_before=round(before, 4), loss_after=round(after, 4))
@@ -486,7 +491,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
             logger.warning("frequency calibration put back: on %d held-out lines of the text the mean token loss "
                            "went from %.4f to %.4f", len(held), before, after)
             return dataclasses.replace(
-                report, rows=0, held_out_loss=before, input_rows=InputRows(moved=0),
+                report, rows=0, held_out_loss=before, input_rows=InputRows(moved=0), move=None,
                 skipped=f"put back: it raised the mean token loss on {len(held)} held-out lines of the text "
                         f"({before:.4f} -> {after:.4f})")
     logger.info("calibrated %s output rows to the target text's frequencies (mean |distance| %s)%s",

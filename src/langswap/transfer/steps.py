@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from langswap import __version__
+from langswap.calibration_move import MOVE_FILE
 from langswap.checkpoint import Checkpoint, MissingWeightsError, why_not_streamed
 from langswap.config import to_dict
 from langswap.errors import ConfigError, OutputSpaceError
@@ -567,6 +568,10 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
                                                       progress=progress)
         else:
             made.model.save_pretrained(folder)
+            calibration = record.calibration
+            if calibration is not None and calibration.move is not None and calibration.rows:
+                calibration.move.save(folder / MOVE_FILE)  # what `langswap train` may take off again
+                calibration.move_file = MOVE_FILE
         remap_config_ids(folder / "config.json", source.tokenizer, target.tokenizer)
 
     def write_provenances(folder: Path) -> None:
