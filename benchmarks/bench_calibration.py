@@ -1,10 +1,12 @@
-"""Does frequency calibration help or harm after training? SmolLM2-135M -> German or Swahili, on a small slice of the
+"""Does frequency calibration help or harm after training? SmolLM2-135M -> German or Swahili (or English, a language
+the model reads well: a tokenizer of its own trained on English text, no dictionary), on a small slice of the
 training text (as a language with little text) or on the whole split, each method with and without calibration.
 
 A `langswap bench` run: a tokenizer of `--vocab` tokens trained on the training text, the language's dictionary as
-the only resource (what `langswap transfer --set resources.dictionary=...` gets), every entry measured at the given
-steps of embedding-only training (batch 2 x 128, as bench_peers.py). The training text is the first `--slice-bytes`
-bytes of the split (0: the whole split), and `--dev-lines` development lines are held out of it: `--dev-draw
+the only resource (what `langswap transfer --set resources.dictionary=...` gets; none for English; `--vectors` adds
+word vectors), every entry measured at the given steps of embedding-only training (batch 2 x 128, as
+bench_peers.py). The training text is the first `--slice-bytes` bytes of the split (0: the whole split), and
+`--dev-lines` development lines are held out of it: `--dev-draw
 test-like` (the default) draws them as the test split is drawn (../shared/data/README.md: the lines shuffled with
 random.Random(0), the first ones of at least `TEST_LINE_CHARS[language]` characters taken), from the lines beyond the
 slice (so the training text is the whole slice) or, for the whole split, set aside from it; `--dev-draw tail` holds
@@ -36,11 +38,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_german_training import DEFAULT_DATA, REPO, run_and_record, shared_data_ready  # noqa: E402
+from bench_german_training import DEFAULT_DATA, QUALITY_CACHE, REPO, run_and_record, shared_data_ready  # noqa: E402
 from bench_tiktotok import DICTIONARIES  # noqa: E402
 
 # characters a line of each language's test split has at least (../shared/data/README.md, "Fixed splits")
-TEST_LINE_CHARS = {"de": 200, "sw": 100}
+TEST_LINE_CHARS = {"de": 200, "sw": 100, "en": 200}
 
 # label -> (method entry, calibration section)
 ENTRIES = {
@@ -59,7 +61,7 @@ ENTRIES = {
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--language", choices=sorted(DICTIONARIES), required=True)
+    parser.add_argument("--language", choices=sorted(TEST_LINE_CHARS), required=True)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--slice-bytes", type=int, default=200_000, help="Bytes of the training split (0: all).")
     parser.add_argument("--vocab", type=int, default=10_000, help="Target tokenizer size.")
@@ -75,6 +77,10 @@ def parse_args(argv=None):
                                                           "combined cal"],
                         help="Entries to run: a label of ENTRIES, or one followed by calibration options "
                              "(`combined cal strength=0.5`).")
+    parser.add_argument("--vectors", action="store_true",
+                        help="Give word vectors too: fastText (100 dimensions, 10 epochs, minCount 2) trained on the "
+                             "training text, English vectors as bench_quality.py's, aligned on the dictionary by the "
+                             "bench (folders get a `-vectors` suffix).")
     parser.add_argument("--workdir", type=Path, default=None)
     return parser.parse_args(argv)
 
@@ -150,16 +156,37 @@ def split_text(source: Path, workdir: Path, slice_bytes: int, dev_lines: int, dr
     return train, dev
 
 
+def word_vectors(data: Path, train: Path, workdir: Path) -> dict:
+    """The `resources` keys of word vectors: fastText trained on the bench's training text (so nothing of the
+    development lines), English vectors as bench_quality.py caches them."""
+    from langswap.resources.fasttext_train import FastTextConfig, train_fasttext
+
+    target = workdir / "fasttext-100d-10ep-min2.bin"
+    if not target.exists():
+        print(f"training {target}", flush=True)
+        train_fasttext(train, target, FastTextConfig(dim=100, epoch=10, minCount=2))
+    english = QUALITY_CACHE / "fasttext-en-100d-10ep-min3.bin"  # as bench_german_training.cached_resources makes it
+    if not english.exists():
+        print(f"training {english}", flush=True)
+        QUALITY_CACHE.mkdir(parents=True, exist_ok=True)
+        train_fasttext(data / "splits" / "en.train.txt", english, FastTextConfig(dim=100, epoch=10, minCount=3))
+    return {"source_vectors": str(english), "target_vectors": str(target)}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     language = args.language
     splits = args.data / "splits"
-    dictionary = args.data / "dicts" / DICTIONARIES[language]
-    needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", splits / "en.test.txt", dictionary]
+    dictionary = args.data / "dicts" / DICTIONARIES[language] if language in DICTIONARIES else None
+    needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", splits / "en.test.txt",
+              *([dictionary] if dictionary else [])]
     if not shared_data_ready("bench_calibration", args.data, needed):
         return 0
     name = f"{language}-{args.slice_bytes // 1000 if args.slice_bytes else 'full'}k-{args.vocab}"
     name = name.replace("fullk", "full") + ("-testlike" if args.dev_draw == "test-like" else "")
+    if args.vectors and dictionary is None:
+        raise SystemExit("--vectors aligns the two languages' vectors on the dictionary; English has none here")
+    name += "-vectors" if args.vectors else ""
     workdir = args.workdir or Path(f"~/.cache/langswap/bench-calibration-{name}").expanduser()
     workdir.mkdir(parents=True, exist_ok=True)
     train, dev = split_text(splits / f"{language}.train.txt", workdir, args.slice_bytes, args.dev_lines,
@@ -175,13 +202,15 @@ def main(argv=None) -> int:
     if not (tokenizer / "tokenizer.json").exists():
         with atomic_directory(tokenizer, overwrite=True) as folder:
             train_tokenizer(load_tokenizer(model), train, args.vocab).save_pretrained(folder)
+    vectors = word_vectors(args.data, train, workdir) if args.vectors else {}
     bench = {
         "source_model": str(model), "target_tokenizer": str(tokenizer), "language": language,
         "train_text": str(train), "eval_text": str(dev if args.eval == "dev" else splits / f"{language}.test.txt"),
         "eval_lines": 300, "source_text": str(splits / "en.test.txt"), "output": str(workdir / "bench"),
         "steps": args.steps,
         "methods": [entry(text) for text in args.entries],
-        "resources": {"dictionary": str(dictionary), "token_text": str(train)},  # token_text: FOCUS's vectors
+        "resources": {**({"dictionary": str(dictionary)} if dictionary else {}), **vectors,
+                      "token_text": str(train)},  # token_text: FOCUS's vectors
         "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
                   "logging_steps": 10, "max_lines": 20000},
     }
