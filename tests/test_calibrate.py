@@ -468,7 +468,16 @@ def test_a_calibrated_transfer_records_its_move_and_training_can_take_it_off(gpt
     assert phase.calibration_taken_off is None
     torch.testing.assert_close(weights(kept), weights(AutoModelForCausalLM.from_pretrained(tmp_path / "every")),
                                rtol=0, atol=0)
-    # a folder calibrated without the move file (an older transfer) cannot be undone, and says so
+    # a folder calibrated without the move file (an older transfer) cannot be undone, and says so; one whose
+    # calibration spared the rare rows already needs nothing taken off for spare-rare
     (tmp_path / "every" / MOVE_FILE).unlink()
     with pytest.raises(ConfigError, match="has no calibration-move.safetensors"):
         start_of("old", "undo")
+    with pytest.raises(ConfigError, match="has no calibration-move.safetensors"):
+        start_of("old-rare", "spare-rare")  # lower_min_count 0 lowered rare rows
+    (tmp_path / "spared" / MOVE_FILE).unlink()
+    config = TrainConfig(model=str(tmp_path / "spared"), train_text=text, output=str(tmp_path / "old-spared"),
+                         steps=1, batch_size=2, sequence_length=16, save_steps=1, preset="embeddings",
+                         calibration="spare-rare")
+    train(config)
+    assert read_train_record(tmp_path / "old-spared").phases[0].calibration_taken_off is None

@@ -541,10 +541,12 @@ def _calibration_start(config: TrainConfig, model, folder) -> int | None:
         return None
     if not path.is_file():
         calibration = getattr(read_model_record(folder), "calibration", None)
-        if calibration is not None and calibration.rows:
+        spared = calibration is not None and calibration.up_only_rows is not None \
+            and (calibration.up_only_rows.below_count or 0) >= config.calibration_min_count
+        if calibration is not None and calibration.rows and not (config.calibration == "spare-rare" and spared):
             raise ConfigError(f"calibration is {config.calibration}, but '{folder}' has no {MOVE_FILE}: a transfer "
                               "calibrated by an older langswap; transfer again, or set calibration: keep.")
-        return None  # an uncalibrated folder: nothing to take off
+        return None  # uncalibrated, or calibrated with those rows spared already: nothing to take off
     below = config.calibration_min_count if config.calibration == "spare-rare" else None
     rows = take_off(model, CalibrationMove.load(path), below)
     logger.info("calibration %s: the move of %s output rows taken off before training", config.calibration,
