@@ -194,10 +194,11 @@ def _folder_name(label: str) -> str:
     return "".join(char if char.isalnum() or char in "-_.=," else "_" for char in label)
 
 
-def _train_config(config: BenchConfig, run: Path, entry: dict | None = None, updates: int | None = None):
-    """The langswap train config of one variant (`entry`: its own train options, over the bench's), in a folder
-    named by its schedule length and options: to the last listed step with a snapshot at each, or, given `updates`,
-    a run of that many updates without snapshots."""
+def _train_config(config: BenchConfig, run: Path, entry: dict | None = None, updates: int | None = None,
+                  calibration: dict | None = None):
+    """The langswap train config of one variant (`entry`: its own train options, over the bench's; `calibration`:
+    its calibration options), in a folder named by its schedule length and options: to the last listed step with a
+    snapshot at each, or, given `updates`, a run of that many updates without snapshots."""
     overlap = RESERVED_TRAIN_KEYS & (set(config.train) | set(entry or {}))
     if overlap:
         raise ConfigError(f"train.{sorted(overlap)[0]} is set by the bench itself; remove it from `train:` (steps "
@@ -210,18 +211,28 @@ def _train_config(config: BenchConfig, run: Path, entry: dict | None = None, upd
                "train_text": config.train_text, "output": "", "steps": final,
                "snapshot_steps": [] if updates else sorted(step for step in set(config.steps) if 0 < step < final)}
     train_config = from_dict(TrainConfig, options, where="train.")
-    key = _train_key(comparable_config(train_config))
+    key = _train_key(comparable_config(train_config), calibration)
     return dataclasses.replace(train_config, output=str(run / f"train-{final}steps-{_digest(key)}")), key
 
 
-def _train_key(comparable: dict) -> dict:
+def _train_key(comparable: dict, calibration: dict | None = None) -> dict:
     """What a trained measurement depends on besides the variant: the train options minus this variant's paths, and
-    minus options that are off (a teacher of weight 0, `calibration: keep`), so that measurements made before such an option existed
-    are still those of runs without it."""
-    keeps = comparable.get("calibration", "keep") == "keep"
+    minus options that are off (a teacher of weight 0, a `calibration` start that takes nothing off the variant's
+    transfer), so that measurements made before such an option existed are still those of runs without it."""
+    keeps = _takes_nothing_off(comparable, calibration or {})
     return {key: value for key, value in comparable.items()
             if key not in ("model", "output") and not (key == "teacher" and not _teaches(value))
             and not (keeps and key in ("calibration", "calibration_min_count"))}
+
+
+def _takes_nothing_off(comparable: dict, calibration: dict) -> bool:
+    """Whether train's `calibration` option leaves the variant's transfer as it is: `keep`; an uncalibrated variant;
+    `spare-rare` where the transfer's `lower_min_count` spared those rows already."""
+    start = comparable.get("calibration", "keep")
+    if start == "keep" or calibration.get("strength") == 0:
+        return True
+    spared = calibration.get("lower_min_count", CalibrationConfig().lower_min_count)
+    return start == "spare-rare" and spared >= comparable.get("calibration_min_count", 1)
 
 
 def _teaches(teacher: dict | None) -> bool:
@@ -422,7 +433,7 @@ def _run_bench(config: BenchConfig, progress: bool) -> BenchReport:
     output = Path(config.output)
     if max(config.steps) > 0:  # check the train options before anything slow starts
         for variant in variants:
-            _train_config(config, output, variant.train)
+            _train_config(config, output, variant.train, calibration=variant.calibration)
     output.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output / "bench.yaml", dump_yaml(to_dict(config)))
     measuring = _measuring(config, probe, progress)
@@ -510,7 +521,8 @@ def _run_variant(config: BenchConfig, variant: Variant, output: Path, shared: di
                  measuring: _Measuring, progress: bool) -> tuple[str, list[dict]]:
     """(the variant's digest, its rows at every step): transferred, trained and measured where no result is kept."""
     run = output / "runs" / _folder_name(variant.label)
-    train_config, train_key = _train_config(config, run, variant.train) if steps[-1] > 0 else (None, None)
+    train_config, train_key = (_train_config(config, run, variant.train, calibration=variant.calibration)
+                               if steps[-1] > 0 else (None, None))
     record, calibration = _variant_record(config, variant, shared)
     digest = _digest(record.digest_inputs())
     settings = {step: {"measured_with": measuring.measured_with, "variant": digest,
@@ -578,7 +590,8 @@ def _equal_time_rows(config: BenchConfig, output: Path, variants: list[Variant],
 
 def _train_keys(config: BenchConfig, variants: list[Variant]) -> dict[str, dict]:
     """Each variant's train options as they resolve (the bench's `train:` under the entry's), by label."""
-    return {variant.label: _train_config(config, Path("runs"), variant.train)[1] for variant in variants}
+    return {variant.label: _train_config(config, Path("runs"), variant.train, calibration=variant.calibration)[1]
+            for variant in variants}
 
 
 def teacher_twins(config: BenchConfig, variants: list[Variant]) -> list[tuple[Variant, Variant]]:
@@ -641,7 +654,7 @@ def _at_equal_time(config: BenchConfig, output: Path, taught: Variant, plain: Va
         return None
     label = f"{plain.label}, {updates} updates (the time of {taught.label})"
     train_config, train_key = _train_config(config, output / "runs" / _folder_name(plain.label), plain.train,
-                                            updates=updates)
+                                            updates=updates, calibration=plain.calibration)
     setting = {**setting, "variant": digest, "trained_with": train_key}
     key = _result_key(label, final, setting)
     if key not in results:
