@@ -503,13 +503,17 @@ def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, corpus_dir)
     assert config.train == {"preset": "embeddings", "batch_size": 2}  # an entry leaves the bench's options alone
     with pytest.raises(ConfigError, match="train.steps is set by the bench itself"):
         _train_config(config, tmp_path / "run", {"steps": 3})
-    # a calibration start that takes nothing off the variant's transfer keys its run as `keep` does
+    # a calibration start that takes nothing off the variant's transfer keys its run as `keep` does (as runs made
+    # before the option existed are keyed)
+    keep, keep_key = _train_config(config, tmp_path / "run", {"calibration": "keep"})
+    assert "calibration" not in keep_key and "calibration_min_count" not in keep_key
     spare = {"calibration": "spare-rare"}
-    assert _train_config(config, tmp_path / "run", spare, calibration={})[1] == plain_key  # lower_min_count 3
-    assert _train_config(config, tmp_path / "run", {"calibration": "undo"}, calibration={"strength": 0})[1] == plain_key
-    lowered = _train_config(config, tmp_path / "run", spare, calibration={"lower_min_count": 0})
-    assert lowered[1]["calibration"] == "spare-rare" and lowered[0].output != plain.output
-    assert _train_config(config, tmp_path / "run", {"calibration": "undo"}, calibration={})[1] != plain_key
+    assert _train_config(config, tmp_path / "run", spare, calibration={"lower_min_count": 3})[1] == keep_key
+    assert _train_config(config, tmp_path / "run", {"calibration": "undo"}, calibration={"strength": 0})[1] == keep_key
+    lowered = _train_config(config, tmp_path / "run", spare, calibration={})  # lower_min_count 0, the default
+    assert lowered[1]["calibration"] == "spare-rare" and lowered[0].output != keep.output
+    assert lowered[1] == plain_key  # spare-rare is the default
+    assert _train_config(config, tmp_path / "run", {"calibration": "undo"}, calibration={})[1] != keep_key
     (variant,) = expand_variants([{"name": "random", "train": {"teacher": {"weight": 1}}}])
     assert variant.train == {"teacher": {"weight": 1}}
     with pytest.raises(ConfigError, match="train must be a mapping"):

@@ -233,8 +233,10 @@ class CalibrationReport(Report):
             moved_inputs = "; no input row moved"
         else:
             moved_inputs = ""
+        kept = (f"; the move is in `{self.move_file}`, and `langswap train` takes the lowering of rows of rare tokens "
+                "off before training (its `calibration` option)") if self.move_file else ""
         return (f"{rows} moved towards the token frequencies{text} (strength {value(self.strength)}{smoothed}"
-                f"{through}){moved_inputs}; held-out figures are of the calibrated model")
+                f"{through}){moved_inputs}; held-out figures are of the calibrated model{kept}")
 
 
 @dataclass(kw_only=True)

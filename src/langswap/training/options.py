@@ -85,12 +85,13 @@ class TrainConfig:
         "help": "Folder of token stores (the training text tokenised once, reused by reruns, resumes and every "
                 "process; `langswap prepare --list` shows them); default: token-stores/ in the langswap cache "
                 "($LANGSWAP_CACHE, else $XDG_CACHE_HOME/langswap, else ~/.cache/langswap)."})
-    calibration: str = field(default="keep", metadata={
+    calibration: str = field(default="spare-rare", metadata={
         "help": "Where the model folder is a calibrated `langswap transfer` output (it holds "
-                "calibration-move.safetensors): keep (start from its calibrated rows), undo (take calibration's move "
-                "off every row first: the uncalibrated transfer's rows) or spare-rare (take off only the lowering of "
-                "rows whose token calibration counted fewer than calibration_min_count times).",
-        "choices": ("keep", "undo", "spare-rare")})
+                "calibration-move.safetensors): spare-rare (the default: take off the lowering of rows whose token "
+                "calibration counted fewer than calibration_min_count times, which training on text that lacks them "
+                "would keep on top of its own), keep (start from the rows as calibrated) or undo (take calibration's "
+                "move off every row: the uncalibrated transfer's rows).",
+        "choices": ("spare-rare", "keep", "undo")})
     calibration_min_count: int = field(default=3, metadata={
         "help": "calibration: spare-rare's count: rows of tokens counted fewer times start with calibration's "
                 "lowering taken off."})
@@ -143,7 +144,7 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} is {getattr(self, name)}; it must be at least 1.")
         if self.calibration not in ("keep", "undo", "spare-rare"):
-            raise ConfigError(f"calibration is {self.calibration!r}; choose keep, undo or spare-rare.")
+            raise ConfigError(f"calibration is {self.calibration!r}; choose spare-rare, keep or undo.")
         if self.calibration_min_count < 1:
             raise ConfigError(f"calibration_min_count is {self.calibration_min_count}; give a count of at least 1.")
         for name in ("warmup_fraction", "mlm_probability"):

@@ -18,10 +18,12 @@ first `hidden_lines` lines. Frequencies come from the target tokenizer's counts 
 new text on the check lines as read by a tokenizer trained without them: by add-k smoothing (`choose_smoothing`, the
 default) or by held-out estimation for tokens counted fewer than 3 times (`held_out_log_frequencies`).
 
-Calibration is meant for a model that will be trained on the target text, which teaches the model that text's
-frequencies by itself. A token the counted lines show fewer than `lower_min_count` times (3 by default: never, once
-or twice) is therefore never lowered: training on text that lacks it, or shows it rarely, lowers it too, and little
-in that text raises it again, so a calibration's lowering would stay on top of training's.
+Calibration makes the best model to use as it is, and `langswap train` starts from the best start: training on the
+target text teaches the model that text's frequencies by itself, and a token the text shows never, once or twice is
+lowered by training too, with little in the text to raise it again, so a calibration's lowering of such a token would
+stay on top of training's. The move is written beside the model (`langswap.calibration_move`), and training takes
+that lowering off first (its `calibration: spare-rare`, rows counted fewer than 3 times), which gives exactly the
+transfer calibrated with `lower_min_count: 3`. `lower_min_count` spares such rows in the transfer itself.
 
 The premise (a model whose logits track log-frequencies) holds for trained models, not for every model: the last
 `check_lines` lines of the text are kept out of the counts, and unless the calibrated model's mean token loss on them
@@ -88,11 +90,13 @@ class CalibrationConfig:
     lines: int = field(default=20000, metadata={"help": "Lines of text counted for the frequencies."})
     hidden_lines: int = field(default=200, metadata={"help": "Lines whose hidden states are averaged."})
     max_length: int = field(default=128, metadata={"help": "Tokens of each line read for the hidden states."})
-    lower_min_count: int = field(default=3, metadata={
+    lower_min_count: int = field(default=0, metadata={
         "help": "A row moves down only where the counted lines show its token at least this many times; rows of "
-                "rarer tokens move up only, since training on text that lacks them (or nearly) lowers them by "
-                "itself, and a lowering by calibration stays after it (0: every row may move down; 1: the rows of "
-                "tokens the lines never show move up only)."})
+                "rarer tokens move up only (0, the default: every row may move, the better model to use as it is; "
+                "`langswap train` then takes the lowering of rows counted fewer than its calibration_min_count (3) "
+                "times off before training, since training on text that lacks them lowers them by itself and a "
+                "calibration's lowering would stay on top; 1: the rows of tokens the lines never show move up "
+                "only)."})
     tied_head: str = field(default="move", metadata={
         "help": "A tied head: move (the input rows move with the output rows), untie (the head gets its own copy "
                 "of the matrix first, so only it moves) or skip (no calibration).",
