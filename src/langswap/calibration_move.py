@@ -68,13 +68,14 @@ def take_off(model, move: CalibrationMove, below_count: int | None = None) -> in
         raise ConfigError(f"the calibration move is for {len(move.counts):,} rows, the model has {size:,}: it belongs to "
                           "another model; train from the transfer's folder as it was written.")
     changed = np.zeros(size, dtype=bool)
+    rare = np.zeros(size, dtype=bool)
+    if below_count is not None:
+        rare[:len(move.counts)] = move.counts < below_count
     with torch.no_grad():
         for logits, direction in zip(move.logits, move.directions):
             delta = np.zeros(size, dtype=np.float32)
             delta[:len(logits)] = logits
             if below_count is not None:
-                rare = np.zeros(size, dtype=bool)
-                rare[:len(move.counts)] = move.counts < below_count
                 delta = np.where(rare, np.minimum(delta, 0.0), 0.0).astype(np.float32)
             changed |= delta != 0
             amount = torch.from_numpy(delta).to(weight.device, torch.float32)

@@ -393,6 +393,9 @@ class EvidenceCandidates(Mapping):
         self.weights: dict[str, dict[str, float]] = {}
         live = [item for item in evidence if item.weight > 0 and item.rows]
         first, optional = live[0], live[1:]  # spelling where it has weight: what every token has
+        # without the translations, false friends stay copied: each item once for the rows still unplaced
+        unplaced = set(copied.rows_of(Kind.UNPLACED).tolist()) if copied is not None else set()
+        alone = {id(item): restricted(item, unplaced) for item in live} if copied is not None else {}
         for count in range(len(optional), -1, -1):
             for kept in itertools.combinations(optional, count):
                 used = {id(first)} | {id(item) for item in kept}
@@ -402,8 +405,7 @@ class EvidenceCandidates(Mapping):
                 base = mapping
                 if copied is not None and "translations" in dropped:
                     base = copied
-                    rows = set(copied.rows_of(Kind.UNPLACED).tolist())
-                    items = [restricted(item, rows) for item in items]
+                    items = [alone[id(item)] for item in items]
                 if len(items) == 1:
                     self._add(f"{items[0].name} only", base, items, "mix", weights)
                     continue

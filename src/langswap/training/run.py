@@ -537,10 +537,8 @@ def _calibration_start(config: TrainConfig, model, folder) -> int | None:
     path = Path(folder) / MOVE_FILE
     if config.calibration == "keep" or Path(folder).resolve() != Path(config.model).resolve():
         return None  # a later phase starts from the one before, a stopped phase from its checkpoint
-    if not path.is_file() and not has_model_record(folder):
-        return None
     if not path.is_file():
-        calibration = getattr(read_model_record(folder), "calibration", None)
+        calibration = getattr(read_model_record(folder), "calibration", None) if has_model_record(folder) else None
         spared = calibration is not None and calibration.up_only_rows is not None \
             and (calibration.up_only_rows.below_count or 0) >= config.calibration_min_count
         if calibration is not None and calibration.rows and not (config.calibration == "spare-rare" and spared):
