@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -482,3 +483,47 @@ def test_a_calibrated_transfer_records_its_move_and_training_can_take_it_off(gpt
                          calibration="spare-rare")
     train(config)
     assert read_train_record(tmp_path / "old-spared").phases[0].calibration_taken_off is None
+
+
+def test_rows_auto_keeps_whichever_rows_predict_the_check_lines_better(text):
+    """`rows: auto` calibrates every row and only the rows the method did not copy, each from the same start, and
+    keeps the one with the lower check-line loss, its model exactly the one that calibration alone leaves; without
+    check lines it is `all`."""
+    from types import SimpleNamespace
+
+    from langswap.methods.mapping import Kind
+    from langswap.transfer.steps import calibrate_rows
+
+    lines, tokenizer = text
+    size = len(tokenizer)
+    kinds = np.where(np.arange(size) % 2 == 0, Kind.COPIED, Kind.MIXED)
+    kinds[0] = Kind.SPECIAL
+    mapping = SimpleNamespace(kinds=kinds)
+    new = kinds == Kind.MIXED
+
+    def start():
+        model = tiny_model("llama", size)
+        hidden = mean_head_input(model, tokenizer, lines, 128)
+        with torch.no_grad():  # the new rows' mean logits far off the line: moving them pays
+            model.get_output_embeddings().weight[torch.from_numpy(new)] += 20 * hidden / hidden.dot(hidden)
+        return model
+
+    config = CalibrationConfig(smoothing=0.5, check_lines=20)
+    alone = {}
+    for rows in ("all", "new"):
+        model = start()
+        report = calibrate_rows(model, tokenizer, mapping, dataclasses.replace(config, rows=rows), 1.0, lines)
+        alone[rows] = (report, model.get_output_embeddings().weight.detach().clone())
+        assert report.row_choice is None
+    model = start()
+    report = calibrate_rows(model, tokenizer, mapping, dataclasses.replace(config, rows="auto"), 1.0, lines)
+    losses = {rows: round(alone[rows][0].held_out_loss, 4) for rows in alone}
+    assert report.row_choice.losses == losses and losses["all"] != losses["new"]
+    kept = min(losses, key=losses.get)
+    assert report.row_choice.kept == kept and report.rows == alone[kept][0].rows
+    assert torch.equal(model.get_output_embeddings().weight, alone[kept][1])
+    assert f"chosen on the check lines (all {losses['all']}, new {losses['new']})" in report.summary()
+    unchecked = start()
+    report = calibrate_rows(unchecked, tokenizer, mapping, dataclasses.replace(config, rows="auto", check_lines=0),
+                            1.0, lines)
+    assert report.row_choice is None and report.rows == int((kinds != Kind.SPECIAL).sum())

@@ -183,6 +183,15 @@ class LossCheck(Report):
 
 
 @dataclass(kw_only=True)
+class RowChoice(Report):
+    """Which rows calibration moved where `calibration.rows` is auto: every non-special row (`all`) or those the
+    method did not copy (`new`), whichever left the lower mean token loss on the check lines (`losses`)."""
+
+    kept: str | None = None
+    losses: dict | None = None  # rows -> mean token loss on the check lines after that calibration
+
+
+@dataclass(kw_only=True)
 class CalibrationReport(Report):
     """Frequency calibration of output rows (`transfer/calibrate.py`), or why it did not run (`skipped`)."""
 
@@ -195,6 +204,7 @@ class CalibrationReport(Report):
     up_only_rows: UpOnlyRows | None = field(default=None, metadata=nested(UpOnlyRows))
     input_rows: InputRows | None = field(default=None, metadata=nested(InputRows))
     check: LossCheck | None = field(default=None, metadata=nested(LossCheck))
+    row_choice: RowChoice | None = field(default=None, metadata=nested(RowChoice))
     skipped: str | None = None
     text: str | None = None
     held_out_loss: float | None = field(default=None, metadata=NOT_WRITTEN)
@@ -233,6 +243,10 @@ class CalibrationReport(Report):
             moved_inputs = "; no input row moved"
         else:
             moved_inputs = ""
+        if self.row_choice is not None and self.row_choice.kept:
+            losses = ", ".join(f"{rows} {value(loss)}" for rows, loss in (self.row_choice.losses or {}).items())
+            which = "every row" if self.row_choice.kept == "all" else "only the rows the method did not copy"
+            moved_inputs += f"; {which} moved, chosen on the check lines ({losses})"
         kept = (f"; the move is in `{self.move_file}`, and `langswap train` takes the lowering of rows of rare tokens "
                 "off before training (its `calibration` option)") if self.move_file else ""
         return (f"{rows} moved towards the token frequencies{text} (strength {value(self.strength)}{smoothed}"

@@ -69,8 +69,9 @@ class CalibrationConfig:
                 "puts every mean logit on the line; unset: 1 for a causal LM when the transfer has target-language "
                 "text (calibration.text, target_text or resources.token_text), otherwise off."})
     rows: str = field(default="all", metadata={
-        "help": "Which rows move: all (every non-special row) or new (rows the method did not copy).",
-        "choices": ("all", "new")})
+        "help": "Which rows move: all (every non-special row), new (rows the method did not copy) or auto (both "
+                "tried, the one with the lower mean token loss on the check lines kept; all without check lines).",
+        "choices": ("all", "new", "auto")})
     slope: float = field(default=1.0, metadata={"help": "Mean logit per unit of log-frequency on the line."})
     frequencies: str = field(default="add-k", metadata={
         "help": "How counts become the frequencies rows move towards: add-k (add-`smoothing` counts) or held-out "
@@ -119,8 +120,8 @@ class CalibrationConfig:
             raise ConfigError(f"calibration.strength is {self.strength}; give a share in [0, 1] (0: off).")
         if self.tied_head not in ("move", "untie", "skip"):
             raise ConfigError(f"calibration.tied_head is {self.tied_head!r}; choose move, untie or skip.")
-        if self.rows not in ("all", "new"):
-            raise ConfigError(f"calibration.rows is {self.rows!r}; choose all or new.")
+        if self.rows not in ("all", "new", "auto"):
+            raise ConfigError(f"calibration.rows is {self.rows!r}; choose all, new or auto.")
         if self.smoothing is not None and not (self.smoothing > 0 and math.isfinite(self.smoothing)):
             raise ConfigError(f"calibration.smoothing is {self.smoothing}; give a finite pseudo-count above 0 (0.5: "
                               "add-half), or leave it unset to have it chosen.")
@@ -425,11 +426,13 @@ def head_as_configured(model, config: CalibrationConfig) -> tuple[bool, str | No
 
 
 def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, moved: np.ndarray,
-              line: tuple[np.ndarray, dict, np.ndarray] | None = None, progress: bool = False) -> CalibrationReport:
+              line: tuple[np.ndarray, dict, np.ndarray] | None = None, progress: bool = False,
+              loss_before: float | None = None) -> CalibrationReport:
     """Move the output rows `moved` (a boolean mask over the vocabulary) of `model` as the module docstring says;
     returns the report (rows moved, mean |move| of the mean logits before and after, per round; with the check, the
     held-out loss of the model as left, unrounded, as `held_out_loss`). `line`: `frequency_line`'s result for
-    these lines and config, where the caller has it already. `progress`: a bar on each pass over the text."""
+    these lines and config, where the caller has it already. `progress`: a bar on each pass over the text.
+    `loss_before`: the model's mean token loss on the check lines, where the caller measured it already."""
     assert config.strength is not None, "calibrate() takes a resolved strength (CalibrationConfig.plan)"
     if not calibratable(model):
         raise ConfigError("frequency calibration is for causal LMs (a masked LM's mean logit over unmasked "
@@ -450,7 +453,10 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     up_only = counts < config.lower_min_count
     assert len(logf) == size, (len(logf), size)
     lines, held = split_check_lines(lines, config)
-    before = mean_token_loss(model, tokenizer, held, config.max_length, progress) if held else None
+    before = None
+    if held:
+        before = mean_token_loss(model, tokenizer, held, config.max_length, progress) if loss_before is None \
+            else loss_before
     moves_inputs = bias is None and is_tied(model)
     saved = (weight.detach().clone(), None if bias is None else bias.detach().clone()) \
         if held or moves_inputs else None

@@ -47,7 +47,7 @@ from langswap.models import is_tied, load_config, load_model, load_tokenizer, ob
 from langswap.numerics import SOURCE_FIX, refuse_non_finite
 from langswap.records import ModelRecord, TransferRecord, write_model_record
 from langswap.reports import (AlignmentReport, CalibrationReport, DistillationReport, EvaluationMetrics, MatchingReport,
-                              Report, SeparationReport, VocabularyReport)
+                              Report, RowChoice, SeparationReport, VocabularyReport)
 from langswap.resources.conventions import independent_matches, matching_report, matching_warnings
 from langswap.resources.extension import first_differing_id
 from langswap.resources.kinds import keys_in_use
@@ -57,7 +57,7 @@ from langswap.surgery import (SourceMatrices, check_position_offset, install_emb
                               remap_named_token_ids, update_special_token_ids)
 from langswap.tokens import Vocabulary
 from langswap.transfer.calibrate import (CalibrationConfig, calibratable, calibrate, frequency_line, mean_token_loss,
-                                         separate, tie_head, untie_head)
+                                         separate, split_check_lines, tie_head, untie_head)
 from langswap.transfer.config import (HELD_OUT_TOKENS, TextSteps, TransferConfig, check_line_count, plan_text_steps,
                                       separation_needs_extension)
 from langswap.transfer.distill import distill
@@ -327,9 +327,36 @@ def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strengt
                    line: tuple | None = None, kept: int = 0, progress: bool = False) -> CalibrationReport:
     """Frequency calibration (`langswap.transfer.calibrate`) of a transferred model's output rows at `strength`: every
     non-special row, or with `rows: new` those the method did not copy; never the first `kept` rows (an extended
-    vocabulary's source rows). Returns calibrate's report."""
-    moved = movable_rows(mapping, kept, copied=config.rows == "all")
-    return calibrate(model, tokenizer, lines, dataclasses.replace(config, strength=strength), moved, line, progress)
+    vocabulary's source rows). `rows: auto` calibrates both ways from the same start where the method copied rows
+    and there are check lines, and keeps the one with the lower loss on them (ties: all), the report's `row_choice`
+    saying so. Returns calibrate's report."""
+    config = dataclasses.replace(config, strength=strength)
+    every, new = movable_rows(mapping, kept, copied=True), movable_rows(mapping, kept, copied=False)
+    held = split_check_lines(lines, config)[1]
+    if config.rows != "auto" or not held or not new.any() or np.array_equal(every, new):
+        moved = new if config.rows == "new" else every
+        return calibrate(model, tokenizer, lines, config, moved, line, progress)
+    start = token_matrices(model)
+    loss_before = mean_token_loss(model, tokenizer, held, config.max_length, progress)
+    reports = {"all": calibrate(model, tokenizer, lines, config, every, line, progress, loss_before)}
+    finished = token_matrices(model)
+    restore_token_matrices(model, start)
+    reports["new"] = calibrate(model, tokenizer, lines, config, new, line, progress, loss_before)
+    losses = {rows: report.held_out_loss for rows, report in reports.items()}
+    chosen = "new" if losses["new"] < losses["all"] else "all"
+    if chosen == "all":
+        restore_token_matrices(model, finished)
+    logger.info("calibration kept %s rows (check-line loss: all %.4f, new %.4f)", chosen, losses["all"],
+                losses["new"])
+    return dataclasses.replace(reports[chosen], row_choice=RowChoice(
+        kept=chosen, losses={rows: round(loss, 4) for rows, loss in losses.items()}))
+
+
+def calibrated_rows(config: CalibrationConfig, report: CalibrationReport | None) -> str:
+    """The rows (all or new) calibration moved: `rows`, or under auto the kept one (all where nothing was chosen)."""
+    if config.rows != "auto":
+        return config.rows
+    return report.row_choice.kept if report is not None and report.row_choice is not None else "all"
 
 
 def calibrate_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> CalibrationReport:
@@ -367,7 +394,8 @@ def separate_step(context: FinishContext, model, result: MethodResult, earlier: 
     """An extension's new rows moved off the source language (`langswap.transfer.calibrate.separate`), the rows calibration
     moves; the target check loss calibration left is not measured again (the same check lines)."""
     config = context.calibration
-    moved = movable_rows(result.mapping, context.target.kept, copied=config.rows == "all")
+    rows = calibrated_rows(config, earlier.get("calibration"))
+    moved = movable_rows(result.mapping, context.target.kept, copied=rows == "all")
     report = separate(model, context.target.tokenizer, context.text.lines, context.text.source_lines, config, moved,
                       context.progress, target_loss=earlier["calibration"].held_out_loss if "calibration" in earlier
                       else None)
