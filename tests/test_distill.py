@@ -289,7 +289,7 @@ def test_a_masked_lm_is_refused(lines, source_tokenizer):
 
 @pytest.mark.parametrize("fields, message", [
     ({"layers": (0,)}, "input embeddings"), ({"layers": ()}, "list of layer indices"),
-    ({"distance": "l1"}, "mse or cosine"), ({"head": "untie"}, "lm or keep"), ({"tokens": -1}, "at least 0"),
+    ({"distance": "l1"}, "mse or cosine"), ({"head": "untie"}, "lm, likelihood or keep"), ({"tokens": -1}, "at least 0"),
     ({"learning_rate": 0.0}, "above 0"), ({"max_length": 1}, "at least 2"),
     ({"head_learning_rate": float("nan")}, "head_learning_rate is nan"), ({"learning_rate": True}, "is True")])
 def test_bad_config_values_say_what_to_give(fields, message):
@@ -556,3 +556,69 @@ def test_a_tied_head_untied_keeps_the_methods_rows_for_prediction(head, lines, s
     report = distill(model, source, source_tokenizer, target_tokenizer, lines[:200], trainable, bad)
     assert not report.kept and not report.untied and is_tied(model)
     assert torch.equal(model.get_input_embeddings().weight.detach(), before)
+
+
+def _token_log_probs(model, tokenizer, lines: list[str]) -> torch.Tensor:
+    """Each line's tokens' log-probabilities under `model`, read after the tokenizer's frame token, concatenated."""
+    frame = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    found = []
+    with torch.no_grad():
+        for line in lines:
+            ids = torch.tensor([[frame] + tokenizer(line, add_special_tokens=False)["input_ids"]])
+            logits = model(input_ids=ids).logits[0, :-1].float()
+            found.append(torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None])[:, 0])
+    return torch.cat(found)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_likelihood_head_learns_the_probabilities_the_teacher_gives_each_chunk(tied, lines, source_tokenizer):
+    """The known answer: a relabelled tokenizer reads every line into the same pieces, so each chunk is one token and
+    a student whose input rows are the teacher's, permuted, computes the teacher's hidden states. Its output rows
+    start random; `head: likelihood` must bring each held-out token's log-probability close to the teacher's (a
+    confident teacher: its head scaled up), on an untied head and on a tied one (the same rows, learned for both)."""
+    import copy
+
+    target_tokenizer, permutation = relabelled(source_tokenizer, seed=1)
+    teacher = tiny_model("gpt2" if tied else "llama", len(source_tokenizer), seed=3)
+    with torch.no_grad():
+        teacher.get_output_embeddings().weight.mul_(1.0 if tied else 10.0)
+    student = copy.deepcopy(teacher)
+    source = teacher.get_input_embeddings().weight.detach().clone()
+    special = np.zeros(len(source_tokenizer), dtype=bool)
+    special[0] = True
+    ids = torch.from_numpy(permutation)
+    with torch.no_grad():
+        student.get_input_embeddings().weight[ids] = source  # the input side is exact: nothing to distil
+        if not tied:
+            head = teacher.get_output_embeddings().weight.detach()
+            scrambled = head[torch.randperm(len(head), generator=torch.Generator().manual_seed(7))]
+            scrambled[0] = head[0]
+            student.get_output_embeddings().weight.copy_(scrambled)
+    if tied:  # the rows are the input rows: scramble them, the input side then has something to learn too
+        with torch.no_grad():
+            weight = student.get_input_embeddings().weight
+            weight[1:] = weight[1:][torch.randperm(len(weight) - 1, generator=torch.Generator().manual_seed(7))]
+    held = lines[-32:]
+    teacher_log_probs = _token_log_probs(teacher, source_tokenizer, held)
+    gap_before = (_token_log_probs(student, target_tokenizer, held) - teacher_log_probs).abs().mean()
+    config = DistillConfig(tokens=40_000, learning_rate=0.1, batch_lines=16, held_out_lines=32, head="likelihood",
+                           when="always", layers=(1,))
+    head_rows = teacher.get_output_embeddings().weight.detach().clone()
+    by_lm = copy.deepcopy(student)
+    report = distill(student, source, source_tokenizer, target_tokenizer, lines, ~special, config,
+                     source_head=(head_rows, None))
+    gap_after = (_token_log_probs(student, target_tokenizer, held) - teacher_log_probs).abs().mean()
+
+    assert report.kept and "likelihood" in report.head, report
+    assert report.likelihood_loss_end < 0.2 * report.likelihood_loss_start, report
+    assert gap_after < 0.3 * gap_before, (float(gap_before), float(gap_after))
+    if tied:
+        return
+    # next-token loss learns the text, not the teacher: it ends further from the teacher's probabilities
+    distill(by_lm, source, source_tokenizer, target_tokenizer, lines, ~special,
+            dataclasses.replace(config, head="lm"), source_head=(head_rows, None))
+    assert (_token_log_probs(by_lm, target_tokenizer, held) - teacher_log_probs).abs().mean() > 1.5 * gap_after
+    with pytest.raises(ConfigError, match="needs the source model's head"):
+        distill(copy.deepcopy(teacher), source, source_tokenizer, target_tokenizer, lines, ~special, config)
+
+

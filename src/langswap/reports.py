@@ -335,6 +335,8 @@ class DistillationReport(Report):
     last_train_loss: float | None = None
     next_token_loss_start: float | None = None
     next_token_loss_end: float | None = None
+    likelihood_loss_start: float | None = None  # head: likelihood, the chunk-likelihood match on held-out lines
+    likelihood_loss_end: float | None = None
     kept: bool | None = None
     untied: bool | None = None
     put_back: str | None = None
@@ -355,6 +357,8 @@ class DistillationReport(Report):
                 f"tokens{text} ({count(self.updates)} updates)")
         if self.loss_start is not None:
             line += f"; held-out distillation loss {self.loss_start} -> {self.loss_end}"
+        if self.likelihood_loss_start is not None:
+            line += f", likelihood match {self.likelihood_loss_start} -> {self.likelihood_loss_end}"
         if self.put_back:
             line += f"; put back: {self.put_back}"
         return line

@@ -444,13 +444,13 @@ def _log1mexp(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > -0.6931, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
 
 
-def chunk_likelihood_match(student_logits, student_ids, teacher_logits, teacher_ids, student_at, teacher_at,
-                           sizes: tuple[int, int] | None) -> torch.Tensor:
-    """Approximate likelihood matching (tokenkit's ALM, its binary cross-entropy form): the text between two
-    consecutive matched positions of a row is the same chunk of bytes on both sides; its probability under the
-    student, p_s, is pushed towards the teacher's, p_t, by -[p_t log p_s + (1 - p_t) log(1 - p_s)], averaged over the
-    chunks (float32; the teacher's side carries no gradient). Logits (B, T, V) and (B, S, V'), ids (B, T) and
-    (B, S), positions flat into B*T and B*S; each softmax runs over its own tokenizer's `sizes` (teacher, model)."""
+def chunk_log_likelihoods(student_logits, student_ids, teacher_logits, teacher_ids, student_at, teacher_at,
+                          sizes: tuple[int, int] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(student's, teacher's) log-probability of each chunk, float32: the text between two consecutive matched
+    positions of a row is the same chunk of bytes on both sides, and its log-probability the sum of the log-probs
+    of the tokens after the first position up to the second (the teacher's side carries no gradient). Logits (B,
+    T, V) and (B, S, V'), ids (B, T) and (B, S), positions flat into B*T and B*S; each softmax runs over its own
+    tokenizer's `sizes` (teacher, model). Empty where no row holds two matched positions."""
 
     def chunk_sums(logits, ids, at, size):
         logits = logits[..., :size] if size else logits
@@ -464,11 +464,20 @@ def chunk_likelihood_match(student_logits, student_ids, teacher_logits, teacher_
     with torch.no_grad():
         teacher_sum, teacher_row = chunk_sums(teacher_logits, teacher_ids, teacher_at, teacher_size)
     same_row = (student_row[1:] == student_row[:-1]) & (teacher_row[1:] == teacher_row[:-1])
-    if not bool(same_row.any()):
-        return student_logits.new_zeros((), dtype=torch.float32)
     # chunk k: the tokens after matched position k-1 up to position k, predicted from positions k-1 .. k-1 + n
-    log_student = (student_sum[1:] - student_sum[:-1])[same_row].clamp(max=-1e-6)
-    log_teacher = (teacher_sum[1:] - teacher_sum[:-1])[same_row].clamp(max=-1e-6)
+    return (student_sum[1:] - student_sum[:-1])[same_row], (teacher_sum[1:] - teacher_sum[:-1])[same_row]
+
+
+def chunk_likelihood_match(student_logits, student_ids, teacher_logits, teacher_ids, student_at, teacher_at,
+                           sizes: tuple[int, int] | None) -> torch.Tensor:
+    """Approximate likelihood matching (tokenkit's ALM, its binary cross-entropy form): each chunk's probability
+    under the student, p_s, is pushed towards the teacher's, p_t, by -[p_t log p_s + (1 - p_t) log(1 - p_s)],
+    averaged over the chunks (`chunk_log_likelihoods` says what a chunk is and what the arguments are)."""
+    log_student, log_teacher = chunk_log_likelihoods(student_logits, student_ids, teacher_logits, teacher_ids,
+                                                     student_at, teacher_at, sizes)
+    if not len(log_student):
+        return student_logits.new_zeros((), dtype=torch.float32)
+    log_student, log_teacher = log_student.clamp(max=-1e-6), log_teacher.clamp(max=-1e-6)
     p_teacher = log_teacher.exp()
     return -(p_teacher * log_student + (1 - p_teacher) * _log1mexp(log_student)).mean()
 

@@ -75,8 +75,8 @@ from langswap.kernels import hidden_state_distance
 from langswap.models import HiddenStates, input_embedding_scale, is_tied, objective_of, position_limit
 from langswap.progress import bar as progress_bar
 from langswap.reports import DistillationReport, TeacherCheck
-from langswap.training.teacher import (LikelihoodCheck, TeacherMatch, distance_field, layers_field, not_measured,
-                                       when_field)
+from langswap.training.teacher import (LikelihoodCheck, TeacherMatch, chunk_log_likelihoods, distance_field,
+                                       layers_field, not_measured, when_field)
 from langswap.transfer.calibrate import untie_head
 
 logger = logging.getLogger(__name__)
@@ -114,9 +114,13 @@ class DistillConfig(TeacherMatch):
         "mse (squared error divided channel by channel by the teacher's mean square in the channel) or cosine "
         "(1 - cosine similarity).")
     head: str = field(default="lm", metadata={
-        "help": "An untied output head: lm (the new output rows learn by the student's next-token cross-entropy "
-                "on the text, gradient only into the output matrix) or keep (the output matrix stays). A tied head "
-                "is the input matrix, moved by distillation itself.", "choices": ("lm", "keep")})
+        "help": "The new output rows: lm (they learn by the student's next-token cross-entropy on the text), "
+                "likelihood (they learn so that each chunk of text between two boundaries gets the probability the "
+                "source model gives it reading its own tokens: tokenkit's approximate likelihood matching) or keep "
+                "(the output matrix stays). The gradient reaches only the output rows (the head reads the "
+                "student's states detached). A tied head is the input matrix: lm and keep leave it to "
+                "distillation itself, likelihood adds its gradient to the same rows.",
+        "choices": ("lm", "likelihood", "keep")})
     tied_head: str = field(default="move", metadata={
         "help": "A tied head: move (the output rows are the distilled input rows) or untie (the head keeps the "
                 "method's rows as a matrix of its own, config.tie_word_embeddings false, so the input rows learn "
@@ -147,8 +151,8 @@ class DistillConfig(TeacherMatch):
         if self.head_learning_rate is not None and not _is_rate(self.head_learning_rate):
             raise ConfigError(f"distill.head_learning_rate is {self.head_learning_rate!r}; give a finite number above "
                               "0, e.g. 3e-4, or leave it unset to use distill.learning_rate.")
-        if self.head not in ("lm", "keep"):
-            raise ConfigError(f"distill.head is {self.head!r}; choose lm or keep.")
+        if self.head not in ("lm", "likelihood", "keep"):
+            raise ConfigError(f"distill.head is {self.head!r}; choose lm, likelihood or keep.")
         if self.tied_head not in ("move", "untie"):
             raise ConfigError(f"distill.tied_head is {self.tied_head!r}; choose move or untie.")
         if self.held_out_lines < 0:
@@ -217,7 +221,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         raise ConfigError("distillation needs target-language text; none was given (distill lines).")
     held_count = min(config.held_out_lines, len(lines) // 4)
     train_lines, held_lines = list(lines[:len(lines) - held_count]), list(lines[len(lines) - held_count:])
-    run.read_with(source_tokenizer, target_tokenizer)
+    run.read_with(source_tokenizer, target_tokenizer, source_head)
     report = DistillationReport(**run.report_head())
     bar = progress_bar(progress, config.tokens, "distill", "tok")
     try:
@@ -236,12 +240,14 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
                                 f"({check['teacher_nats_per_chunk']} against {check['student_nats_per_chunk']} nats a "
                                 "chunk): the rows are left as the transfer made them",
                 tokens=0, updates=0, seconds=round(time.perf_counter() - started, 2))
-        loss_start, token_loss_start = run.measure(held_windows, False) if held_windows else (None, None)
+        loss_start, token_loss_start, match_start = run.measure(held_windows, False) if held_windows \
+            else (None, None, None)
         trained = run.train(train_lines, bar)
-        loss_end, token_loss_end = run.measure(held_windows, True) if held_windows else (None, None)
+        loss_end, token_loss_end, match_end = run.measure(held_windows, True) if held_windows else (None, None, None)
         # like any training step, distillation can make things worse (a learning rate too high for the model, too
-        # few tokens); the held-out lines decide, and the model keeps its rows unless they improved
-        kept = loss_start is None or loss_end < loss_start
+        # few tokens); the held-out lines decide, and the model keeps its rows unless they improved (the sum of
+        # both objectives where the head learns by likelihood)
+        kept = loss_start is None or loss_end + (match_end or 0.0) < loss_start + (match_start or 0.0)
         if kept:
             run.write_back()
     finally:
@@ -253,7 +259,8 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         report, tokens=trained["read"], updates=trained["updates"], lines=len(train_lines),
         held_out_lines=len(held_lines), loss_start=_round(loss_start), loss_end=_round(loss_end),
         last_train_loss=_round(trained["train_loss"]), next_token_loss_start=_round(token_loss_start),
-        next_token_loss_end=_round(token_loss_end), kept=kept, untied=bool(run.untie and kept),
+        next_token_loss_end=_round(token_loss_end), likelihood_loss_start=_round(match_start),
+        likelihood_loss_end=_round(match_end), kept=kept, untied=bool(run.untie and kept),
         chunks_matched=trained["matched"], chunks_skipped=trained["unencodable"], chunks_too_long=trained["too_long"],
         held_out_chunks=sum(len(window.target_at) for window in held_windows), text_repeated=trained["repeated"],
         seconds=round(time.perf_counter() - started, 2))
@@ -285,11 +292,25 @@ class _Distillation:
         tied = is_tied(model)
         # the head's rows, now the input matrix, become its own at the end
         self.untie = tied and config.tied_head == "untie"
-        self.head_rule = "tied" if tied and not self.untie else "none" if self.output is None else config.head
+        self.head_rule = "none" if self.output is None else "tied" if tied and not self.untie else config.head
+        # the chunk-likelihood match reaches the head's rows: its own (untied) or the learned input rows (tied)
+        self.likelihood = config.head == "likelihood" and self.head_rule in ("tied", "likelihood")
+        self.source_head = self.sizes = None  # the source model's head and both tokenizers' sizes (`read_with`)
 
-    def read_with(self, source_tokenizer, target_tokenizer) -> None:
-        """How the text is read and cut (the aligner, the windows' limits and frames), and the learned rows."""
+    def read_with(self, source_tokenizer, target_tokenizer, source_head: tuple | None = None) -> None:
+        """How the text is read and cut (the aligner, the windows' limits and frames), and the learned rows;
+        `source_head` (matrix, bias) is what the teacher predicts with where the head learns by likelihood."""
         config, model = self.config, self.model
+        self.sizes = (len(source_tokenizer), len(target_tokenizer))
+        if self.likelihood:
+            if source_head is None:
+                raise ConfigError("distill.head: likelihood needs the source model's head (distill's source_head), "
+                                  "to read the teacher's likelihood of the text; choose head: lm or keep.")
+            weight, bias = source_head
+            device = self.input_weight.device
+            self.source_head = (torch.as_tensor(weight)[:self.sizes[0]].to(device, torch.float32),
+                                None if bias is None else torch.as_tensor(bias)[:self.sizes[0]].to(device,
+                                                                                                  torch.float32))
         self.aligner = ChunkAligner(source_tokenizer, target_tokenizer)
         self.limits = _Limits(config.max_length, position_limit(model.config), len(self.source), self.rows)
         if self.limits.positions is not None and config.max_length > self.limits.positions:
@@ -307,7 +328,7 @@ class _Distillation:
         self.learned = torch.nn.Parameter(self.input_weight.detach()[self.trained_ids].to(torch.float32).clone())
         self.parameters = [{"params": [self.learned], "peak": config.learning_rate}]
         self.head_ids = self.head_rows = None
-        if self.head_rule == "lm":
+        if self.head_rule in ("lm", "likelihood"):
             # the same tokens' output rows; an output matrix of another size (padding rows) keeps its extra rows
             weight = self.output.weight
             self.head_ids = torch.from_numpy(np.flatnonzero(self.trainable[:weight.shape[0]])).to(weight.device)
@@ -319,8 +340,12 @@ class _Distillation:
         head = {"tied": "tied (the distilled input rows are the output rows)",
                 "none": "none (the model has no output layer)",
                 "lm": "lm (new output rows learned by next-token loss)",
+                "likelihood": "likelihood (new output rows learned so that each chunk gets the source model's "
+                              "probability of it)",
                 "keep": "keep (output matrix unchanged)"}[self.head_rule]
         untied = ", untied (the head keeps its own rows where the learned ones are kept)" if self.untie else ""
+        if self.likelihood and self.head_rule == "tied":
+            untied += ", learned for each chunk's likelihood as well"
         return {"rows": int(self.trainable.sum()), "head": head + untied, "layers": list(self.layers),
                 "distance": self.config.distance}
 
@@ -401,25 +426,31 @@ class _Distillation:
                           batch.target_ids[:, 1:][batch.predicts])
         return check.report(windows_left_out=len(windows) - len(clean))
 
-    def measure(self, windows: list[_Window], learning: bool) -> tuple[float | None, float | None]:
-        """(distillation loss, next-token loss) over `windows`, each averaged over matched positions and predicted
-        tokens: of the model as it is, or (`learning`) with the learned rows."""
-        distill_sum = matched = token_sum = predicted = 0.0
+    def measure(self, windows: list[_Window], learning: bool) -> tuple[float | None, float | None, float | None]:
+        """(distillation loss, next-token loss, chunk-likelihood match where the head learns by it, else None) over
+        `windows`, each averaged over matched positions, predicted tokens and batches: of the model as it is, or
+        (`learning`) with the learned rows."""
+        distill_sum = matched = token_sum = predicted = likelihood_sum = batches = 0.0
         weight = self.head_weight(learning)
         bias = getattr(self.output, "bias", None)
         with torch.no_grad():
             for start in range(0, len(windows), self.config.batch_lines):
                 batch = _Batch(windows[start:start + self.config.batch_lines], self.device)
-                loss, count, hidden = _distill_loss(self.states.whole, self.source, batch, self.layers,
-                                                    self.config.distance,
-                                                    lambda ids: self.student_inputs(ids, learning), self.dtype)
+                loss, count, hidden, teacher = _distill_loss(self.states.whole, self.source, batch, self.layers,
+                                                             self.config.distance,
+                                                             lambda ids: self.student_inputs(ids, learning),
+                                                             self.dtype)
                 distill_sum += float(loss) * count
                 matched += count
                 if weight is not None:
                     loss, count = _next_token_loss(hidden, batch, weight, bias, self.softcap)
                     token_sum += float(loss) * count
                     predicted += count
-        return distill_sum / matched if matched else None, token_sum / predicted if predicted else None
+                if self.likelihood:
+                    likelihood_sum += float(self._likelihood_loss(hidden, teacher, batch, weight))
+                    batches += 1
+        return (distill_sum / matched if matched else None, token_sum / predicted if predicted else None,
+                likelihood_sum / batches if batches else None)
 
     def train(self, train_lines: list[str], bar) -> dict:
         """The updates over `train_lines` until the token budget is read; returns the counts of the first pass, the
@@ -459,11 +490,13 @@ class _Distillation:
     def _update(self, optimizer, batch: _Batch, counts: dict) -> torch.Tensor:
         """One update on `batch` (none where its chunks are all unencodable); returns the distillation loss."""
         with torch.enable_grad():
-            reader = self.states if self.head_rows is None else self.states.whole
-            loss, _, hidden = _distill_loss(reader, self.source, batch, self.layers, self.config.distance,
-                                            lambda ids: self.student_inputs(ids, True), self.dtype)
+            reader = self.states if self.head_rows is None and not self.likelihood else self.states.whole
+            loss, _, hidden, teacher = _distill_loss(reader, self.source, batch, self.layers, self.config.distance,
+                                                     lambda ids: self.student_inputs(ids, True), self.dtype)
             total = loss
-            if self.head_rows is not None:
+            if self.likelihood:
+                total = total + self._likelihood_loss(hidden.detach(), teacher, batch)
+            elif self.head_rows is not None:
                 # the head reads the student's states detached: this loss moves the output rows only
                 weight = self.output.weight
                 weight = weight.detach().index_copy(0, self.head_ids, self.head_rows.to(weight.dtype))
@@ -480,6 +513,28 @@ class _Distillation:
                 optimizer.step()
                 counts["updates"] += 1
         return loss
+
+    def _likelihood_loss(self, hidden: torch.Tensor, teacher: torch.Tensor, batch: _Batch,
+                         weight: torch.Tensor | None = None) -> torch.Tensor:
+        """The likelihood match: the mean squared difference, in nats, between each chunk's log-probability
+        (`training.teacher.chunk_log_likelihoods`) under the head (`weight`; default: with its learned rows, their
+        gradient kept) reading the student's states `hidden` (B, T, d) and under the source head reading the
+        teacher's `teacher` (B, S, d), over the batch's chunks; its gradient reaches the learned head rows only.
+        Squared log-probabilities, not tokenkit's binary cross-entropy of probabilities: the latter barely moves a
+        chunk both sides find unlikely, and bits per byte are a mean of log-probabilities."""
+        if weight is None and self.head_rows is not None:
+            weight = self.output.weight.detach().index_copy(0, self.head_ids,
+                                                            self.head_rows.to(self.output.weight.dtype))
+        elif weight is None:  # a tied head: the learned input rows are its rows
+            weight = self.input_weight.detach().index_copy(0, self.trained_ids, self.learned.to(self.dtype))
+        student = _logits(hidden, weight, getattr(self.output, "bias", None), self.softcap)
+        with torch.no_grad():
+            source = _logits(teacher.to(torch.float32), *self.source_head, self.softcap)
+        log_student, log_teacher = chunk_log_likelihoods(student, batch.target_ids, source, batch.source_ids,
+                                                         batch.target_at, batch.source_at, self.sizes)
+        if not len(log_student):
+            return student.new_zeros(())
+        return (log_student - log_teacher).square().mean()
 
     def write_back(self) -> None:
         """The learned rows into the model (an untied head first gets a copy of the rows the method made)."""
@@ -671,9 +726,9 @@ class _ScaledRows:
 
 
 def _distill_loss(reader, source: torch.Tensor, batch: _Batch, layers: tuple[int, ...], distance: str,
-                  student_inputs, dtype) -> tuple[torch.Tensor, int, torch.Tensor]:
-    """(loss, matched positions, the student's deepest hidden states read (B, T, d): the last layer's where
-    `reader` reads the whole body) for one batch; the loss is a float32 scalar averaged over matched positions and
+                  student_inputs, dtype) -> tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]:
+    """(loss, matched positions, the student's and the teacher's deepest hidden states read (B, T, d) and (B, S,
+    d): the last layer's where `reader` reads the whole body) for one batch; the loss is a float32 scalar averaged over matched positions and
     layers, with gradient to whatever `student_inputs` learns. `reader` maps inputs_embeds to hidden states
     (`models.HiddenStates`, or its `whole`)."""
     with torch.no_grad():
@@ -682,7 +737,7 @@ def _distill_loss(reader, source: torch.Tensor, batch: _Batch, layers: tuple[int
         teacher = reader(inputs_embeds=teacher_inputs)
     student = reader(inputs_embeds=student_inputs(batch.target_ids))
     total = hidden_state_distance(student, teacher, batch.target_at, batch.source_at, layers, distance)
-    return total, len(batch.target_at), student[-1]
+    return total, len(batch.target_at), student[-1], teacher[-1]
 
 
 def _logits(states: torch.Tensor, weight: torch.Tensor, bias, softcap: float | None) -> torch.Tensor:
