@@ -6,9 +6,12 @@ training text, transferred with the default method (`combined`, the language's d
 transfer` calibrates with target text); and SmolLM2's own tokenizer extended by each of `--sizes` tokens of the
 training text (`langswap tokenizer --extend N --keep-text en.train.txt`), transferred with each of `--methods` (only
 the new rows made; calibrated the same way). Each is a `langswap bench` run of its own (one target tokenizer per
-bench): embedding-only updates (batch 2 x 128), measured at `--steps` on 300 lines (the last 300 lines of the
-training split, held out of everything, with `--eval dev`; the first 300 test lines with `--eval test`) and on the
-first 300 lines of the English test split (read with each model's own tokenizer: what English keeps). With
+bench): embedding-only updates (batch 2 x 128), measured at `--steps` on 300 lines (with `--eval dev`, development
+lines held out of everything: by default drawn like the test split from the whole training split, `--dev-draw
+test-like`, or its last 300 lines, `--dev-draw tail`; the first 300 test lines with `--eval test`) and on 300 lines of
+the English test split read with each model's own tokenizer, what English keeps (its lines 301-600 for development
+lines drawn like the test split, its first 300 otherwise). `--language en` extends SmolLM2 by tokens learnt from
+English text itself (no `--keep-text`, no dictionary, no replacement row): a language the model reads well. With
 `--separate`, each extension method also has its new rows kept off English at transfer time
 (`calibration.source_text`: the first lines of the English training split), a row of its own. With `--distill
 TOKENS`, each extension method also has its new input rows learnt from the source model reading the same text with
@@ -23,6 +26,7 @@ own; `--then none` trains the new rows alone for every step (`recipe.then`), so 
 `--rate` sets the recipe rows' peak rate.
 
     python benchmarks/bench_extension.py --language de --sizes 5000 10000 20000 --steps 0 200
+    python benchmarks/bench_extension.py --language en --sizes 5000 10000 20000 --methods fvt --steps 0
     python benchmarks/bench_extension.py --language sw --sizes 5000 10000 --steps 0 200 --eval test
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --source-shares 0 0.5
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --source-shares 0.5 --then none
@@ -33,8 +37,8 @@ own; `--then none` trains the new rows alone for every step (`recipe.then`), so 
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --distill 20000 --distill-head lm
     python benchmarks/bench_extension.py --language de --sizes 10000 --methods fvt --distill 20000 --distill-replacement
 
-The work folder (default ~/.cache/langswap/bench-extension-LANG) is resumable; each bench's table and results are
-copied to benchmarks/results/extension-LANG-EVAL-TOKENIZER/.
+The work folder (default ~/.cache/langswap/bench-extension-LANG[-testlike]) is resumable; each bench's table and
+results are copied to benchmarks/results/extension-LANG[-testlike]-EVAL-TOKENIZER/.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibration import split_text  # noqa: E402
+from bench_calibration import TEST_LINE_CHARS, split_text  # noqa: E402
 from bench_german_training import DEFAULT_DATA, REPO, run_and_record, shared_data_ready  # noqa: E402
 from bench_tiktotok import DICTIONARIES  # noqa: E402
 
@@ -56,7 +60,9 @@ THEN_LABELS = {"embeddings": "", "none": " (new rows only)", "full": " (then ful
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--language", choices=sorted(DICTIONARIES), required=True)
+    parser.add_argument("--language", choices=sorted([*DICTIONARIES, "en"]), required=True,
+                        help="The target language; en: English self-extension (tokens learnt from English text, no "
+                             "--keep-text, no dictionary, no replacement row).")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--sizes", type=int, nargs="+", default=[5000, 10000, 20000])
     parser.add_argument("--vocab", type=int, default=None, help="Replacement tokenizer size (default: 49,152 for "
@@ -77,9 +83,10 @@ def parse_args(argv=None):
     parser.add_argument("--distill", type=int, default=0, metavar="TOKENS",
                         help="Also each extension method distilled from the source model over TOKENS target tokens "
                              "(head untied and kept), beside the same with the head untied alone; rows of their own.")
-    parser.add_argument("--distill-head", choices=("keep", "lm"), default="keep",
-                        help="The distilled rows' untied head: keep (as the method and calibration made it) or lm (its "
-                             "new output rows learn the next token during distillation, distill.head).")
+    parser.add_argument("--distill-head", choices=("keep", "lm", "likelihood"), default="keep",
+                        help="The distilled rows' untied head: keep (as the method and calibration made it), lm (its "
+                             "new output rows learn the next token during distillation, distill.head) or likelihood "
+                             "(they learn each chunk's log-probability under the source model).")
     parser.add_argument("--distill-head-rate", type=float, default=None,
                         help="With --distill-head lm: the head's own peak rate (distill.head_learning_rate; default: "
                              "the distillation's 1e-2).")
@@ -88,6 +95,11 @@ def parse_args(argv=None):
                              "distilled).")
     parser.add_argument("--eval", choices=("dev", "test"), default="dev")
     parser.add_argument("--dev-lines", type=int, default=300)
+    parser.add_argument("--dev-draw", choices=("test-like", "tail"), default="test-like",
+                        help="Development lines drawn like the test split and set aside from the training split "
+                             "(test-like; English development lines are then splits/en.test.txt after its first 300 "
+                             "lines; work and results folders get a `-testlike` suffix) or the training split's last "
+                             "lines (tail; English read on the test split's first 300).")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.distill_replacement and not args.distill:
@@ -95,8 +107,9 @@ def parse_args(argv=None):
                      "--distill TOKENS too.")
     if (args.distill_head != "keep" or args.distill_head_rate is not None) and not args.distill:
         parser.error("--distill-head and --distill-head-rate set the distilled rows' head; give --distill TOKENS too.")
-    if args.distill_head_rate is not None and args.distill_head != "lm":
-        parser.error("--distill-head-rate is the rate of a head that learns; give --distill-head lm too.")
+    if args.distill_head_rate is not None and args.distill_head == "keep":
+        parser.error("--distill-head-rate is the rate of a head that learns; give --distill-head lm or likelihood "
+                     "too.")
     if args.rate is not None and not args.source_shares:
         parser.error("--rate sets the recipe rows' peak rate; give --source-shares too (0: the recipe alone).")
     return args
@@ -129,8 +142,9 @@ def distill_entries(method: str, tokens: int, head: str = "keep", head_rate: flo
     untied = {"name": method, "calibration": {"tied_head": "untie"}, "label": f"{method}, head untied"}
     distill = {"tokens": tokens, "learning_rate": 1e-2, "tied_head": "untie", "head": head}
     label = f"{method}, distilled, head untied"
-    if head == "lm":
-        label += ", head learns the next token" + (f" at {head_rate:g}" if head_rate is not None else "")
+    if head != "keep":
+        label += {"lm": ", head learns the next token", "likelihood": ", head learns the source's likelihood"}[head]
+        label += f" at {head_rate:g}" if head_rate is not None else ""
         if head_rate is not None:
             distill["head_learning_rate"] = head_rate
     distilled = {**untied, "label": label, "distill": distill}
@@ -163,14 +177,22 @@ def replacement_entries(methods: list[str], args) -> list[dict]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     language, splits = args.language, args.data / "splits"
-    dictionary = args.data / "dicts" / DICTIONARIES[language]
+    dictionary = args.data / "dicts" / DICTIONARIES[language] if language in DICTIONARIES else None
     needed = [splits / f"{language}.train.txt", splits / f"{language}.test.txt", splits / "en.train.txt",
-              splits / "en.test.txt", dictionary]
+              splits / "en.test.txt", *([dictionary] if dictionary else [])]
     if not shared_data_ready("bench_extension", args.data, needed):
         return 0
-    workdir = args.workdir or Path(f"~/.cache/langswap/bench-extension-{language}").expanduser()
+    suffix = "-testlike" if args.dev_draw == "test-like" else ""
+    workdir = args.workdir or Path(f"~/.cache/langswap/bench-extension-{language}{suffix}").expanduser()
     workdir.mkdir(parents=True, exist_ok=True)
-    train, dev = split_text(splits / f"{language}.train.txt", workdir, 0, args.dev_lines)
+    train, dev = split_text(splits / f"{language}.train.txt", workdir, 0, args.dev_lines, args.dev_draw,
+                            TEST_LINE_CHARS[language] if args.dev_draw == "test-like" else 0)
+    english = splits / "en.test.txt"
+    if args.eval == "dev" and args.dev_draw == "test-like":  # the test split's lines beyond those reported
+        english = workdir / "en-dev.txt"
+        if not english.exists():
+            lines = (splits / "en.test.txt").read_text(encoding="utf-8").splitlines()[300:600]
+            english.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     from langswap.bench import REFERENCE
     from langswap.demo.smollm2 import smollm2_135m
@@ -183,7 +205,7 @@ def main(argv=None) -> int:
     model = smollm2_135m()
     source = load_tokenizer(model)
     vocab = args.vocab or REPLACEMENT_SIZE[language]
-    tokenizers = {f"replace-{vocab}": (workdir / f"tokenizer-replace-{vocab}", ["combined"])}
+    tokenizers = {f"replace-{vocab}": (workdir / f"tokenizer-replace-{vocab}", ["combined"])} if dictionary else {}
     tokenizers.update({f"extend-{size}": (workdir / f"tokenizer-extend-{size}", args.methods) for size in args.sizes})
     lines = keep = None
     for name, (folder, _) in tokenizers.items():
@@ -194,7 +216,8 @@ def main(argv=None) -> int:
             if name.startswith("replace"):
                 save_tokenizer(train_tokenizer(source, train, vocab), made)
             else:
-                keep = keep or read_text_lines(splits / "en.train.txt", "English training text")
+                keep = keep or (read_text_lines(splits / "en.train.txt", "English training text") if dictionary
+                                else None)  # English self-extension keeps nothing
                 save_tokenizer(extend_tokenizer(source, lines, int(name.split("-")[1]), keep_lines=keep).tokenizer,
                                made)
 
@@ -203,17 +226,18 @@ def main(argv=None) -> int:
         bench = {
             "source_model": str(model), "target_tokenizer": str(folder), "language": language,
             "train_text": str(train), "eval_text": str(dev if args.eval == "dev" else splits / f"{language}.test.txt"),
-            "eval_lines": 300, "source_text": str(splits / "en.test.txt"), "output": str(workdir / f"bench-{name}"),
+            "eval_lines": 300, "source_text": str(english), "output": str(workdir / f"bench-{name}"),
             "steps": args.steps, "reference": name == next(iter(tokenizers)),
             # calibrated as a transfer with target text is (an empty section keeps the default)
             "methods": [{"name": method, "calibration": {}} for method in methods] + (
                 extension_entries(methods, args, splits / "en.train.txt") if name.startswith("extend")
                 else replacement_entries(methods, args)),
-            "resources": {"dictionary": str(dictionary)},
+            "resources": {"dictionary": str(dictionary)} if dictionary else {},
             "train": {"preset": "embeddings", "batch_size": 2, "sequence_length": 128, "save_steps": 100,
                       "logging_steps": 10, "max_lines": 20000},
         }
-        result = run_and_record(bench, REPO / "benchmarks" / "results" / f"extension-{language}-{args.eval}-{name}")
+        result = run_and_record(bench, REPO / "benchmarks" / "results" /
+                                f"extension-{language}{suffix}-{args.eval}-{name}")
         for row in result["rows"]:
             table.append({"tokenizer": "source (reference)" if row["variant"] == REFERENCE else name, **row})
     print(summary(table, sorted(set(args.steps))))
