@@ -24,11 +24,12 @@ TABLES = {
         ["overlap raw", "overlap cal", "overlap cal lower_min_count=0 train.calibration=spare-rare",
          "overlap cal smoothing=0.5 lower_min_count=0", "overlap cal frequencies=held-out lower_min_count=0",
          "combined raw", "combined raw train.seed=1", "combined cal", "combined cal train.seed=1",
-         "combined cal lower_min_count=0 train.calibration=spare-rare"]),
+         "combined cal lower_min_count=0 train.calibration=spare-rare", "overlap cal rows=auto"]),
     "Swahili, 200 kB, word vectors given (calibration-sw-200k-10000-testlike-vectors-dev)": (
         "calibration-sw-200k-10000-testlike-vectors-dev", ["combined raw", "combined cal"]),
     "English, 2 MB, a 32,000-token tokenizer (calibration-en-2000k-32000-testlike-dev)": (
-        "calibration-en-2000k-32000-testlike-dev", ["overlap raw", "overlap cal"]),
+        "calibration-en-2000k-32000-testlike-dev", ["overlap raw", "overlap cal", "overlap cal rows=new",
+                                                    "overlap cal rows=auto"]),
 }
 
 
