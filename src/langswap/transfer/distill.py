@@ -316,7 +316,7 @@ class _Distillation:
         if self.limits.positions is not None and config.max_length > self.limits.positions:
             raise ConfigError(f"distill.max_length is {config.max_length}, more than the {self.limits.positions} "
                               f"positions this model reads; give at most {self.limits.positions}.")
-        self.source_bos, self.target_bos = _frame_id(source_tokenizer), _frame_id(target_tokenizer)
+        self.source_bos, self.target_bos = frame_id(source_tokenizer), frame_id(target_tokenizer)
         self.body = model.base_model
         # training reads the body only as deep as the deepest matched layer unless an untied head learns from the
         # last
@@ -589,7 +589,7 @@ def _row_mask(mask, rows: int, which: str) -> np.ndarray:
     return np.concatenate([mask, np.zeros(rows - len(mask), dtype=bool)])
 
 
-def _frame_id(tokenizer) -> int | None:
+def frame_id(tokenizer) -> int | None:
     """The token each window starts with: bos, or eos where there is none (GPT-2), as the evaluation reads lines."""
     return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
 
