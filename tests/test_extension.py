@@ -933,3 +933,55 @@ def test_texts_too_short_to_choose_the_amount_on_and_a_trained_tokenizer_are_ref
         transfer(transfer_config({"source_model": str(source_folder), "target_text": str(text), "vocab_size": 300,
                                   "output": str(tmp_path / "b"), "calibration": {"source_text": str(source_text)}}))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_pruning_takes_new_tokens_out_and_renumbers_the_rest_after_the_source(family, texts):
+    """Every source id stays; the tokens asked for go (for BPE with every later merge that reads them; never a
+    character the text could not be spelled without), the others follow the source in their order, and the pruned
+    tokenizer never reads text into a token that went, while it still reads the target text back exactly and into
+    no more unknown tokens."""
+    from langswap.resources.extension import extend_tokenizer, prune_extension, tokens_per_byte
+
+    source = FAMILIES[family](texts["source"])
+    extended = extend_tokenizer(source, texts["target"], 60).tokenizer
+    first = len(source)
+    names = extended.convert_ids_to_tokens(list(range(first, first + 60)))
+    spec = _spec(extended)
+    if spec["model"]["type"] == "BPE":  # a token a later merge reads: its product must go as well
+        merges = [merge.split(" ", 1) if isinstance(merge, str) else merge for merge in spec["model"]["merges"]]
+        inputs = {piece for pair in merges[len(_spec(source)["model"]["merges"]):] for piece in pair}
+        drop = [first + names.index(piece) for piece in names if piece in inputs][:1] + [first + 59]
+    else:
+        drop = [first + 3, first + 59] + [first + names.index(piece) for piece in names
+                                          if len(piece.removeprefix("##")) == 1][:1]
+    pruned = prune_extension(extended, first, drop)
+
+    tokenizer = pruned.tokenizer
+    ids = list(range(first))
+    assert tokenizer.convert_ids_to_tokens(ids) == source.convert_ids_to_tokens(ids)
+    gone = set(pruned.dropped) | set(pruned.cascaded)
+    assert set(pruned.dropped) | set(pruned.spelled) == set(drop)
+    assert len(tokenizer) == first + len(pruned.kept) == len(extended) - len(gone)
+    assert pruned.kept == [token for token in range(first, first + 60) if token not in gone]
+    assert tokenizer.convert_ids_to_tokens(list(range(first, len(tokenizer)))) == \
+        extended.convert_ids_to_tokens(pruned.kept)
+    if spec["model"]["type"] == "BPE":
+        assert pruned.cascaded or pruned.spelled  # the read token's product went too (or it was a character)
+    elif family == "wordpiece":
+        assert pruned.spelled  # the one-character token asked for stays
+    gone_pieces = set(extended.convert_ids_to_tokens(sorted(gone)))
+    for line in texts["target_test"][:50]:
+        read = tokenizer(line, add_special_tokens=False)["input_ids"]
+        assert not gone_pieces & set(tokenizer.convert_ids_to_tokens(read))
+        if family != "wordpiece":  # WordPiece normalises what it reads
+            assert tokenizer.decode(read) == extended.decode(extended(line, add_special_tokens=False)["input_ids"])
+    unknown = [sum(ids.count(reader.unk_token_id) for ids in reader(texts["target_test"], add_special_tokens=False)[
+        "input_ids"]) for reader in (extended, tokenizer)] if extended.unk_token_id is not None else [0, 0]
+    assert unknown[1] == unknown[0]
+    rate = tokens_per_byte(tokenizer, texts["target_test"])
+    assert rate >= tokens_per_byte(extended, texts["target_test"])  # fewer tokens read text into more pieces
+    if family != "wordpiece":  # (the WordPiece source reads a word of unknown letters as one [UNK])
+        assert rate < tokens_per_byte(source, texts["target_test"])
+    with pytest.raises(ConfigError, match="source token"):
+        prune_extension(extended, first, [first - 1])

@@ -334,3 +334,83 @@ def changed_lines(source_tokenizer, extended, lines: list[str]) -> int:
     before = source_tokenizer(lines, add_special_tokens=False)["input_ids"]
     after = extended(lines, add_special_tokens=False)["input_ids"]
     return sum(a != b for a, b in zip(before, after))
+
+
+@dataclass
+class Pruned:
+    """An extended tokenizer with some of its new tokens taken out (`prune_extension`); ids are the extended
+    tokenizer's."""
+
+    tokenizer: object
+    kept: list[int]  # the new tokens kept, in their order: kept[k] is now id first_id + k
+    dropped: list[int]  # the tokens asked for that went
+    cascaded: list[int]  # tokens that went because a merge making them reads a token that went
+    spelled: list[int]  # tokens asked for that stay: characters the source lacks, spelled by no merge
+
+
+def prune_extension(tokenizer, first_id: int, drop) -> Pruned:
+    """The extended `tokenizer` without its new tokens `drop` (ids from `first_id`), the new tokens kept renumbered
+    in their order from `first_id`, every source id as it was. BPE: a dropped token's merge goes, and with it every
+    later merge that reads a token gone, whose token goes too (`cascaded`); a new token no merge makes (a character
+    the source lacks) stays, since the text it spells would otherwise read as unknown (`spelled`). Unigram and
+    WordPiece lose the tokens alone, except those of one character (after WordPiece's continuing-subword prefix),
+    which stay for the same reason."""
+    spec = tokenizer_spec(tokenizer)
+    model = spec["model"]
+    asked = sorted({int(token) for token in drop})
+    if any(token < first_id for token in asked):
+        raise ConfigError(f"only new tokens (ids from {first_id}) can be pruned; {asked[0]} is a source token.")
+    cascaded = []
+    if model["type"] == "Unigram":
+        pieces = model["vocab"]
+        spelled = [token for token in asked if token < len(pieces) and len(pieces[token][0]) == 1]
+        gone = {token for token in asked if token < len(pieces)} - set(spelled)
+        kept = [token for token in range(first_id, len(pieces)) if token not in gone]
+        model["vocab"] = pieces[:first_id] + [pieces[token] for token in kept]
+    else:
+        vocab = model["vocab"]
+        name = {token: piece for piece, token in vocab.items()}
+        gone = {token for token in asked if token in name}
+        if model["type"] == "BPE":
+            gone, cascaded, spelled = _pruned_merges(model, name, first_id, gone)
+        else:  # WordPiece: a word with a character no token holds reads as one unknown token
+            prefix = model.get("continuing_subword_prefix") or ""
+            spelled = sorted(token for token in gone if len(name[token].removeprefix(prefix)) == 1)
+            gone -= set(spelled)
+        kept = sorted(token for token in name if token >= first_id and token not in gone)
+        model["vocab"] = {piece: token for piece, token in vocab.items() if token < first_id}
+        model["vocab"].update({name[token]: first_id + offset for offset, token in enumerate(kept)})
+    pruned = with_tokenizer_json(tokenizer, spec)
+    _check_kept_ids(tokenizer, pruned, first_id)
+    return Pruned(pruned, kept, sorted(set(asked) & gone), cascaded, spelled)
+
+
+def _pruned_merges(model: dict, name: dict, first_id: int, gone: set[int]) -> tuple[set[int], list[int], list[int]]:
+    """A BPE model's merges without those making or reading a token gone (`model` changed in place); returns (every
+    token gone, those gone by the cascade, those asked for that no merge makes and so stay)."""
+    merges = model["merges"]
+    as_strings = bool(merges) and isinstance(merges[0], str)
+    pairs = [merge.split(" ", 1) if as_strings else list(merge) for merge in merges]
+    made = {model["vocab"].get("".join(pair)) for pair in pairs}
+    spelled = sorted(token for token in gone if token not in made)
+    gone = gone - set(spelled)
+    pieces = {name[token] for token in gone}
+    kept_merges, cascaded = [], []
+    for pair, merge in zip(pairs, merges):
+        product = "".join(pair)
+        if product in pieces or pair[0] in pieces or pair[1] in pieces:
+            token = model["vocab"].get(product)
+            if token is not None and token >= first_id and product not in pieces:
+                pieces.add(product)
+                gone.add(token)
+                cascaded.append(token)
+            continue
+        kept_merges.append(merge)
+    model["merges"] = kept_merges
+    return gone, sorted(cascaded), spelled
+
+
+def _check_kept_ids(tokenizer, pruned, first_id: int) -> None:
+    vocab, kept = tokenizer.get_vocab(), pruned.get_vocab()
+    if any(kept.get(piece) != token for piece, token in vocab.items() if token < first_id):  # a defect here
+        raise AssertionError("pruning moved a source id")
