@@ -527,3 +527,28 @@ def test_rows_auto_keeps_whichever_rows_predict_the_check_lines_better(text):
     report = calibrate_rows(unchecked, tokenizer, mapping, dataclasses.replace(config, rows="auto", check_lines=0),
                             1.0, lines)
     assert report.row_choice is None and report.rows == int((kinds != Kind.SPECIAL).sum())
+
+
+def test_a_move_taken_by_rows_follows_the_rows_it_belongs_to(text):
+    """`CalibrationMove.rows(index)`: a model whose rows were taken as `index` (some dropped, the rest reordered,
+    one padding row beyond the move) gets its uncalibrated rows back from the move taken the same way."""
+    from langswap.calibration_move import take_off
+
+    lines, tokenizer = text
+    model = tiny_model("llama", len(tokenizer))
+    before = model.get_output_embeddings().weight.detach().clone()
+    report = calibrate(model, tokenizer, lines, CalibrationConfig(strength=1.0, smoothing=0.5, check_lines=0),
+                       np.ones(len(tokenizer), dtype=bool))
+    index = np.concatenate([np.arange(0, len(tokenizer), 2)[::-1], [len(tokenizer) + 5]])
+    calibrated = model.get_output_embeddings().weight.detach()
+    taken = tiny_model("llama", len(index))
+    with torch.no_grad():
+        rows = torch.from_numpy(np.minimum(index, len(tokenizer) - 1))
+        taken.get_output_embeddings().weight.copy_(calibrated[rows])
+        taken.get_output_embeddings().weight[-1] = before[-1]  # the padding row: never calibrated
+    move = report.move.rows(index)
+    assert len(move.counts) == len(index) and move.counts[-1] == 0 and move.logits[0][-1] == 0
+    take_off(taken, move)
+    expected = before[rows].clone()
+    expected[-1] = before[-1]
+    assert torch.allclose(taken.get_output_embeddings().weight, expected, atol=1e-5)

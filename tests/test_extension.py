@@ -985,3 +985,15 @@ def test_pruning_takes_new_tokens_out_and_renumbers_the_rest_after_the_source(fa
         assert rate < tokens_per_byte(source, texts["target_test"])
     with pytest.raises(ConfigError, match="source token"):
         prune_extension(extended, first, [first - 1])
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_source_of_an_extension_reads_text_as_the_source_did(family, texts):
+    from langswap.resources.extension import extend_tokenizer, source_of_extension
+
+    source = FAMILIES[family](texts["source"])
+    extended = extend_tokenizer(source, texts["target"], 60).tokenizer
+    rebuilt = source_of_extension(extended, len(source))
+    assert rebuilt.get_vocab() == source.get_vocab()
+    lines = texts["target_test"][:50] + texts["source_test"][:50]
+    assert rebuilt(lines, add_special_tokens=False)["input_ids"] == source(lines, add_special_tokens=False)["input_ids"]

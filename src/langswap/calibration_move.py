@@ -32,6 +32,18 @@ class CalibrationMove:
     counts: np.ndarray
     tied: bool
 
+    def rows(self, index) -> "CalibrationMove":
+        """The move of the rows `index` (old row ids, in their new order), for a model whose rows were taken as
+        `index`: a row beyond the move's rows (padding) did not move and was counted 0 times."""
+        index = np.asarray(index, dtype=np.int64)
+        inside = index < len(self.counts)
+
+        def taken(values: np.ndarray) -> np.ndarray:
+            return np.where(inside, values[np.minimum(index, len(values) - 1)], 0).astype(values.dtype)
+
+        return CalibrationMove([taken(logits) for logits in self.logits], list(self.directions), taken(self.counts),
+                               self.tied)
+
     def save(self, path) -> None:
         from safetensors.numpy import save_file
 

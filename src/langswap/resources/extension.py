@@ -348,13 +348,13 @@ class Pruned:
     spelled: list[int]  # tokens asked for that stay: characters the source lacks, spelled by no merge
 
 
-def prune_extension(tokenizer, first_id: int, drop) -> Pruned:
+def prune_extension(tokenizer, first_id: int, drop, keep_characters: bool = True) -> Pruned:
     """The extended `tokenizer` without its new tokens `drop` (ids from `first_id`), the new tokens kept renumbered
     in their order from `first_id`, every source id as it was. BPE: a dropped token's merge goes, and with it every
     later merge that reads a token gone, whose token goes too (`cascaded`); a new token no merge makes (a character
     the source lacks) stays, since the text it spells would otherwise read as unknown (`spelled`). Unigram and
     WordPiece lose the tokens alone, except those of one character (after WordPiece's continuing-subword prefix),
-    which stay for the same reason."""
+    which stay for the same reason. `keep_characters=False` takes those out too (`source_of_extension`)."""
     spec = tokenizer_spec(tokenizer)
     model = spec["model"]
     asked = sorted({int(token) for token in drop})
@@ -363,7 +363,8 @@ def prune_extension(tokenizer, first_id: int, drop) -> Pruned:
     cascaded = []
     if model["type"] == "Unigram":
         pieces = model["vocab"]
-        spelled = [token for token in asked if token < len(pieces) and len(pieces[token][0]) == 1]
+        spelled = [token for token in asked if token < len(pieces) and len(pieces[token][0]) == 1
+                   and keep_characters]
         gone = {token for token in asked if token < len(pieces)} - set(spelled)
         kept = [token for token in range(first_id, len(pieces)) if token not in gone]
         model["vocab"] = pieces[:first_id] + [pieces[token] for token in kept]
@@ -372,10 +373,11 @@ def prune_extension(tokenizer, first_id: int, drop) -> Pruned:
         name = {token: piece for piece, token in vocab.items()}
         gone = {token for token in asked if token in name}
         if model["type"] == "BPE":
-            gone, cascaded, spelled = _pruned_merges(model, name, first_id, gone)
+            gone, cascaded, spelled = _pruned_merges(model, name, first_id, gone, keep_characters)
         else:  # WordPiece: a word with a character no token holds reads as one unknown token
             prefix = model.get("continuing_subword_prefix") or ""
-            spelled = sorted(token for token in gone if len(name[token].removeprefix(prefix)) == 1)
+            spelled = sorted(token for token in gone if len(name[token].removeprefix(prefix)) == 1
+                             and keep_characters)
             gone -= set(spelled)
         kept = sorted(token for token in name if token >= first_id and token not in gone)
         model["vocab"] = {piece: token for piece, token in vocab.items() if token < first_id}
@@ -385,14 +387,15 @@ def prune_extension(tokenizer, first_id: int, drop) -> Pruned:
     return Pruned(pruned, kept, sorted(set(asked) & gone), cascaded, spelled)
 
 
-def _pruned_merges(model: dict, name: dict, first_id: int, gone: set[int]) -> tuple[set[int], list[int], list[int]]:
+def _pruned_merges(model: dict, name: dict, first_id: int, gone: set[int],
+                   keep_characters: bool = True) -> tuple[set[int], list[int], list[int]]:
     """A BPE model's merges without those making or reading a token gone (`model` changed in place); returns (every
     token gone, those gone by the cascade, those asked for that no merge makes and so stay)."""
     merges = model["merges"]
     as_strings = bool(merges) and isinstance(merges[0], str)
     pairs = [merge.split(" ", 1) if as_strings else list(merge) for merge in merges]
     made = {model["vocab"].get("".join(pair)) for pair in pairs}
-    spelled = sorted(token for token in gone if token not in made)
+    spelled = sorted(token for token in gone if token not in made) if keep_characters else []
     gone = gone - set(spelled)
     pieces = {name[token] for token in gone}
     kept_merges, cascaded = [], []
@@ -414,3 +417,13 @@ def _check_kept_ids(tokenizer, pruned, first_id: int) -> None:
     vocab, kept = tokenizer.get_vocab(), pruned.get_vocab()
     if any(kept.get(piece) != token for piece, token in vocab.items() if token < first_id):  # a defect here
         raise AssertionError("pruning moved a source id")
+
+
+def source_of_extension(tokenizer, first_id: int):
+    """The source tokenizer an extension was made from: every token from `first_id` on taken out, characters
+    included, with their merges (the source's own files otherwise, as the extension kept them)."""
+    spec = tokenizer_spec(tokenizer)
+    new = [token for token in tokenizer.get_vocab().values() if token >= first_id]
+    if spec["model"]["type"] == "Unigram":
+        new = list(range(first_id, len(spec["model"]["vocab"])))
+    return prune_extension(tokenizer, first_id, new, keep_characters=False).tokenizer
