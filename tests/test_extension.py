@@ -997,3 +997,79 @@ def test_the_source_of_an_extension_reads_text_as_the_source_did(family, texts):
     assert rebuilt.get_vocab() == source.get_vocab()
     lines = texts["target_test"][:50] + texts["source_test"][:50]
     assert rebuilt(lines, add_special_tokens=False)["input_ids"] == source(lines, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the_files_beside_it(
+        kind, extended_pairs, texts, tmp_path):
+    """`langswap prune`: the tokens whose net on the text is below zero go (an untrained tiny model's new tokens
+    mostly cost), with their rows; every source row and the kept new rows stay bit for bit at their new ids; the
+    calibration move and the provenance table follow; the pruned folder loads and reads the text; the record says
+    what went."""
+    import numpy as np
+    import torch
+
+    from langswap.calibration_move import MOVE_FILE, CalibrationMove
+    from langswap.models import load_model, load_tokenizer
+    from langswap.records import read_model_record
+    from langswap.transfer.ledger import new_token_ledger
+    from langswap.transfer.prune import PruneJob, prune
+    from langswap.resources.extension import source_of_extension
+
+    source_folder, target_folder, kept = extended_pairs[kind]
+    text = tmp_path / "xx.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    held = tmp_path / "held.txt"
+    held.write_text("\n".join(texts["target_test"][:60]) + "\n", encoding="utf-8")
+    _transfer(source_folder, target_folder, tmp_path / "out", method={"name": "fvt"},
+              calibration={"text": str(text), "strength": 1.0, "check_lines": 0})
+    extended_tokenizer, extended = load_tokenizer(tmp_path / "out"), load_model(tmp_path / "out")
+    ledger = new_token_ledger(extended, source_of_extension(extended_tokenizer, kept), extended_tokenizer,
+                              texts["target_test"][:60], kept)
+    losers = set((np.flatnonzero(ledger.net < 0) + kept).tolist())
+    assert 0 < len(losers) < 40
+
+    result = prune(PruneJob(model=str(tmp_path / "out"), text=str(held), output=str(tmp_path / "pruned"),
+                            lines=60))
+    tokenizer, model = load_tokenizer(tmp_path / "pruned"), load_model(tmp_path / "pruned")
+    report = result.report
+    assert report.new_before == 40 and report.dropped + report.spelled == len(losers)
+    assert report.kept == 40 - report.dropped - report.cascaded == len(tokenizer) - kept
+    names = extended_tokenizer.convert_ids_to_tokens(list(range(kept, kept + 40)))
+    kept_ids = [kept + names.index(name) for name in tokenizer.convert_ids_to_tokens(list(range(kept, len(tokenizer))))]
+    assert len(set(kept_ids) & losers) == report.spelled  # a loser stays only as a character the text needs
+    index = torch.tensor(list(range(kept)) + kept_ids)
+    for which in ("input", "output"):
+        assert torch.equal(_matrices(model)[which][:len(index)], _matrices(extended)[which][index]), which
+    assert model.get_input_embeddings().weight.shape[0] % 64 == 0
+    record = read_model_record(tmp_path / "pruned")
+    assert record.pruning.as_dict() == report.as_dict()
+    assert record.vocabulary.new == [kept, len(tokenizer) - 1] and record.vocabulary.rows == \
+        model.get_input_embeddings().weight.shape[0]
+    move = CalibrationMove.load(tmp_path / "pruned" / MOVE_FILE)
+    before = CalibrationMove.load(tmp_path / "out" / MOVE_FILE)
+    assert np.array_equal(move.counts[:len(index)], before.counts[index.numpy()])
+    table = (tmp_path / "pruned" / "provenance.tsv").read_text(encoding="utf-8").splitlines()
+    assert len(table) == 1 + len(tokenizer) and table[-1].split("\t")[0] == str(len(tokenizer) - 1)
+    assert table[-1].split("\t")[1:] == [line for line in (tmp_path / "out" / "provenance.tsv").read_text(
+        encoding="utf-8").splitlines() if line.split("\t")[0] == str(kept_ids[-1])][0].split("\t")[1:]
+    ids = tokenizer(texts["target_test"][0], return_tensors="pt")["input_ids"]
+    assert torch.isfinite(model(input_ids=ids).logits).all()
+    assert "taken out" in result.summary() and (tmp_path / "pruned" / "README.md").is_file()
+
+
+def test_prune_refuses_what_it_cannot_judge_with_what_to_give(extended_pairs, tmp_path):
+    from langswap.transfer.prune import PruneJob, prune
+
+    source_folder, _, _ = extended_pairs["gpt2"]
+    text = tmp_path / "held.txt"
+    text.write_text("a line\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="needs --text"):
+        prune(PruneJob(model=str(source_folder), output=str(tmp_path / "x")))
+    with pytest.raises(MissingResourceError, match="does not exist"):
+        prune(PruneJob(model=str(source_folder), text=str(tmp_path / "none.txt"), output=str(tmp_path / "x")))
+    with pytest.raises(ConfigError, match="the model folder itself"):
+        prune(PruneJob(model=str(source_folder), text=str(text), output=str(source_folder)))
+    with pytest.raises(MissingResourceError, match="no langswap.json"):
+        prune(PruneJob(model=str(source_folder), text=str(text), output=str(tmp_path / "x")))
+    assert not (tmp_path / "x").exists()

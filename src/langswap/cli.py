@@ -38,6 +38,7 @@ from langswap.resources.fasttext_train import FastTextConfig
 from langswap.resources.parallel import ParallelConfig
 from langswap.training.run import TrainConfig, train
 from langswap.transfer import TransferConfig, transfer
+from langswap.transfer.prune import PruneJob, prune
 
 logger = logging.getLogger("langswap")
 
@@ -160,6 +161,8 @@ COMMANDS = [
             keys=BenchConfig),
     Command("tokenizer", "Train a target tokenizer of the source model's family.", _progress(train_target_tokenizer),
             TokenizerJob),
+    Command("prune", "Take an extended model's new tokens out where they cost more than they save on held-out text "
+            "(and source-language text): a smaller tokenizer and model.", _progress(prune), PruneJob),
     Command("fasttext", "Train fastText word vectors on a text file, or bilingual ones on a dictionary "
             "(--dictionary).", lambda job, args: train_vectors(job, _overrides(args), progress=not args.quiet),
             VectorsJob, keys=FastTextConfig),

@@ -36,7 +36,8 @@ from langswap.errors import MissingResourceError, ResourceFormatError
 from langswap.files import atomic_write_text
 from langswap.reports import (AlignmentReport, CalibrationReport, ChangeNorm, DistillationReport, EnrichSection,
                               EvalPoint, EvaluationMetrics, ExtensionReport, MatchingReport, MethodChoice,
-                              NewWordTraining, PhaseReport, Report, SeparationReport, VocabularyReport, nested)
+                              NewWordTraining, PhaseReport, PruningReport, Report, SeparationReport, VocabularyReport,
+                              nested)
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ class ModelRecord(Record):
     tied_embeddings: bool | None = None
     seconds: dict = field(default_factory=dict)
     training: TrainingSection | None = field(default=None, metadata=nested(TrainingSection))
+    pruning: PruningReport | None = field(default=None, metadata=nested(PruningReport))  # `langswap prune`
 
     @property
     def trained(self) -> bool:

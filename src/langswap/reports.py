@@ -509,6 +509,30 @@ class MethodChoice(Report):
 
 
 @dataclass(kw_only=True)
+class PruningReport(Report):
+    """New tokens of an extension taken out where they cost more than they save (`transfer/prune.py`)."""
+
+    text: str | None = None
+    source_text: str | None = None
+    lines: int | None = None
+    new_before: int | None = None
+    kept: int | None = None
+    dropped: int | None = None  # net below zero
+    cascaded: int | None = None  # made by a merge that reads a token that went
+    spelled: int | None = None  # net below zero, but characters the text needs
+    nats: float | None = None  # the ledgers' whole difference before pruning (positive: the new tokens saved)
+    bits_per_byte_change: dict | None = None  # per text, before pruning: what the new tokens changed
+    why: str | None = None
+
+    def summary(self) -> str:
+        changes = ", ".join(f"{name} {value:+}" for name, value in (self.bits_per_byte_change or {}).items())
+        return (f"{count(self.new_before)} new tokens judged on {count(self.lines)} lines: {count(self.dropped)} "
+                f"taken out ({self.why}), {count(self.cascaded)} more with them (made from one that went), "
+                f"{count(self.spelled)} kept as characters the text needs; {count(self.kept)} kept. Before pruning "
+                f"the new tokens changed bits per byte by {changes}")
+
+
+@dataclass(kw_only=True)
 class VocabularyReport(Report):
     """A replaced vocabulary, or an extended one: the source ids kept, the new ids, the padding rows."""
 
@@ -527,6 +551,8 @@ class VocabularyReport(Report):
         """What an extended vocabulary kept and added (None for a replaced one)."""
         if not self.extended:
             return None
+        if not self.new:
+            return f"extended: the source's {count(self.kept)} tokens keep their ids and rows; no new token kept"
         first, last = self.new
         line = (f"extended: the source's {count(self.kept)} tokens keep their ids and rows (input, output and bias "
                 f"copied bit for bit), {count(last - first + 1)} new tokens at ids {count(first)}-{count(last)}")

@@ -1,0 +1,188 @@
+"""`langswap prune`: an extended model without the new tokens that cost more than they save on held-out text.
+
+An extension's new tokens are chosen by how often their text occurs, not by what they do to the model's loss; a
+token the model predicts badly, or one that takes probability where it does not belong, makes the model worse at
+what it read before. The ledger (`langswap.transfer.ledger`) gives each new token its net on development text
+(nats saved where it is read, less what it takes elsewhere), and on source-language text too where it is given (a
+token that costs English more than it saves the target language goes). The tokens whose summed net is below zero are
+taken out of the tokenizer (`resources.extension.prune_extension`: for BPE with every later merge that reads one of
+them; characters the text needs stay), and their rows out of the model; the tokens kept are renumbered after the
+source, their rows moved with them, and so are calibration's move (`calibration_move.CalibrationMove.rows`) and the
+provenance tables. The folder is written under a temporary name and renamed when complete; its langswap.json is the
+input's, with the vocabulary as it now is and a `pruning` section saying what went and why.
+
+One pass: taking tokens out changes how the text is read around them, so the pruned model's ledger is not the input's
+less the losers; run the command again on its output to prune what then costs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from langswap.calibration_move import MOVE_FILE, CalibrationMove
+from langswap.errors import ConfigError, MissingResourceError
+from langswap.files import refuse_existing
+from langswap.models import is_tied, load_model, load_tokenizer
+from langswap.records import has_model_record, read_model_record
+from langswap.reports import PruningReport, VocabularyReport
+from langswap.resources.extension import prune_extension, source_of_extension
+from langswap.resources.text import read_text_lines
+from langswap.surgery import install_embeddings, output_bias
+from langswap.transfer.ledger import new_token_ledger
+from langswap.transfer.steps import write_model_folder
+
+logger = logging.getLogger(__name__)
+
+PROVENANCE_FILES = ("provenance.tsv", "provenance-head.tsv")
+
+
+@dataclass(kw_only=True)
+class PruneJob:
+    """`langswap prune`: which extended model, judged on which text, written where."""
+
+    model: str = field(default="", metadata={
+        "help": "Folder of a model whose tokenizer extends its source's (a `langswap transfer` output into an "
+                "extension, trained or not).", "positional": True})
+    text: str = field(default="", metadata={
+        "help": "Target-language development text, held out of training: the new tokens are judged on its first "
+                "--lines lines."})
+    source_text: str | None = field(default=None, metadata={
+        "help": "Source-language text judged the same way, its ledger added to the target text's: a token that "
+                "costs the source language more than it saves the target goes."})
+    output: str = field(default="", metadata={"help": "Folder to write the pruned model to."})
+    lines: int = field(default=300, metadata={"help": "Lines of each text read."})
+    first_new: int | None = field(default=None, metadata={
+        "help": "Id of the first new token (default: the record's vocabulary.kept)."})
+    max_length: int = field(default=512, metadata={"help": "Tokens of a line read on either side."})
+    pad_to_multiple: int = field(default=64, metadata={"help": "Round the matrices' rows up to a multiple of this."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
+
+    def check(self) -> None:
+        for name in ("model", "text", "output"):
+            if not getattr(self, name):
+                raise ConfigError(f"langswap prune needs --{name.replace('_', '-')}" if name != "model"
+                                  else "langswap prune needs the model folder (the first argument).")
+        if not Path(self.model).is_dir():
+            raise MissingResourceError(f"model folder '{self.model}' does not exist.")
+        for path in (self.text, self.source_text):
+            if path and not Path(path).is_file():
+                raise MissingResourceError(f"text '{path}' does not exist or is not a file.")
+        if self.lines < 1 or self.max_length < 2 or self.pad_to_multiple < 1:
+            raise ConfigError("--lines and --pad-to-multiple must be at least 1, --max-length at least 2.")
+        if Path(self.output).resolve() == Path(self.model).resolve():
+            raise ConfigError("--output is the model folder itself; give a new folder (the input stays as it is).")
+        refuse_existing(self.output, self.overwrite)
+
+
+@dataclass
+class PruneResult:
+    output: str
+    report: PruningReport
+
+    def summary(self) -> str:
+        return f"{self.report.summary()}; written to {self.output}"
+
+    def as_dict(self) -> dict:
+        return {"output": self.output, "pruning": self.report.as_dict()}
+
+
+def prune(job: PruneJob, progress: bool = False) -> PruneResult:
+    """Prune the new tokens of `job.model` whose net on the texts is below zero (module docstring)."""
+    job.check()
+    folder = Path(job.model)
+    if not has_model_record(folder):
+        raise MissingResourceError(f"'{folder}' has no langswap.json: give a folder written by `langswap transfer` "
+                                   "(or trained from one by `langswap train`).")
+    record = read_model_record(folder)
+    vocabulary = getattr(record, "vocabulary", None)
+    first = job.first_new if job.first_new is not None else (vocabulary.kept if vocabulary is not None
+                                                              and vocabulary.extended else None)
+    if first is None:
+        raise ConfigError(f"'{folder}' has no record of an extended vocabulary (langswap.json's vocabulary.kept); "
+                          "give --first-new, the id of its first new token.")
+    tokenizer = load_tokenizer(folder)
+    if not 0 < first < len(tokenizer):
+        raise ConfigError(f"--first-new is {first}, and the tokenizer has {len(tokenizer):,} tokens: the new tokens "
+                          "must start inside it.")
+    source = source_of_extension(tokenizer, first)
+    model = load_model(folder)
+    texts = {"target": job.text, **({"source": job.source_text} if job.source_text else {})}
+    ledgers = {name: new_token_ledger(model, source, tokenizer, read_text_lines(path, f"{name} text",
+                                                                                max_lines=job.lines),
+                                      first, job.max_length, progress) for name, path in texts.items()}
+    net = sum(ledger.net for ledger in ledgers.values())
+    pruned = prune_extension(tokenizer, first, (np.flatnonzero(net < 0) + first).tolist())
+    index = _row_index(model, first, pruned.kept, len(tokenizer), job.pad_to_multiple)
+    _take_rows(model, index)
+    report = PruningReport(
+        text=job.text, source_text=job.source_text, lines=job.lines, new_before=len(tokenizer) - first,
+        kept=len(pruned.kept), dropped=len(pruned.dropped), cascaded=len(pruned.cascaded),
+        spelled=len(pruned.spelled),
+        nats=round(float(net.sum()), 3),
+        bits_per_byte_change={name: round(ledger.bits_per_byte_change(), 5) for name, ledger in ledgers.items()},
+        why="net nats below 0 on the judged lines (saved where read, less what it takes elsewhere)")
+    if hasattr(record, "vocabulary"):
+        record.vocabulary = _vocabulary(vocabulary, first, len(pruned.kept), len(index))
+    record.pruning = report
+
+    def save_model(out: Path) -> None:
+        model.save_pretrained(out)
+        if (folder / MOVE_FILE).is_file():
+            CalibrationMove.load(folder / MOVE_FILE).rows(index).save(out / MOVE_FILE)
+
+    def write_provenances(out: Path) -> None:
+        new_id = {int(old): new for new, old in enumerate(index[:first + len(pruned.kept)])}
+        for name in PROVENANCE_FILES:
+            if (folder / name).is_file():
+                _renumber_table(folder / name, out / name, new_id)
+
+    write_model_folder(Path(job.output), job.overwrite, save_model, pruned.tokenizer, write_provenances, record)
+    logger.info("%s", report.summary())
+    return PruneResult(job.output, report)
+
+
+def _row_index(model, first: int, kept: list[int], tokens: int, multiple: int) -> np.ndarray:
+    """The old rows the pruned model's rows are, in order: the source's, the kept new tokens', then padding rows
+    (the old padding rows after the old tokens, the last one repeated where rounding up needs more), up to a
+    multiple of `multiple` rows."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    index = list(range(first)) + list(kept)
+    size = -(-len(index) // multiple) * multiple
+    padding = list(range(tokens, rows)) or [rows - 1]
+    index += [padding[min(offset, len(padding) - 1)] for offset in range(size - len(index))]
+    return np.asarray(index, dtype=np.int64)
+
+
+def _take_rows(model, index: np.ndarray) -> None:
+    """`model`'s token matrices reduced to the rows `index`, in that order (the model resized)."""
+    rows = torch.from_numpy(index)
+    head = model.get_output_embeddings()
+    bias = output_bias(model)
+    inputs = model.get_input_embeddings().weight.detach()[rows].clone()
+    outputs = None if is_tied(model) or head is None else head.weight.detach()[rows].clone()
+    install_embeddings(model, inputs, outputs, None if bias is None else bias.detach()[rows].clone())
+
+
+def _vocabulary(before: VocabularyReport | None, first: int, kept: int, rows: int) -> VocabularyReport:
+    padding = [first + kept, rows - 1] if rows > first + kept else None
+    source_rows = before.source_rows if before is not None else None
+    return VocabularyReport(mode="extended", kept=first, new=[first, first + kept - 1] if kept else None,
+                            padding=padding, rows=rows, source_rows=source_rows)
+
+
+def _renumber_table(path: Path, target: Path, new_id: dict[int, int]) -> None:
+    """A provenance table with only the rows of ids in `new_id`, their ids renumbered."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept = [lines[0]]
+    rows = {}
+    for line in lines[1:]:
+        token_id, rest = line.split("\t", 1)
+        if int(token_id) in new_id:
+            rows[new_id[int(token_id)]] = f"{new_id[int(token_id)]}\t{rest}"
+    kept.extend(rows[token] for token in sorted(rows))
+    target.write_text("\n".join(kept) + "\n", encoding="utf-8")
