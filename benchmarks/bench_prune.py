@@ -1,6 +1,5 @@
 """Do an extension's new tokens pay? The ledger of each new token (`langswap.transfer.ledger`) on development lines,
-and the model with the tokens that cost taken out (`langswap.resources.extension.prune_extension`, the rows kept
-with them), at step 0.
+and the model with the tokens that cost taken out (`langswap prune`), at step 0.
 
 SmolLM2-135M-Instruct extended by `--extend` tokens learnt from the language's training split (`langswap tokenizer
 --extend N`, with `--keep-text splits/en.train.txt` unless the language is English), transferred with `--method`
@@ -16,7 +15,7 @@ its net on the check half is below zero: on the target text alone (`--on target`
     python benchmarks/bench_prune.py --language en --extend 10000 --method fvt
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
-extension) and writes it with the ledgers' summaries to benchmarks/results/prune-LANG-N-METHOD/.
+extension) and writes it with the ledgers' summaries to benchmarks/results/prune-LANG-N-METHOD-ON/.
 """
 
 from __future__ import annotations
@@ -44,29 +43,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def pruned_model(model, first: int, kept: list[int]):
-    """`model` with only the source rows and the rows of the new tokens `kept` (in that order), padded as a transfer
-    pads (the mean row up to a multiple of 64)."""
-    import torch
-
-    from langswap.models import is_tied
-    from langswap.surgery import install_embeddings, output_bias
-
-    index = torch.tensor(list(range(first)) + kept)
-    rows = -(-len(index) // 64) * 64
-
-    def select(matrix):
-        chosen = matrix.detach()[index]
-        fill = chosen.float().mean(dim=0).to(chosen.dtype).expand(rows - len(index), *chosen.shape[1:])
-        return torch.cat([chosen, fill])
-
-    head = model.get_output_embeddings()
-    bias = output_bias(model)
-    install_embeddings(model, select(model.get_input_embeddings().weight),
-                       None if is_tied(model) else select(head.weight), None if bias is None else select(bias))
-    return model
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     language, splits = args.language, args.data / "splits"
@@ -82,10 +58,11 @@ def main(argv=None) -> int:
     from langswap.evaluation.language_modeling import causal_lm_score
     from langswap.files import atomic_directory
     from langswap.models import load_model, load_tokenizer, save_tokenizer
-    from langswap.resources.extension import extend_tokenizer, prune_extension, tokens_per_byte
+    from langswap.records import read_model_record
+    from langswap.resources.extension import extend_tokenizer, tokens_per_byte
     from langswap.resources.text import read_text_lines
     from langswap.transfer import transfer, transfer_config
-    from langswap.transfer.ledger import new_token_ledger
+    from langswap.transfer.prune import PruneJob, prune
 
     model_folder = smollm2_135m()
     source = load_tokenizer(model_folder)
@@ -106,21 +83,22 @@ def main(argv=None) -> int:
     half = len(target) // 2
     check, scored = {"target": target[:half], "English": english[:150]}, {"target": target[half:],
                                                                            "English": english[150:]}
-    first = len(source)
-    model = load_model(output)
-    ledgers = {name: new_token_ledger(model, source, extended_tokenizer, lines, first, progress=True)
-               for name, lines in check.items()}
-    net = ledgers["target"].net + (ledgers["English"].net if args.on == "both" else 0)
-    losers = (net < 0).nonzero()[0] + first
-    pruned = prune_extension(extended_tokenizer, first, losers.tolist())
+    for name, lines in check.items():
+        (workdir / f"check-{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    pruned_folder = workdir / f"pruned-{args.method}-{args.on}"
+    if not (pruned_folder / "langswap.json").exists():
+        prune(PruneJob(model=str(output), text=str(workdir / "check-target.txt"), lines=len(check["target"]),
+                       source_text=str(workdir / "check-English.txt") if args.on == "both" else None,
+                       output=str(pruned_folder), overwrite=True), progress=True)
+    report = read_model_record(pruned_folder).pruning
+    pruned_tokenizer = load_tokenizer(pruned_folder)
 
     rows = {}
-    for name, (reader, tokenizer) in {"source model": (load_model(model_folder), source),
-                                      f"extended by {args.extend:,}": (model, extended_tokenizer)}.items():
+    for name, path, tokenizer in (("source model", model_folder, source),
+                                     (f"extended by {args.extend:,}", output, extended_tokenizer),
+                                     (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)):
+        reader = load_model(path)
         rows[name] = {text: causal_lm_score(reader, tokenizer, lines).as_dict() for text, lines in scored.items()}
-    small = pruned_model(load_model(output), first, pruned.kept)
-    rows[f"pruned to {len(pruned.kept):,} new tokens"] = {
-        text: causal_lm_score(small, pruned.tokenizer, lines).as_dict() for text, lines in scored.items()}
 
     table = ["| model | bits per byte | tokens per byte | English bits per byte |", "|---|---|---|---|"]
     for name, scores in rows.items():
@@ -128,21 +106,17 @@ def main(argv=None) -> int:
                      f"{scores['target']['tokens_per_byte']:.4f} | {scores['English']['bits_per_byte']:.4f} |")
     summary = {
         "command": "python benchmarks/bench_prune.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "ledgers": {name: {"total_nats": round(ledger.total, 2), "bits_per_byte_change":
-                           round(ledger.bits_per_byte_change(), 5), "losers": int((ledger.net < 0).sum()),
-                           "read": int((ledger.occurrences > 0).sum())} for name, ledger in ledgers.items()},
-        "pruned": {"asked": len(losers), "dropped": len(pruned.dropped), "cascaded": len(pruned.cascaded),
-                   "spelled": len(pruned.spelled), "kept": len(pruned.kept)},
+        "pruning": report.as_dict(),
         "scores": rows,
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
-                                  "pruned": tokens_per_byte(pruned.tokenizer, check["target"])},
+                                  "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
     }
-    results = REPO / "benchmarks" / "results" / f"prune-{language}-{args.extend}-{args.method}"
+    results = REPO / "benchmarks" / "results" / f"prune-{language}-{args.extend}-{args.method}-{args.on}"
     results.mkdir(parents=True, exist_ok=True)
     (results / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (results / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")
     print("\n".join(table))
-    print(json.dumps({key: summary[key] for key in ("ledgers", "pruned")}, indent=2))
+    print(json.dumps(summary["pruning"], indent=2))
     return 0
 
 
