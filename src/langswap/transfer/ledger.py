@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from langswap.batching import right_pad
 from langswap.chunks import ChunkAligner
 from langswap.errors import ConfigError
 from langswap.progress import bar as progress_bar
@@ -61,22 +62,44 @@ class Ledger:
         return -self.total / (math.log(2) * self.bytes) if self.bytes else 0.0
 
 
-def _token_losses(model, ids: list[int], columns: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(each token's loss after the first, its softmax over the first `columns` columns, both float32 on the CPU)."""
+def _token_losses(model, rows: list[list[int]], columns: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """For each id list of `rows` (read together, right-padded: a causal model's real positions never attend to the
+    padding after them), (each token's loss after the first, the softmax over the first `columns` columns at each
+    position before the last), float32 on the CPU."""
+    ids, _ = right_pad(rows, 0)
     with torch.no_grad():
-        inputs = torch.tensor([ids], device=model.device)
-        logits = model(input_ids=inputs).logits[0, :-1, :columns].float()
-        log_probs = torch.log_softmax(logits, dim=-1)
-        losses = -log_probs.gather(-1, inputs[0, 1:, None])[:, 0]
-    return losses.cpu(), log_probs.cpu()
+        logits = model(input_ids=ids.to(model.device)).logits[:, :-1, :columns].float().cpu()
+    found = []
+    for row, length in zip(range(len(rows)), map(len, rows)):
+        log_probs = torch.log_softmax(logits[row, :length - 1], dim=-1)
+        found.append((-log_probs.gather(-1, ids[row, 1:length, None])[:, 0], log_probs))
+    return found
+
+
+def _batches(texts: list, frames: tuple, max_length: int, batch_tokens: int):
+    """The aligned lines with their framed, cut id lists, in batches of about `batch_tokens` target tokens."""
+    batch, tokens = [], 0
+    for text in texts:
+        source = ([frames[0]] if frames[0] is not None else []) + text.source.ids.tolist()
+        target = ([frames[1]] if frames[1] is not None else []) + text.target.ids.tolist()
+        source, target = source[:max_length], target[:max_length]
+        if len(source) < 2 or len(target) < 2:
+            continue
+        if batch and tokens + len(target) > batch_tokens:
+            yield batch
+            batch, tokens = [], 0
+        batch.append((text, source, target))
+        tokens += len(target)
+    if batch:
+        yield batch
 
 
 def new_token_ledger(model, source_tokenizer, target_tokenizer, lines: list[str], first_new: int,
-                     max_length: int = 512, progress: bool = False) -> Ledger:
+                     max_length: int = 512, progress: bool = False, batch_tokens: int = 1024) -> Ledger:
     """The ledger (module docstring) of the new tokens (ids from `first_new` to the extended tokenizer's last) of
     `model`, which reads `target_tokenizer`'s ids, on `lines`; `source_tokenizer` is the extension's source (every
     id below `first_new` the same token). Each line is read on its own after the tokenizers' frame token (bos, or eos
-    where there is none)."""
+    where there is none), in batches of about `batch_tokens` tokens."""
     columns = len(target_tokenizer)
     source_columns = len(source_tokenizer)
     if not 0 < first_new < columns or source_columns > first_new:
@@ -94,10 +117,14 @@ def new_token_ledger(model, source_tokenizer, target_tokenizer, lines: list[str]
     was_training = model.training
     model.eval()
     try:
-        for text in aligner.align_batch([line for line in lines if line.strip()]):
-            _read_line(model, text, frames, (source_columns, columns), max_length, ledger)
+        texts = aligner.align_batch([line for line in lines if line.strip()])
+        for batch in _batches(texts, frames, max_length, batch_tokens):
+            sources = _token_losses(model, [source for _, source, _ in batch], source_columns)
+            targets = _token_losses(model, [target for _, _, target in batch], columns)
+            for (text, source, target), read, extended in zip(batch, sources, targets):
+                _read_line(text, (len(source), target, frames), read[0], extended, ledger)
             if bar is not None:
-                bar.update(1)
+                bar.update(len(batch))
     finally:
         model.train(was_training)
         if bar is not None:
@@ -105,24 +132,19 @@ def new_token_ledger(model, source_tokenizer, target_tokenizer, lines: list[str]
     return ledger
 
 
-def _read_line(model, text, frames: tuple, columns: tuple[int, int], max_length: int, ledger: Ledger) -> None:
-    """Adds one aligned line's chunks to `ledger`."""
-    source_frame, target_frame = frames
-    source_ids = ([source_frame] if source_frame is not None else []) + text.source.ids.tolist()
-    target_ids = ([target_frame] if target_frame is not None else []) + text.target.ids.tolist()
+def _read_line(text, read: tuple, source_losses: torch.Tensor, extended: tuple, ledger: Ledger) -> None:
+    """Adds one aligned line's chunks to `ledger`: `read` is (the source ids' count, the target ids, the frames),
+    `source_losses` the source reading's token losses, `extended` the target reading's (losses, log-softmax)."""
+    source_length, target_ids, (source_frame, target_frame) = read
+    target_losses, target_log_probs = extended
     shift = (int(source_frame is not None), int(target_frame is not None))
-    source_ids, target_ids = source_ids[:max_length], target_ids[:max_length]
-    if len(source_ids) < 2 or len(target_ids) < 2:
-        return
-    source_losses, _ = _token_losses(model, source_ids, columns[0])
-    target_losses, target_log_probs = _token_losses(model, target_ids, columns[1])
     new_probs = target_log_probs[:, ledger.first_new:].exp()  # (positions, new tokens)
     starts = np.concatenate([[0], text.boundaries[:-1]])
     for k in range(len(text)):
         source_slice, target_slice = text.chunk(k)
         first = (source_slice.start + shift[0], target_slice.start + shift[1])
         last = (source_slice.stop + shift[0], target_slice.stop + shift[1])
-        if text.unencodable[k] or first[0] < 1 or first[1] < 1 or last[0] > len(source_ids) \
+        if text.unencodable[k] or first[0] < 1 or first[1] < 1 or last[0] > source_length \
                 or last[1] > len(target_ids):
             continue
         # token i's loss is losses[i - 1] (it is predicted from position i - 1)
