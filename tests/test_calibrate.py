@@ -552,3 +552,19 @@ def test_a_move_taken_by_rows_follows_the_rows_it_belongs_to(text):
     expected = before[rows].clone()
     expected[-1] = before[-1]
     assert torch.allclose(taken.get_output_embeddings().weight, expected, atol=1e-5)
+
+
+def test_rows_auto_on_a_tied_head_that_is_skipped_leaves_it_alone(text):
+    from types import SimpleNamespace
+
+    from langswap.methods.mapping import Kind
+    from langswap.transfer.steps import calibrate_rows
+
+    lines, tokenizer = text
+    kinds = np.where(np.arange(len(tokenizer)) % 2 == 0, Kind.COPIED, Kind.MIXED)
+    model = tiny_model("gpt2", len(tokenizer))
+    before = model.get_output_embeddings().weight.detach().clone()
+    report = calibrate_rows(model, tokenizer, SimpleNamespace(kinds=kinds),
+                            CalibrationConfig(rows="auto", tied_head="skip", check_lines=20), 1.0, lines)
+    assert report.skipped and report.row_choice is None
+    assert torch.equal(model.get_output_embeddings().weight, before)

@@ -609,7 +609,8 @@ def test_a_likelihood_head_learns_the_probabilities_the_teacher_gives_each_chunk
                      source_head=(head_rows, None))
     gap_after = (_token_log_probs(student, target_tokenizer, held) - teacher_log_probs).abs().mean()
 
-    assert report.kept and "likelihood" in report.head, report
+    # untied, the input rows (exact already) are decided apart from the head's; tied, both at once
+    assert (report.kept if tied else report.head_kept and not report.kept) and "likelihood" in report.head, report
     assert report.likelihood_loss_end < 0.2 * report.likelihood_loss_start, report
     assert gap_after < 0.3 * gap_before, (float(gap_before), float(gap_after))
     if tied:
@@ -622,3 +623,18 @@ def test_a_likelihood_head_learns_the_probabilities_the_teacher_gives_each_chunk
         distill(copy.deepcopy(teacher), source, source_tokenizer, target_tokenizer, lines, ~special, config)
 
 
+
+
+def test_a_likelihood_head_learns_in_bfloat16(lines, source_tokenizer):
+    """A model stored in bfloat16 (as most checkpoints load): the head's logits are taken in float32."""
+    model, source, target_tokenizer, trainable = _untied_setup(lines, source_tokenizer)
+    model = model.to(torch.bfloat16)
+    head = model.get_output_embeddings().weight.detach().float().clone()
+    config = DistillConfig(tokens=1_000, learning_rate=1e-2, batch_lines=8, held_out_lines=16, head="likelihood",
+                           when="always")
+    report = distill(model, source, source_tokenizer, target_tokenizer, lines[:120], trainable, config,
+                     source_head=(torch.randn(len(source_tokenizer), model.config.hidden_size), None))
+    assert report.updates > 0 and report.likelihood_loss_start is not None
+    assert report.head_kept is not None
+    if report.head_kept:
+        assert not torch.equal(model.get_output_embeddings().weight.detach().float(), head)

@@ -1042,8 +1042,11 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     for which in ("input", "output"):
         assert torch.equal(_matrices(model)[which][:len(index)], _matrices(extended)[which][index]), which
     assert model.get_input_embeddings().weight.shape[0] % 64 == 0
+    padding = _matrices(model)["input"][len(index):]
+    assert len(padding) and (padding == padding[0]).all()  # the mean row, never a token's own
     record = read_model_record(tmp_path / "pruned")
-    assert record.pruning.as_dict() == report.as_dict()
+    assert record.pruning.as_dict() == report.as_dict() and record.metrics is None
+    assert report.lines == {"target": 60} and 0 <= report.unread <= report.dropped
     assert record.vocabulary.new == [kept, len(tokenizer) - 1] and record.vocabulary.rows == \
         model.get_input_embeddings().weight.shape[0]
     move = CalibrationMove.load(tmp_path / "pruned" / MOVE_FILE)

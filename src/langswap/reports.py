@@ -338,6 +338,7 @@ class DistillationReport(Report):
     likelihood_loss_start: float | None = None  # head: likelihood, the chunk-likelihood match on held-out lines
     likelihood_loss_end: float | None = None
     kept: bool | None = None
+    head_kept: bool | None = None  # an untied head learnt by likelihood: its rows kept (decided apart from `kept`)
     untied: bool | None = None
     put_back: str | None = None
     chunks_matched: int | None = None
@@ -514,20 +515,23 @@ class PruningReport(Report):
 
     text: str | None = None
     source_text: str | None = None
-    lines: int | None = None
+    lines: dict | None = None  # lines read of each text (target, source)
     new_before: int | None = None
     kept: int | None = None
     dropped: int | None = None  # net below zero
+    unread: int | None = None  # of those, never read in the judged lines (their net is what they take elsewhere)
     cascaded: int | None = None  # made by a merge that reads a token that went
     spelled: int | None = None  # net below zero, but characters the text needs
-    nats: float | None = None  # the ledgers' whole difference before pruning (positive: the new tokens saved)
+    nats: float | None = None  # the texts' whole difference before pruning (positive: the new tokens saved)
     bits_per_byte_change: dict | None = None  # per text, before pruning: what the new tokens changed
     why: str | None = None
 
     def summary(self) -> str:
         changes = ", ".join(f"{name} {value:+}" for name, value in (self.bits_per_byte_change or {}).items())
-        return (f"{count(self.new_before)} new tokens judged on {count(self.lines)} lines: {count(self.dropped)} "
-                f"taken out ({self.why}), {count(self.cascaded)} more with them (made from one that went), "
+        lines = " and ".join(f"{count(number)} {name}" for name, number in (self.lines or {}).items())
+        return (f"{count(self.new_before)} new tokens judged on {lines} lines: {count(self.dropped)} taken out "
+                f"({self.why}; {count(self.unread)} of them never read there), {count(self.cascaded)} more with them "
+                "(made from one that went), "
                 f"{count(self.spelled)} kept as characters the text needs; {count(self.kept)} kept. Before pruning "
                 f"the new tokens changed bits per byte by {changes}")
 

@@ -394,13 +394,19 @@ def _pruned_merges(model: dict, name: dict, first_id: int, gone: set[int],
     merges = model["merges"]
     as_strings = bool(merges) and isinstance(merges[0], str)
     pairs = [merge.split(" ", 1) if as_strings else list(merge) for merge in merges]
-    made = {model["vocab"].get("".join(pair)) for pair in pairs}
+    prefix = model.get("continuing_subword_prefix") or ""
+
+    def joined(pair):
+        left, right = pair
+        return left + (right[len(prefix):] if prefix and right.startswith(prefix) else right)
+
+    made = {model["vocab"].get(joined(pair)) for pair in pairs}
     spelled = sorted(token for token in gone if token not in made) if keep_characters else []
     gone = gone - set(spelled)
     pieces = {name[token] for token in gone}
     kept_merges, cascaded = [], []
     for pair, merge in zip(pairs, merges):
-        product = "".join(pair)
+        product = joined(pair)
         if product in pieces or pair[0] in pieces or pair[1] in pieces:
             token = model["vocab"].get(product)
             if token is not None and token >= first_id and product not in pieces:

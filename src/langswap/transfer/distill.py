@@ -245,11 +245,17 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         trained = run.train(train_lines, bar)
         loss_end, token_loss_end, match_end = run.measure(held_windows, True) if held_windows else (None, None, None)
         # like any training step, distillation can make things worse (a learning rate too high for the model, too
-        # few tokens); the held-out lines decide, and the model keeps its rows unless they improved (the sum of
-        # both objectives where the head learns by likelihood)
-        kept = loss_start is None or loss_end + (match_end or 0.0) < loss_start + (match_start or 0.0)
-        if kept:
-            run.write_back()
+        # few tokens); the held-out lines decide, and the model keeps its rows unless they improved: the input rows by
+        # the distillation loss, an untied head's rows learnt by likelihood by the likelihood match, a tied head's
+        # rows (both at once) by the sum of the two
+        kept = loss_start is None or loss_end < loss_start
+        head_kept = None
+        if match_start is not None and run.head_rows is not None:
+            head_kept = match_end < match_start
+        elif match_start is not None:
+            kept = head_kept = loss_end + match_end < loss_start + match_start
+        if kept or head_kept:
+            run.write_back(inputs=kept, head=kept if head_kept is None else head_kept)
     finally:
         if bar is not None:
             bar.close()
@@ -260,7 +266,7 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         held_out_lines=len(held_lines), loss_start=_round(loss_start), loss_end=_round(loss_end),
         last_train_loss=_round(trained["train_loss"]), next_token_loss_start=_round(token_loss_start),
         next_token_loss_end=_round(token_loss_end), likelihood_loss_start=_round(match_start),
-        likelihood_loss_end=_round(match_end), kept=kept, untied=bool(run.untie and kept),
+        likelihood_loss_end=_round(match_end), kept=kept, head_kept=head_kept, untied=bool(run.untie and (kept or head_kept)),
         chunks_matched=trained["matched"], chunks_skipped=trained["unencodable"], chunks_too_long=trained["too_long"],
         held_out_chunks=sum(len(window.target_at) for window in held_windows), text_repeated=trained["repeated"],
         seconds=round(time.perf_counter() - started, 2))
@@ -527,7 +533,7 @@ class _Distillation:
                                                             self.head_rows.to(self.output.weight.dtype))
         elif weight is None:  # a tied head: the learned input rows are its rows
             weight = self.input_weight.detach().index_copy(0, self.trained_ids, self.learned.to(self.dtype))
-        student = _logits(hidden, weight, getattr(self.output, "bias", None), self.softcap)
+        student = _logits(hidden.to(torch.float32), weight, getattr(self.output, "bias", None), self.softcap)
         with torch.no_grad():
             source = _logits(teacher.to(torch.float32), *self.source_head, self.softcap)
         log_student, log_teacher = chunk_log_likelihoods(student, batch.target_ids, source, batch.source_ids,
@@ -536,14 +542,16 @@ class _Distillation:
             return student.new_zeros(())
         return (log_student - log_teacher).square().mean()
 
-    def write_back(self) -> None:
-        """The learned rows into the model (an untied head first gets a copy of the rows the method made)."""
-        if self.untie:
+    def write_back(self, inputs: bool = True, head: bool = True) -> None:
+        """The learned rows into the model, the input rows (`inputs`) and the head's (`head`); an untied head first
+        gets a copy of the rows the method made."""
+        if self.untie and (inputs or head):
             untie_head(self.model)
             self.output = self.model.get_output_embeddings()
         with torch.no_grad():
-            self.input_weight[self.trained_ids] = self.learned.detach().to(self.dtype)
-            if self.head_rows is not None:
+            if inputs:
+                self.input_weight[self.trained_ids] = self.learned.detach().to(self.dtype)
+            if self.head_rows is not None and head:
                 self.output.weight[self.head_ids] = self.head_rows.detach().to(self.output.weight.dtype)
 
 

@@ -35,8 +35,9 @@ from langswap.transfer.distill import frame_id
 
 @dataclass
 class Ledger:
-    """Per new token (ids `first_new` .. `first_new + len(saved) - 1`): chunks it is read in, nats saved there, nats
-    leaked elsewhere; and over the text: matched bytes, the total difference and the part no token took."""
+    """Per new token (ids `first_new` .. `first_new + len(saved) - 1`): how often it is read, nats saved where it is
+    read, nats leaked elsewhere; and over the text: lines read, matched bytes, the total difference and the part no
+    token took."""
 
     first_new: int
     occurrences: np.ndarray
@@ -77,19 +78,21 @@ def _token_losses(model, rows: list[list[int]], columns: int) -> list[tuple[torc
 
 
 def _batches(texts: list, frames: tuple, max_length: int, batch_tokens: int):
-    """The aligned lines with their framed, cut id lists, in batches of about `batch_tokens` target tokens."""
-    batch, tokens = [], 0
+    """The aligned lines with their framed, cut id lists, in batches of at most `batch_tokens` padded positions (a
+    single longer line makes a batch of its own)."""
+    batch, longest = [], 0
     for text in texts:
         source = ([frames[0]] if frames[0] is not None else []) + text.source.ids.tolist()
         target = ([frames[1]] if frames[1] is not None else []) + text.target.ids.tolist()
         source, target = source[:max_length], target[:max_length]
         if len(source) < 2 or len(target) < 2:
             continue
-        if batch and tokens + len(target) > batch_tokens:
+        width = max(longest, len(source), len(target))
+        if batch and (len(batch) + 1) * width > batch_tokens:  # the padded batch, both readings
             yield batch
-            batch, tokens = [], 0
+            batch, width = [], max(len(source), len(target))
         batch.append((text, source, target))
-        tokens += len(target)
+        longest = width
     if batch:
         yield batch
 

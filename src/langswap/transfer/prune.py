@@ -8,8 +8,11 @@ token that costs English more than it saves the target language goes). The token
 taken out of the tokenizer (`resources.extension.prune_extension`: for BPE with every later merge that reads one of
 them; characters the text needs stay), and their rows out of the model; the tokens kept are renumbered after the
 source, their rows moved with them, and so are calibration's move (`calibration_move.CalibrationMove.rows`) and the
-provenance tables. The folder is written under a temporary name and renamed when complete; its langswap.json is the
-input's, with the vocabulary as it now is and a `pruning` section saying what went and why.
+provenance tables; the padding rows after them are the mean of the old padding rows, up to a multiple of
+`pad_to_multiple` and at least the source model's row count. The folder is written under a temporary name and
+renamed when complete; its langswap.json is the input's, with the vocabulary as it now is, a `pruning` section saying
+what went and why (a second pruning replaces it), and without the transfer's held-out figures, which were of the
+model before pruning; the other sections (methods, calibration) describe the transfer as it was.
 
 One pass: taking tokens out changes how the text is read around them, so the pruned model's ledger is not the input's
 less the losers; run the command again on its output to prune what then costs.
@@ -112,31 +115,39 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
     source = source_of_extension(tokenizer, first)
     model = load_model(folder)
     texts = {"target": job.text, **({"source": job.source_text} if job.source_text else {})}
-    ledgers = {name: new_token_ledger(model, source, tokenizer, read_text_lines(path, f"{name} text",
-                                                                                max_lines=job.lines),
-                                      first, job.max_length, progress) for name, path in texts.items()}
+    read = {name: [line for line in read_text_lines(path, f"{name} text", max_lines=job.lines) if line.strip()]
+            for name, path in texts.items()}
+    ledgers = {name: new_token_ledger(model, source, tokenizer, read[name], first, job.max_length, progress)
+               for name in texts}
     net = sum(ledger.net for ledger in ledgers.values())
+    occurrences = sum(ledger.occurrences for ledger in ledgers.values())
     pruned = prune_extension(tokenizer, first, (np.flatnonzero(net < 0) + first).tolist())
-    index = _row_index(model, first, pruned.kept, len(tokenizer), job.pad_to_multiple)
-    _take_rows(model, index)
+    rows = max(-(-(first + len(pruned.kept)) // job.pad_to_multiple) * job.pad_to_multiple,
+               (vocabulary.source_rows or 0) if vocabulary is not None else 0)
+    index = np.asarray(list(range(first)) + pruned.kept, dtype=np.int64)
+    old_rows = _take_rows(model, index, rows, len(tokenizer))
     report = PruningReport(
-        text=job.text, source_text=job.source_text, lines=job.lines, new_before=len(tokenizer) - first,
-        kept=len(pruned.kept), dropped=len(pruned.dropped), cascaded=len(pruned.cascaded),
-        spelled=len(pruned.spelled),
-        nats=round(float(net.sum()), 3),
+        text=job.text, source_text=job.source_text, lines={name: len(lines) for name, lines in read.items()},
+        new_before=len(tokenizer) - first, kept=len(pruned.kept), dropped=len(pruned.dropped),
+        unread=int(sum(occurrences[token - first] == 0 for token in pruned.dropped)),
+        cascaded=len(pruned.cascaded), spelled=len(pruned.spelled),
+        nats=round(sum(ledger.total for ledger in ledgers.values()), 3),
         bits_per_byte_change={name: round(ledger.bits_per_byte_change(), 5) for name, ledger in ledgers.items()},
         why="net nats below 0 on the judged lines (saved where read, less what it takes elsewhere)")
     if hasattr(record, "vocabulary"):
-        record.vocabulary = _vocabulary(vocabulary, first, len(pruned.kept), len(index))
+        record.vocabulary = _vocabulary(vocabulary, first, len(pruned.kept), rows)
+    if getattr(record, "metrics", None) is not None:  # figures of the model before pruning
+        record.metrics = None
     record.pruning = report
 
     def save_model(out: Path) -> None:
         model.save_pretrained(out)
-        if (folder / MOVE_FILE).is_file():
-            CalibrationMove.load(folder / MOVE_FILE).rows(index).save(out / MOVE_FILE)
+        if (folder / MOVE_FILE).is_file():  # padding rows: beyond the move, so never moved
+            CalibrationMove.load(folder / MOVE_FILE).rows(np.concatenate(
+                [index, np.full(rows - len(index), old_rows)])).save(out / MOVE_FILE)
 
     def write_provenances(out: Path) -> None:
-        new_id = {int(old): new for new, old in enumerate(index[:first + len(pruned.kept)])}
+        new_id = {int(old): new for new, old in enumerate(index)}
         for name in PROVENANCE_FILES:
             if (folder / name).is_file():
                 _renumber_table(folder / name, out / name, new_id)
@@ -146,26 +157,25 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
     return PruneResult(job.output, report)
 
 
-def _row_index(model, first: int, kept: list[int], tokens: int, multiple: int) -> np.ndarray:
-    """The old rows the pruned model's rows are, in order: the source's, the kept new tokens', then padding rows
-    (the old padding rows after the old tokens, the last one repeated where rounding up needs more), up to a
-    multiple of `multiple` rows."""
-    rows = model.get_input_embeddings().weight.shape[0]
-    index = list(range(first)) + list(kept)
-    size = -(-len(index) // multiple) * multiple
-    padding = list(range(tokens, rows)) or [rows - 1]
-    index += [padding[min(offset, len(padding) - 1)] for offset in range(size - len(index))]
-    return np.asarray(index, dtype=np.int64)
+def _take_rows(model, index: np.ndarray, rows: int, tokens: int) -> int:
+    """`model`'s token matrices reduced to the rows `index`, in that order, then padding rows up to `rows` (the mean
+    of the old padding rows after the old `tokens`, or of every row where there were none); returns the old row
+    count."""
+    old = model.get_input_embeddings().weight.shape[0]
+    chosen = torch.from_numpy(index)
 
+    def taken(matrix: torch.Tensor) -> torch.Tensor:
+        matrix = matrix.detach()
+        spare = matrix[tokens:] if old > tokens else matrix
+        fill = spare.to(torch.float32).mean(dim=0).to(matrix.dtype)
+        return torch.cat([matrix[chosen], fill.expand(rows - len(index), *matrix.shape[1:])])
 
-def _take_rows(model, index: np.ndarray) -> None:
-    """`model`'s token matrices reduced to the rows `index`, in that order (the model resized)."""
-    rows = torch.from_numpy(index)
     head = model.get_output_embeddings()
     bias = output_bias(model)
-    inputs = model.get_input_embeddings().weight.detach()[rows].clone()
-    outputs = None if is_tied(model) or head is None else head.weight.detach()[rows].clone()
-    install_embeddings(model, inputs, outputs, None if bias is None else bias.detach()[rows].clone())
+    install_embeddings(model, taken(model.get_input_embeddings().weight),
+                       None if is_tied(model) or head is None else taken(head.weight),
+                       None if bias is None else taken(bias))
+    return old
 
 
 def _vocabulary(before: VocabularyReport | None, first: int, kept: int, rows: int) -> VocabularyReport:

@@ -343,6 +343,9 @@ def calibrate_rows(model, tokenizer, mapping, config: CalibrationConfig, strengt
     restore_token_matrices(model, start)
     reports["new"] = calibrate(model, tokenizer, lines, config, new, line, progress, loss_before)
     losses = {rows: report.held_out_loss for rows, report in reports.items()}
+    if None in losses.values():  # skipped (a tied head with tied_head: skip): nothing was chosen
+        restore_token_matrices(model, finished)
+        return reports["all"]
     chosen = "new" if losses["new"] < losses["all"] else "all"
     if chosen == "all":
         restore_token_matrices(model, finished)
