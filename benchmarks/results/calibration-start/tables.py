@@ -27,6 +27,9 @@ TABLES = {
          "combined cal lower_min_count=0 train.calibration=spare-rare", "overlap cal rows=auto"]),
     "Swahili, 200 kB, word vectors given (calibration-sw-200k-10000-testlike-vectors-dev)": (
         "calibration-sw-200k-10000-testlike-vectors-dev", ["combined raw", "combined cal"]),
+    "German, 200 kB, Gemma-3's family (calibration-de-200k-10000-testlike-gemma3-dev)": (
+        "calibration-de-200k-10000-testlike-gemma3-dev", ["combined raw method.unmatched_special=fallback",
+                                                          "combined cal method.unmatched_special=fallback"]),
     "English, 2 MB, a 32,000-token tokenizer (calibration-en-2000k-32000-testlike-dev)": (
         "calibration-en-2000k-32000-testlike-dev", ["overlap raw", "overlap cal", "overlap cal rows=new",
                                                     "overlap cal rows=auto"]),
