@@ -47,6 +47,24 @@ def test_the_shares_add_up_to_the_whole_difference(extension):
     assert ledger.bits_per_byte_change() == pytest.approx(-ledger.total / (np.log(2) * ledger.bytes))
 
 
+def test_the_total_is_the_difference_of_the_two_readings_whole_line_losses(extension):
+    """Checked apart from the chunk arithmetic: every chunk of a byte-level reading is matched, so the ledger's total
+    is the source reading's summed token loss less the extended reading's, line by line."""
+    source, extended, lines = extension
+    model = _model(extended, seed=3)
+    ledger = new_token_ledger(model, source, extended, lines, len(source), batch_tokens=64)
+    frame = source.bos_token_id if source.bos_token_id is not None else source.eos_token_id
+
+    def line_loss(tokenizer, line: str, columns: int) -> float:
+        ids = torch.tensor([[frame] + tokenizer(line, add_special_tokens=False)["input_ids"]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, :-1, :columns].float()
+        return float(-torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).sum())
+
+    expected = sum(line_loss(source, line, len(source)) - line_loss(extended, line, len(extended)) for line in lines)
+    assert ledger.total == pytest.approx(expected, rel=1e-4, abs=1e-3)
+
+
 def test_a_new_token_the_model_predicts_everywhere_is_the_dearest(extension):
     source, extended, lines = extension
     model = _model(extended)
