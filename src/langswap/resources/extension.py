@@ -147,6 +147,13 @@ def _words(reader, lines: list[str]) -> Counter:
     return words
 
 
+def merge_product(pair, prefix: str = "") -> str:
+    """The token a BPE merge of `pair` makes: the two strings joined, the right one without the model's
+    continuing-subword prefix."""
+    left, right = pair
+    return left + (right[len(prefix):] if prefix and right.startswith(prefix) else right)
+
+
 def _continued_bpe(source_tokenizer, spec: dict, lines: list[str], count: int, keep_lines: list[str],
                    progress: bool) -> tuple[tuple[list[str], list], int]:
     """(new tokens, the merge making each or None for a single character) by BPE training continued from the
@@ -187,10 +194,6 @@ def _continued_bpe(source_tokenizer, spec: dict, lines: list[str], count: int, k
     heap = [(-number, pair) for pair, number in pair_counts.items()]
     heapq.heapify(heap)
 
-    def joined(pair):
-        left, right = pair
-        return left + (right[len(prefix):] if prefix and right.startswith(prefix) else right)
-
     bar = progress_bar(progress, count, "new merges", unit="token")
     while len(tokens) < count and heap:
         negative, pair = heapq.heappop(heap)
@@ -198,7 +201,7 @@ def _continued_bpe(source_tokenizer, spec: dict, lines: list[str], count: int, k
             if pair_counts.get(pair, 0) > 0:
                 heapq.heappush(heap, (-pair_counts[pair], pair))
             continue
-        result = joined(pair)
+        result = merge_product(pair, prefix)
         if pair in forbidden or result in known or any("<0x" in part and len(part) == 6 for part in pair):
             continue  # a pair of the kept text, an existing token made another way, or raw bytes
         tokens.append(result), pairs.append(pair), known.add(result)
@@ -395,18 +398,13 @@ def _pruned_merges(model: dict, name: dict, first_id: int, gone: set[int],
     as_strings = bool(merges) and isinstance(merges[0], str)
     pairs = [merge.split(" ", 1) if as_strings else list(merge) for merge in merges]
     prefix = model.get("continuing_subword_prefix") or ""
-
-    def joined(pair):
-        left, right = pair
-        return left + (right[len(prefix):] if prefix and right.startswith(prefix) else right)
-
-    made = {model["vocab"].get(joined(pair)) for pair in pairs}
+    made = {model["vocab"].get(merge_product(pair, prefix)) for pair in pairs}
     spelled = sorted(token for token in gone if token not in made) if keep_characters else []
     gone = gone - set(spelled)
     pieces = {name[token] for token in gone}
     kept_merges, cascaded = [], []
     for pair, merge in zip(pairs, merges):
-        product = joined(pair)
+        product = merge_product(pair, prefix)
         if product in pieces or pair[0] in pieces or pair[1] in pieces:
             token = model["vocab"].get(product)
             if token is not None and token >= first_id and product not in pieces:

@@ -52,12 +52,6 @@ class Ledger:
         """Nats each new token saves on the text, net of what it takes elsewhere (negative: it costs)."""
         return self.saved + self.leaked
 
-    def losers(self) -> np.ndarray:
-        """Ids of the new tokens whose net is below zero, the dearest first."""
-        order = np.argsort(self.net, kind="stable")
-        order = order[self.net[order] < 0]
-        return order + self.first_new
-
     def bits_per_byte_change(self) -> float:
         """What the new tokens changed on the matched bytes, in bits per byte (negative: they saved)."""
         return -self.total / (math.log(2) * self.bytes) if self.bytes else 0.0
