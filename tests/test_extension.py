@@ -941,7 +941,7 @@ def test_pruning_takes_new_tokens_out_and_renumbers_the_rest_after_the_source(fa
     character the text could not be spelled without), the others follow the source in their order, and the pruned
     tokenizer never reads text into a token that went, while it still reads the target text back exactly and into
     no more unknown tokens."""
-    from langswap.resources.extension import extend_tokenizer, prune_extension, tokens_per_byte
+    from langswap.resources.extension import extend_tokenizer, merge_product, prune_extension, tokens_per_byte
 
     source = FAMILIES[family](texts["source"])
     extended = extend_tokenizer(source, texts["target"], 60).tokenizer
@@ -950,8 +950,12 @@ def test_pruning_takes_new_tokens_out_and_renumbers_the_rest_after_the_source(fa
     spec = _spec(extended)
     if spec["model"]["type"] == "BPE":  # a token a later merge reads: its product must go as well
         merges = [merge.split(" ", 1) if isinstance(merge, str) else merge for merge in spec["model"]["merges"]]
-        inputs = {piece for pair in merges[len(_spec(source)["model"]["merges"]):] for piece in pair}
-        drop = [first + names.index(piece) for piece in names if piece in inputs][:1] + [first + 59]
+        added = merges[len(_spec(source)["model"]["merges"]):]
+        inputs = {piece for pair in added for piece in pair}
+        prefix = spec["model"].get("continuing_subword_prefix") or ""
+        made = {merge_product(pair, prefix) for pair in added}  # not a character: its going cascades
+        drop = [first + names.index(piece) for piece in names if piece in inputs and piece in made][:1] + [first + 59]
+        assert len(drop) == 2
     else:
         drop = [first + 3, first + 59] + [first + names.index(piece) for piece in names
                                           if len(piece.removeprefix("##")) == 1][:1]
@@ -967,7 +971,7 @@ def test_pruning_takes_new_tokens_out_and_renumbers_the_rest_after_the_source(fa
     assert tokenizer.convert_ids_to_tokens(list(range(first, len(tokenizer)))) == \
         extended.convert_ids_to_tokens(pruned.kept)
     if spec["model"]["type"] == "BPE":
-        assert pruned.cascaded or pruned.spelled  # the read token's product went too (or it was a character)
+        assert pruned.cascaded  # the product of the merge reading the first token asked for went too
     elif family == "wordpiece":
         assert pruned.spelled  # the one-character token asked for stays
     gone_pieces = set(extended.convert_ids_to_tokens(sorted(gone)))
@@ -1058,7 +1062,9 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
         encoding="utf-8").splitlines() if line.split("\t")[0] == str(kept_ids[-1])][0].split("\t")[1:]
     ids = tokenizer(texts["target_test"][0], return_tensors="pt")["input_ids"]
     assert torch.isfinite(model(input_ids=ids).logits).all()
-    assert "taken out" in result.summary() and (tmp_path / "pruned" / "README.md").is_file()
+    assert "taken out" in result.summary()
+    card = (tmp_path / "pruned" / "README.md").read_text(encoding="utf-8")
+    assert f"- Pruned: {report.summary()}" in card and "Held-out figures" not in card
 
 
 def test_prune_refuses_what_it_cannot_judge_with_what_to_give(extended_pairs, tmp_path):

@@ -352,7 +352,7 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
             lines.append(f"- Input and output embeddings: {'tied' if record.tied_embeddings else 'untied'}"
                          + (", with an output bias" if getattr(record, "output_bias", None) else ""))
         for key, label in (("distillation", "Token distillation"), ("calibration", "Frequency calibration"),
-                           ("separation", "Kept off the source language")):
+                           ("separation", "Kept off the source language"), ("pruning", "Pruned")):
             report = getattr(record, key, None)
             if report is not None:
                 lines.append(f"- {label}: {report.summary()}")
