@@ -13,9 +13,10 @@ its net on the check half is below zero: on the target text alone (`--on target`
 
     python benchmarks/bench_prune.py --language de --extend 10000
     python benchmarks/bench_prune.py --language en --extend 10000 --method fvt
+    python benchmarks/bench_prune.py --language en --extend 10000 --distill 20000 --distill-head likelihood
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
-extension) and writes it with the ledgers' summaries to benchmarks/results/prune-LANG-N-METHOD-ON/.
+extension) and writes it with the ledgers' summaries to benchmarks/results/prune-LANG-N-METHOD[-distillT-HEAD]-ON/.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def parse_args(argv=None):
     parser.add_argument("--extend", type=int, default=10000)
     parser.add_argument("--method", default="fvt")
     parser.add_argument("--on", choices=("target", "both"), default="both")
+    parser.add_argument("--distill", type=int, default=0, metavar="TOKENS",
+                        help="Distil the new rows from the source model over TOKENS target tokens at transfer time "
+                             "(head untied, as bench_extension.py's --distill rows) before the ledger reads them.")
+    parser.add_argument("--distill-head", choices=("keep", "lm", "likelihood"), default="likelihood",
+                        help="With --distill: what the untied head's new output rows learn (distill.head).")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
     return parser.parse_args(argv)
@@ -73,11 +79,16 @@ def main(argv=None) -> int:
             save_tokenizer(extend_tokenizer(source, read_text_lines(train, "training text"), args.extend,
                                             keep_lines=keep).tokenizer, made)
     extended_tokenizer = load_tokenizer(folder)
-    output = workdir / f"transfer-{args.method}"
+    name = args.method + (f"-distill{args.distill}-{args.distill_head}" if args.distill else "")
+    output = workdir / f"transfer-{name}"
     if not (output / "langswap.json").exists():
-        transfer(transfer_config({"source_model": str(model_folder), "target_tokenizer": str(folder),
-                                  "method": args.method, "output": str(output),
-                                  "calibration": {"text": str(train)}}))
+        config = {"source_model": str(model_folder), "target_tokenizer": str(folder), "method": args.method,
+                  "output": str(output), "calibration": {"text": str(train)}}
+        if args.distill:  # as bench_extension.py's distilled rows
+            config["calibration"]["tied_head"] = "untie"
+            config["distill"] = {"tokens": args.distill, "learning_rate": 1e-2, "tied_head": "untie",
+                                 "head": args.distill_head}
+        transfer(transfer_config(config))
     english = (splits / "en.test.txt").read_text(encoding="utf-8").splitlines()[300:600]
     target = dev.read_text(encoding="utf-8").splitlines()
     half = len(target) // 2
@@ -85,7 +96,7 @@ def main(argv=None) -> int:
                                                                            "English": english[150:]}
     for name, lines in check.items():
         (workdir / f"check-{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    pruned_folder = workdir / f"pruned-{args.method}-{args.on}"
+    pruned_folder = workdir / f"pruned-{name}-{args.on}"
     if not (pruned_folder / "langswap.json").exists():
         prune(PruneJob(model=str(output), text=str(workdir / "check-target.txt"), lines=len(check["target"]),
                        source_text=str(workdir / "check-English.txt") if args.on == "both" else None,
@@ -111,7 +122,7 @@ def main(argv=None) -> int:
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
                                   "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
     }
-    results = REPO / "benchmarks" / "results" / f"prune-{language}-{args.extend}-{args.method}-{args.on}"
+    results = REPO / "benchmarks" / "results" / f"prune-{language}-{args.extend}-{name}-{args.on}"
     results.mkdir(parents=True, exist_ok=True)
     (results / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (results / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")
