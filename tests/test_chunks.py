@@ -15,7 +15,7 @@ import pytest
 from conftest import (WORDS, byte_level_tokenizer, english_lines, roberta_tokenizer, sentencepiece_tokenizer,
                       wordpiece_tokenizer)
 
-from langswap.chunks import AlignedText, ChunkAligner, align, align_batch
+from langswap.chunks import AlignedText, ChunkAligner, adjacent_matches, align, align_batch
 from langswap.errors import VocabularyError
 from langswap.tokens import bytes_to_unicode, unicode_to_bytes
 
@@ -285,6 +285,15 @@ def test_unknown_characters_are_counted_and_their_chunk_marked(target, unknown_n
     assert aligned.source.unencodable_bytes == 0
     assert aligned.boundaries.tolist() == [3, 7, 13]
     assert aligned.unencodable.tolist() == [False, True, False]
+    # the two matched boundaries hold the unknown chunk between them: the span is not one chunk both sides spelled
+    assert adjacent_matches(aligned.unencodable).tolist() == [False, False]
+
+
+def test_adjacent_matches_say_which_matched_boundary_follows_the_previous_chunk():
+    unencodable = np.array([False, True, False, False, True, False, False])
+    assert adjacent_matches(unencodable).tolist() == [False, False, True, False, True]
+    assert adjacent_matches(np.zeros(3, dtype=bool)).tolist() == [False, True, True]
+    assert adjacent_matches(np.ones(2, dtype=bool)).tolist() == []
 
 
 def test_characters_a_tokenizer_drops_are_counted():

@@ -193,6 +193,24 @@ def test_unencodable_chunks_are_read_but_not_matched(lines, source_tokenizer):
     report = distill(model, source, source_tokenizer, target_tokenizer, text, trainable, config)
     assert report.chunks_skipped > 0 and report.chunks_matched > 0
     assert report.loss_start is None and report.kept
+    # the likelihood match reads a span between two matched positions only where it is one chunk both sides spelled
+    from langswap.chunks import ChunkAligner
+    from langswap.transfer.distill import _Limits, _windows
+
+    limits = _Limits(max_length=128, positions=None, source_rows=len(source_tokenizer),
+                     target_rows=len(target_tokenizer))
+    unknown = target_tokenizer.unk_token_id
+    cut = 0
+    for aligned in ChunkAligner(source_tokenizer, target_tokenizer).align_batch(text):
+        for window in _windows(aligned, 0, 1, limits)[0]:
+            assert len(window.adjacent) == len(window.target_at) and not window.adjacent[:1].any()
+            for k in range(1, len(window.target_at)):
+                span = window.target_ids[window.target_at[k - 1] + 1:window.target_at[k] + 1]
+                if window.adjacent[k]:
+                    assert unknown not in span.tolist()
+                cut += unknown in span.tolist()
+            assert (~window.adjacent[1:]).sum() <= window.unencodable
+    assert cut > 0
 
 
 def test_rows_are_put_back_when_the_held_out_loss_rises(lines, source_tokenizer):

@@ -233,6 +233,12 @@ def test_the_chunk_likelihood_match_is_the_binary_cross_entropy_of_each_chunk_s_
     cut = chunk_likelihood_match(student_logits, student_ids, torch.cat([teacher_logits, torch.full((2, 2, 1), 9.0)],
                                  -1), teacher_ids, student_at, teacher_at, (3, 2))
     assert torch.allclose(cut, expected)
+    # a span whose end is not adjacent to its start (an unmatched chunk between) is left out
+    apart = chunk_likelihood_match(student_logits, student_ids, teacher_logits, teacher_ids, student_at, teacher_at,
+                                   (3, 2), torch.tensor([False, False, False]))
+    assert float(apart) == 0.0
+    assert torch.allclose(chunk_likelihood_match(student_logits, student_ids, teacher_logits, teacher_ids, student_at,
+                                                 teacher_at, (3, 2), torch.tensor([False, True, False])), expected)
 
 
 def test_distillation_and_training_share_one_definition_of_the_teachers_options():

@@ -175,6 +175,14 @@ def pair(text: str, source: Tokenization, target: Tokenization) -> AlignedText:
                        unencodable=counts[boundaries] > counts[previous])
 
 
+def adjacent_matches(unencodable: np.ndarray) -> np.ndarray:
+    """For the matched chunk boundaries of a text (those of the chunks not `unencodable`), in order: whether the
+    previous matched boundary ends the chunk just before (no unmatched chunk between), so that the text between the
+    two is one chunk both sides spelled. The first is False: nothing before it is matched."""
+    index = np.flatnonzero(~np.asarray(unencodable, dtype=bool))
+    return np.concatenate([[False], np.diff(index) == 1]) if len(index) else np.zeros(0, dtype=bool)
+
+
 def cut(reading: Tokenization, first: int, last: int, start: int, end: int) -> Tokenization:
     """Tokens first .. last - 1 of `reading` as a reading of its text's bytes [start, end): spans shifted by
     -start and kept within the cut, no prefix, the unencodable bytes of the cut."""

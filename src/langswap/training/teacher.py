@@ -69,7 +69,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from langswap.chunks import ChunkAligner, cut, pair
+from langswap.chunks import ChunkAligner, adjacent_matches, cut, pair
 from langswap.config import layer_indices
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.kernels import hidden_state_distance
@@ -79,7 +79,8 @@ from langswap.training.data import document_positions, stream_frame
 
 logger = logging.getLogger(__name__)
 
-KEYS = ("teacher_ids", "teacher_at", "student_at", "teacher_position_ids")  # what a batch carries for the teacher
+# what a batch carries for the teacher
+KEYS = ("teacher_ids", "teacher_at", "student_at", "chunk_adjacent", "teacher_position_ids")
 COUNTS = ("teacher_mismatched", "teacher_inexact_starts", "teacher_unencodable_chunks")
 DISTANCES = ("mse", "cosine")  # what kernels.hidden_state_distance computes
 WHEN = ("teacher-better", "always")
@@ -233,7 +234,8 @@ def teacher_folders(config: TeacherConfig, model: str | Path) -> tuple[str, str]
 class TeacherBlocks(torch.utils.data.Dataset):
     """A store's blocks (`StoreBlocks`, causal) with the teacher's reading of each: `teacher_ids` (S,) the source
     tokenizer's ids of the same text, `student_at` / `teacher_at` (M,) the matched positions in the block and in
-    `teacher_ids`, and the counts of COUNTS."""
+    `teacher_ids`, `chunk_adjacent` (M,) whether each one's previous ends the chunk just before it in the same
+    document (`chunks.adjacent_matches`), and the counts of COUNTS."""
 
     def __init__(self, blocks, target_tokenizer, source_tokenizer, positions: int | None, progress: bool = False):
         self.blocks, self.store, self.positions = blocks, blocks.store, positions
@@ -254,52 +256,58 @@ class TeacherBlocks(torch.utils.data.Dataset):
         teacher: list[np.ndarray] = []
         student_at: list[np.ndarray] = []
         teacher_at: list[np.ndarray] = []
+        adjacent: list[np.ndarray] = []
         counts = dict.fromkeys(COUNTS, 0)
         length = 0
         while document < self.store.num_documents and int(starts[document]) < end:
             piece = self._piece(document, start, end, length, counts)
-            for ids, matched_student, matched_teacher in piece:
+            for ids, matched_student, matched_teacher, follows in piece:
                 teacher.append(ids)
                 student_at.append(matched_student)
                 teacher_at.append(matched_teacher)
+                adjacent.append(follows)
                 length += len(ids)
             document += 1
         ids = np.concatenate(teacher) if teacher else np.zeros(0, dtype=np.int64)
         student = np.concatenate(student_at) if student_at else np.zeros(0, dtype=np.int64)
         matched = np.concatenate(teacher_at) if teacher_at else np.zeros(0, dtype=np.int64)
+        follows = np.concatenate(adjacent) if adjacent else np.zeros(0, dtype=bool)
         if self.positions is not None and len(ids) > self.positions:
             keep = matched < self.positions
-            ids, student, matched = ids[:self.positions], student[keep], matched[keep]
+            ids, student, matched, follows = ids[:self.positions], student[keep], matched[keep], follows[keep]
         return {**item, "teacher_ids": ids.astype(np.int64), "student_at": student.astype(np.int64),
-                "teacher_at": matched.astype(np.int64), **counts}
+                "teacher_at": matched.astype(np.int64), "chunk_adjacent": follows.astype(bool), **counts}
 
     def _piece(self, document: int, start: int, end: int, offset: int, counts: dict):
-        """[(teacher ids, student positions, teacher positions)] of document `document`'s part of the block
-        [start, end) of the stream; `offset`: the teacher's tokens before it in the block."""
+        """[(teacher ids, student positions, teacher positions, adjacency)] of document `document`'s part of the
+        block [start, end) of the stream; `offset`: the teacher's tokens before it in the block."""
         first = int(self.store.documents[document, 0])
         last = (int(self.store.documents[document + 1, 0]) if document + 1 < self.store.num_documents
                 else self.store.num_tokens)
         text_first, text_last = first + len(self.target_before), last - len(self.target_after)
         out = []
         if self.target_before and start <= first < end:
-            out.append((np.asarray(self.source_before, dtype=np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)))
+            out.append((np.asarray(self.source_before, dtype=np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                        np.zeros(0, bool)))
         a, b = max(start, text_first) - text_first, min(end, text_last) - text_first
         if a < b:
             out.append(self._text(document, text_first, text_last, a, b, start, offset + sum(len(p[0]) for p in out), counts))
         if self.target_after and start <= last - 1 < end:
-            out.append((np.asarray(self.source_after, dtype=np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)))
+            out.append((np.asarray(self.source_after, dtype=np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                        np.zeros(0, bool)))
         return out
 
     def _text(self, document: int, text_first: int, text_last: int, a: int, b: int, start: int, offset: int,
               counts: dict):
-        """The teacher's reading of the document's text tokens a .. b - 1, and the matched positions."""
+        """The teacher's reading of the document's text tokens a .. b - 1, the matched positions and their
+        adjacency."""
         empty = np.zeros(0, dtype=np.int64)
         text = self.store.document_text(document)
         reading = self.aligner.read_target([text])[0]
         stored = np.asarray(self.store.tokens[text_first:text_last], dtype=np.int64)
         if not np.array_equal(reading.ids, stored):
             counts["teacher_mismatched"] += 1
-            return empty, empty, empty
+            return empty, empty, empty, np.zeros(0, dtype=bool)
         data = text.encode("utf-8")
         byte_start = int(reading.ends[a - 1]) if a else 0
         byte_end = int(reading.ends[b - 1])
@@ -315,7 +323,8 @@ class TeacherBlocks(torch.utils.data.Dataset):
         counts["teacher_unencodable_chunks"] += int(aligned.unencodable.sum())
         student = aligned.target_at[keep] + a + text_first - start
         teacher = aligned.source_at[keep] + offset
-        return source.ids.astype(np.int64), student.astype(np.int64), teacher.astype(np.int64)
+        return (source.ids.astype(np.int64), student.astype(np.int64), teacher.astype(np.int64),
+                adjacent_matches(aligned.unencodable))
 
 
 class TeacherCollator:
@@ -346,6 +355,9 @@ class TeacherCollator:
             [view["student_at"] + row * length for row, view in enumerate(views)]).astype(np.int64))
         batch["teacher_at"] = torch.from_numpy(np.concatenate(
             [view["teacher_at"] + row * width for row, view in enumerate(views)]).astype(np.int64))
+        batch["chunk_adjacent"] = torch.from_numpy(np.concatenate(
+            [np.asarray(view.get("chunk_adjacent", np.ones(len(view["student_at"]), dtype=bool)), dtype=bool)
+             for view in views]))
         for key in COUNTS:
             batch[key] = sum(int(view.get(key, 0)) for view in views)
         return batch
@@ -403,8 +415,10 @@ class Teacher:
                 raise ConfigError("teacher.likelihood_weight needs the model's logits, which this run does not "
                                   "compute (liger_kernel's fused loss); turn liger_kernel off or set "
                                   "teacher.likelihood_weight: 0.")
+            adjacent = batch.get("chunk_adjacent")
             likelihood = chunk_likelihood_match(student.logits, batch["input_ids"].to(device), teacher.logits,
-                                                batch["teacher_ids"].to(device), student_at, teacher_at, self.sizes)
+                                                batch["teacher_ids"].to(device), student_at, teacher_at, self.sizes,
+                                                None if adjacent is None else adjacent.to(device))
             term = term + self.config.likelihood_weight * likelihood
         for totals in (self._interval, self._phase):
             totals["distance"] += float(distance.detach())
@@ -445,12 +459,16 @@ def _log1mexp(x: torch.Tensor) -> torch.Tensor:
 
 
 def chunk_log_likelihoods(student_logits, student_ids, teacher_logits, teacher_ids, student_at, teacher_at,
-                          sizes: tuple[int, int] | None) -> tuple[torch.Tensor, torch.Tensor]:
+                          sizes: tuple[int, int] | None,
+                          adjacent: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(student's, teacher's) log-probability of each chunk, float32: the text between two consecutive matched
-    positions of a row is the same chunk of bytes on both sides, and its log-probability the sum of the log-probs
-    of the tokens after the first position up to the second (the teacher's side carries no gradient). Logits (B,
-    T, V) and (B, S, V'), ids (B, T) and (B, S), positions flat into B*T and B*S; each softmax runs over its own
-    tokenizer's `sizes` (teacher, model). Empty where no row holds two matched positions."""
+    positions of a row is the same bytes on both sides, and its log-probability the sum of the log-probs of the
+    tokens after the first position up to the second (the teacher's side carries no gradient). Logits (B, T, V) and
+    (B, S, V'), ids (B, T) and (B, S), positions flat into B*T and B*S; each softmax runs over its own tokenizer's
+    `sizes` (teacher, model). `adjacent` (bool, one per matched position; `chunks.adjacent_matches`): only the
+    spans ending at a position whose previous one ends the chunk just before count, so a span holding a chunk one
+    side could not spell (an unknown token is cheap to predict) or the seam between two documents is left out.
+    Empty where no row holds two such positions."""
 
     def chunk_sums(logits, ids, at, size):
         logits = logits[..., :size] if size else logits
@@ -464,17 +482,19 @@ def chunk_log_likelihoods(student_logits, student_ids, teacher_logits, teacher_i
     with torch.no_grad():
         teacher_sum, teacher_row = chunk_sums(teacher_logits, teacher_ids, teacher_at, teacher_size)
     same_row = (student_row[1:] == student_row[:-1]) & (teacher_row[1:] == teacher_row[:-1])
+    if adjacent is not None:
+        same_row = same_row & adjacent[1:].to(same_row.device)
     # chunk k: the tokens after matched position k-1 up to position k, predicted from positions k-1 .. k-1 + n
     return (student_sum[1:] - student_sum[:-1])[same_row], (teacher_sum[1:] - teacher_sum[:-1])[same_row]
 
 
 def chunk_likelihood_match(student_logits, student_ids, teacher_logits, teacher_ids, student_at, teacher_at,
-                           sizes: tuple[int, int] | None) -> torch.Tensor:
+                           sizes: tuple[int, int] | None, adjacent: torch.Tensor | None = None) -> torch.Tensor:
     """Approximate likelihood matching (tokenkit's ALM, its binary cross-entropy form): each chunk's probability
     under the student, p_s, is pushed towards the teacher's, p_t, by -[p_t log p_s + (1 - p_t) log(1 - p_s)],
     averaged over the chunks (`chunk_log_likelihoods` says what a chunk is and what the arguments are)."""
     log_student, log_teacher = chunk_log_likelihoods(student_logits, student_ids, teacher_logits, teacher_ids,
-                                                     student_at, teacher_at, sizes)
+                                                     student_at, teacher_at, sizes, adjacent)
     if not len(log_student):
         return student_logits.new_zeros((), dtype=torch.float32)
     log_student, log_teacher = log_student.clamp(max=-1e-6), log_teacher.clamp(max=-1e-6)

@@ -69,7 +69,7 @@ import torch
 import torch.nn.functional as F
 
 from langswap.batching import right_pad
-from langswap.chunks import ChunkAligner
+from langswap.chunks import ChunkAligner, adjacent_matches
 from langswap.errors import ConfigError, NumericalError, VocabularyError
 from langswap.kernels import hidden_state_distance
 from langswap.models import HiddenStates, input_embedding_scale, is_tied, objective_of, position_limit
@@ -171,6 +171,8 @@ class _Window:
     source_ids: (S,) int64; target_ids: (T,) int64, T <= max_length.
     source_at, target_at: (M,) int64 positions in the window after which both sides have read the same bytes
         (chunk boundaries not marked unencodable).
+    adjacent: (M,) bool, whether each matched position's previous one ends the chunk just before it (no unmatched
+        chunk between: `chunks.adjacent_matches`), which the likelihood match reads.
     unencodable: chunks of the window not matched (marked unencodable); too_long: chunks of its line skipped for
         being longer than a window (counted on one window of the line, or the next window read)."""
 
@@ -178,6 +180,7 @@ class _Window:
     target_ids: np.ndarray
     source_at: np.ndarray
     target_at: np.ndarray
+    adjacent: np.ndarray
     unencodable: int
     too_long: int = 0
 
@@ -537,7 +540,8 @@ class _Distillation:
         with torch.no_grad():
             source = _logits(teacher.to(torch.float32), *self.source_head, self.softcap)
         log_student, log_teacher = chunk_log_likelihoods(student, batch.target_ids, source, batch.source_ids,
-                                                         batch.target_at, batch.source_at, self.sizes)
+                                                         batch.target_at, batch.source_at, self.sizes,
+                                                         batch.adjacent)
         if not len(log_student):
             return student.new_zeros(())
         return (log_student - log_teacher).square().mean()
@@ -656,7 +660,7 @@ def _windows(text, source_bos: int | None, target_bos: int | None, limits: _Limi
             target_ids=np.concatenate([target_frame, target_ids[target_start:target_end]]).astype(np.int64),
             source_at=(text.source_at[first:last + 1][keep] - source_start + len(source_frame)).astype(np.int64),
             target_at=(text.target_at[first:last + 1][keep] - target_start + len(target_frame)).astype(np.int64),
-            unencodable=int((~keep).sum())))
+            adjacent=adjacent_matches(~keep), unencodable=int((~keep).sum())))
         first = last + 1
     return out, too_long
 
@@ -707,6 +711,7 @@ class _Batch:
             [w.source_at + row * source_length for row, w in enumerate(windows)]).astype(np.int64)).to(device)
         self.target_at = torch.from_numpy(np.concatenate(
             [w.target_at + row * target_length for row, w in enumerate(windows)]).astype(np.int64)).to(device)
+        self.adjacent = torch.from_numpy(np.concatenate([w.adjacent for w in windows]).astype(bool)).to(device)
         self.target_tokens = int(target_real.sum())
         # next-token pairs: position p predicts p + 1, both inside the window
         self.predicts = (target_real[:, 1:].bool()).to(device)
