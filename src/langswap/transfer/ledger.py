@@ -15,7 +15,8 @@ is what the new tokens changed there:
 The shares add up to the whole difference on the text (`total`), so a token's `net` (saved + leaked, in nats) is, to
 first order, what the text would lose without it; where the model gives the new tokens no probability at all on a
 chunk read without them, that chunk's difference is counted in `unattributed` instead. Chunks that either side cannot
-spell are left out, as are chunks beyond `max_length` tokens of a line on either side.
+spell are left out, as are chunks beyond `max_length` tokens of a line on either side, and a line's first chunk
+where a tokenizer has neither bos nor eos to read the line after (its first token is then predicted from nothing).
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def new_token_ledger(model, source_tokenizer, target_tokenizer, lines: list[str]
             sources = _token_losses(model, [source for _, source, _ in batch], source_columns)
             targets = _token_losses(model, [target for _, _, target in batch], columns)
             for (text, source, target), read, extended in zip(batch, sources, targets):
-                _read_line(text, (len(source), target, frames), read[0], extended, ledger)
+                _read_line(_Line(text, len(source), target, frames, read[0], *extended), ledger)
             if bar is not None:
                 bar.update(len(batch))
     finally:
@@ -129,13 +130,27 @@ def new_token_ledger(model, source_tokenizer, target_tokenizer, lines: list[str]
     return ledger
 
 
-def _read_line(text, read: tuple, source_losses: torch.Tensor, extended: tuple, ledger: Ledger) -> None:
-    """Adds one aligned line's chunks to `ledger`: `read` is (the source ids' count, the target ids, the frames),
-    `source_losses` the source reading's token losses, `extended` the target reading's (losses, log-softmax)."""
-    source_length, target_ids, (source_frame, target_frame) = read
-    target_losses, target_log_probs = extended
-    shift = (int(source_frame is not None), int(target_frame is not None))
-    new_probs = target_log_probs[:, ledger.first_new:].exp()  # (positions, new tokens)
+@dataclass
+class _Line:
+    """One aligned line read both ways: the source reading's id count, the target reading's ids (each after its
+    frame token, where `frames` has one), the source reading's token losses and the target reading's, with its
+    log-softmax at each position."""
+
+    text: object  # chunks.AlignedText
+    source_length: int
+    target_ids: list[int]
+    frames: tuple
+    source_losses: torch.Tensor
+    target_losses: torch.Tensor
+    target_log_probs: torch.Tensor
+
+
+def _read_line(line: _Line, ledger: Ledger) -> None:
+    """Adds one aligned line's chunks to `ledger`."""
+    text, source_length, target_ids = line.text, line.source_length, line.target_ids
+    source_losses, target_losses = line.source_losses, line.target_losses
+    shift = tuple(int(frame is not None) for frame in line.frames)
+    new_probs = line.target_log_probs[:, ledger.first_new:].exp()  # (positions, new tokens)
     starts = np.concatenate([[0], text.boundaries[:-1]])
     for k in range(len(text)):
         source_slice, target_slice = text.chunk(k)
