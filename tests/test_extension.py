@@ -588,7 +588,6 @@ def test_the_first_phase_decays_the_new_rows_as_adamw_does_and_no_other_row():
 
 
 def test_the_runs_weight_decay_reaches_the_new_rows_in_the_first_phase(extended_pairs, texts, tmp_path):
-    import torch
     from safetensors.torch import load_file
 
     from langswap.training.run import TrainConfig, train
