@@ -16,7 +16,7 @@ its net on the check half is below zero: on the target text alone (`--on target`
     python benchmarks/bench_prune.py --language en --extend 10000 --distill 20000 --distill-head likelihood
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
-extension) and writes it with the ledgers' summaries to benchmarks/results/prune-LANG-N-METHOD[-distillT-HEAD]-ON/.
+extension) and writes it with the ledgers' summaries to benchmarks/results/prune-LANG-N-METHOD[-separate][-distillT-HEAD]-ON/.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ def parse_args(argv=None):
                              "(head untied, as bench_extension.py's --distill rows) before the ledger reads them.")
     parser.add_argument("--distill-head", choices=("keep", "lm", "likelihood"), default="likelihood",
                         help="With --distill: what the untied head's new output rows learn (distill.head).")
+    parser.add_argument("--separate", action="store_true",
+                        help="Keep the new rows off English at transfer time (calibration.source_text: the English "
+                             "training split), as bench_extension.py's --separate rows.")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
     return parser.parse_args(argv)
@@ -79,11 +82,14 @@ def main(argv=None) -> int:
             save_tokenizer(extend_tokenizer(source, read_text_lines(train, "training text"), args.extend,
                                             keep_lines=keep).tokenizer, made)
     extended_tokenizer = load_tokenizer(folder)
-    name = args.method + (f"-distill{args.distill}-{args.distill_head}" if args.distill else "")
+    name = (args.method + ("-separate" if args.separate else "")
+            + (f"-distill{args.distill}-{args.distill_head}" if args.distill else ""))
     output = workdir / f"transfer-{name}"
     if not (output / "langswap.json").exists():
         config = {"source_model": str(model_folder), "target_tokenizer": str(folder), "method": args.method,
                   "output": str(output), "calibration": {"text": str(train)}}
+        if args.separate:
+            config["calibration"]["source_text"] = str(splits / "en.train.txt")
         if args.distill:  # as bench_extension.py's distilled rows
             config["calibration"]["tied_head"] = "untie"
             config["distill"] = {"tokens": args.distill, "learning_rate": 1e-2, "tied_head": "untie",
