@@ -49,7 +49,10 @@ def parse_args(argv=None):
                              "training split), as bench_extension.py's --separate rows.")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.separate and args.language == "en":
+        parser.error("--separate keeps the new rows off English; an English self-extension has no other language.")
+    return args
 
 
 def main(argv=None) -> int:
