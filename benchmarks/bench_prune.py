@@ -16,7 +16,8 @@ its net on the check half is below zero: on the target text alone (`--on target`
     python benchmarks/bench_prune.py --language en --extend 10000 --distill 20000 --distill-head likelihood
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
-extension) and writes it with the ledgers' summaries to benchmarks/results/prune-LANG-N-METHOD[-separate][-distillT-HEAD]-ON/.
+extension) and writes it with the ledgers' summaries to
+benchmarks/results/prune-LANG-N-METHOD[-separate][-distillT-HEAD[-rateR]]-ON/.
 """
 
 from __future__ import annotations
@@ -42,14 +43,21 @@ def parse_args(argv=None):
     parser.add_argument("--distill", type=int, default=0, metavar="TOKENS",
                         help="Distil the new rows from the source model over TOKENS target tokens at transfer time "
                              "(head untied, as bench_extension.py's --distill rows) before the ledger reads them.")
-    parser.add_argument("--distill-head", choices=("keep", "lm", "likelihood"), default="likelihood",
+    parser.add_argument("--distill-head", choices=("keep", "lm", "likelihood"), default="keep",
                         help="With --distill: what the untied head's new output rows learn (distill.head).")
+    parser.add_argument("--distill-head-rate", type=float, default=None,
+                        help="With --distill-head lm or likelihood: the head's own peak rate "
+                             "(distill.head_learning_rate; default: the distillation's 1e-2).")
     parser.add_argument("--separate", action="store_true",
                         help="Keep the new rows off English at transfer time (calibration.source_text: the English "
                              "training split), as bench_extension.py's --separate rows.")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
+    if (args.distill_head != "keep" or args.distill_head_rate is not None) and not args.distill:
+        parser.error("--distill-head and --distill-head-rate set the distilled rows' head; give --distill TOKENS too.")
+    if args.distill_head_rate is not None and args.distill_head == "keep":
+        parser.error("--distill-head-rate is the rate of a head that learns; give --distill-head lm or likelihood.")
     if args.separate and args.language == "en":
         parser.error("--separate keeps the new rows off English; an English self-extension has no other language.")
     return args
@@ -85,9 +93,10 @@ def main(argv=None) -> int:
             save_tokenizer(extend_tokenizer(source, read_text_lines(train, "training text"), args.extend,
                                             keep_lines=keep).tokenizer, made)
     extended_tokenizer = load_tokenizer(folder)
-    name = (args.method + ("-separate" if args.separate else "")
-            + (f"-distill{args.distill}-{args.distill_head}" if args.distill else ""))
-    output = workdir / f"transfer-{name}"
+    variant = (args.method + ("-separate" if args.separate else "")
+            + (f"-distill{args.distill}-{args.distill_head}" if args.distill else "")
+            + (f"-rate{args.distill_head_rate:g}" if args.distill_head_rate is not None else ""))
+    output = workdir / f"transfer-{variant}"
     if not (output / "langswap.json").exists():
         config = {"source_model": str(model_folder), "target_tokenizer": str(folder), "method": args.method,
                   "output": str(output), "calibration": {"text": str(train)}}
@@ -97,6 +106,8 @@ def main(argv=None) -> int:
             config["calibration"]["tied_head"] = "untie"
             config["distill"] = {"tokens": args.distill, "learning_rate": 1e-2, "tied_head": "untie",
                                  "head": args.distill_head}
+            if args.distill_head_rate is not None:
+                config["distill"]["head_learning_rate"] = args.distill_head_rate
         transfer(transfer_config(config))
     english = (splits / "en.test.txt").read_text(encoding="utf-8").splitlines()[300:600]
     target = dev.read_text(encoding="utf-8").splitlines()
@@ -105,7 +116,7 @@ def main(argv=None) -> int:
                                                                            "English": english[150:]}
     for name, lines in check.items():
         (workdir / f"check-{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    pruned_folder = workdir / f"pruned-{name}-{args.on}"
+    pruned_folder = workdir / f"pruned-{variant}-{args.on}"
     if not (pruned_folder / "langswap.json").exists():
         prune(PruneJob(model=str(output), text=str(workdir / "check-target.txt"), lines=len(check["target"]),
                        source_text=str(workdir / "check-English.txt") if args.on == "both" else None,
@@ -131,7 +142,7 @@ def main(argv=None) -> int:
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
                                   "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
     }
-    results = REPO / "benchmarks" / "results" / f"prune-{language}-{args.extend}-{name}-{args.on}"
+    results = REPO / "benchmarks" / "results" / f"prune-{language}-{args.extend}-{variant}-{args.on}"
     results.mkdir(parents=True, exist_ok=True)
     (results / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (results / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")
