@@ -950,10 +950,15 @@ def test_pruning_takes_new_tokens_out_and_renumbers_the_rest_after_the_source(fa
     if spec["model"]["type"] == "BPE":  # a token a later merge reads: its product must go as well
         merges = [merge.split(" ", 1) if isinstance(merge, str) else merge for merge in spec["model"]["merges"]]
         added = merges[len(_spec(source)["model"]["merges"]):]
-        inputs = {piece for pair in added for piece in pair}
         prefix = spec["model"].get("continuing_subword_prefix") or ""
         made = {merge_product(pair, prefix) for pair in added}  # not a character: its going cascades
-        drop = [first + names.index(piece) for piece in names if piece in inputs and piece in made][:1] + [first + 59]
+        readers = {}  # a piece: the products of the added merges that read it
+        for pair in added:
+            for piece in pair:
+                readers.setdefault(piece, set()).add(merge_product(pair, prefix))
+        # a token a later merge reads whose product is not asked for itself, so it can only go by the cascade
+        drop = [first + names.index(piece) for piece in names
+                if piece in made and readers.get(piece, set()) - {names[59]}][:1] + [first + 59]
         assert len(drop) == 2
     else:
         drop = [first + 3, first + 59] + [first + names.index(piece) for piece in names
@@ -1064,6 +1069,8 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     assert "taken out" in result.summary()
     card = (tmp_path / "pruned" / "README.md").read_text(encoding="utf-8")
     assert f"- Pruned: {report.summary()}" in card and "Held-out figures" not in card
+    assert sum(record.counts.values()) == len(tokenizer) and f"(total {len(tokenizer):,})" in card
+    assert record.target_vocabulary.split(" vocabulary of ")[1].startswith(f"{len(tokenizer):,}")
 
 
 def test_prune_refuses_what_it_cannot_judge_with_what_to_give(extended_pairs, tmp_path):

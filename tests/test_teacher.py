@@ -162,6 +162,39 @@ def test_chunks_one_tokenizer_cannot_spell_are_counted_not_matched(texts, tokeni
             assert ids[p] != target.unk_token_id
 
 
+@pytest.mark.parametrize("positions", [None, 12])
+def test_the_likelihood_spans_are_single_chunks_inside_one_document(positions, texts, tokenizers, tmp_path):
+    """`chunk_adjacent` marks a matched position whose previous one ends the chunk just before it in the same
+    document: a span it marks holds no frame or unknown token on either side, every seam between documents and
+    every span around an unknown token is unmarked, also where the teacher is cut at its position limit; the
+    collator keeps it aligned with `student_at`, row after row."""
+    from langswap.training.data import LMCollator
+
+    target, source = _unknown_bpe(english_lines(300, seed=5)), tokenizers["source"]
+    view = TeacherBlocks(_blocks(texts, target, tmp_path), target, source, positions=positions)
+    frames = {target.bos_token_id, target.eos_token_id, target.unk_token_id}
+    marked = seams = unknowns = 0
+    for index in range(len(view)):
+        item = view[index]
+        at, teacher_at, adjacent = item["student_at"], item["teacher_at"], item["chunk_adjacent"]
+        assert adjacent.dtype == bool and len(adjacent) == len(at) == len(teacher_at)
+        ids, teacher = item["input_ids"].tolist(), item["teacher_ids"].tolist()
+        for k in range(1, len(at)):
+            span, teacher_span = ids[at[k - 1] + 1:at[k] + 1], teacher[teacher_at[k - 1] + 1:teacher_at[k] + 1]
+            if adjacent[k]:
+                marked += 1
+                assert not frames & set(span) and source.eos_token_id not in teacher_span
+            else:
+                seams += target.eos_token_id in span
+                unknowns += target.unk_token_id in span
+    assert marked > 2 * len(view) and seams > 0 and unknowns > 0
+    items = [view[index] for index in range(5)]
+    expected = np.concatenate([item["chunk_adjacent"] for item in items])
+    batch = TeacherCollator(LMCollator(target, "causal"))([dict(item) for item in items])
+    assert torch.equal(batch["chunk_adjacent"], torch.from_numpy(expected))
+    assert len(batch["chunk_adjacent"]) == len(batch["student_at"])
+
+
 def test_a_teacher_cut_at_its_position_limit_keeps_only_matches_inside(texts, tokenizers, tmp_path):
     student_tokenizer, source = tokenizers["sentencepiece"], tokenizers["source"]
     blocks = _blocks(texts, student_tokenizer, tmp_path)

@@ -356,8 +356,7 @@ class TeacherCollator:
         batch["teacher_at"] = torch.from_numpy(np.concatenate(
             [view["teacher_at"] + row * width for row, view in enumerate(views)]).astype(np.int64))
         batch["chunk_adjacent"] = torch.from_numpy(np.concatenate(
-            [np.asarray(view.get("chunk_adjacent", np.ones(len(view["student_at"]), dtype=bool)), dtype=bool)
-             for view in views]))
+            [np.asarray(view["chunk_adjacent"], dtype=bool) for view in views]))
         for key in COUNTS:
             batch[key] = sum(int(view.get(key, 0)) for view in views)
         return batch
@@ -483,6 +482,7 @@ def chunk_log_likelihoods(student_logits, student_ids, teacher_logits, teacher_i
         teacher_sum, teacher_row = chunk_sums(teacher_logits, teacher_ids, teacher_at, teacher_size)
     same_row = (student_row[1:] == student_row[:-1]) & (teacher_row[1:] == teacher_row[:-1])
     if adjacent is not None:
+        assert adjacent.shape == student_at.shape, (adjacent.shape, student_at.shape)
         same_row = same_row & adjacent[1:].to(same_row.device)
     # chunk k: the tokens after matched position k-1 up to position k, predicted from positions k-1 .. k-1 + n
     return (student_sum[1:] - student_sum[:-1])[same_row], (teacher_sum[1:] - teacher_sum[:-1])[same_row]

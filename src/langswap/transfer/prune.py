@@ -10,9 +10,10 @@ them; characters the text needs stay), and their rows out of the model; the toke
 source, their rows moved with them, and so are calibration's move (`calibration_move.CalibrationMove.rows`) and the
 provenance tables; the padding rows after them are the mean of the old padding rows, up to a multiple of
 `pad_to_multiple` and at least the source model's row count. The folder is written under a temporary name and
-renamed when complete; its langswap.json is the input's, with the vocabulary as it now is, a `pruning` section saying
-what went and why (a second pruning replaces it), and without the transfer's held-out figures, which were of the
-model before pruning; the other sections (methods, calibration) describe the transfer as it was.
+renamed when complete; its langswap.json is the input's, with the vocabulary and the rows by how they were made as
+they now are (counted from the provenance tables; left out where there are none), a `pruning` section saying what
+went and why (a second pruning replaces it), and without the transfer's held-out figures, which were of the model
+before pruning; the other sections (methods, calibration) describe the transfer as it was.
 
 One pass: taking tokens out changes how the text is read around them, so the pruned model's ledger is not the input's
 less the losers; run the command again on its output to prune what then costs.
@@ -36,6 +37,7 @@ from langswap.reports import PruningReport, VocabularyReport
 from langswap.resources.extension import prune_extension, source_of_extension
 from langswap.resources.text import read_text_lines
 from langswap.surgery import install_embeddings, output_bias
+from langswap.tokens import Vocabulary
 from langswap.transfer.ledger import new_token_ledger
 from langswap.transfer.steps import write_model_folder
 
@@ -136,6 +138,11 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
         why="net nats below 0 on the judged lines (saved where read, less what it takes elsewhere)")
     if hasattr(record, "vocabulary"):
         record.vocabulary = _vocabulary(vocabulary, first, len(pruned.kept), rows)
+    if getattr(record, "target_vocabulary", None) is not None:
+        record.target_vocabulary = Vocabulary(pruned.tokenizer).summary()
+    for key, name in (("counts", "provenance.tsv"), ("head_counts", "provenance-head.tsv")):
+        if getattr(record, key, None):  # rows by how they were made: those kept
+            setattr(record, key, _kinds(folder / name, index) if (folder / name).is_file() else {})
     if getattr(record, "metrics", None) is not None:  # figures of the model before pruning
         record.metrics = None
     record.pruning = report
@@ -183,6 +190,17 @@ def _vocabulary(before: VocabularyReport | None, first: int, kept: int, rows: in
     source_rows = before.source_rows if before is not None else None
     return VocabularyReport(mode="extended", kept=first, new=[first, first + kept - 1] if kept else None,
                             padding=padding, rows=rows, source_rows=source_rows)
+
+
+def _kinds(path: Path, index: np.ndarray) -> dict[str, int]:
+    """How many of the rows `index` a provenance table gives each kind (its third column)."""
+    wanted = set(index.tolist())
+    kinds: dict[str, int] = {}
+    for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+        token_id, _, kind = line.split("\t", 3)[:3]
+        if int(token_id) in wanted:
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
 
 
 def _renumber_table(path: Path, target: Path, new_id: dict[int, int]) -> None:
