@@ -27,6 +27,9 @@ TABLES = {
          "combined raw", "combined raw train.seed=1", "combined cal", "combined cal train.seed=1",
          "combined cal lower_min_count=0 train.calibration=spare-rare", "overlap cal rows=auto",
          "fvt length cal", "tiktotok dictionary cal"]),
+    "Swahili, the whole split, a 16,000-token tokenizer (calibration-sw-full-16000-testlike-dev)": (
+        "calibration-sw-full-16000-testlike-dev", ["combined raw", "combined cal",
+                                                   "combined cal smoothing=0.5 lower_min_count=0"]),
     "Swahili, 200 kB, word vectors given (calibration-sw-200k-10000-testlike-vectors-dev)": (
         "calibration-sw-200k-10000-testlike-vectors-dev", ["combined raw", "combined cal"]),
     "German, 200 kB, Gemma-3's family (calibration-de-200k-10000-testlike-gemma3-dev)": (
