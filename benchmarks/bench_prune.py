@@ -122,6 +122,7 @@ def main(argv=None) -> int:
                        source_text=str(workdir / "check-English.txt") if args.on == "both" else None,
                        output=str(pruned_folder), overwrite=True), progress=True)
     report = read_model_record(pruned_folder).pruning
+    distillation = getattr(read_model_record(output), "distillation", None)
     pruned_tokenizer = load_tokenizer(pruned_folder)
 
     rows = {}
@@ -138,6 +139,7 @@ def main(argv=None) -> int:
     summary = {
         "command": "python benchmarks/bench_prune.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "pruning": report.as_dict(),
+        "distillation": distillation.as_dict() if distillation is not None else None,
         "scores": rows,
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
                                   "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
