@@ -86,7 +86,8 @@ RECORDED = ("table.md", "results.jsonl", "bits_per_byte.png", "bench-input.yaml"
 
 def run_and_record(bench: dict, results_dir: Path) -> dict:
     """Write bench-input.yaml into the bench folder, run the bench, print its table and time, and copy table,
-    results, plot and input to `results_dir`; returns run_bench's result. Entries without a `calibration:` section
+    results, plot and input to `results_dir`; returns run_bench's result. A bench folder without results starts
+    from those recorded in `results_dir` (the bench resumes from them). Entries without a `calibration:` section
     run uncalibrated (`strength: 0`)."""
     from langswap.bench import BenchConfig, run_bench
     from langswap.config import from_dict
@@ -99,6 +100,12 @@ def run_and_record(bench: dict, results_dir: Path) -> dict:
                                   for entry in bench["methods"]]}
     workdir = Path(bench["output"])
     workdir.mkdir(parents=True, exist_ok=True)
+    recorded = results_dir / "results.jsonl"
+    if not (workdir / "results.jsonl").exists() and recorded.is_file():
+        # a bench folder made afresh (another machine, a cleared cache) resumes from the recorded measurements, so
+        # the copy below keeps them beside the new ones
+        shutil.copy2(recorded, workdir / "results.jsonl")
+        print(f"bench folder {workdir} starts from the measurements recorded in {recorded}", flush=True)
     (workdir / "bench-input.yaml").write_text(yaml.safe_dump(bench, sort_keys=False), encoding="utf-8")
     clock = time.perf_counter()
     result = run_bench(from_dict(BenchConfig, bench), progress=False)
