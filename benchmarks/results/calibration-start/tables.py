@@ -19,7 +19,8 @@ TABLES = {
         "calibration-de-200k-10000-testlike-dev",
         ["overlap raw", "overlap cal", "overlap cal lower_min_count=0",
          "overlap cal smoothing=0.5 lower_min_count=0", "overlap cal frequencies=held-out lower_min_count=0",
-         "combined raw", "combined cal", "overlap cal rows=auto", "fvt length cal", "tiktotok dictionary cal"]),
+         "combined raw", "combined cal", "combined cal smoothing=0.5 lower_min_count=0",
+         "combined cal method.mode=choose", "overlap cal rows=auto", "fvt length cal", "tiktotok dictionary cal"]),
     "Swahili, 200 kB (calibration-sw-200k-10000-testlike-dev)": (
         "calibration-sw-200k-10000-testlike-dev",
         ["overlap raw", "overlap cal", "overlap cal lower_min_count=0 train.calibration=spare-rare",
