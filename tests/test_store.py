@@ -380,3 +380,44 @@ def test_preparing_and_reading_a_store_keep_memory_bounded_whatever_the_text_siz
     # four times the text: the same bounds (an order of 8 bytes a block is all that grows with it)
     assert peaks[("build", 192)] < 1.5 * peaks[("build", 48)] + 100_000, peaks
     assert peaks[("read", 192)] < peaks[("read", 48)] + 8 * len(blocks) + 100_000, peaks
+
+
+def test_a_run_that_reads_its_text_whole_says_which_tokens_it_never_shows(gpt2_folder, tmp_path, caplog):
+    from langswap.models import load_tokenizer
+    from langswap.training.run import TrainConfig, train
+    from langswap.training.store import token_counts
+
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(english_lines(6, seed=9)) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="langswap.training.run"):
+        report = train(TrainConfig(model=str(gpt2_folder), train_text=str(text), output=str(tmp_path / "run"),
+                                   data_dir=str(tmp_path / "stores"), steps=4, batch_size=4, sequence_length=16,
+                                   save_steps=4, logging_steps=2))
+    record = json.loads((report.output / "langswap-train.json").read_text())
+    facts = record["training_data"]["train"]
+    assert facts["epochs"] >= 1
+    # what the store holds, counted here from the text as the tokenizer reads it
+    tokenizer = load_tokenizer(gpt2_folder)
+    read = {token for line in english_lines(6, seed=9) for token in tokenizer(line)["input_ids"]}
+    text_tokens = set(range(len(tokenizer))) - set(tokenizer.added_tokens_decoder)
+    never = len(text_tokens - read)
+    assert 0 < never < len(text_tokens) and facts["tokens_never_shown"] == never
+    assert f"{never:,} of the model's {len(text_tokens):,} text tokens never occur in the training text" in caplog.text
+    assert any(entry.levelname == "WARNING" for entry in caplog.records if "never occur" in entry.message) \
+        == (never > len(text_tokens) / 10)
+
+    # counted a chunk at a time, ids at or beyond the size left out
+    stream = np.array([0, 1, 1, 5, 2, 1, 7], dtype=np.uint16)
+    assert token_counts(stream, 6, chunk=3).tolist() == [1, 3, 1, 0, 0, 1]
+
+
+def test_a_run_that_reads_part_of_its_text_does_not_count_what_it_never_shows(gpt2_folder, tmp_path):
+    from langswap.training.run import TrainConfig, train
+
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(english_lines(200, seed=3)) + "\n", encoding="utf-8")
+    report = train(TrainConfig(model=str(gpt2_folder), train_text=str(text), output=str(tmp_path / "run"),
+                               data_dir=str(tmp_path / "stores"), steps=1, batch_size=2, sequence_length=16,
+                               save_steps=1, logging_steps=1))
+    facts = json.loads((report.output / "langswap-train.json").read_text())["training_data"]["train"]
+    assert facts["epochs"] < 1 and "tokens_never_shown" not in facts

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, gather_object
@@ -66,7 +67,7 @@ from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
 from langswap.training.phases import Phase, embedding_parameters, parameter_counts, set_trainable, sharding_engine
 from langswap.training.recipes.base import Recipe, make_recipe
 from langswap.training.sources import source_texts
-from langswap.training.store import StoreBlocks, token_store
+from langswap.training.store import StoreBlocks, token_counts, token_store
 from langswap.training.teacher import TeacherBlocks, TeacherCollator, load_teacher, teacher_check
 from langswap.training.trainer import Curve, PhaseTrainer, RecipeHooks, Snapshots, save_model_atomically
 
@@ -576,7 +577,32 @@ def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: st
                     "epochs of it", "training text" if len(streams) == 1 else f"stream {stream.name}",
                     f"{store.num_documents:,}", f"{store.num_tokens:,}", f"{sequences:,}", sequence_length,
                     f"{config.steps:,}", f"{data[stream.name]['epochs']:.3g}")
+    _never_shown(streams, train_sets, tokenizer, data)
     return train_sets, stream_tokens, stream_tokenizers, stores, data
+
+
+def _never_shown(streams, train_sets, tokenizer, data: dict) -> None:
+    """Where the run reads every stream whole at least once: how many of the model's text tokens (added tokens left
+    out) no stream ever shows (each stream's own figure in `data`, `tokens_never_shown`), said as a warning where
+    they are more than a tenth of them. Training never has such a token as a target, so every update lowers it: a
+    tokenizer trained on the text itself holds many words whole and never shows the letters and syllables that new
+    text needs for words the text lacks (docs/design.md, "Tokens the training text never shows")."""
+    if not streams or any(data[stream.name]["epochs"] < 1 for stream in streams):
+        return
+    size = len(tokenizer)
+    text_tokens = np.ones(size, dtype=bool)
+    text_tokens[[index for index in tokenizer.added_tokens_decoder if index < size]] = False
+    shown = np.zeros(size, dtype=bool)
+    for stream in streams:
+        seen = token_counts(train_sets[stream.name].store.tokens, size) > 0
+        data[stream.name]["tokens_never_shown"] = int((text_tokens & ~seen).sum())
+        shown |= seen
+    never = int((text_tokens & ~shown).sum())
+    total = int(text_tokens.sum())
+    say = logger.warning if never > total / 10 else logger.info
+    say("%s of the model's %s text tokens never occur in the training text as its tokenizer reads it: training only "
+        "lowers them, so text that needs them (words the training text lacks) reads worse the longer the run. More "
+        "text, a smaller vocabulary or fewer updates avoid it.", f"{never:,}", f"{total:,}")
 
 
 def _eval_set(config: TrainConfig, tokenizer, collator, objective: str, sequence_length: int):

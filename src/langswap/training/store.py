@@ -125,6 +125,15 @@ def _plain_lines(spec: str) -> bool:
     return Path(spec).is_file() and sources_module.file_kind(spec) == "lines"
 
 
+def token_counts(tokens: np.ndarray, size: int, chunk: int = 1 << 24) -> np.ndarray:
+    """(size,) how often each id below `size` occurs in `tokens` (a memory-mapped stream is read `chunk` tokens at a
+    time, so memory does not grow with it; ids from `size` on are not counted)."""
+    counts = np.zeros(size, dtype=np.int64)
+    for start in range(0, len(tokens), chunk):
+        counts += np.bincount(np.asarray(tokens[start:start + chunk]), minlength=size)[:size]
+    return counts
+
+
 def store_name(description: dict) -> str:
     """`<first source's stem>-<16 hex digits>`: readable in a listing, unique per description."""
     keyed = {**description, "tokenizer": {k: v for k, v in description["tokenizer"].items() if k != "name"}}
