@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from tokenizers import AddedToken, Tokenizer, pre_tokenizers, trainers
 
 from langswap.errors import VocabularyError
@@ -77,6 +78,7 @@ class TrainedTokenizer:
     conventions: Conventions
     lines: int
     warnings: list[str] = field(default_factory=list)
+    never_shown: int | None = None  # learnt pieces the training lines, read by the new tokenizer, never show
 
     def report(self) -> dict:
         counts = self.added.counts()
@@ -85,7 +87,8 @@ class TrainedTokenizer:
         return {"vocab_size": len(self.tokenizer), "asked": self.asked, "learnt": self.learnt,
                 "byte_fallback": self.byte_tokens, "kept_added": kept,
                 "dropped_added": {} if self.added.keep_placeholders else {"placeholder": counts["placeholder"]},
-                "conventions": self.conventions.describe(), "lines": self.lines, "warnings": self.warnings}
+                "conventions": self.conventions.describe(), "lines": self.lines, "never_shown": self.never_shown,
+                "warnings": self.warnings}
 
     def summary(self) -> str:
         kept = self.report()["kept_added"]
@@ -120,8 +123,10 @@ def _check_fast(tokenizer) -> None:
 
 
 def train_tokenizer_on_lines(source_tokenizer, lines: list[str], vocab_size: int | None = None,
-                             progress: bool = False, keep_placeholders: bool = False) -> TrainedTokenizer:
-    """`train_tokenizer_report` on lines in memory."""
+                             progress: bool = False, keep_placeholders: bool = False,
+                             count_never_shown: bool = True) -> TrainedTokenizer:
+    """`train_tokenizer_report` on lines in memory; `count_never_shown` False leaves `never_shown` uncounted (a
+    tokenizer trained for a measurement of its own, not to train a model on the lines)."""
     _check_fast(source_tokenizer)
     spec = json.loads(source_tokenizer.backend_tokenizer.to_str())
     model_type = spec["model"]["type"]
@@ -149,11 +154,48 @@ def train_tokenizer_on_lines(source_tokenizer, lines: list[str], vocab_size: int
         warnings.append(f"the text gives {learnt:,} pieces, not the {room:,} asked: the vocabulary has "
                         f"{len(tokenizer):,} tokens, not {vocab_size:,}; give more text for a larger one.")
         logger.warning(warnings[-1])
+    never, held = never_shown(tokenizer, lines, set(tokenizer.convert_tokens_to_ids(byte_tokens))) \
+        if count_never_shown else (None, None)
+    if never is not None and never > held / 10:
+        warnings.append(f"{never:,} of the {held:,} pieces whose text the training text holds never occur when "
+                        "it is read: the vocabulary holds its words whole, and a model trained on this text will "
+                        "only ever lower the letters and syllables new text needs for other words (docs/design.md, "
+                        "\"Tokens the training text never shows\"); a smaller vocabulary or more text shows more of "
+                        "them.")
+        logger.warning(warnings[-1])
     broken = conventions.breaks(measure_conventions(tokenizer))
     if broken:  # a defect of this module: the training split should rule these out
         warnings.append("the new pieces break the source's conventions: " + "; ".join(broken))
         logger.warning(warnings[-1])
-    return TrainedTokenizer(tokenizer, vocab_size, learnt, len(byte_tokens), added, conventions, len(lines), warnings)
+    return TrainedTokenizer(tokenizer, vocab_size, learnt, len(byte_tokens), added, conventions, len(lines), warnings,
+                            never)
+
+
+def never_shown(tokenizer, lines: list[str], left_out: set[int] = frozenset(),
+                batch: int = 10_000) -> tuple[int, int]:
+    """(how many of `tokenizer`'s pieces whose text the lines hold never occur when `lines` are read, how many
+    pieces' text the lines hold): learnt pieces (whose text came from the lines) and single characters the lines
+    contain. Added tokens, `left_out`, pieces of partial UTF-8 or whitespace alone, and characters the lines never
+    hold (most of a byte-level alphabet) are not counted: new text of the same kind needs them no more than the
+    lines do."""
+    from langswap.tokens import Vocabulary
+
+    shown = np.zeros(len(tokenizer), dtype=bool)
+    characters: set[str] = set()
+    for start in range(0, len(lines), batch):
+        part = lines[start:start + batch]
+        characters.update(*part)
+        for ids in tokenizer(part, add_special_tokens=False)["input_ids"]:
+            shown[[index for index in ids if index < len(shown)]] = True
+    aside = set(tokenizer.added_tokens_decoder) | set(left_out)
+    vocabulary = Vocabulary(tokenizer)
+    held, never = 0, 0
+    for index in range(len(tokenizer)):
+        text = None if index in aside else vocabulary.word_text(index)
+        if text and (len(text) > 1 or text in characters):
+            held += 1
+            never += int(not shown[index])
+    return never, held
 
 
 def train_pieces(spec: dict, conventions: Conventions, lines: list[str], size: int, kept: list[dict],

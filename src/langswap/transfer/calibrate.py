@@ -213,7 +213,8 @@ def proxy_counts(tokenizer, counted: list[str], held: list[str]) -> tuple[np.nda
     lines of that text are not new to it; read by a tokenizer that never saw them, they are new text, as the text a
     transferred model meets is new to its tokenizer."""
     try:
-        proxy = train_tokenizer_on_lines(tokenizer, counted, len(tokenizer), keep_placeholders=True).tokenizer
+        proxy = train_tokenizer_on_lines(tokenizer, counted, len(tokenizer), keep_placeholders=True,
+                                         count_never_shown=False).tokenizer
         size = len(proxy)
         counts, held_counts = token_counts(proxy, counted, size), token_counts(proxy, held, size)
     except LangswapError as error:  # a slow tokenizer: no Rust trainer
