@@ -31,6 +31,8 @@ TABLES = {
     "Swahili, the whole split, a 16,000-token tokenizer (calibration-sw-full-16000-testlike-dev)": (
         "calibration-sw-full-16000-testlike-dev", ["combined raw", "combined cal",
                                                    "combined cal smoothing=0.5 lower_min_count=0"]),
+    "German, the whole split, a 49,152-token tokenizer (calibration-de-full-49152-testlike-dev)": (
+        "calibration-de-full-49152-testlike-dev", ["combined raw", "combined cal"]),
     "Swahili, 200 kB, word vectors given (calibration-sw-200k-10000-testlike-vectors-dev)": (
         "calibration-sw-200k-10000-testlike-vectors-dev", ["combined raw", "combined cal"]),
     "German, 200 kB, Gemma-3's family (calibration-de-200k-10000-testlike-gemma3-dev)": (
