@@ -78,7 +78,7 @@ class TrainedTokenizer:
     conventions: Conventions
     lines: int
     warnings: list[str] = field(default_factory=list)
-    never_shown: int | None = None  # learnt pieces the training lines, read by the new tokenizer, never show
+    never_shown: int | None = None  # pieces whose text the lines hold that never occur as they are read
 
     def report(self) -> dict:
         counts = self.added.counts()

@@ -582,16 +582,19 @@ def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: st
 
 
 def _never_shown(streams, train_sets, tokenizer, data: dict) -> None:
-    """Where the run reads every stream whole at least once: how many of the model's text tokens (added tokens left
-    out) no stream ever shows (each stream's own figure in `data`, `tokens_never_shown`), said as a warning where
+    """Where the run reads every stream whole at least once: how many of the model's text tokens (tokens with text
+    beyond whitespace; added tokens and partial UTF-8 left out) no stream ever shows (each stream's own figure in `data`, `tokens_never_shown`), said as a warning where
     they are more than a tenth of them. Training never has such a token as a target, so every update lowers it: a
     tokenizer trained on the text itself holds many words whole and never shows the letters and syllables that new
     text needs for words the text lacks (docs/design.md, "Tokens the training text never shows")."""
     if not streams or any(data[stream.name]["epochs"] < 1 for stream in streams):
         return
+    from langswap.tokens import Vocabulary
+
     size = len(tokenizer)
-    text_tokens = np.ones(size, dtype=bool)
-    text_tokens[[index for index in tokenizer.added_tokens_decoder if index < size]] = False
+    vocabulary = Vocabulary(tokenizer)
+    added = set(tokenizer.added_tokens_decoder)
+    text_tokens = np.array([index not in added and bool(vocabulary.word_text(index)) for index in range(size)])
     shown = np.zeros(size, dtype=bool)
     for stream in streams:
         seen = token_counts(train_sets[stream.name].store.tokens, size) > 0
