@@ -385,7 +385,7 @@ def test_preparing_and_reading_a_store_keep_memory_bounded_whatever_the_text_siz
 def test_a_run_that_reads_its_text_whole_says_which_tokens_it_never_shows(gpt2_folder, tmp_path, caplog):
     from langswap.models import load_tokenizer
     from langswap.training.run import TrainConfig, train
-    from langswap.training.store import token_counts
+    from langswap.training.store import id_counts
 
     text = tmp_path / "train.txt"
     text.write_text("\n".join(english_lines(6, seed=9)) + "\n", encoding="utf-8")
@@ -409,7 +409,7 @@ def test_a_run_that_reads_its_text_whole_says_which_tokens_it_never_shows(gpt2_f
 
     # counted a chunk at a time, ids at or beyond the size left out
     stream = np.array([0, 1, 1, 5, 2, 1, 7], dtype=np.uint16)
-    assert token_counts(stream, 6, chunk=3).tolist() == [1, 3, 1, 0, 0, 1]
+    assert id_counts(stream, 6, chunk=3).tolist() == [1, 3, 1, 0, 0, 1]
 
 
 def test_a_run_that_reads_part_of_its_text_does_not_count_what_it_never_shows(gpt2_folder, tmp_path):

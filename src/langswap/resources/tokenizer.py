@@ -171,31 +171,37 @@ def train_tokenizer_on_lines(source_tokenizer, lines: list[str], vocab_size: int
                             never)
 
 
-def never_shown(tokenizer, lines: list[str], left_out: set[int] = frozenset(),
-                batch: int = 10_000) -> tuple[int, int]:
+def token_counts(tokenizer, lines: list[str], size: int) -> np.ndarray:
+    """(size,) float64 count of each token id in `lines` (no special tokens added)."""
+    counts = np.zeros(size, dtype=np.float64)
+    for start in range(0, len(lines), 1000):
+        ids = [i for row in tokenizer(lines[start:start + 1000], add_special_tokens=False)["input_ids"] for i in row]
+        if ids:
+            counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=size)[:size]
+    return counts
+
+
+def text_tokens(tokenizer, left_out: set[int] = frozenset()) -> list[str | None]:
+    """Each token's text (`Vocabulary.word_text`: no surrounding whitespace), None for added tokens, `left_out` and
+    tokens of partial UTF-8 or whitespace alone: the tokens a text can show as text."""
+    from langswap.tokens import Vocabulary
+
+    aside = set(tokenizer.added_tokens_decoder) | set(left_out)
+    vocabulary = Vocabulary(tokenizer)
+    return [None if index in aside else vocabulary.word_text(index) for index in range(len(tokenizer))]
+
+
+def never_shown(tokenizer, lines: list[str], left_out: set[int] = frozenset()) -> tuple[int, int]:
     """(how many of `tokenizer`'s pieces whose text the lines hold never occur when `lines` are read, how many
     pieces' text the lines hold): learnt pieces (whose text came from the lines) and single characters the lines
     contain. Added tokens, `left_out`, pieces of partial UTF-8 or whitespace alone, and characters the lines never
     hold (most of a byte-level alphabet) are not counted: new text of the same kind needs them no more than the
     lines do."""
-    from langswap.tokens import Vocabulary
-
-    shown = np.zeros(len(tokenizer), dtype=bool)
-    characters: set[str] = set()
-    for start in range(0, len(lines), batch):
-        part = lines[start:start + batch]
-        characters.update(*part)
-        for ids in tokenizer(part, add_special_tokens=False)["input_ids"]:
-            shown[[index for index in ids if index < len(shown)]] = True
-    aside = set(tokenizer.added_tokens_decoder) | set(left_out)
-    vocabulary = Vocabulary(tokenizer)
-    held, never = 0, 0
-    for index in range(len(tokenizer)):
-        text = None if index in aside else vocabulary.word_text(index)
-        if text and (len(text) > 1 or text in characters):
-            held += 1
-            never += int(not shown[index])
-    return never, held
+    shown = token_counts(tokenizer, lines, len(tokenizer)) > 0
+    characters = set().union(*lines)
+    held = [index for index, text in enumerate(text_tokens(tokenizer, left_out))
+            if text and (len(text) > 1 or text in characters)]
+    return int((~shown[held]).sum()), len(held)
 
 
 def train_pieces(spec: dict, conventions: Conventions, lines: list[str], size: int, kept: list[dict],

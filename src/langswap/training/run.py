@@ -67,7 +67,7 @@ from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
 from langswap.training.phases import Phase, embedding_parameters, parameter_counts, set_trainable, sharding_engine
 from langswap.training.recipes.base import Recipe, make_recipe
 from langswap.training.sources import source_texts
-from langswap.training.store import StoreBlocks, token_counts, token_store
+from langswap.training.store import StoreBlocks, id_counts, token_store
 from langswap.training.teacher import TeacherBlocks, TeacherCollator, load_teacher, teacher_check
 from langswap.training.trainer import Curve, PhaseTrainer, RecipeHooks, Snapshots, save_model_atomically
 
@@ -582,26 +582,25 @@ def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: st
 
 
 def _never_shown(streams, train_sets, tokenizer, data: dict) -> None:
-    """Where the run reads every stream whole at least once: how many of the model's text tokens (tokens with text
-    beyond whitespace; added tokens and partial UTF-8 left out) no stream ever shows (each stream's own figure in `data`, `tokens_never_shown`), said as a warning where
-    they are more than a tenth of them. Training never has such a token as a target, so every update lowers it: a
-    tokenizer trained on the text itself holds many words whole and never shows the letters and syllables that new
-    text needs for words the text lacks (docs/design.md, "Tokens the training text never shows")."""
+    """Where the run reads every stream whole at least once: how many of the model's text tokens (`text_tokens`:
+    added tokens, partial UTF-8 and whitespace left out) no stream ever shows (each stream's own figure in `data`,
+    `tokens_never_shown`), said as a warning where they are more than a tenth of them. Training never has such a
+    token as a target, so every update lowers it: a tokenizer trained on the text itself holds many words whole and
+    never shows the letters and syllables that new text needs for words the text lacks (docs/design.md, "Tokens the
+    training text never shows")."""
     if not streams or any(data[stream.name]["epochs"] < 1 for stream in streams):
         return
-    from langswap.tokens import Vocabulary
+    from langswap.resources.tokenizer import text_tokens
 
     size = len(tokenizer)
-    vocabulary = Vocabulary(tokenizer)
-    added = set(tokenizer.added_tokens_decoder)
-    text_tokens = np.array([index not in added and bool(vocabulary.word_text(index)) for index in range(size)])
+    texts = np.array([bool(text) for text in text_tokens(tokenizer)])
     shown = np.zeros(size, dtype=bool)
     for stream in streams:
-        seen = token_counts(train_sets[stream.name].store.tokens, size) > 0
-        data[stream.name]["tokens_never_shown"] = int((text_tokens & ~seen).sum())
+        seen = id_counts(train_sets[stream.name].store.tokens, size) > 0
+        data[stream.name]["tokens_never_shown"] = int((texts & ~seen).sum())
         shown |= seen
-    never = int((text_tokens & ~shown).sum())
-    total = int(text_tokens.sum())
+    never = int((texts & ~shown).sum())
+    total = int(texts.sum())
     say = logger.warning if never > total / 10 else logger.info
     say("%s of the model's %s text tokens never occur in the training text as its tokenizer reads it: training only "
         "lowers them, so text that needs them (words the training text lacks) reads worse the longer the run. More "

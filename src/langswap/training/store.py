@@ -125,7 +125,7 @@ def _plain_lines(spec: str) -> bool:
     return Path(spec).is_file() and sources_module.file_kind(spec) == "lines"
 
 
-def token_counts(tokens: np.ndarray, size: int, chunk: int = 1 << 24) -> np.ndarray:
+def id_counts(tokens: np.ndarray, size: int, chunk: int = 1 << 24) -> np.ndarray:
     """(size,) how often each id below `size` occurs in `tokens` (a memory-mapped stream is read `chunk` tokens at a
     time, so memory does not grow with it; ids from `size` on are not counted)."""
     counts = np.zeros(size, dtype=np.int64)

@@ -54,7 +54,7 @@ from langswap.models import is_tied, objective_of
 from langswap.progress import bar as progress_bar
 from langswap.reports import (CalibrationReport, Frequencies, InputRows, LossCheck, SeparationReport, Spread, TextPair,
                               UpOnlyRows)
-from langswap.resources.tokenizer import train_tokenizer_on_lines
+from langswap.resources.tokenizer import token_counts, train_tokenizer_on_lines
 from langswap.surgery import set_config_value
 
 logger = logging.getLogger(__name__)
@@ -176,16 +176,6 @@ def tie_head(model) -> None:
     """Undo `untie_head`: the output layer shares the embedding matrix again."""
     set_config_value(model.config, "tie_word_embeddings", True)
     model.get_output_embeddings().weight = model.get_input_embeddings().weight
-
-
-def token_counts(tokenizer, lines: list[str], size: int) -> np.ndarray:
-    """(size,) float64 count of each token id in `lines` (no special tokens added)."""
-    counts = np.zeros(size, dtype=np.float64)
-    for start in range(0, len(lines), 1000):
-        ids = [i for row in tokenizer(lines[start:start + 1000], add_special_tokens=False)["input_ids"] for i in row]
-        if ids:
-            counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=size)[:size]
-    return counts
 
 
 def smoothed_log_frequencies(counts: np.ndarray, smoothing: float) -> np.ndarray:
