@@ -1,14 +1,16 @@
 """Training speed on a GPU: `langswap train` against a bare PyTorch loop of the same model, batch and precision.
 
-Builds everything on the machine it runs on (nothing is downloaded): a model of the SmolLM2-135M shape with random
-weights (`--shape smollm2-135m`: hidden 576, 30 layers, 9 heads of which 3 key/value, MLP 1,536, 49,152 tokens, tied
-head), a word-level tokenizer of that vocabulary and a text drawn from a random bigram chain over its words (Zipf
-distributed successors, so the loss has something to learn), packed as `langswap train` packs it. Then, for each
-variant, `--steps` updates of batch `--batch-size` x `--sequence-length`, timed per update after `--warmup` updates
+Builds everything on the machine it runs on (nothing is downloaded): a model with random weights of the SmolLM2-135M
+shape (`--shape smollm2-135m`: hidden 576, 30 layers, 9 heads of which 3 key/value, MLP 1,536, 49,152 tokens, tied
+head) or the Llama-3.2-1B shape (`--shape llama-3.2-1b`: hidden 2,048, 16 layers, 32 heads of which 8 key/value,
+MLP 8,192, 128,256 tokens, tied head), a word-level tokenizer of that vocabulary and a text drawn from a random
+bigram chain over its words (Zipf distributed successors, so the loss has something to learn), packed as `langswap
+train` packs it. Then, for each variant, `--steps` updates of batch `--batch-size` x `--sequence-length`, timed per update after `--warmup` updates
 (which pay for allocation, autotuning and compilation):
 
 - `bare eager`: the model, AdamW (foreach), gradient clipping at 1.0, bf16 autocast on fp32 master weights, SDPA;
-  nothing else. `bare fused+compile`: the same with fused AdamW and torch.compile.
+  nothing else. `bare fused`: the same with fused AdamW (what `langswap full` uses on CUDA: like with like);
+  `bare fused+compile`: fused AdamW and torch.compile.
 - `langswap ...`: `langswap.training.run.train` (the Trainer, packing, phases) with preset `full` or `embeddings`
   and the speed options named in the label (`TrainConfig.attention`, `compile`, `fused_optimizer`,
   `liger_kernel`, `document_mask`, gradient accumulation).
@@ -44,6 +46,9 @@ SHAPES = {
     "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                          num_key_value_heads=3, vocab_size=49152, max_position_embeddings=2048, rope_theta=100000.0,
                          rms_norm_eps=1e-5, tie_word_embeddings=True),
+    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
+                         rms_norm_eps=1e-5, tie_word_embeddings=True),
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=2048, max_position_embeddings=512, tie_word_embeddings=True),
 }
@@ -51,6 +56,7 @@ SHAPES = {
 PEAKS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4, "A100": 312.0, "L4": 121.0, "A10G": 125.0}
 VARIANTS = {
     "bare eager": {"bare": True},
+    "bare fused": {"bare": True, "fused": True},
     "bare fused+compile": {"bare": True, "fused": True, "compile": True},
     "langswap full": {"preset": "full"},
     "langswap full, foreach AdamW": {"preset": "full", "fused_optimizer": "off"},
@@ -126,7 +132,8 @@ def build_world(folder: Path, shape: dict, tokens: int, seed: int = 0) -> tuple[
     tokenizer = word_tokenizer(shape["vocab_size"])
     torch.manual_seed(seed)
     config = LlamaConfig(**shape, bos_token_id=0, eos_token_id=0)
-    model = LlamaForCausalLM(config)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # a 1B model's random draw takes a CPU long
+        model = LlamaForCausalLM(config)
     model_folder = folder / "model"
     model.save_pretrained(model_folder)
     tokenizer.save_pretrained(model_folder)

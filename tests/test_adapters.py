@@ -236,7 +236,8 @@ def test_the_adapters_start_from_the_seed_not_from_what_the_process_drew_before(
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "accelerate"
 
 
-@pytest.mark.parametrize("name, engine", [("fsdp.yaml", "FSDP"), ("deepspeed-zero3.yaml", "DEEPSPEED")])
+@pytest.mark.parametrize("name, engine", [("fsdp.yaml", "FSDP"), ("fsdp2.yaml", "FSDP"),
+                                          ("deepspeed-zero3.yaml", "DEEPSPEED")])
 def test_the_example_accelerate_configs_are_what_accelerate_launch_reads(name, engine):
     """The configs load with the loader `accelerate launch --config_file` uses (unknown keys are refused there), and
     set what langswap's model folders need: FSDP's full state dict, ZeRO-3's gathered 16-bit weights. (Neither
@@ -247,7 +248,10 @@ def test_the_example_accelerate_configs_are_what_accelerate_launch_reads(name, e
     assert str(config.distributed_type).endswith(engine) and config.mixed_precision == "bf16"
     if engine == "FSDP":
         assert config.fsdp_config["fsdp_state_dict_type"] == "FULL_STATE_DICT"
-        assert config.fsdp_config["fsdp_use_orig_params"] is True
+        if config.fsdp_config.get("fsdp_version") == 2:  # per-parameter sharding: frozen and trained may share a unit
+            assert "fsdp_use_orig_params" not in config.fsdp_config
+        else:
+            assert config.fsdp_config["fsdp_use_orig_params"] is True
     else:
         assert config.deepspeed_config["zero_stage"] == 3 and config.deepspeed_config["zero3_save_16bit_model"]
 
