@@ -153,7 +153,8 @@ def test_under_bf16_the_adapters_phase_keeps_the_body_in_bf16_and_the_folders_sa
             seen.append((body.dtype, adapters))
 
     report = train(_config(model, texts, tmp_path / "run", preset="adapters", precision="bf16", eval_text=None,
-                           steps=4, recipe={"embedding_fraction": 0.5, "rank": 2}), callbacks=[Dtypes()])
+                           steps=4, recipe={"embedding_fraction": 0.5, "rank": 2}, keep_phase_models=True),
+                   callbacks=[Dtypes()])
     assert seen == [(torch.bfloat16, set())] * 2 + [(torch.bfloat16, {torch.float32})] * 2
     for folder in (tmp_path / "run" / "phase-1-embeddings" / "final", report.model):
         config = json.loads((folder / "config.json").read_text())
@@ -177,7 +178,7 @@ def test_a_tied_bf16_model_keeps_one_matrix_and_a_full_phase_still_trains_in_flo
             seen.append({p.dtype for p in model.parameters()})
 
     report = train(_config(model, texts, tmp_path / "run", preset="transinner", precision="bf16", eval_text=None,
-                           recipe={"embedding_fraction": 0.5}), callbacks=[Dtypes()])
+                           recipe={"embedding_fraction": 0.5}, keep_phase_models=True), callbacks=[Dtypes()])
     assert seen == [{torch.float32, torch.bfloat16}] * 3 + [{torch.float32}] * 3
     phase_one = _state(tmp_path / "run" / "phase-1-embeddings" / "final")
     assert all(tensor.dtype == torch.bfloat16 for tensor in phase_one.values())

@@ -546,7 +546,7 @@ def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind
     text.write_text("\n".join(texts["target"] + texts["source"][:200]) + "\n", encoding="utf-8")
     train(TrainConfig(model=str(tmp_path / "transferred"), train_text=str(text), output=str(tmp_path / "run"),
                       preset="extension", steps=6, batch_size=4, sequence_length=32, save_steps=100,
-                      logging_steps=1, weight_decay=0.1, learning_rate=0.01, eval_text=None))
+                      logging_steps=1, weight_decay=0.1, learning_rate=0.01, eval_text=None, keep_phase_models=True))
     start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
     after_one = load_file(str(tmp_path / "run" / "phase-1-new-rows" / "final" / "model.safetensors"))
     after_two = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))

@@ -211,7 +211,8 @@ def test_a_recipe_in_one_file_trains_with_its_own_phases_parameters_optimizer_sc
             inner = getattr(optimizer, "optimizer", optimizer)
             seen.append((type(inner).__name__, inner.param_groups[0]["lr"]))
 
-    options = dict(preset="throwaway-norms-first", steps=8, eval_text=None, recipe={"stop_after": "3"})
+    options = dict(preset="throwaway-norms-first", steps=8, eval_text=None, recipe={"stop_after": "3"},
+                   keep_phase_models=True)
     report = train(_config(models["gpt2"], texts, tmp_path / "run", **options), callbacks=[Record()])
     assert [(p.name, p.steps, p.planned_steps) for p in report.phases] == [("1-norms", 2, 2),
                                                                                   ("2-embeddings", 3, 6)]

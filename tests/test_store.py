@@ -422,3 +422,55 @@ def test_a_run_that_reads_part_of_its_text_does_not_count_what_it_never_shows(gp
                                save_steps=1, logging_steps=1))
     facts = json.loads((report.output / "langswap-train.json").read_text())["training_data"]["train"]
     assert facts["epochs"] < 1 and "tokens_never_shown" not in facts
+
+
+def test_unshown_rows_hold_keeps_the_rows_of_tokens_the_text_never_shows(gpt2_folder, tmp_path):
+    from langswap.models import load_model, load_tokenizer
+    from langswap.training.run import TrainConfig, train
+
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(english_lines(6, seed=9)) + "\n", encoding="utf-8")
+    tokenizer = load_tokenizer(gpt2_folder)
+    read = sorted({token for line in english_lines(6, seed=9) for token in tokenizer(line)["input_ids"]})
+    start = load_model(gpt2_folder).get_input_embeddings().weight.detach().clone()
+    ends, held = {}, {}
+    for rows in ("hold", "train"):
+        report = train(TrainConfig(model=str(gpt2_folder), train_text=str(text), output=str(tmp_path / rows),
+                                   data_dir=str(tmp_path / "stores"), preset="embeddings", steps=4, batch_size=4,
+                                   sequence_length=16, save_steps=4, logging_steps=2, unshown_rows=rows))
+        ends[rows] = load_model(report.model).get_input_embeddings().weight.detach()
+        record = json.loads((report.output / "langswap-train.json").read_text())
+        held[rows] = record["phases"][0].get("rows_held")
+    assert held["hold"] == record["training_data"]["train"]["tokens_never_shown"] and held["train"] is None
+    shown = torch.zeros(len(start), dtype=torch.bool)
+    shown[read] = True
+    # held: every row the text never shows (its text tokens; byte-level leftovers train like shown ones) is as it was
+    unchanged = (ends["hold"] == start).all(dim=1)
+    assert not unchanged[shown].any() and unchanged.sum() >= held["hold"] > 0
+    # trained: weight decay and softmax's push move the same rows
+    assert not (ends["train"][~shown] == start[~shown]).all(dim=1).any()
+
+
+def test_held_rows_hold_an_untied_head_and_its_bias_through_decay():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from langswap.training.held_rows import HeldRows
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False))
+    model.lm_head.bias = torch.nn.Parameter(torch.randn(40))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    held = HeldRows.attach(model, np.array([3, 7, 39]))
+    assert len(held.parameters) == 3  # the input rows, the head's and its bias
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
+    for _ in range(3):
+        ids = torch.tensor([[1, 2, 5, 3, 7, 9]])
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        held.restore()
+        optimizer.zero_grad()
+    for name, parameter in model.named_parameters():
+        if name in ("model.embed_tokens.weight", "lm_head.weight", "lm_head.bias"):
+            assert torch.equal(parameter[[3, 7, 39]], before[name][[3, 7, 39]])
+            assert not torch.equal(parameter[[1, 2, 5]], before[name][[1, 2, 5]])

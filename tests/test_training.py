@@ -81,8 +81,30 @@ def test_embeddings_phase_leaves_every_other_parameter_bitwise_unchanged(kind, m
     assert report.phases[0].trainable_parameters < report.phases[0].total_parameters
 
 
+def test_a_run_keeps_one_copy_of_the_model_its_phases_trained_unless_told_to_keep_each(models, texts, tmp_path):
+    """Each phase's final weights are dropped once the next phase and model/ are written (their records stay, so a
+    rerun finds the run complete); model/ holds the last phase's weights hard-linked, not copied."""
+    report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=4, eval_text=None))
+    finals = sorted((tmp_path / "run").glob("phase-*/final"))
+    assert [final.parent.name for final in finals] == ["phase-1-embeddings", "phase-2-full"]
+    for final in finals:
+        assert (final / "phase.json").is_file() and not list(final.glob("*.safetensors"))
+    weights = report.model / "model.safetensors"
+    assert weights.stat().st_nlink == 1  # the phase's link was dropped: model/ holds the only copy
+    end = _state(report.model)
+    again = train(_config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=4, eval_text=None))
+    assert again.resumed and all(torch.equal(end[name], tensor) for name, tensor in _state(again.model).items())
+
+    kept = train(_config(models["gpt2"], texts, tmp_path / "kept", preset="transinner", steps=4, eval_text=None,
+                         keep_phase_models=True))
+    last = tmp_path / "kept" / "phase-2-full" / "final" / "model.safetensors"
+    assert (tmp_path / "kept" / "phase-1-embeddings" / "final" / "model.safetensors").is_file()
+    assert os.path.samefile(last, kept.model / "model.safetensors")  # one file on disk, two names
+
+
 def test_transinner_freezes_the_body_in_phase_one_then_trains_everything(models, texts, tmp_path):
-    report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=10))
+    report = train(_config(models["gpt2"], texts, tmp_path / "run", preset="transinner", steps=10,
+                           keep_phase_models=True))
     assert [p.name for p in report.phases] == ["1-embeddings", "2-full"]
     assert [p.steps for p in report.phases] == [1, 9]
     start, middle, end = _state(models["gpt2"]), _state(tmp_path / "run" / "phase-1-embeddings" / "final"), \

@@ -760,6 +760,7 @@ class PhaseReport(Report):
     data_wait: float | None = None  # share of the loop spent waiting for data
     teacher: PhaseTeacher | None = field(default=None, metadata=nested(PhaseTeacher))
     calibration_taken_off: int | None = None  # rows whose calibration move was taken off first (TrainConfig.calibration)
+    rows_held: int | None = None  # tokens whose rows were held, never shown by the text (TrainConfig.unshown_rows)
 
     def summary(self) -> str:
         """The phase in a line: what trained, the updates, the peak rate and the mean training loss."""

@@ -17,7 +17,7 @@ ATTENTION_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2", "flex_attenti
 
 # Fields that may change when a run is resumed: they do not change the weights a run ends with.
 RESUMABLE_CHANGES = {"overwrite", "save_steps", "save_total_limit", "snapshot_steps", "eval_steps", "num_workers",
-                     "data_dir"}
+                     "data_dir", "keep_phase_models"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +73,9 @@ class TrainConfig:
     eval_sequences: int = field(default=64, metadata={"help": "Packed sequences of eval_text evaluated."})
     logging_steps: int = field(default=10, metadata={"help": "Log the training loss every N updates (tiktotok: at "
                                                              "most recipe.settle_window)."})
+    keep_phase_models: bool = field(default=False, metadata={
+        "help": "Keep each phase's final weights in phase-NAME/final (one model's size each); by default they are "
+                "dropped once the next phase, or the run's model/, no longer needs them."})
     snapshot_steps: list[int] = field(default_factory=list, metadata={"help": "Also save the model at these "
                                                                               "global steps (snapshots/step-N)."})
     text_field: str = field(default="text", metadata={"cli": ("prepare",),
@@ -95,6 +98,11 @@ class TrainConfig:
     calibration_min_count: int = field(default=3, metadata={
         "help": "calibration: spare-rare's count: rows of tokens counted fewer times start with calibration's "
                 "lowering taken off."})
+    unshown_rows: str = field(default="train", metadata={
+        "help": "The rows of the model's text tokens that the training text never shows (never a target, so "
+                "training only lowers them): train (like every row) or hold (kept as the model folder has them; "
+                "not under FSDP or DeepSpeed).",
+        "choices": ("train", "hold")})
     teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={
         "help": "The source model as a teacher (langswap.training.teacher): the training loss adds teacher.weight "
                 "times the distance between the model's hidden states and the teacher's reading the same text with "
@@ -145,6 +153,8 @@ class TrainConfig:
                 raise ConfigError(f"{name} is {getattr(self, name)}; it must be at least 1.")
         if self.calibration not in ("keep", "undo", "spare-rare"):
             raise ConfigError(f"calibration is {self.calibration!r}; choose spare-rare, keep or undo.")
+        if self.unshown_rows not in ("train", "hold"):
+            raise ConfigError(f"unshown_rows is {self.unshown_rows!r}; choose train or hold.")
         if self.calibration_min_count < 1:
             raise ConfigError(f"calibration_min_count is {self.calibration_min_count}; give a count of at least 1.")
         for name in ("warmup_fraction", "mlm_probability"):

@@ -35,6 +35,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -62,12 +63,13 @@ from langswap.records import (ModelRecord, TrainingSection, TrainRecord, has_mod
                               read_model_record, read_train_record, write_model_record, write_train_record)
 from langswap.reports import PhaseReport
 from langswap.training.curve import CurveWriter
+from langswap.training.held_rows import HeldRows, unshown_text_tokens
 from langswap.training.data import BlockDataset, LMCollator, batch_counts, masked_eval_set, pack, phase_dataset
 from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
 from langswap.training.phases import Phase, embedding_parameters, parameter_counts, set_trainable, sharding_engine
 from langswap.training.recipes.base import Recipe, make_recipe
 from langswap.training.sources import source_texts
-from langswap.training.store import StoreBlocks, id_counts, token_store
+from langswap.training.store import StoreBlocks, token_store
 from langswap.training.teacher import TeacherBlocks, TeacherCollator, load_teacher, teacher_check
 from langswap.training.trainer import Curve, PhaseTrainer, RecipeHooks, Snapshots, save_model_atomically
 
@@ -308,8 +310,8 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
                        sequence_length)
     streams = recipe.streams()
     _check_document_mask(config, objective, tokenizer, streams, recipe.name)
-    train_sets, stream_tokens, stream_tokenizers, stores, data = _training_sets(config, state, streams, tokenizer,
-                                                                               objective, sequence_length, progress)
+    train_sets, stream_tokens, stream_tokenizers, stores, data, unshown = _training_sets(
+        config, state, streams, tokenizer, objective, sequence_length, progress)
     collator = LMCollator(tokenizer, objective, config.mlm_probability, stream_tokenizers, config.document_mask)
     precision_flags = _precision_flags(config.precision)
     teacher, dropped = None, None  # the teacher, or the check that dropped it
@@ -338,7 +340,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     resumed = status == "resume"
     offset = 0
     run = _Run(config, state, recipe, tokenizer, objective, collator, train_sets, streams, eval_set, teacher, dropped,
-               curve, list(callbacks or []), precision_flags, progress, use_cpu)
+               curve, list(callbacks or []), precision_flags, progress, use_cpu, unshown)
     for index in range(len(planned)):
         # a phase after one that ended early may be re-planned with the steps it left
         replanned = recipe.phases(objective, list(done_steps))
@@ -362,9 +364,12 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         summaries.append(summary)
         done_steps.append(summary.steps)
         offset += summary.steps
+        if state.is_main_process and not config.keep_phase_models:
+            _drop_phase_weights(output, keep=final)  # the phase before is done with: a model's copy less on disk
         start_model = final
 
-    final_curve = _finish_output(state, output, recipe, start_model, record, summaries, curve, offset)
+    final_curve = _finish_output(state, output, recipe, start_model, record, summaries, curve, offset,
+                                 config.keep_phase_models)
     return TrainReport(output, output / "model", objective, summaries, final_curve, resumed,
                        time.perf_counter() - clock)
 
@@ -389,6 +394,7 @@ class _Run:
     precision_flags: dict
     progress: bool
     use_cpu: bool
+    unshown: np.ndarray | None  # ids of the text tokens no stream shows, where unshown_rows: hold holds them
 
     @property
     def output(self) -> Path:
@@ -407,7 +413,10 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
     loaded_from = checkpoint if stopped_at else start_model
     model, kept_dtype, counts, undone = _phase_model(config, recipe, phase, loaded_from, run.objective,
                                                      run.tokenizer, run.precision_flags)
+    held = _held_rows(run, phase, model)
     trainer = _phase_trainer(run, index, phase, offset, phase_dir, model, kept_dtype)
+    if held is not None:
+        trainer.add_callback(held)
     if state.is_main_process and (phase_dir / ".staging").exists():
         shutil.rmtree(phase_dir / ".staging")  # a checkpoint an interrupted run did not finish
     if checkpoint:
@@ -431,6 +440,7 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
         trainer.evaluate()
     summary = _phase_summary(phase, trainer, metrics, counts, run.teacher, run.dropped)
     summary.calibration_taken_off = undone
+    summary.rows_held = None if held is None else len(held.ids)
     save_model_atomically(trainer, phase_dir / "final", {"phase.json": {
         **summary.as_dict(), "log_history": trainer.state.log_history}})
     run.curve.done.append((phase, offset, list(trainer.state.log_history)))
@@ -439,6 +449,22 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
             shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the phase is done; final/ replaces them
     state.wait_for_everyone()
     return summary, bool(checkpoint)
+
+
+def _held_rows(run: _Run, phase, model) -> HeldRows | None:
+    """`unshown_rows: hold` for one phase: the rows of the text tokens no stream shows held where `model` has them
+    (None: nothing to hold, no token matrix trains, or a sharding engine holds the parameters in flat shards)."""
+    if run.unshown is None or len(run.unshown) == 0:
+        return None
+    if sharding_engine():
+        logger.warning("unshown_rows: hold holds no row under %s (its parameters are flat shards); phase %s trains "
+                       "every row", sharding_engine(), phase.name)
+        return None
+    held = HeldRows.attach(model, run.unshown)
+    if held is not None:
+        logger.info("phase %s: the rows of %s tokens the training text never shows are held as they are",
+                    phase.name, f"{len(held.ids):,}")
+    return held
 
 
 def _phase_trainer(run: _Run, index: int, phase, offset: int, phase_dir: Path, model, kept_dtype):
@@ -485,16 +511,36 @@ def _start_output(config: TrainConfig, state, output: Path, record: TrainRecord)
 
 
 def _finish_output(state, output: Path, recipe, start_model, record: TrainRecord, summaries: list[PhaseReport], curve,
-                   steps: int) -> dict:
-    """The last phase's model written as the run's model, the recipe's outputs, the record complete; returns the
-    curve (empty on processes other than the main one)."""
+                   steps: int, keep_phase_models: bool) -> dict:
+    """The last phase's model written as the run's model, the recipe's outputs, the record complete, the phases'
+    weights dropped unless kept; returns the curve (empty on processes other than the main one)."""
     final_curve = curve() if state.is_main_process else {}
     if state.is_main_process:
         _write_model(start_model, output / "model", record, summaries, final_curve)
         recipe.finish_outputs(output)
         write_train_record(output, dataclasses.replace(record, status="complete", phases=summaries, steps=steps))
+        if not keep_phase_models:
+            _drop_phase_weights(output)
     state.wait_for_everyone()
     return final_curve
+
+
+def _weight_file(item: Path) -> bool:
+    """A model folder's weights (shards and their index), not its config, tokenizer or phase record."""
+    return item.is_file() and item.name != "training_args.bin" and (
+        item.suffix in (".safetensors", ".bin") or item.name.endswith(".index.json"))
+
+
+def _drop_phase_weights(output: Path, keep: Path | None = None) -> None:
+    """Delete the weights of every phase's final model in `output` but `keep`'s: a phase's final model is the next
+    phase's start and the run's model until those are written, and nothing after. The phase records stay, so a
+    rerun still skips the phases done."""
+    for final in sorted(output.glob("phase-*/final")):
+        if keep is not None and final.resolve() == Path(keep).resolve():
+            continue
+        for item in final.iterdir():
+            if _weight_file(item):
+                item.unlink()
 
 
 def _check_document_mask(config: TrainConfig, objective: str, tokenizer, streams, recipe: str) -> None:
@@ -577,34 +623,38 @@ def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: st
                     "epochs of it", "training text" if len(streams) == 1 else f"stream {stream.name}",
                     f"{store.num_documents:,}", f"{store.num_tokens:,}", f"{sequences:,}", sequence_length,
                     f"{config.steps:,}", f"{data[stream.name]['epochs']:.3g}")
-    _never_shown(streams, train_sets, tokenizer, data)
-    return train_sets, stream_tokens, stream_tokenizers, stores, data
+    unshown = _never_shown(config, streams, train_sets, stream_tokenizers, tokenizer, data)
+    return train_sets, stream_tokens, stream_tokenizers, stores, data, unshown
 
 
-def _never_shown(streams, train_sets, tokenizer, data: dict) -> None:
-    """Where the run reads every stream whole at least once: how many of the model's text tokens (`text_tokens`:
-    added tokens, partial UTF-8 and whitespace left out) no stream ever shows (each stream's own figure in `data`,
-    `tokens_never_shown`), said as a warning where they are more than a tenth of them. Training never has such a
-    token as a target, so every update lowers it: a tokenizer trained on the text itself holds many words whole and
-    never shows the letters and syllables that new text needs for words the text lacks (docs/design.md, "Tokens the
-    training text never shows")."""
-    if not streams or any(data[stream.name]["epochs"] < 1 for stream in streams):
-        return
+def _never_shown(config: TrainConfig, streams, train_sets, stream_tokenizers, tokenizer, data: dict):
+    """The ids of the model's text tokens (`text_tokens`: added tokens, partial UTF-8 and whitespace left out) that
+    no stream's store ever shows, where `unshown_rows: hold` needs them (None otherwise, or where a stream is read
+    by a tokenizer of its own). Where the run reads every stream whole at least once, their number goes in `data`
+    (each stream's own, `tokens_never_shown`) and is said as a warning where they are more than a tenth of the text
+    tokens. Training never has such a token as a target, so every update lowers it: a tokenizer trained on the text
+    itself holds many words whole and never shows the letters and syllables that new text needs for words the text
+    lacks (docs/design.md, "Tokens the training text never shows")."""
+    read_whole = bool(streams) and all(data[stream.name]["epochs"] >= 1 for stream in streams)
+    hold = config.unshown_rows == "hold" and not any(stream_tokenizers)
+    if config.unshown_rows == "hold" and not hold:
+        logger.info("unshown_rows: hold holds no row here: a stream is read by a tokenizer of its own")
+    if not (read_whole or hold):
+        return None
     from langswap.resources.tokenizer import text_tokens
 
-    size = len(tokenizer)
-    texts = np.array([bool(text) for text in text_tokens(tokenizer)])
-    shown = np.zeros(size, dtype=bool)
-    for stream in streams:
-        seen = id_counts(train_sets[stream.name].store.tokens, size) > 0
-        data[stream.name]["tokens_never_shown"] = int((texts & ~seen).sum())
-        shown |= seen
-    never = int((texts & ~shown).sum())
-    total = int(texts.sum())
-    say = logger.warning if never > total / 10 else logger.info
-    say("%s of the model's %s text tokens never occur in the training text as its tokenizer reads it: training only "
-        "lowers them, so text that needs them (words the training text lacks) reads worse the longer the run. More "
-        "text, a smaller vocabulary or fewer updates avoid it.", f"{never:,}", f"{total:,}")
+    never, each = unshown_text_tokens(tokenizer, [train_sets[stream.name].store.tokens for stream in streams])
+    if read_whole:
+        for stream, ids in zip(streams, each):
+            data[stream.name]["tokens_never_shown"] = len(ids)
+        total = sum(bool(text) for text in text_tokens(tokenizer))
+        say = logger.warning if len(never) > total / 10 and not hold else logger.info
+        say("%s of the model's %s text tokens never occur in the training text as its tokenizer reads it: training "
+            "only lowers them, so text that needs them (words the training text lacks) reads worse the longer the "
+            "run%s.", f"{len(never):,}", f"{total:,}",
+            "; unshown_rows: hold keeps their rows as they are" if hold else
+            ". unshown_rows: hold keeps their rows; more text, a smaller vocabulary or fewer updates avoid it")
+    return never if hold else None
 
 
 def _eval_set(config: TrainConfig, tokenizer, collator, objective: str, sequence_length: int):
@@ -783,14 +833,26 @@ def _record_failure(output: Path, error: TrainingDivergedError, state) -> None:
         write_train_record(output, record)
 
 
+def _link_or_copy(item: Path, target: Path, link: bool) -> None:
+    if link:
+        try:
+            os.link(item, target)
+            return
+        except OSError:  # another file system, or one without hard links
+            pass
+    shutil.copy2(item, target)
+
+
 def _write_model(last_final: Path, folder: Path, record: TrainRecord, phases: list[PhaseReport], curve: dict) -> None:
     """Copy the last phase's weights and tokenizer to output/model with a langswap.json that keeps the record of the
-    folder it was trained from (when langswap wrote that folder) and adds the training."""
+    folder it was trained from (when langswap wrote that folder) and adds the training. Weights of a phase of this
+    run are hard-linked where the file system allows (no second copy on disk; the phase's are dropped after)."""
     start = Path(record.config["model"])
+    ours = Path(last_final).resolve().is_relative_to(folder.parent.resolve())
     with atomic_directory(folder, overwrite=True) as temporary:
         for item in Path(last_final).iterdir():
             if item.is_file() and item.name != "phase.json" and item.name != "training_args.bin":
-                shutil.copy2(item, temporary / item.name)
+                _link_or_copy(item, temporary / item.name, ours and _weight_file(item))
         portable_tokenizer_config(temporary)
         provenance = start / "provenance.tsv"
         if provenance.is_file():
