@@ -24,7 +24,10 @@ per measurement, also written to
 On a machine without a GPU the run trains in float32 (`--precision fp32`, the default there) and reports peak
 resident memory (ru_maxrss of the training process) where a GPU run reports peak GPU memory.
 
-Disk: the checkpoint (16 GB) and one trained model folder at a time (deleted after it is evaluated).
+Disk: the checkpoint (16 GB) and one run's output at a time (deleted after it is evaluated). A thread samples the
+run's output folder every 2 s; `peak_output_gib` is the most it held (files linked twice counted once), in model
+copies `peak_output_copies` (the checkpoint's size is one copy): a run keeps one trained copy at the end and at most
+two while a phase's final folder is written.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ import argparse
 import json
 import resource
 import shutil
+import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -77,6 +82,46 @@ def peak_rss_gib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
 
 
+def folder_bytes(folder: Path) -> int:
+    """Bytes that the files under `folder` take on disk, each file linked more than once counted once."""
+    seen, total = set(), 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                status = os.lstat(os.path.join(root, name))
+            except FileNotFoundError:  # deleted while walked
+                continue
+            if (status.st_dev, status.st_ino) not in seen:
+                seen.add((status.st_dev, status.st_ino))
+                total += status.st_blocks * 512
+    return total
+
+
+class DiskPeak:
+    """The most `folder` holds while the `with` block runs, sampled every `every` seconds and once at the end."""
+
+    def __init__(self, folder: Path, every: float = 2.0):
+        self.folder, self.every, self.peak = folder, every, 0
+        self.done = threading.Event()
+
+    def sample(self) -> None:
+        self.peak = max(self.peak, folder_bytes(self.folder) if self.folder.exists() else 0)
+
+    def watch(self) -> None:
+        while not self.done.wait(self.every):
+            self.sample()
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+        self.sample()
+
+
 def shape_name(args) -> str:
     return "tiny" if args.tiny else args.shape
 
@@ -100,8 +145,10 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     clock = time.perf_counter()
-    report = train(config, callbacks=[clock_callback])
+    with DiskPeak(output) as disk:
+        report = train(config, callbacks=[clock_callback])
     wall = time.perf_counter() - clock
+    model_bytes = folder_bytes(Path(model))
     timed = clock_callback.times[5:] or clock_callback.times  # the first updates include the allocator's warm-up
     per_update = sum(timed) / len(timed) if timed else None
     tokens = args.batch_size * args.sequence_length
@@ -113,6 +160,8 @@ def run_one(args, model: Path, text: Path, preset: str) -> dict:
               "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
               "peak_gpu_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2) if cuda else None,
               "peak_rss_gib": peak_rss_gib(),
+              "peak_output_gib": round(disk.peak / 2**30, 2), "peak_output_copies": round(disk.peak / model_bytes, 2),
+              "output_gib_at_end": round(folder_bytes(output) / 2**30, 2),
               "phases": [(p.name, p.trainable_parameters, p.train_loss) for p in report.phases]}
     if cuda:
         torch.cuda.empty_cache()
