@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
-import os
 import subprocess
 import sys
 import threading

@@ -63,8 +63,8 @@ from langswap.records import (ModelRecord, TrainingSection, TrainRecord, has_mod
                               read_model_record, read_train_record, write_model_record, write_train_record)
 from langswap.reports import PhaseReport
 from langswap.training.curve import CurveWriter
-from langswap.training.held_rows import HeldRows, unshown_text_tokens
 from langswap.training.data import BlockDataset, LMCollator, batch_counts, masked_eval_set, pack, phase_dataset
+from langswap.training.held_rows import HeldRows, unshown_text_tokens
 from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
 from langswap.training.phases import Phase, embedding_parameters, parameter_counts, set_trainable, sharding_engine
 from langswap.training.recipes.base import Recipe, make_recipe
