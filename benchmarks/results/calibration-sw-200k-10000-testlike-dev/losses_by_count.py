@@ -2,13 +2,16 @@
 how often the training text shows each token (read by the target tokenizer), for the seed-1 runs of
 `python benchmarks/bench_calibration.py --language sw --slice-bytes 200000 --steps 0 1000 --entries
 "combined cal train.seed=1" "combined raw train.seed=1"` (their bench folder must be there), and the calibrated
-transfer at step 0. Each line is read on its own after the tokenizer's bos (or eos) token, as the bench scores it.
+transfer at step 0; with `--held`, the runs of `--steps 0 200 1000 --entries "combined cal train.unshown_rows=hold"
+"combined raw train.unshown_rows=hold"` (the rows of tokens the slice never shows held) too. Each line is read on its
+own after the tokenizer's bos (or eos) token, as the bench scores it.
 
-    python benchmarks/results/calibration-sw-200k-10000-testlike-dev/losses_by_count.py
+    python benchmarks/results/calibration-sw-200k-10000-testlike-dev/losses_by_count.py [--held]
 """
 
 import collections
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -19,6 +22,8 @@ RUNS = BENCH / "bench" / "runs"
 MODELS = {"calibrated, 1,000 updates": RUNS / "combined_cal_train.seed=1/train-1000steps-fe0fd33e/phase-1-embeddings/final",
           "uncalibrated, 1,000 updates": RUNS / "combined_raw_train.seed=1/train-1000steps-47dc4485/phase-1-embeddings/final",
           "calibrated, step 0": RUNS / "combined_cal_train.seed=1/transfer"}
+HELD = {"calibrated, held, 1,000 updates": "combined_cal_train.unshown_rows=hold",
+        "uncalibrated, held, 1,000 updates": "combined_raw_train.unshown_rows=hold"}
 BUCKETS = ("0", "1-2", "3-9", "10-99", "100+")
 
 
@@ -27,6 +32,9 @@ def bucket(count: int) -> str:
 
 
 def main() -> None:
+    if "--held" in sys.argv[1:]:
+        for name, label in HELD.items():  # the run's model/ (its phase's weights are dropped once it is written)
+            MODELS[name] = next((RUNS / label).glob("train-1000steps-*")) / "model"
     tokenizer = AutoTokenizer.from_pretrained(MODELS["calibrated, step 0"])
     train = (BENCH / "train.txt").read_text(encoding="utf-8").splitlines()
     dev = (BENCH / "dev.txt").read_text(encoding="utf-8").splitlines()[:300]
