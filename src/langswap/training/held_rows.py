@@ -21,15 +21,16 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from langswap.training.phases import embedding_parameters
 from langswap.training.store import id_counts
 
 logger = logging.getLogger(__name__)
 
 
-def unshown_text_tokens(tokenizer, token_arrays) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(ids of the tokenizer's text tokens that none of `token_arrays` holds, each array's own such ids): text tokens
-    as `langswap.resources.tokenizer.text_tokens` defines them (added tokens, partial UTF-8 and whitespace left
-    out)."""
+def unshown_text_tokens(tokenizer, token_arrays) -> tuple[np.ndarray, list[np.ndarray], int]:
+    """(ids of the tokenizer's text tokens that none of `token_arrays` holds, each array's own such ids, how many text
+    tokens there are): text tokens as `langswap.resources.tokenizer.text_tokens` defines them (added tokens, partial
+    UTF-8 and whitespace left out)."""
     from langswap.resources.tokenizer import text_tokens
 
     size = len(tokenizer)
@@ -40,7 +41,7 @@ def unshown_text_tokens(tokenizer, token_arrays) -> tuple[np.ndarray, list[np.nd
         seen = id_counts(tokens, size) > 0
         each.append(np.flatnonzero(texts & ~seen))
         shown |= seen
-    return np.flatnonzero(texts & ~shown), each
+    return np.flatnonzero(texts & ~shown), each, int(texts.sum())
 
 
 class HeldRows(TrainerCallback):
@@ -60,12 +61,7 @@ class HeldRows(TrainerCallback):
         """Hold rows `ids` of every trainable token matrix of `model` (None where none trains or `ids` is empty)."""
         if len(ids) == 0:
             return None
-        parameters, seen = [], set()
-        for module in (model.get_input_embeddings(), model.get_output_embeddings()):
-            for parameter in (getattr(module, "weight", None), getattr(module, "bias", None)):
-                if parameter is not None and parameter.requires_grad and id(parameter) not in seen:
-                    seen.add(id(parameter))
-                    parameters.append(parameter)
+        parameters = [parameter for parameter in embedding_parameters(model) if parameter.requires_grad]
         if not parameters:
             return None
         index = torch.as_tensor(ids, dtype=torch.long)

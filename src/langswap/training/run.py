@@ -456,9 +456,10 @@ def _held_rows(run: _Run, phase, model) -> HeldRows | None:
     (None: nothing to hold, no token matrix trains, or a sharding engine holds the parameters in flat shards)."""
     if run.unshown is None or len(run.unshown) == 0:
         return None
-    if sharding_engine():
+    engine = sharding_engine()
+    if engine:
         logger.warning("unshown_rows: hold holds no row under %s (its parameters are flat shards); phase %s trains "
-                       "every row", sharding_engine(), phase.name)
+                       "every row", engine, phase.name)
         return None
     held = HeldRows.attach(model, run.unshown)
     if held is not None:
@@ -641,13 +642,10 @@ def _never_shown(config: TrainConfig, streams, train_sets, stream_tokenizers, to
         logger.info("unshown_rows: hold holds no row here: a stream is read by a tokenizer of its own")
     if not (read_whole or hold):
         return None
-    from langswap.resources.tokenizer import text_tokens
-
-    never, each = unshown_text_tokens(tokenizer, [train_sets[stream.name].store.tokens for stream in streams])
+    never, each, total = unshown_text_tokens(tokenizer, [train_sets[stream.name].store.tokens for stream in streams])
     if read_whole:
         for stream, ids in zip(streams, each):
             data[stream.name]["tokens_never_shown"] = len(ids)
-        total = sum(bool(text) for text in text_tokens(tokenizer))
         say = logger.warning if len(never) > total / 10 and not hold else logger.info
         say("%s of the model's %s text tokens never occur in the training text as its tokenizer reads it: training "
             "only lowers them, so text that needs them (words the training text lacks) reads worse the longer the "
