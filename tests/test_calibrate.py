@@ -419,10 +419,12 @@ def test_a_calibrated_transfer_records_its_move_and_training_can_take_it_off(gpt
     `lower_min_count: 3`, and `langswap train` with `calibration: undo` starts from the uncalibrated rows."""
     from transformers import AutoModelForCausalLM
 
+    from langswap.calibration_move import MOVE_FILE, CalibrationMove, take_off
+    from langswap.models import load_tokenizer
     from langswap.records import read_train_record
+    from langswap.training.held_rows import unshown_text_tokens
     from langswap.training.run import TrainConfig, train
     from langswap.transfer import transfer, transfer_config
-    from langswap.calibration_move import MOVE_FILE, CalibrationMove, take_off
 
     base = {"source_model": str(gpt2_folder), "target_tokenizer": str(target_tokenizer_folder), "method": "overlap"}
     text = str(corpus_dir / "xx.txt")
@@ -455,13 +457,39 @@ def test_a_calibrated_transfer_records_its_move_and_training_can_take_it_off(gpt
         torch.testing.assert_close(every.get_input_embeddings().weight, plain.get_input_embeddings().weight,
                                    rtol=0, atol=1e-5)
 
-    def start_of(name, calibration):
+    def start_of(name, calibration, **options):
         config = TrainConfig(model=str(tmp_path / "every"), train_text=text, output=str(tmp_path / name), steps=1,
                              batch_size=2, sequence_length=16, save_steps=1, logging_steps=1, preset="embeddings",
-                             snapshot_steps=[0], calibration=calibration)
+                             snapshot_steps=[0], calibration=calibration, **options)
         train(config)
         phase = read_train_record(tmp_path / name).phases[0]
         return phase, AutoModelForCausalLM.from_pretrained(tmp_path / name / "snapshots" / "step-0")
+
+    # rows named to keep their move keep it: those rows as calibrated, the others as the spared transfer's
+    written = weights(AutoModelForCausalLM.from_pretrained(tmp_path / "every"))
+    lowered = np.flatnonzero(rare & (move.logits[0] < 0))
+    kept_rows, others = lowered[::2], np.setdiff1d(np.arange(len(move.counts)), lowered[::2])
+    with torch.no_grad():
+        again = AutoModelForCausalLM.from_pretrained(tmp_path / "every")
+        assert take_off(again, move, below_count=3, kept_rows=kept_rows) == len(lowered) - len(kept_rows)
+    assert len(kept_rows) > 0 and torch.equal(weights(again)[kept_rows], written[kept_rows])
+    torch.testing.assert_close(weights(again)[others], weights(spared)[others], rtol=0, atol=1e-5)
+    # with unshown_rows: hold, the rows of the tokens the text never shows start as the transfer wrote them (they
+    # never train, so calibration's lowering is the best they have) and spare-rare spares only the rows it shows
+    phase, held = start_of("spare-held", "spare-rare", unshown_rows="hold", calibration_min_count=10)
+    target = load_tokenizer(target_tokenizer_folder)
+    shown = {token for line in open(text, encoding="utf-8").read().splitlines() for token in target(line)["input_ids"]}
+    unshown = unshown_text_tokens(target, [np.array(sorted(shown))])[0]  # the text tokens the text never shows
+    below = set(np.flatnonzero((move.counts < 10) & (move.logits[0] < 0)).tolist())
+    spared_shown = sorted(below - set(unshown.tolist()))
+    assert phase.rows_held == len(unshown) > 0 and below & set(unshown.tolist()) and spared_shown
+    assert phase.calibration_taken_off == len(spared_shown)
+    assert torch.equal(weights(held)[unshown], written[unshown])
+    with torch.no_grad():
+        all_spared = AutoModelForCausalLM.from_pretrained(tmp_path / "every")
+        take_off(all_spared, move, below_count=10)
+    torch.testing.assert_close(weights(held)[spared_shown], weights(all_spared)[spared_shown], rtol=0, atol=1e-5)
+    assert not torch.allclose(weights(held)[unshown], weights(all_spared)[unshown], atol=1e-4)
 
     phase, undone = start_of("undo", "undo")
     assert phase.calibration_taken_off == int((move.logits[0] != 0).sum())

@@ -68,11 +68,11 @@ class CalibrationMove:
             return cls(logits, directions, handle.get_tensor("counts"), metadata.get("tied") == "true")
 
 
-def take_off(model, move: CalibrationMove, below_count: int | None = None) -> int:
+def take_off(model, move: CalibrationMove, below_count: int | None = None, kept_rows=None) -> int:
     """Take calibration's move off `model`'s output rows (a tied head's input rows with them): all of it, or with
     `below_count` only the lowering of rows whose token was counted fewer than that many times (what
-    `lower_min_count` would have spared). Returns the rows changed. The model must be the calibrated transfer, with
-    its vocabulary as it was then."""
+    `lower_min_count` would have spared); the rows `kept_rows` (ids) keep theirs. Returns the rows changed. The model
+    must be the calibrated transfer, with its vocabulary as it was then."""
     head = model.get_output_embeddings()
     weight, bias = head.weight, getattr(head, "bias", None)
     size = weight.shape[0]
@@ -83,12 +83,16 @@ def take_off(model, move: CalibrationMove, below_count: int | None = None) -> in
     rare = np.zeros(size, dtype=bool)
     if below_count is not None:
         rare[:len(move.counts)] = move.counts < below_count
+    kept = np.zeros(size, dtype=bool)
+    if kept_rows is not None and len(kept_rows):
+        kept[np.asarray(kept_rows, dtype=np.int64)] = True
     with torch.no_grad():
         for logits, direction in zip(move.logits, move.directions):
             delta = np.zeros(size, dtype=np.float32)
             delta[:len(logits)] = logits
             if below_count is not None:
                 delta = np.where(rare, np.minimum(delta, 0.0), 0.0).astype(np.float32)
+            delta[kept] = 0.0
             changed |= delta != 0
             amount = torch.from_numpy(delta).to(weight.device, torch.float32)
             if direction is None:

@@ -412,7 +412,8 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
     stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
     loaded_from = checkpoint if stopped_at else start_model
     model, kept_dtype, counts, undone = _phase_model(config, recipe, phase, loaded_from, run.objective,
-                                                     run.tokenizer, run.precision_flags)
+                                                     run.tokenizer, run.precision_flags,
+                                                     None if sharding_engine() else run.unshown)
     held = _held_rows(run, phase, model)
     trainer = _phase_trainer(run, index, phase, offset, phase_dir, model, kept_dtype)
     if held is not None:
@@ -557,14 +558,16 @@ def _check_document_mask(config: TrainConfig, objective: str, tokenizer, streams
                           + "; leave document_mask off.")
 
 
-def _phase_model(config: TrainConfig, recipe, phase, loaded_from, objective: str, tokenizer, precision_flags: dict):
+def _phase_model(config: TrainConfig, recipe, phase, loaded_from, objective: str, tokenizer, precision_flags: dict,
+                 held=None):
     """(the phase's model, prepared by the recipe with its trainable parameters set; the dtype its folders are
-    written in (None: its own); its parameter counts)."""
+    written in (None: its own); its parameter counts; the rows whose calibration was taken off). `held`: the ids
+    `unshown_rows: hold` holds, which keep their calibration."""
     autocast_dtype = (_autocast_dtype(precision_flags) if recipe.freezes_body(phase) and not sharding_engine()
                       else None)
     model, kept = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention,
                                      autocast_dtype)
-    undone = _calibration_start(config, model, loaded_from)
+    undone = _calibration_start(config, model, loaded_from, held)
     kept_dtype = autocast_dtype if kept else None  # the dtype the phase's model folders are written in
     recipe.prepare_model(phase, model, loaded_from)
     set_trainable(model, recipe.trainable_parameters(phase, model))
@@ -579,9 +582,11 @@ def _phase_model(config: TrainConfig, recipe, phase, loaded_from, objective: str
     return model, kept_dtype, counts, undone
 
 
-def _calibration_start(config: TrainConfig, model, folder) -> int | None:
+def _calibration_start(config: TrainConfig, model, folder, held=None) -> int | None:
     """`config.calibration` applied to a model loaded from a calibrated transfer's folder (one holding its
-    calibration move): the rows whose move was taken off (None: the folder has no move, or `keep`)."""
+    calibration move): the rows whose move was taken off (None: the folder has no move, or `keep`). The rows `held`
+    (`unshown_rows: hold`) keep theirs: training never moves them, so they stay the transfer's rows as written, the
+    best rows it had to read with."""
     path = Path(folder) / MOVE_FILE
     if config.calibration == "keep" or Path(folder).resolve() != Path(config.model).resolve():
         return None  # a later phase starts from the one before, a stopped phase from its checkpoint
@@ -594,7 +599,7 @@ def _calibration_start(config: TrainConfig, model, folder) -> int | None:
                               "calibrated by an older langswap; transfer again, or set calibration: keep.")
         return None  # uncalibrated, or calibrated with those rows spared already: nothing to take off
     below = config.calibration_min_count if config.calibration == "spare-rare" else None
-    rows = take_off(model, CalibrationMove.load(path), below)
+    rows = take_off(model, CalibrationMove.load(path), below, held)
     logger.info("calibration %s: the move of %s output rows taken off before training", config.calibration,
                 f"{rows:,}")
     return rows
