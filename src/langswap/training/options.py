@@ -100,8 +100,9 @@ class TrainConfig:
                 "lowering taken off."})
     unshown_rows: str = field(default="train", metadata={
         "help": "The rows of the model's text tokens that the training text never shows (never a target, so "
-                "training only lowers them): train (like every row) or hold (kept as the model folder has them; "
-                "not under FSDP or DeepSpeed).",
+                "training only lowers them): train (like every row) or hold (kept as the model folder has them, "
+                "calibration's move included whatever `calibration` takes off the other rows; not under FSDP or "
+                "DeepSpeed).",
         "choices": ("train", "hold")})
     teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={
         "help": "The source model as a teacher (langswap.training.teacher): the training loss adds teacher.weight "
