@@ -434,7 +434,7 @@ def test_unshown_rows_hold_keeps_the_rows_of_tokens_the_text_never_shows(gpt2_fo
     read = sorted({token for line in english_lines(6, seed=9) for token in tokenizer(line)["input_ids"]})
     start = load_model(gpt2_folder).get_input_embeddings().weight.detach().clone()
     ends, held = {}, {}
-    for rows in ("hold", "train", "hold-mean"):
+    for rows in ("hold", "train"):
         report = train(TrainConfig(model=str(gpt2_folder), train_text=str(text), output=str(tmp_path / rows),
                                    data_dir=str(tmp_path / "stores"), preset="embeddings", steps=4, batch_size=4,
                                    sequence_length=16, save_steps=4, logging_steps=2, unshown_rows=rows))
@@ -449,9 +449,6 @@ def test_unshown_rows_hold_keeps_the_rows_of_tokens_the_text_never_shows(gpt2_fo
     assert not unchanged[shown].any() and unchanged.sum() >= held["hold"] > 0
     # trained: weight decay and softmax's push move the same rows
     assert not (ends["train"][~shown] == start[~shown]).all(dim=1).any()
-    # held at their mean logit: the same rows as held, and they train (a tied head: the rows are the input rows)
-    assert held["hold-mean"] == held["hold"]
-    assert not (ends["hold-mean"][~shown] == start[~shown]).all(dim=1).all()
 
 
 def test_held_rows_hold_an_untied_head_and_its_bias_through_decay():
@@ -477,38 +474,3 @@ def test_held_rows_hold_an_untied_head_and_its_bias_through_decay():
         if name in ("model.embed_tokens.weight", "lm_head.weight", "lm_head.bias"):
             assert torch.equal(parameter[[3, 7, 39]], before[name][[3, 7, 39]])
             assert not torch.equal(parameter[[1, 2, 5]], before[name][[1, 2, 5]])
-
-
-def test_hold_mean_trains_the_head_rows_but_keeps_their_logit_at_the_mean_head_input():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from langswap.training.held_rows import HeldRows
-
-    for tied in (False, True):
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                             num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=tied))
-        if not tied:
-            model.lm_head.bias = torch.nn.Parameter(torch.randn(40))
-        model.train()
-        before = {name: p.detach().clone() for name, p in model.named_parameters()}
-        held = HeldRows.attach(model, np.array([3, 7, 39]), mean=True)
-        assert held.output is model.lm_head.weight
-        optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
-        ids = torch.tensor([[1, 2, 5, 9, 11, 2], [4, 6, 1, 2, 8, 10]])
-        with torch.no_grad():  # the head's input on the first step's batch, before any update
-            mean = model(input_ids=ids, output_hidden_states=True).hidden_states[-1].reshape(-1, 16).sum(0)
-        for _ in range(3):
-            model(input_ids=ids, labels=ids).loss.backward()
-            optimizer.step()
-            held.restore()
-            optimizer.zero_grad()
-        torch.testing.assert_close(held.direction, mean / mean.norm())
-        head = "model.embed_tokens.weight" if tied else "lm_head.weight"
-        moved = model.lm_head.weight.detach()[[3, 7, 39]] - before[head][[3, 7, 39]]
-        # the held rows trained, but not along the mean head input: their logit there is where it was
-        assert moved.abs().max() > 1e-3 and (moved @ held.direction).abs().max() < 1e-5
-        if not tied:  # the input rows and the bias are held whole
-            inputs = before["model.embed_tokens.weight"]
-            assert torch.equal(model.model.embed_tokens.weight[[3, 7, 39]], inputs[[3, 7, 39]])
-            assert torch.equal(model.lm_head.bias[[3, 7, 39]], before["lm_head.bias"][[3, 7, 39]])

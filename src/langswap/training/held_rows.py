@@ -47,72 +47,37 @@ def unshown_text_tokens(tokenizer, token_arrays) -> tuple[np.ndarray, list[np.nd
 class HeldRows(TrainerCallback):
     """Holds rows `ids` of a model's token matrices (input embeddings, a separate output head, its bias) where they
     are: `attach` registers the gradient hooks and keeps a copy of the rows; the callback puts the rows back after
-    every optimizer step. With `mean=True` (`unshown_rows: hold-mean`) the output rows train, and after every step
-    only their move along the mean head input is taken back: each row's logit at the head input's mean over the
-    first update's batches stays where the transfer put it, while training may still lower it in the contexts where
-    it is too probable and raise it in the others (docs/design.md, "Tokens the training text never shows")."""
+    every optimizer step."""
 
-    def __init__(self, parameters: list[torch.nn.Parameter], ids: torch.Tensor, output=None):
+    def __init__(self, parameters: list[torch.nn.Parameter], ids: torch.Tensor):
         self.parameters = parameters
         self.ids = ids
         # a matrix may have fewer rows than the tokenizer has tokens (a bias, a head cut to size): its own rows only
         self.rows = [ids[ids < parameter.shape[0]].to(parameter.device) for parameter in parameters]
         self.kept = [parameter.detach()[rows].clone() for parameter, rows in zip(parameters, self.rows)]
-        self.output = output  # hold-mean: the output rows' matrix (among `parameters`), its rows keep only the mean
-        self.direction: torch.Tensor | None = None  # hold-mean: the unit mean head input, once the first step read it
-        self._sum: torch.Tensor | None = None
-        self._hook = None
 
     @classmethod
-    def attach(cls, model, ids: np.ndarray, mean: bool = False) -> "HeldRows | None":
-        """Hold rows `ids` of every trainable token matrix of `model` (None where none trains or `ids` is empty);
-        with `mean`, the output rows train and keep only their logit at the mean head input."""
+    def attach(cls, model, ids: np.ndarray) -> "HeldRows | None":
+        """Hold rows `ids` of every trainable token matrix of `model` (None where none trains or `ids` is empty)."""
         if len(ids) == 0:
             return None
         parameters = [parameter for parameter in embedding_parameters(model) if parameter.requires_grad]
         if not parameters:
             return None
         index = torch.as_tensor(ids, dtype=torch.long)
-        head = model.get_output_embeddings()
-        output = head.weight if mean and head is not None and any(head.weight is p for p in parameters) else None
-        held = cls(parameters, index, output)
+        held = cls(parameters, index)
         for parameter, rows in zip(parameters, held.rows):
-            if parameter is output:
-                continue  # its gradient flows; the step's move along the mean is taken back after it
             mask = torch.zeros(parameter.shape[0], dtype=torch.bool, device=parameter.device)
             mask[rows] = True
             mask = mask.view(-1, *([1] * (parameter.dim() - 1)))
             parameter.register_hook(lambda grad, mask=mask: grad.masked_fill(mask, 0))
-        if output is not None:
-            held._hook = head.register_forward_pre_hook(held._read_head_input)
         return held
-
-    def _read_head_input(self, module, inputs) -> None:
-        """Sum the head's inputs (every position) until the first optimizer step."""
-        if not module.training:
-            return
-        hidden = inputs[0].detach().float().reshape(-1, inputs[0].shape[-1])
-        total = hidden.sum(dim=0)
-        self._sum = total if self._sum is None else self._sum + total
 
     @torch.no_grad()
     def restore(self) -> None:
-        """Put the held rows back as they were when attached (with `mean`, the output rows' move along the mean head
-        input alone)."""
-        if self.output is not None and self.direction is None and self._sum is not None:
-            self.direction = self._sum / self._sum.norm().clamp_min(1e-12)
-            self._hook.remove()
+        """Put the held rows back as they were when attached."""
         for parameter, rows, kept in zip(self.parameters, self.rows, self.kept):
-            if parameter is self.output:
-                if self.direction is None:  # no forward pass read the head yet: hold the rows whole
-                    parameter.index_copy_(0, rows, kept.to(parameter.dtype))
-                    continue
-                direction = self.direction.to(parameter.device)
-                moved = parameter[rows].float() - kept.float()
-                moved -= (moved @ direction)[:, None] * direction[None, :]
-                parameter.index_copy_(0, rows, (kept.float() + moved).to(parameter.dtype))
-            else:
-                parameter.index_copy_(0, rows, kept.to(parameter.dtype))
+            parameter.index_copy_(0, rows, kept.to(parameter.dtype))
 
     def on_optimizer_step(self, args, state, control, **kwargs):
         self.restore()

@@ -100,11 +100,10 @@ class TrainConfig:
                 "lowering taken off."})
     unshown_rows: str = field(default="train", metadata={
         "help": "The rows of the model's text tokens that the training text never shows (never a target, so "
-                "training only lowers them): train (like every row), hold (kept as the model folder has them, "
-                "calibration's move included whatever `calibration` takes off the other rows) or hold-mean (the "
-                "output rows train, but each keeps its logit at the mean head input where the model folder has it); "
-                "hold and hold-mean act on nothing under FSDP or DeepSpeed.",
-        "choices": ("train", "hold", "hold-mean")})
+                "training only lowers them): train (like every row) or hold (kept as the model folder has them, "
+                "calibration's move included whatever `calibration` takes off the other rows; not under FSDP or "
+                "DeepSpeed).",
+        "choices": ("train", "hold")})
     teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={
         "help": "The source model as a teacher (langswap.training.teacher): the training loss adds teacher.weight "
                 "times the distance between the model's hidden states and the teacher's reading the same text with "
@@ -155,8 +154,8 @@ class TrainConfig:
                 raise ConfigError(f"{name} is {getattr(self, name)}; it must be at least 1.")
         if self.calibration not in ("keep", "undo", "spare-rare"):
             raise ConfigError(f"calibration is {self.calibration!r}; choose spare-rare, keep or undo.")
-        if self.unshown_rows not in ("train", "hold", "hold-mean"):
-            raise ConfigError(f"unshown_rows is {self.unshown_rows!r}; choose train, hold or hold-mean.")
+        if self.unshown_rows not in ("train", "hold"):
+            raise ConfigError(f"unshown_rows is {self.unshown_rows!r}; choose train or hold.")
         if self.calibration_min_count < 1:
             raise ConfigError(f"calibration_min_count is {self.calibration_min_count}; give a count of at least 1.")
         for name in ("warmup_fraction", "mlm_probability"):

@@ -459,13 +459,13 @@ def _held_rows(run: _Run, phase, model) -> HeldRows | None:
         return None
     engine = sharding_engine()
     if engine:
-        logger.warning("unshown_rows: %s holds no row under %s (its parameters are flat shards); phase %s trains "
-                       "every row", run.config.unshown_rows, engine, phase.name)
+        logger.warning("unshown_rows: hold holds no row under %s (its parameters are flat shards); phase %s trains "
+                       "every row", engine, phase.name)
         return None
-    held = HeldRows.attach(model, run.unshown, mean=run.config.unshown_rows == "hold-mean")
+    held = HeldRows.attach(model, run.unshown)
     if held is not None:
-        logger.info("phase %s: the rows of %s tokens the training text never shows are held %s", phase.name,
-                    f"{len(held.ids):,}", "as they are" if held.output is None else "at their mean logit")
+        logger.info("phase %s: the rows of %s tokens the training text never shows are held as they are",
+                    phase.name, f"{len(held.ids):,}")
     return held
 
 
@@ -642,10 +642,9 @@ def _never_shown(config: TrainConfig, streams, train_sets, stream_tokenizers, to
     itself holds many words whole and never shows the letters and syllables that new text needs for words the text
     lacks (docs/design.md, "Tokens the training text never shows")."""
     read_whole = bool(streams) and all(data[stream.name]["epochs"] >= 1 for stream in streams)
-    hold = config.unshown_rows != "train" and not any(stream_tokenizers)
-    if config.unshown_rows != "train" and not hold:
-        logger.info("unshown_rows: %s holds no row here: a stream is read by a tokenizer of its own",
-                    config.unshown_rows)
+    hold = config.unshown_rows == "hold" and not any(stream_tokenizers)
+    if config.unshown_rows == "hold" and not hold:
+        logger.info("unshown_rows: hold holds no row here: a stream is read by a tokenizer of its own")
     if not (read_whole or hold):
         return None
     never, each, total = unshown_text_tokens(tokenizer, [train_sets[stream.name].store.tokens for stream in streams])
@@ -656,7 +655,7 @@ def _never_shown(config: TrainConfig, streams, train_sets, stream_tokenizers, to
         say("%s of the model's %s text tokens never occur in the training text as its tokenizer reads it: training "
             "only lowers them, so text that needs them (words the training text lacks) reads worse the longer the "
             "run%s.", f"{len(never):,}", f"{total:,}",
-            f"; unshown_rows: {config.unshown_rows} holds their rows" if hold else
+            "; unshown_rows: hold keeps their rows as they are" if hold else
             ". unshown_rows: hold keeps their rows; more text, a smaller vocabulary or fewer updates avoid it")
     return never if hold else None
 
