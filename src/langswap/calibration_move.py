@@ -85,7 +85,8 @@ def take_off(model, move: CalibrationMove, below_count: int | None = None, kept_
         rare[:len(move.counts)] = move.counts < below_count
     kept = np.zeros(size, dtype=bool)
     if kept_rows is not None and len(kept_rows):
-        kept[np.asarray(kept_rows, dtype=np.int64)] = True
+        ids = np.asarray(kept_rows, dtype=np.int64)
+        kept[ids[ids < size]] = True  # a head cut below the tokenizer's size has no row for the others
     with torch.no_grad():
         for logits, direction in zip(move.logits, move.directions):
             delta = np.zeros(size, dtype=np.float32)
