@@ -412,8 +412,7 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
     stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
     loaded_from = checkpoint if stopped_at else start_model
     model, kept_dtype, counts, undone = _phase_model(config, recipe, phase, loaded_from, run.objective,
-                                                     run.tokenizer, run.precision_flags,
-                                                     None if sharding_engine() else run.unshown)
+                                                     run.tokenizer, run.precision_flags, run.unshown)
     held = _held_rows(run, phase, model)
     trainer = _phase_trainer(run, index, phase, offset, phase_dir, model, kept_dtype)
     if held is not None:
@@ -454,13 +453,8 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
 
 def _held_rows(run: _Run, phase, model) -> HeldRows | None:
     """`unshown_rows: hold` for one phase: the rows of the text tokens no stream shows held where `model` has them
-    (None: nothing to hold, no token matrix trains, or a sharding engine holds the parameters in flat shards)."""
+    (None: nothing to hold, or no token matrix trains)."""
     if run.unshown is None or len(run.unshown) == 0:
-        return None
-    engine = sharding_engine()
-    if engine:
-        logger.warning("unshown_rows: hold holds no row under %s (its parameters are flat shards); phase %s trains "
-                       "every row", engine, phase.name)
         return None
     held = HeldRows.attach(model, run.unshown)
     if held is not None:
@@ -635,15 +629,19 @@ def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: st
 
 def _never_shown(config: TrainConfig, streams, train_sets, stream_tokenizers, tokenizer, data: dict):
     """The ids of the model's text tokens (`text_tokens`: added tokens, partial UTF-8 and whitespace left out) that
-    no stream's store ever shows, where `unshown_rows: hold` needs them (None otherwise, or where a stream is read
-    by a tokenizer of its own). Where the run reads every stream whole at least once, their number goes in `data`
+    no stream's store ever shows, where `unshown_rows: hold` needs them (None otherwise, where a stream is read by a
+    tokenizer of its own, or under a sharding engine, whose flat shards no hook can hold rows of). Where the run reads every stream whole at least once, their number goes in `data`
     (each stream's own, `tokens_never_shown`) and is said as a warning where they are more than a tenth of the text
     tokens. Training never has such a token as a target, so every update lowers it: a tokenizer trained on the text
     itself holds many words whole and never shows the letters and syllables that new text needs for words the text
     lacks (docs/design.md, "Tokens the training text never shows")."""
     read_whole = bool(streams) and all(data[stream.name]["epochs"] >= 1 for stream in streams)
-    hold = config.unshown_rows == "hold" and not any(stream_tokenizers)
-    if config.unshown_rows == "hold" and not hold:
+    engine = sharding_engine()
+    hold = config.unshown_rows == "hold" and not any(stream_tokenizers) and not engine
+    if config.unshown_rows == "hold" and engine:
+        logger.warning("unshown_rows: hold holds no row under %s (its parameters are flat shards); every row trains",
+                       engine)
+    elif config.unshown_rows == "hold" and not hold:
         logger.info("unshown_rows: hold holds no row here: a stream is read by a tokenizer of its own")
     if not (read_whole or hold):
         return None
