@@ -392,7 +392,7 @@ def test_a_run_that_reads_its_text_whole_says_which_tokens_it_never_shows(gpt2_f
     with caplog.at_level(logging.INFO, logger="langswap.training.run"):
         report = train(TrainConfig(model=str(gpt2_folder), train_text=str(text), output=str(tmp_path / "run"),
                                    data_dir=str(tmp_path / "stores"), steps=4, batch_size=4, sequence_length=16,
-                                   save_steps=4, logging_steps=2))
+                                   save_steps=4, logging_steps=2, unshown_rows="train"))
     record = json.loads((report.output / "langswap-train.json").read_text())
     facts = record["training_data"]["train"]
     assert facts["epochs"] >= 1

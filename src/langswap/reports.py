@@ -738,6 +738,19 @@ class EvalPoint(Report):
 
 
 @dataclass(kw_only=True)
+class UnshownRecalibration(Report):
+    """The rows of the tokens the training text never shows, moved to the frequency new text gives such tokens when
+    the model is written (`TrainConfig.unshown_rows: recalibrate`, `langswap.training.recalibrated_rows`)."""
+
+    rows: int | None = None
+    shown_below: float | None = None  # the rows of tokens the run shows fewer times than this (recalibrate_below)
+    frequency: float | None = None  # held-out frequency in new text of a token the counted lines never show
+    mean_move: float | None = None  # mean distance (logits at the mean head input) the rows moved
+    eval_loss_before: float | None = None  # on the evaluation text, the model as trained
+    eval_loss_after: float | None = None  # and as written
+
+
+@dataclass(kw_only=True)
 class PhaseReport(Report):
     """A training phase: planned (name, what trains, steps) while the run goes, then its summary."""
 
@@ -761,6 +774,7 @@ class PhaseReport(Report):
     teacher: PhaseTeacher | None = field(default=None, metadata=nested(PhaseTeacher))
     calibration_taken_off: int | None = None  # rows whose calibration move was taken off first (TrainConfig.calibration)
     rows_held: int | None = None  # tokens whose rows were held, never shown by the text (TrainConfig.unshown_rows)
+    unshown_recalibrated: UnshownRecalibration | None = field(default=None, metadata=nested(UnshownRecalibration))
 
     def summary(self) -> str:
         """The phase in a line: what trained, the updates, the peak rate and the mean training loss."""

@@ -98,12 +98,19 @@ class TrainConfig:
     calibration_min_count: int = field(default=3, metadata={
         "help": "calibration: spare-rare's count: rows of tokens counted fewer times start with calibration's "
                 "lowering taken off."})
-    unshown_rows: str = field(default="train", metadata={
+    unshown_rows: str = field(default="recalibrate", metadata={
         "help": "The rows of the model's text tokens that the training text never shows (never a target, so "
-                "training only lowers them): train (like every row) or hold (kept as the model folder has them, "
-                "calibration's move included whatever `calibration` takes off the other rows; not under FSDP or "
-                "DeepSpeed).",
-        "choices": ("train", "hold")})
+                "training only lowers them): recalibrate (the default: they train like every row, and when the model "
+                "is written, the run's and each snapshot, each moves along the mean head input to the frequency new "
+                "text gives tokens the text never shows, on the line the rows it shows lie on; causal LMs), train "
+                "(like every row, nothing moved) or hold (kept as the model folder has them, calibration's move "
+                "included whatever `calibration` takes off the other rows). Neither moves a row under FSDP or "
+                "DeepSpeed.",
+        "choices": ("recalibrate", "train", "hold")})
+    recalibrate_below: float = field(default=20.0, metadata={
+        "help": "unshown_rows: recalibrate moves the rows of the text tokens the run shows fewer than this many times "
+                "as targets (each stream's count of the token times the epochs the run reads of it): tokens the text "
+                "never shows, and those it shows too rarely for training to place them."})
     teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={
         "help": "The source model as a teacher (langswap.training.teacher): the training loss adds teacher.weight "
                 "times the distance between the model's hidden states and the teacher's reading the same text with "
@@ -154,8 +161,10 @@ class TrainConfig:
                 raise ConfigError(f"{name} is {getattr(self, name)}; it must be at least 1.")
         if self.calibration not in ("keep", "undo", "spare-rare"):
             raise ConfigError(f"calibration is {self.calibration!r}; choose spare-rare, keep or undo.")
-        if self.unshown_rows not in ("train", "hold"):
-            raise ConfigError(f"unshown_rows is {self.unshown_rows!r}; choose train or hold.")
+        if self.unshown_rows not in ("recalibrate", "train", "hold"):
+            raise ConfigError(f"unshown_rows is {self.unshown_rows!r}; choose recalibrate, train or hold.")
+        if not self.recalibrate_below > 0:
+            raise ConfigError(f"recalibrate_below is {self.recalibrate_below}; give a number of showings above 0.")
         if self.calibration_min_count < 1:
             raise ConfigError(f"calibration_min_count is {self.calibration_min_count}; give a count of at least 1.")
         for name in ("warmup_fraction", "mlm_probability"):

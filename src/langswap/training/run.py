@@ -67,6 +67,7 @@ from langswap.training.data import BlockDataset, LMCollator, batch_counts, maske
 from langswap.training.held_rows import HeldRows, unshown_text_tokens
 from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
 from langswap.training.phases import Phase, embedding_parameters, parameter_counts, set_trainable, sharding_engine
+from langswap.training.recalibrated_rows import Recalibration, prepare_recalibration, rarely_shown_text_tokens
 from langswap.training.recipes.base import Recipe, make_recipe
 from langswap.training.sources import source_texts
 from langswap.training.store import StoreBlocks, token_store
@@ -312,6 +313,15 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     _check_document_mask(config, objective, tokenizer, streams, recipe.name)
     train_sets, stream_tokens, stream_tokenizers, stores, data, unshown = _training_sets(
         config, state, streams, tokenizer, objective, sequence_length, progress)
+    recalibration = None
+    if config.unshown_rows == "recalibrate" and unshown is not None:
+        documents = source_texts(config.train_text, "training text", config.text_field)
+        try:
+            recalibration = prepare_recalibration(tokenizer, unshown, documents, objective == "causal",
+                                                  config.recalibrate_below)
+        finally:
+            documents.close()
+    held = unshown if config.unshown_rows == "hold" else None
     collator = LMCollator(tokenizer, objective, config.mlm_probability, stream_tokenizers, config.document_mask)
     precision_flags = _precision_flags(config.precision)
     teacher, dropped = None, None  # the teacher, or the check that dropped it
@@ -340,7 +350,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     resumed = status == "resume"
     offset = 0
     run = _Run(config, state, recipe, tokenizer, objective, collator, train_sets, streams, eval_set, teacher, dropped,
-               curve, list(callbacks or []), precision_flags, progress, use_cpu, unshown)
+               curve, list(callbacks or []), precision_flags, progress, use_cpu, held, recalibration)
     for index in range(len(planned)):
         # a phase after one that ended early may be re-planned with the steps it left
         replanned = recipe.phases(objective, list(done_steps))
@@ -359,7 +369,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
             offset += summary.steps
             start_model = final
             continue
-        summary, resumed_here = _train_phase(run, index, phase, start_model, offset)
+        summary, resumed_here = _train_phase(run, index, phase, start_model, offset, index == len(planned) - 1)
         resumed |= resumed_here
         summaries.append(summary)
         done_steps.append(summary.steps)
@@ -395,15 +405,16 @@ class _Run:
     progress: bool
     use_cpu: bool
     unshown: np.ndarray | None  # ids of the text tokens no stream shows, where unshown_rows: hold holds them
+    recalibration: Recalibration | None  # where unshown_rows: recalibrate moves those rows as the model is written
 
     @property
     def output(self) -> Path:
         return Path(self.config.output)
 
 
-def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tuple[dict, bool]:
-    """Train one phase from `start_model` (or resume it from its last checkpoint) and save its final model;
-    returns its summary and whether it resumed."""
+def _train_phase(run: _Run, index: int, phase, start_model, offset: int, last: bool) -> tuple[dict, bool]:
+    """Train one phase from `start_model` (or resume it from its last checkpoint) and save its final model (the
+    run's `last` phase: with `unshown_rows: recalibrate`'s move made); returns its summary and whether it resumed."""
     config, state, recipe, output = run.config, run.state, run.recipe, run.output
     phase_dir = output / f"phase-{phase.name}"
     checkpoint = get_last_checkpoint(str(phase_dir)) if phase_dir.is_dir() else None
@@ -441,6 +452,8 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
     summary = _phase_summary(phase, trainer, metrics, counts, run.teacher, run.dropped)
     summary.calibration_taken_off = undone
     summary.rows_held = None if held is None else len(held.ids)
+    if last and run.recalibration is not None:
+        summary.unshown_recalibrated = _recalibrate(run, trainer, steps)
     save_model_atomically(trainer, phase_dir / "final", {"phase.json": {
         **summary.as_dict(), "log_history": trainer.state.log_history}})
     run.curve.done.append((phase, offset, list(trainer.state.log_history)))
@@ -449,6 +462,24 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int) -> tupl
             shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the phase is done; final/ replaces them
     state.wait_for_everyone()
     return summary, bool(checkpoint)
+
+
+def _recalibrate(run: _Run, trainer, steps: int):
+    """`unshown_rows: recalibrate`'s move made on the last phase's model before it is written; its report, with the
+    evaluation text's loss before and after where the run has one."""
+    before = None
+    if run.eval_set is not None:
+        before = next((entry["eval_loss"] for entry in reversed(trainer.state.log_history)
+                       if entry.get("step") == steps and "eval_loss" in entry), None)
+    report, _ = run.recalibration.move(trainer.model)
+    if run.eval_set is not None:
+        report.eval_loss_before = None if before is None else round(before, 5)
+        report.eval_loss_after = round(trainer.evaluate(metric_key_prefix="recalibrated")["recalibrated_loss"], 5)
+    logger.info("unshown_rows: recalibrate moved the rows of %s tokens the run shows fewer than %g times by %.3g "
+                "logits on average%s", f"{report.rows:,}", report.shown_below, report.mean_move,
+                f"; evaluation loss {report.eval_loss_before} -> {report.eval_loss_after}"
+                if report.eval_loss_after is not None else "")
+    return report
 
 
 def _held_rows(run: _Run, phase, model) -> HeldRows | None:
@@ -469,7 +500,8 @@ def _phase_trainer(run: _Run, index: int, phase, offset: int, phase_dir: Path, m
     config, recipe = run.config, run.recipe
     args = _training_arguments(config, phase, phase_dir, run.eval_set is not None, run.precision_flags, run.progress,
                                run.use_cpu)
-    snapshots = Snapshots(run.output, config.snapshot_steps, offset) if config.snapshot_steps else None
+    snapshots = Snapshots(run.output, config.snapshot_steps, offset, run.recalibration) \
+        if config.snapshot_steps else None
     phase_callbacks = [Curve(run.curve, phase, offset), RecipeHooks(recipe, phase)] + ([snapshots] if snapshots
                                                                                         else [])
     per_update = config.batch_size * config.gradient_accumulation * run.state.num_processes
@@ -629,33 +661,41 @@ def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: st
 
 def _never_shown(config: TrainConfig, streams, train_sets, stream_tokenizers, tokenizer, data: dict):
     """The ids of the model's text tokens (`text_tokens`: added tokens, partial UTF-8 and whitespace left out) that
-    no stream's store ever shows, where `unshown_rows: hold` needs them (None otherwise, where a stream is read by a
-    tokenizer of its own, or under a sharding engine, whose flat shards no hook can hold rows of). Where the run reads every stream whole at least once, their number goes in `data`
+    no stream's store ever shows, where `unshown_rows: hold` needs them, or that the run shows fewer than
+    `recalibrate_below` times, where `unshown_rows: recalibrate` needs them (None otherwise, where a stream is read
+    by a tokenizer of its own, or under a sharding engine, whose flat shards no hook can hold rows of nor a move reach
+    whole). Where the run reads every stream whole at least once, their number goes in `data`
     (each stream's own, `tokens_never_shown`) and is said as a warning where they are more than a tenth of the text
     tokens. Training never has such a token as a target, so every update lowers it: a tokenizer trained on the text
     itself holds many words whole and never shows the letters and syllables that new text needs for words the text
     lacks (docs/design.md, "Tokens the training text never shows")."""
     read_whole = bool(streams) and all(data[stream.name]["epochs"] >= 1 for stream in streams)
     engine = sharding_engine()
-    hold = config.unshown_rows == "hold" and not any(stream_tokenizers) and not engine
-    if config.unshown_rows == "hold" and engine:
-        logger.warning("unshown_rows: hold holds no row under %s (its parameters are flat shards); every row trains",
-                       engine)
-    elif config.unshown_rows == "hold" and not hold:
-        logger.info("unshown_rows: hold holds no row here: a stream is read by a tokenizer of its own")
-    if not (read_whole or hold):
+    mode = config.unshown_rows
+    moves = mode in ("hold", "recalibrate") and not any(stream_tokenizers) and not engine
+    if mode != "train" and engine:
+        logger.warning("unshown_rows: %s moves no row under %s (its parameters are flat shards); every row trains "
+                       "as the others", mode, engine)
+    elif mode != "train" and not moves:
+        logger.info("unshown_rows: %s moves no row here: a stream is read by a tokenizer of its own", mode)
+    if not (read_whole or moves):
         return None
     never, each, total = unshown_text_tokens(tokenizer, [train_sets[stream.name].store.tokens for stream in streams])
     if read_whole:
         for stream, ids in zip(streams, each):
             data[stream.name]["tokens_never_shown"] = len(ids)
-        say = logger.warning if len(never) > total / 10 and not hold else logger.info
+        say = logger.warning if len(never) > total / 10 and not moves else logger.info
         say("%s of the model's %s text tokens never occur in the training text as its tokenizer reads it: training "
             "only lowers them, so text that needs them (words the training text lacks) reads worse the longer the "
             "run%s.", f"{len(never):,}", f"{total:,}",
-            "; unshown_rows: hold keeps their rows as they are" if hold else
-            ". unshown_rows: hold keeps their rows; more text, a smaller vocabulary or fewer updates avoid it")
-    return never if hold else None
+            f"; unshown_rows: {mode} " + ("keeps their rows as they are" if mode == "hold" else
+                                           "puts their rows back at new text's frequency when the model is written")
+            if moves else ". unshown_rows: recalibrate puts their rows back at new text's frequency when the model is "
+                         "written; more text, a smaller vocabulary or fewer updates avoid it")
+    if moves and mode == "recalibrate":
+        return rarely_shown_text_tokens(tokenizer, [train_sets[stream.name].store.tokens for stream in streams],
+                                        [data[stream.name]["epochs"] for stream in streams], config.recalibrate_below)
+    return never if moves else None
 
 
 def _eval_set(config: TrainConfig, tokenizer, collator, objective: str, sequence_length: int):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -327,16 +328,22 @@ class RecipeHooks(TrainerCallback):
 
 
 class Snapshots(TrainerCallback):
-    """The model at chosen global steps, as snapshots/step-N."""
+    """The model at chosen global steps, as snapshots/step-N; `recalibration` (`unshown_rows: recalibrate`): its
+    move made on the snapshot written, the rows put back as trained for the updates after it."""
 
-    def __init__(self, output: Path, steps: list[int], offset: int):
+    def __init__(self, output: Path, steps: list[int], offset: int, recalibration=None):
         self.output, self.steps, self.offset = output, steps, offset
+        self.recalibration = recalibration
         self.trainer = None
 
     def on_step_end(self, args, state, control, **kwargs):
         step = self.offset + state.global_step
         if step in self.steps:
-            save_model_atomically(self.trainer, self.output / "snapshots" / f"step-{step}", card=(self.output, step))
+            moved = (self.recalibration.moved(self.trainer.model) if self.recalibration is not None
+                     else contextlib.nullcontext())
+            with moved:
+                save_model_atomically(self.trainer, self.output / "snapshots" / f"step-{step}",
+                                      card=(self.output, step))
 
 
 class Curve(TrainerCallback):
