@@ -208,8 +208,8 @@ def test_a_tied_head_skipped_is_left_alone(text):
 def test_a_tokenizer_that_fails_when_retrained_falls_back_to_add_half(text, monkeypatch):
     """The Rust tokenizers raise bare Exceptions (a Unigram tokenizer without an unk id, retrained on text that lacks
     a character of the check lines, cannot read them): the choice falls back and says why instead of failing."""
-    import langswap.transfer.calibrate as tokenizers
-    from langswap.transfer.calibrate import choose_smoothing
+    import langswap.frequency_line as tokenizers
+    from langswap.frequency_line import choose_smoothing
 
     lines, tokenizer = text
 
@@ -281,7 +281,8 @@ def test_smoothing_is_chosen_on_check_lines_read_by_a_tokenizer_that_never_saw_t
     under which their counts best predict the check lines. Check lines that repeat the counted text need the least
     smoothing of the grid; check lines of words the counted text never had split into pieces it rarely showed, and
     need more. The report lists every pseudo-count tried."""
-    from langswap.transfer.calibrate import SMOOTHING_GRID, choose_smoothing, smoothed_log_frequencies, token_counts
+    from langswap.frequency_line import SMOOTHING_GRID, choose_smoothing, smoothed_log_frequencies
+    from langswap.resources.tokenizer import token_counts
 
     counted = _lines_of(_made_up_words(800, seed=0), 400, seed=1)
     new_words = _lines_of(_made_up_words(800, seed=2), 100, seed=3)
@@ -304,7 +305,7 @@ def test_held_out_frequencies_give_each_rare_count_its_share_of_new_text():
     """Held-out estimation by hand: tokens counted r < 3 times get the mean share of the check lines' tokens that the
     proxy's tokens counted r times have (half an occurrence where the check lines show none, or the class is empty);
     more frequent tokens their relative frequency, scaled by the share of the check lines such tokens have."""
-    from langswap.transfer.calibrate import held_out_log_frequencies
+    from langswap.frequency_line import held_out_log_frequencies
 
     proxy_counted = np.array([0, 0, 1, 1, 5, 10], dtype=float)
     proxy_held = np.array([3, 1, 0, 0, 2, 4], dtype=float)  # 10 check tokens, 4 of them on the unseen class

@@ -14,11 +14,11 @@ from conftest import english_lines, tiny_model
 
 
 def _recalibration(tokenizer, lines, ids, counts, log_frequencies):
+    from langswap.frequency_line import LineSettings
     from langswap.training.recalibrated_rows import Recalibration
-    from langswap.transfer.calibrate import CalibrationConfig
 
     return Recalibration(np.asarray(ids), tokenizer, lines, np.asarray(log_frequencies, dtype=np.float64),
-                         np.asarray(counts), 1e-5, CalibrationConfig(strength=1.0, frequencies="held-out"))
+                         np.asarray(counts), 1e-5, LineSettings(frequencies="held-out"))
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "bias"])
@@ -27,7 +27,7 @@ def test_the_moved_rows_land_on_the_line_the_shown_rows_lie_on(gpt2_folder, kind
     counted at least three times; no other row moves; the move puts back exactly (tied, untied, with a bias)."""
     from langswap.models import load_tokenizer
     from langswap.reports import UnshownRecalibration
-    from langswap.transfer.calibrate import mean_head_input
+    from langswap.frequency_line import mean_head_input
 
     tokenizer = load_tokenizer(gpt2_folder)
     size = len(tokenizer)

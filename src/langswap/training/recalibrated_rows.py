@@ -10,7 +10,7 @@ those few, and a short run on a large text shows most of a large vocabulary that
 the longer tokens that take them in. Recalibrating lets them train like every row and, when the model is written (the
 run's model and each snapshot), moves each row of a token the run shows fewer than `recalibrate_below` times as a
 target (the stores' counts times the epochs read) along the mean head input h̄, so that its mean logit h̄ . w_t sits
-where calibration puts a token of its frequency (`langswap.transfer.calibrate`): on the line a log f + c that the
+where calibration puts a token of its frequency (`langswap.transfer.calibrate`, `langswap.frequency_line`): on the line a log f + c that the
 other rows counted at least three times lie on after training (slope 1, the offset c their mean distance from it),
 at calibration's held-out frequencies: a token the counted lines show r < 3 times gets the frequency new text gives
 such tokens, measured on lines kept out of the counts and read by a tokenizer trained without them
@@ -32,9 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from langswap.frequency_line import (CHECK_LINES, HIDDEN_LINES, LINES, MAX_LENGTH, LineSettings, frequency_line,
+                                     mean_head_input)
 from langswap.reports import UnshownRecalibration
 from langswap.training.store import id_counts
-from langswap.transfer.calibrate import CalibrationConfig, frequency_line, mean_head_input
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class Recalibration:
     log_frequencies: np.ndarray
     counts: np.ndarray
     frequency: float  # the new-text frequency of a token the counted lines never show
-    config: CalibrationConfig
+    config: LineSettings
     below: float | None = None  # the run's recalibrate_below, for the report
 
     @classmethod
@@ -72,7 +73,7 @@ class Recalibration:
             -> "Recalibration | str":
         """The recalibration of rows `ids` by the training text's `lines`, or why there is none (no held-out
         estimate: too few lines for check lines, or no tokenizer like the model's can be trained on them)."""
-        config = CalibrationConfig(strength=1.0, frequencies="held-out")
+        config = LineSettings(frequencies="held-out")
         logf, how, counts = frequency_line(tokenizer, lines, len(tokenizer), config)
         if how.get("estimate") != "held-out":
             return ("no held-out frequency for tokens the text never shows: "
@@ -90,8 +91,7 @@ class Recalibration:
         was_training = model.training
         model.eval()
         try:
-            hidden = mean_head_input(model, self.tokenizer, self.lines[:self.config.hidden_lines],
-                                     self.config.max_length).to(weight.device)
+            hidden = mean_head_input(model, self.tokenizer, self.lines[:HIDDEN_LINES], MAX_LENGTH).to(weight.device)
         finally:
             model.train(was_training)
         current = (weight.detach().to(torch.float32) @ hidden).cpu().numpy()[:size]
@@ -161,8 +161,7 @@ def prepare_recalibration(tokenizer, ids: np.ndarray | None, documents, model_is
     if not model_is_causal:
         logger.info("unshown_rows: recalibrate moves no row of a masked LM (its mean logit is not its prior)")
         return None
-    config = CalibrationConfig()
-    prepared = Recalibration.prepare(tokenizer, ids, text_lines(documents, config.lines + config.check_lines), below)
+    prepared = Recalibration.prepare(tokenizer, ids, text_lines(documents, LINES + CHECK_LINES), below)
     if isinstance(prepared, str):
         logger.warning("unshown_rows: recalibrate moves no row: %s", prepared)
         return None

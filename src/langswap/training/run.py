@@ -315,6 +315,9 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         config, state, streams, tokenizer, objective, sequence_length, progress)
     recalibration = None
     if config.unshown_rows == "recalibrate" and unshown is not None:
+        span = recipe.recalibrated_rows()
+        if span is not None:
+            unshown = unshown[(unshown >= span[0]) & (unshown < span[1])]
         documents = source_texts(config.train_text, "training text", config.text_field)
         try:
             recalibration = prepare_recalibration(tokenizer, unshown, documents, objective == "causal",

@@ -116,6 +116,11 @@ class Recipe:
         """Whether `phase` trains nothing of the body (position embeddings, norms and layers stay frozen)."""
         return phase.trainable == "embeddings"
 
+    def recalibrated_rows(self) -> tuple[int, int] | None:
+        """The ids (first, after the last) among which `unshown_rows: recalibrate` may move rows (an empty span: none);
+        None: every row."""
+        return None
+
     def saved_state(self, phase: Phase, state_dict: dict) -> dict:
         """The state dict a model folder written during `phase` holds (a phase's `final/`, a snapshot), given the
         model's; checkpoints for resuming hold the model's own. Unchanged by default."""

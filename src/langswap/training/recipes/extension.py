@@ -129,6 +129,13 @@ class Extension(Recipe):
     def freezes_body(self, phase: Phase) -> bool:
         return phase.trainable in (NEW_ROWS, "embeddings")
 
+    def recalibrated_rows(self) -> tuple[int, int]:
+        """Only the new rows (the source rows are the source language's, kept for it), and none with `source_text`:
+        its sequences train the new rows down where the source language is read, which a move along the target
+        text's mean head input would undo."""
+        first, stop = self.new_rows
+        return (first, first) if self.options.source_text else (first, stop)
+
     def optimizer(self, phase: Phase, parameter_groups: list[dict]):
         if phase.trainable != NEW_ROWS:
             return None
