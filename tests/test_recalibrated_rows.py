@@ -14,11 +14,10 @@ from conftest import english_lines, tiny_model
 
 
 def _recalibration(tokenizer, lines, ids, counts, log_frequencies):
-    from langswap.frequency_line import LineSettings
     from langswap.training.recalibrated_rows import Recalibration
 
     return Recalibration(np.asarray(ids), tokenizer, lines, np.asarray(log_frequencies, dtype=np.float64),
-                         np.asarray(counts), 1e-5, LineSettings(frequencies="held-out"))
+                         np.asarray(counts), 1e-5)
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "bias"])

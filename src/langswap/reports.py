@@ -739,8 +739,8 @@ class EvalPoint(Report):
 
 @dataclass(kw_only=True)
 class UnshownRecalibration(Report):
-    """The rows of the tokens the training text never shows, moved to the frequency new text gives such tokens when
-    the model is written (`TrainConfig.unshown_rows: recalibrate`, `langswap.training.recalibrated_rows`)."""
+    """The rows of the tokens a run shows fewer than `recalibrate_below` times, moved onto the frequency line when the
+    model is written (`TrainConfig.unshown_rows: recalibrate`, `langswap.training.recalibrated_rows`)."""
 
     rows: int | None = None
     shown_below: float | None = None  # the rows of tokens the run shows fewer times than this (recalibrate_below)

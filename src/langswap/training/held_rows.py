@@ -27,18 +27,25 @@ from langswap.training.store import id_counts
 logger = logging.getLogger(__name__)
 
 
-def unshown_text_tokens(tokenizer, token_arrays) -> tuple[np.ndarray, list[np.ndarray], int]:
-    """(ids of the tokenizer's text tokens that none of `token_arrays` holds, each array's own such ids, how many text
-    tokens there are): text tokens as `langswap.resources.tokenizer.text_tokens` defines them (added tokens, partial
-    UTF-8 and whitespace left out)."""
+def text_token_counts(tokenizer, token_arrays) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(a (size,) mask of the tokenizer's text tokens, each array's (size,) count of every id): text tokens as
+    `langswap.resources.tokenizer.text_tokens` defines them (added tokens, partial UTF-8 and whitespace left out);
+    one pass over each array."""
     from langswap.resources.tokenizer import text_tokens
 
     size = len(tokenizer)
     texts = np.array([bool(text) for text in text_tokens(tokenizer)])
-    shown = np.zeros(size, dtype=bool)
+    return texts, [id_counts(tokens, size) for tokens in token_arrays]
+
+
+def unshown_text_tokens(tokenizer, token_arrays, counted=None) -> tuple[np.ndarray, list[np.ndarray], int]:
+    """(ids of the tokenizer's text tokens that none of `token_arrays` holds, each array's own such ids, how many text
+    tokens there are); `counted`: `text_token_counts` of the arrays, where the caller has it."""
+    texts, counts = counted if counted is not None else text_token_counts(tokenizer, token_arrays)
+    shown = np.zeros(len(texts), dtype=bool)
     each = []
-    for tokens in token_arrays:
-        seen = id_counts(tokens, size) > 0
+    for count in counts:
+        seen = count > 0
         each.append(np.flatnonzero(texts & ~seen))
         shown |= seen
     return np.flatnonzero(texts & ~shown), each, int(texts.sum())

@@ -101,8 +101,9 @@ class TrainConfig:
     unshown_rows: str = field(default="recalibrate", metadata={
         "help": "The rows of the model's text tokens that the training text never shows (never a target, so "
                 "training only lowers them): recalibrate (the default: they train like every row, and when the model "
-                "is written, the run's and each snapshot, each moves along the mean head input to the frequency new "
-                "text gives tokens the text never shows, on the line the rows it shows lie on; causal LMs), train "
+                "is written, the run's and each snapshot, the rows of the tokens the run shows fewer than "
+                "recalibrate_below times move along the mean head input onto the frequency line the other rows lie "
+                "on; causal LMs), train "
                 "(like every row, nothing moved) or hold (kept as the model folder has them, calibration's move "
                 "included whatever `calibration` takes off the other rows). Neither moves a row under FSDP or "
                 "DeepSpeed.",

@@ -10,8 +10,8 @@ those few, and a short run on a large text shows most of a large vocabulary that
 the longer tokens that take them in. Recalibrating lets them train like every row and, when the model is written (the
 run's model and each snapshot), moves each row of a token the run shows fewer than `recalibrate_below` times as a
 target (the stores' counts times the epochs read) along the mean head input h̄, so that its mean logit h̄ . w_t sits
-where calibration puts a token of its frequency (`langswap.transfer.calibrate`, `langswap.frequency_line`): on the line a log f + c that the
-other rows counted at least three times lie on after training (slope 1, the offset c their mean distance from it),
+where calibration puts a token of its frequency (`langswap.transfer.calibrate`, `langswap.frequency_line`): on the
+line a log f + c that the other rows counted at least three times lie on after training (slope 1, the offset c their mean distance from it),
 at calibration's held-out frequencies: a token the counted lines show r < 3 times gets the frequency new text gives
 such tokens, measured on lines kept out of the counts and read by a tokenizer trained without them
 (`held_out_log_frequencies`), a more frequent one its relative frequency. The rows' directions, what training learnt
@@ -35,7 +35,6 @@ import torch
 from langswap.frequency_line import (CHECK_LINES, HIDDEN_LINES, LINES, MAX_LENGTH, LineSettings, frequency_line,
                                      mean_head_input)
 from langswap.reports import UnshownRecalibration
-from langswap.training.store import id_counts
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +64,6 @@ class Recalibration:
     log_frequencies: np.ndarray
     counts: np.ndarray
     frequency: float  # the new-text frequency of a token the counted lines never show
-    config: LineSettings
     below: float | None = None  # the run's recalibrate_below, for the report
 
     @classmethod
@@ -79,7 +77,7 @@ class Recalibration:
             return ("no held-out frequency for tokens the text never shows: "
                     + how.get("fallback", f"fewer than {2 * config.check_lines} lines of training text"))
         frequency = float(how["per_count"]["0"]["frequency"])
-        return cls(np.asarray(ids, dtype=np.int64), tokenizer, lines, logf, counts, frequency, config, below)
+        return cls(np.asarray(ids, dtype=np.int64), tokenizer, lines, logf, counts, frequency, below)
 
     @torch.no_grad()
     def move(self, model) -> tuple[UnshownRecalibration, list]:
@@ -88,12 +86,7 @@ class Recalibration:
         weight, bias = head.weight, getattr(head, "bias", None)
         size = min(weight.shape[0], len(self.log_frequencies))
         ids = self.ids[self.ids < size]
-        was_training = model.training
-        model.eval()
-        try:
-            hidden = mean_head_input(model, self.tokenizer, self.lines[:HIDDEN_LINES], MAX_LENGTH).to(weight.device)
-        finally:
-            model.train(was_training)
+        hidden = mean_head_input(model, self.tokenizer, self.lines[:HIDDEN_LINES], MAX_LENGTH).to(weight.device)
         current = (weight.detach().to(torch.float32) @ hidden).cpu().numpy()[:size]
         if bias is not None:
             current = current + bias.detach().to(torch.float32).cpu().numpy()[:size]
@@ -137,25 +130,23 @@ class Recalibration:
             self.restore(saved)
 
 
-def rarely_shown_text_tokens(tokenizer, token_arrays, epochs: list[float], below: float) -> np.ndarray:
-    """The ids of the tokenizer's text tokens (`text_tokens`) that a run shows fewer than `below` times as targets:
-    each token array's count of the token times the epochs the run reads of that array, summed."""
-    from langswap.resources.tokenizer import text_tokens
-
-    size = len(tokenizer)
-    texts = np.array([bool(text) for text in text_tokens(tokenizer)])
-    shows = np.zeros(size)
-    for tokens, read in zip(token_arrays, epochs):
-        shows += id_counts(tokens, size) * read
+def rarely_shown_text_tokens(counted: tuple[np.ndarray, list[np.ndarray]], epochs: list[float],
+                             below: float) -> np.ndarray:
+    """The ids of the text tokens that a run shows fewer than `below` times as targets, from `counted`
+    (`text_token_counts` of its token arrays): each array's count of the token times the epochs the run reads of
+    that array, summed."""
+    texts, counts = counted
+    shows = np.zeros(len(texts))
+    for count, read in zip(counts, epochs):
+        shows += count * read
     return np.flatnonzero(texts & (shows < below))
 
 
 def prepare_recalibration(tokenizer, ids: np.ndarray | None, documents, model_is_causal: bool,
                           below: float | None = None) -> Recalibration | None:
     """The run's `Recalibration` of the rows `ids` (the text tokens the run shows fewer than `below` times), from the
-    lines of `documents`
-    that calibration would read (its `lines` counted and `check_lines` after them); None (and a log line saying why)
-    where there is nothing to move or no estimate."""
+    lines of `documents` that calibration would read (its `lines` counted and `check_lines` after them); None (and a
+    log line saying why) where there is nothing to move or no estimate."""
     if ids is None or len(ids) == 0:
         return None
     if not model_is_causal:

@@ -64,7 +64,7 @@ from langswap.records import (ModelRecord, TrainingSection, TrainRecord, has_mod
 from langswap.reports import PhaseReport
 from langswap.training.curve import CurveWriter
 from langswap.training.data import BlockDataset, LMCollator, batch_counts, masked_eval_set, pack, phase_dataset
-from langswap.training.held_rows import HeldRows, unshown_text_tokens
+from langswap.training.held_rows import HeldRows, text_token_counts, unshown_text_tokens
 from langswap.training.options import RESUMABLE_CHANGES, TrainConfig
 from langswap.training.phases import Phase, embedding_parameters, parameter_counts, set_trainable, sharding_engine
 from langswap.training.recalibrated_rows import Recalibration, prepare_recalibration, rarely_shown_text_tokens
@@ -683,7 +683,8 @@ def _never_shown(config: TrainConfig, streams, train_sets, stream_tokenizers, to
         logger.info("unshown_rows: %s moves no row here: a stream is read by a tokenizer of its own", mode)
     if not (read_whole or moves):
         return None
-    never, each, total = unshown_text_tokens(tokenizer, [train_sets[stream.name].store.tokens for stream in streams])
+    counted = text_token_counts(tokenizer, [train_sets[stream.name].store.tokens for stream in streams])
+    never, each, total = unshown_text_tokens(tokenizer, None, counted)
     if read_whole:
         for stream, ids in zip(streams, each):
             data[stream.name]["tokens_never_shown"] = len(ids)
@@ -696,8 +697,8 @@ def _never_shown(config: TrainConfig, streams, train_sets, stream_tokenizers, to
             if moves else ". unshown_rows: recalibrate puts their rows back at new text's frequency when the model is "
                          "written; more text, a smaller vocabulary or fewer updates avoid it")
     if moves and mode == "recalibrate":
-        return rarely_shown_text_tokens(tokenizer, [train_sets[stream.name].store.tokens for stream in streams],
-                                        [data[stream.name]["epochs"] for stream in streams], config.recalibrate_below)
+        return rarely_shown_text_tokens(counted, [data[stream.name]["epochs"] for stream in streams],
+                                        config.recalibrate_below)
     return never if moves else None
 
 
