@@ -17,7 +17,7 @@ its net on the check half is below zero: on the target text alone (`--on target`
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
 extension) and writes it with the ledgers' summaries to
-benchmarks/results/prune-LANG-N-METHOD[-separate][-distillT-HEAD[-rateR]]-ON/.
+benchmarks/results/prune-LANG-N-METHOD[-separate][-distillT-HEAD[-rateR][-coverage]]-ON/.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ def parse_args(argv=None):
     parser.add_argument("--distill-head-rate", type=float, default=None,
                         help="With --distill-head lm or likelihood: the head's own peak rate "
                              "(distill.head_learning_rate; default: the distillation's 1e-2).")
+    parser.add_argument("--distill-order", choices=("random", "coverage"), default="random",
+                        help="With --distill: the order the training lines are read in (distill.order).")
     parser.add_argument("--separate", action="store_true",
                         help="Keep the new rows off English at transfer time (calibration.source_text: the English "
                              "training split), as bench_extension.py's --separate rows.")
@@ -56,6 +58,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if (args.distill_head != "keep" or args.distill_head_rate is not None) and not args.distill:
         parser.error("--distill-head and --distill-head-rate set the distilled rows' head; give --distill TOKENS too.")
+    if args.distill_order != "random" and not args.distill:
+        parser.error("--distill-order orders the distillation's lines; give --distill TOKENS too.")
     if args.distill_head_rate is not None and args.distill_head == "keep":
         parser.error("--distill-head-rate is the rate of a head that learns; give --distill-head lm or likelihood.")
     if args.separate and args.language == "en":
@@ -95,7 +99,8 @@ def main(argv=None) -> int:
     extended_tokenizer = load_tokenizer(folder)
     variant = (args.method + ("-separate" if args.separate else "")
             + (f"-distill{args.distill}-{args.distill_head}" if args.distill else "")
-            + (f"-rate{args.distill_head_rate:g}" if args.distill_head_rate is not None else ""))
+            + (f"-rate{args.distill_head_rate:g}" if args.distill_head_rate is not None else "")
+            + ("-coverage" if args.distill_order == "coverage" else ""))
     output = workdir / f"transfer-{variant}"
     if not (output / "langswap.json").exists():
         config = {"source_model": str(model_folder), "target_tokenizer": str(folder), "method": args.method,
@@ -105,7 +110,7 @@ def main(argv=None) -> int:
         if args.distill:  # as bench_extension.py's distilled rows
             config["calibration"]["tied_head"] = "untie"
             config["distill"] = {"tokens": args.distill, "learning_rate": 1e-2, "tied_head": "untie",
-                                 "head": args.distill_head}
+                                 "head": args.distill_head, "order": args.distill_order}
             if args.distill_head_rate is not None:
                 config["distill"]["head_learning_rate"] = args.distill_head_rate
         transfer(transfer_config(config))

@@ -23,7 +23,7 @@ from conftest import (byte_level_tokenizer, english_lines, sentencepiece_tokeniz
 from families import relabelled
 
 from langswap.reports import DistillationReport
-from langswap.transfer.distill import DistillConfig, distill
+from langswap.transfer.distill import DistillConfig, coverage_order, distill
 from langswap.errors import ConfigError
 
 
@@ -182,6 +182,47 @@ def test_held_out_loss_goes_down_and_the_run_repeats_bitwise(lines, source_token
         {k: v for k, v in results[1][0].as_dict().items() if k != "seconds"}
 
 
+def test_coverage_order_reads_every_trainable_row_before_any_again():
+    """Rows 1-6 trainable; row 9 is not. The greedy order takes, per token, the lines with the most rows not yet
+    read, until the budget; the rest follow in the seed's order."""
+    ids = [np.array(line) for line in ([1, 1, 1, 9], [2, 9], [1, 2], [3, 4, 9, 9], [5], [9, 9], [6, 6, 6, 6, 6, 6],
+                                       [1, 2, 3, 4, 5, 6, 9, 9])]
+    trainable = np.zeros(10, dtype=bool)
+    trainable[1:7] = True
+    order = coverage_order(ids, trainable, budget=10, rng=np.random.default_rng(0))
+    assert sorted(order.tolist()) == list(range(len(ids)))
+    # [5] and [1, 2] teach a new row per token (the tie goes by the seed's draw); then the long line (rows 3, 4 and 6
+    # new, 1, 2 and 5 read once: 4.5 / 8) beats [3, 4, 9, 9] (2 / 4); those 11 tokens hold every row and the budget
+    assert set(order[:2].tolist()) == {2, 4} and order[2] == 7
+    rest = order[3:].tolist()
+    draw = np.random.default_rng(0).permutation(len(ids)).tolist()
+    assert rest == [index for index in draw if index not in (2, 4, 7)]
+    assert np.array_equal(order, coverage_order(ids, trainable, budget=10, rng=np.random.default_rng(0)))
+    # a larger budget goes on by what is read least: [3, 4, 9, 9] (rows read once: 1 / 4), then [2, 9] (1 / 6)
+    # before [1, 1, 1, 9] and the line of 6s (1 / 12 each)
+    longer = coverage_order(ids, trainable, budget=20, rng=np.random.default_rng(0)).tolist()
+    assert longer[3:5] == [3, 1] and set(longer[5:6]) <= {0, 6}
+
+
+def test_the_coverage_order_reads_more_of_the_new_rows_within_a_small_budget(lines, source_tokenizer):
+    """The same run twice, the text read at random and by coverage: within a budget of a tenth of the text the
+    coverage order shows more of the trainable rows in context, and the report says how many."""
+    target_tokenizer = sentencepiece_tokenizer(lines, 300)
+    read = {}
+    for order in ("random", "coverage"):
+        model = tiny_model("gpt2", len(target_tokenizer), seed=4)
+        source = torch.randn(len(source_tokenizer), 32, generator=torch.Generator().manual_seed(6)) * 0.02
+        trainable = np.ones(len(target_tokenizer), dtype=bool)
+        trainable[:3] = False
+        config = DistillConfig(tokens=1_000, learning_rate=3e-3, batch_lines=8, held_out_lines=24, when="always",
+                               order=order)
+        report = distill(model, source, source_tokenizer, target_tokenizer, lines[:300], trainable, config)
+        assert report.order == order and 0 < report.rows_read <= trainable.sum()
+        assert f"of the rows read in context ({order} order)" in report.summary()
+        read[order] = report.rows_read
+    assert read["coverage"] > read["random"], read
+
+
 def test_unencodable_chunks_are_read_but_not_matched(lines, source_tokenizer):
     target_tokenizer = wordpiece_tokenizer(lines, 300)  # [UNK] for characters it never saw
     model = tiny_model("gpt2", len(target_tokenizer))
@@ -309,7 +350,8 @@ def test_a_masked_lm_is_refused(lines, source_tokenizer):
     ({"layers": (0,)}, "input embeddings"), ({"layers": ()}, "list of layer indices"),
     ({"distance": "l1"}, "mse or cosine"), ({"head": "untie"}, "lm, likelihood or keep"), ({"tokens": -1}, "at least 0"),
     ({"learning_rate": 0.0}, "above 0"), ({"max_length": 1}, "at least 2"),
-    ({"head_learning_rate": float("nan")}, "head_learning_rate is nan"), ({"learning_rate": True}, "is True")])
+    ({"head_learning_rate": float("nan")}, "head_learning_rate is nan"), ({"learning_rate": True}, "is True"),
+    ({"order": "frequency"}, "random or coverage")])
 def test_bad_config_values_say_what_to_give(fields, message):
     with pytest.raises(ConfigError, match=message):
         DistillConfig(**fields)

@@ -329,6 +329,8 @@ class DistillationReport(Report):
     tokens: int | None = None
     updates: int | None = None
     lines: int | None = None
+    order: str | None = None  # distill.order: how the training lines were ordered
+    rows_read: int | None = None  # of the `rows`, those the lines read show at least once
     held_out_lines: int | None = None
     loss_start: float | None = None
     loss_end: float | None = None
@@ -356,6 +358,8 @@ class DistillationReport(Report):
         text = f" of `{name(self.text)}`" if self.text else ""
         line = (f"{count(self.rows or 0)} rows learned from the source model reading {count(self.tokens)} target "
                 f"tokens{text} ({count(self.updates)} updates)")
+        if self.rows_read is not None:
+            line += f", {count(self.rows_read)} of the rows read in context ({self.order} order)"
         if self.loss_start is not None:
             line += f"; held-out distillation loss {self.loss_start} -> {self.loss_end}"
         if self.likelihood_loss_start is not None:

@@ -59,6 +59,7 @@ longer than a window are skipped (counted in `chunks_too_long`).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import math
 import time
@@ -127,6 +128,12 @@ class DistillConfig(TeacherMatch):
                 "for what they make the body compute and the output rows stay made for prediction; `head` then "
                 "applies as for an untied head). The head is untied only where the learned rows are kept.",
         "choices": ("move", "untie")})
+    order: str = field(default="random", metadata={
+        "help": "The order the training lines are read in: random (drawn from the seed) or coverage (first the "
+                "lines that show the trainable rows read least so far, per token of the line, so that within the "
+                "budget each new token is read in context before any is read again, as far as the text shows it; "
+                "`coverage_order`); after the budget's worth of lines, the rest in the seed's order.",
+        "choices": ("random", "coverage")})
     held_out_lines: int = field(default=32, metadata={
         "help": "Last lines of the text kept out of training, on which the loss is measured before and after "
                 "(at most a quarter of the lines)."})
@@ -157,6 +164,8 @@ class DistillConfig(TeacherMatch):
             raise ConfigError(f"distill.tied_head is {self.tied_head!r}; choose move or untie.")
         if self.held_out_lines < 0:
             raise ConfigError(f"distill.held_out_lines is {self.held_out_lines}; give at least 0.")
+        if self.order not in ("random", "coverage"):
+            raise ConfigError(f"distill.order is {self.order!r}; choose random or coverage.")
 
 
 def _is_rate(value) -> bool:
@@ -265,7 +274,8 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
         run.thaw()
 
     report = dataclasses.replace(
-        report, tokens=trained["read"], updates=trained["updates"], lines=len(train_lines),
+        report, tokens=trained["read"], updates=trained["updates"], lines=len(train_lines), order=config.order,
+        rows_read=trained["rows_read"],
         held_out_lines=len(held_lines), loss_start=_round(loss_start), loss_end=_round(loss_end),
         last_train_loss=_round(trained["train_loss"]), next_token_loss_start=_round(token_loss_start),
         next_token_loss_end=_round(token_loss_end), likelihood_loss_start=_round(match_start),
@@ -321,6 +331,7 @@ class _Distillation:
                                 None if bias is None else torch.as_tensor(bias)[:self.sizes[0]].to(device,
                                                                                                   torch.float32))
         self.aligner = ChunkAligner(source_tokenizer, target_tokenizer)
+        self.target_tokenizer = target_tokenizer
         self.limits = _Limits(config.max_length, position_limit(model.config), len(self.source), self.rows)
         if self.limits.positions is not None and config.max_length > self.limits.positions:
             raise ConfigError(f"distill.max_length is {config.max_length}, more than the {self.limits.positions} "
@@ -469,9 +480,18 @@ class _Distillation:
         counts = {"matched": 0, "unencodable": 0, "too_long": 0, "read": 0, "updates": 0, "repeated": False,
                   "train_loss": None}
         warmup = WARMUP_SHARE * config.tokens
+        rng = np.random.default_rng(config.seed)
+        order = None
+        if config.order == "coverage":
+            ids = self.target_tokenizer(train_lines, add_special_tokens=False)["input_ids"]
+            order = coverage_order([np.asarray(line, dtype=np.int64) for line in ids], self.trainable,
+                                   config.tokens, rng)
+        read_rows = np.zeros(self.rows, dtype=bool)
         for windows, first_pass in _batches(self.aligner, train_lines, self.source_bos, self.target_bos, self.limits,
-                                            config):
+                                            config.batch_lines, rng, order):
             batch = _Batch(windows, self.device)
+            for window in windows:
+                read_rows[window.target_ids] = True
             if first_pass:
                 counts["matched"] += len(batch.target_at)
                 counts["unencodable"] += sum(window.unencodable for window in windows)
@@ -490,6 +510,7 @@ class _Distillation:
                 bar.update(batch.target_tokens)
             if counts["read"] >= config.tokens:
                 break
+        counts["rows_read"] = int((read_rows & self.trainable).sum())
         if not counts["updates"]:
             raise ConfigError(f"no update was made: the {len(train_lines):,} training lines hold no chunk that both "
                               "tokenizers can spell within distill.max_length tokens. Check that the text is in the "
@@ -665,11 +686,47 @@ def _windows(text, source_bos: int | None, target_bos: int | None, limits: _Limi
     return out, too_long
 
 
-def _batches(aligner, lines: list[str], source_bos, target_bos, limits: _Limits, config: DistillConfig):
-    """(batch of `batch_lines` windows, whether it is of the first pass over the text): lines in an order drawn
-    from the seed; after the last line the windows seen are read again in a new order, until the caller stops."""
-    rng = np.random.default_rng(config.seed)
-    order = rng.permutation(len(lines))
+def coverage_order(ids: list[np.ndarray], trainable: np.ndarray, budget: int, rng) -> np.ndarray:
+    """The order of lines (their target ids `ids`) that `distill.order: coverage` reads: greedily the line with the
+    most to teach per token, where a trainable row's share in a line is 1 / (1 + the times the lines taken before
+    it show the row), summed over the distinct trainable rows of the line and divided by its length; lines with no
+    trainable row teach nothing. Taken until the lines hold `budget` tokens (ties in `rng`'s order), then every other
+    line in `rng`'s order."""
+    trainable = np.asarray(trainable, dtype=bool)
+    shown_ids = [line[(line < len(trainable))] for line in ids]  # ids beyond the mask are refused when read
+    shown_ids = [line[trainable[line]] for line in shown_ids]
+    rows = [np.unique(line) for line in shown_ids]
+    shown = np.zeros(len(trainable), dtype=np.int64)
+    draw = rng.permutation(len(ids))
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[draw] = np.arange(len(ids))
+
+    def gain(index: int) -> float:
+        return float((1.0 / (1.0 + shown[rows[index]])).sum()) / max(len(ids[index]), 1)
+
+    heap = [(-gain(index), int(rank[index]), index) for index in range(len(ids)) if len(rows[index])]
+    heapq.heapify(heap)
+    taken, tokens = [], 0
+    while heap and tokens < budget:
+        _, position, index = heapq.heappop(heap)
+        score = gain(index)
+        if heap and score < -heap[0][0]:  # gains only fall: a line that fell below the next is looked at again later
+            heapq.heappush(heap, (-score, position, index))
+            continue
+        taken.append(index)
+        tokens += len(ids[index])
+        np.add.at(shown, shown_ids[index], 1)
+    chosen = np.zeros(len(ids), dtype=bool)
+    chosen[taken] = True
+    return np.concatenate([np.asarray(taken, dtype=np.int64), draw[~chosen[draw]]])
+
+
+def _batches(aligner, lines: list[str], source_bos, target_bos, limits: _Limits, batch_lines: int, rng,
+             order: np.ndarray | None = None):
+    """(batch of `batch_lines` windows, whether it is of the first pass over the text): lines in `order` (default:
+    drawn from `rng`); after the last line the windows seen are read again in an order drawn from `rng`, until the
+    caller stops."""
+    order = rng.permutation(len(lines)) if order is None else order
     seen: list[_Window] = []
     pending: list[_Window] = []
     carried = 0  # chunks too long for a window, from lines that gave no window yet
@@ -684,7 +741,7 @@ def _batches(aligner, lines: list[str], source_bos, target_bos, limits: _Limits,
                     carried = 0
                 seen.append(window)
                 pending.append(window)
-                if len(pending) == config.batch_lines:
+                if len(pending) == batch_lines:
                     yield pending, True
                     pending = []
     if pending:
@@ -693,7 +750,7 @@ def _batches(aligner, lines: list[str], source_bos, target_bos, limits: _Limits,
         pending = []
         for index in rng.permutation(len(seen)):
             pending.append(seen[index])
-            if len(pending) == config.batch_lines:
+            if len(pending) == batch_lines:
                 yield pending, False
                 pending = []
         if pending:
