@@ -357,6 +357,10 @@ def test_a_transfer_keeps_the_candidate_that_predicts_held_out_text_best(tmp_pat
     assert set(choice["losses"]) == {"mix", "choose", "spelling only"}
     assert choice["weights"]["spelling only"] == {"spelling": 1.0, "translations": 0.0}
     assert choice["chosen"] == min(choice["losses"], key=choice["losses"].get)
+    # and before calibration, from calibration's check on the same lines (put back here, so the same losses)
+    assert list(choice["losses_uncalibrated"]) == list(choice["losses"])
+    for candidate, loss in choice["losses"].items():
+        assert choice["losses_uncalibrated"][candidate] == pytest.approx(loss, abs=1e-4)
     assert "- Candidates: kept " in (tmp_path / "auto" / "README.md").read_text(encoding="utf-8")
     # the loss recorded is the saved model's on the last held_out_lines lines of the text (calibration, which the
     # tiny random model always puts back, leaves the rows as chosen)

@@ -493,6 +493,9 @@ class MethodChoice(Report):
     chosen: str | None = None
     by: str | None = None
     losses: dict | None = None  # candidate -> mean token loss on held-out lines (None: not finite)
+    # candidate -> the same loss before calibration moved its rows (calibration's check, rounded to 4 places), where
+    # calibration ran with check lines: the candidates' order before calibration
+    losses_uncalibrated: dict | None = None
     candidates: list | None = None
     weights: dict | None = None  # candidate -> evidence -> its weight in that candidate (0: left out)
 

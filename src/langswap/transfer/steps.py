@@ -465,10 +465,13 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     # the best finished candidate so far, as run_method keeps it (lowest loss, ties to the earlier; a non-finite
     # loss counts as infinite): its loss, the result, its finished token matrices (on the CPU) and its reports
     best: dict = {}
+    uncalibrated: list[float | None] = []  # each candidate's check-line loss before calibration moved it, in order
 
     def judge(result) -> float:
         install(result)
         reports = finish(model, result) if finish is not None else {}
+        check = getattr(reports.get("calibration"), "check", None)
+        uncalibrated.append(None if check is None else check.loss_before)
         losses = [report.held_out_loss for report in reports.values()
                   if getattr(report, "held_out_loss", None) is not None]
         loss = losses[-1] if losses else mean_token_loss(model, inputs.target.tokenizer, held_out,
@@ -483,6 +486,8 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
                         dtype=dtype)
     if result.choice and finish is not None and result.choice.losses is not None:
         result.choice.by = "held-out loss after " + ", ".join(getattr(finish, "steps", ["finishing"]))
+        if any(loss is not None for loss in uncalibrated):
+            result.choice.losses_uncalibrated = dict(zip(result.choice.losses, uncalibrated))
     refuse_non_finite_rows(result, inputs)
     if best and best["result"] is result:  # judged: installed and finished then
         install(result)
