@@ -423,7 +423,7 @@ def test_a_calibrated_transfer_records_its_move_and_training_can_take_it_off(gpt
     from langswap.calibration_move import MOVE_FILE, CalibrationMove, take_off
     from langswap.models import load_tokenizer
     from langswap.records import read_train_record
-    from langswap.training.held_rows import unshown_text_tokens
+    from langswap.training.held_rows import text_token_counts, unshown_text_tokens
     from langswap.training.run import TrainConfig, train
     from langswap.transfer import transfer, transfer_config
 
@@ -480,7 +480,7 @@ def test_a_calibrated_transfer_records_its_move_and_training_can_take_it_off(gpt
     phase, held = start_of("spare-held", "spare-rare", unshown_rows="hold", calibration_min_count=10)
     target = load_tokenizer(target_tokenizer_folder)
     shown = {token for line in open(text, encoding="utf-8").read().splitlines() for token in target(line)["input_ids"]}
-    unshown = unshown_text_tokens(target, [np.array(sorted(shown))])[0]  # the text tokens the text never shows
+    unshown = unshown_text_tokens(text_token_counts(target, [np.array(sorted(shown))]))[0]  # never shown
     below = set(np.flatnonzero((move.counts < 10) & (move.logits[0] < 0)).tolist())
     spared_shown = sorted(below - set(unshown.tolist()))
     assert phase.rows_held == len(unshown) > 0 and below & set(unshown.tolist()) and spared_shown

@@ -76,7 +76,7 @@ def test_a_run_writes_its_model_and_snapshots_recalibrated_and_trains_on_the_row
     after."""
     from langswap.models import load_model, load_tokenizer
     from langswap.resources.tokenizer import text_tokens
-    from langswap.training.held_rows import unshown_text_tokens
+    from langswap.training.held_rows import text_token_counts, unshown_text_tokens
     from langswap.training.run import TrainConfig, train
 
     text = tmp_path / "train.txt"
@@ -95,7 +95,7 @@ def test_a_run_writes_its_model_and_snapshots_recalibrated_and_trains_on_the_row
         records[name] = json.loads((report.output / "langswap-train.json").read_text())
     tokenizer = load_tokenizer(gpt2_folder)
     shown = sorted({token for line in english_lines(300, seed=9) for token in tokenizer(line)["input_ids"]})
-    never = len(unshown_text_tokens(tokenizer, [np.array(shown)])[0])
+    never = len(unshown_text_tokens(text_token_counts(tokenizer, [np.array(shown)]))[0])
     # by default, the rows of the tokens the run shows fewer than 20 times (count times the epochs it reads)
     counts = collections.Counter(token for line in english_lines(300, seed=9) for token in tokenizer(line)["input_ids"])
     epochs = records["default"]["training_data"]["train"]["epochs"]

@@ -45,8 +45,8 @@ take_off(model, move)
 lines = read_text_lines(settings["text"], "target text", max_lines=settings["lines"])
 dev = (bench / "dev.txt").read_text(encoding="utf-8").splitlines()[:args.dev_lines]
 fields = {f.name for f in dataclasses.fields(CalibrationConfig)}
-base = CalibrationConfig(**{k: v for k, v in settings.items() if k in fields and k not in ("strength", "smoothing", "check_lines")},
-                         strength=1.0, check_lines=made["check"]["lines"])
+kept = {k: v for k, v in settings.items() if k in fields and k not in ("strength", "smoothing", "check_lines")}
+base = CalibrationConfig(**kept, strength=1.0, check_lines=made["check"]["lines"])
 print(folder, "rows moved", int(moved.sum()), "the transfer's smoothing", made["frequencies"], flush=True)
 weight = model.get_output_embeddings().weight
 saved = weight.detach().clone()

@@ -38,10 +38,10 @@ def text_token_counts(tokenizer, token_arrays) -> tuple[np.ndarray, list[np.ndar
     return texts, [id_counts(tokens, size) for tokens in token_arrays]
 
 
-def unshown_text_tokens(tokenizer, token_arrays, counted=None) -> tuple[np.ndarray, list[np.ndarray], int]:
-    """(ids of the tokenizer's text tokens that none of `token_arrays` holds, each array's own such ids, how many text
-    tokens there are); `counted`: `text_token_counts` of the arrays, where the caller has it."""
-    texts, counts = counted if counted is not None else text_token_counts(tokenizer, token_arrays)
+def unshown_text_tokens(counted: tuple[np.ndarray, list[np.ndarray]]) -> tuple[np.ndarray, list[np.ndarray], int]:
+    """(ids of the text tokens that none of the token arrays holds, each array's own such ids, how many text tokens
+    there are), from `counted`: `text_token_counts` of the arrays."""
+    texts, counts = counted
     shown = np.zeros(len(texts), dtype=bool)
     each = []
     for count in counts:

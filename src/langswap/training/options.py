@@ -103,8 +103,7 @@ class TrainConfig:
                 "training only lowers them): recalibrate (the default: they train like every row, and when the model "
                 "is written, the run's and each snapshot, the rows of the tokens the run shows fewer than "
                 "recalibrate_below times move along the mean head input onto the frequency line the other rows lie "
-                "on; causal LMs), train "
-                "(like every row, nothing moved) or hold (kept as the model folder has them, calibration's move "
+                "on; causal LMs), train (like every row, nothing moved) or hold (kept as the model folder has them, calibration's move "
                 "included whatever `calibration` takes off the other rows). Neither moves a row under FSDP or "
                 "DeepSpeed.",
         "choices": ("recalibrate", "train", "hold")})

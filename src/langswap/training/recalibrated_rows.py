@@ -11,8 +11,8 @@ the longer tokens that take them in. Recalibrating lets them train like every ro
 run's model and each snapshot), moves each row of a token the run shows fewer than `recalibrate_below` times as a
 target (the stores' counts times the epochs read) along the mean head input h̄, so that its mean logit h̄ . w_t sits
 where calibration puts a token of its frequency (`langswap.transfer.calibrate`, `langswap.frequency_line`): on the
-line a log f + c that the other rows counted at least three times lie on after training (slope 1, the offset c their mean distance from it),
-at calibration's held-out frequencies: a token the counted lines show r < 3 times gets the frequency new text gives
+line a log f + c that the other rows counted at least three times lie on after training (slope 1, the offset c their
+mean distance from it), at calibration's held-out frequencies: a token the counted lines show r < 3 times gets the frequency new text gives
 such tokens, measured on lines kept out of the counts and read by a tokenizer trained without them
 (`held_out_log_frequencies`), a more frequent one its relative frequency. The rows' directions, what training learnt
 of the contexts, stay; only their level moves. A tied head's input rows move with the output rows, as calibration

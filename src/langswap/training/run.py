@@ -684,7 +684,7 @@ def _never_shown(config: TrainConfig, streams, train_sets, stream_tokenizers, to
     if not (read_whole or moves):
         return None
     counted = text_token_counts(tokenizer, [train_sets[stream.name].store.tokens for stream in streams])
-    never, each, total = unshown_text_tokens(tokenizer, None, counted)
+    never, each, total = unshown_text_tokens(counted)
     if read_whole:
         for stream, ids in zip(streams, each):
             data[stream.name]["tokens_never_shown"] = len(ids)

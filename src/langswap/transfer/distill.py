@@ -693,7 +693,7 @@ def coverage_order(ids: list[np.ndarray], trainable: np.ndarray, budget: int, rn
     trainable row teach nothing. Taken until the lines hold `budget` tokens (ties in `rng`'s order), then every other
     line in `rng`'s order."""
     trainable = np.asarray(trainable, dtype=bool)
-    shown_ids = [line[(line < len(trainable))] for line in ids]  # ids beyond the mask are refused when read
+    shown_ids = [line[line < len(trainable)] for line in ids]  # ids beyond the mask are refused when read
     shown_ids = [line[trainable[line]] for line in shown_ids]
     rows = [np.unique(line) for line in shown_ids]
     shown = np.zeros(len(trainable), dtype=np.int64)
