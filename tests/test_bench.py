@@ -14,7 +14,9 @@ from langswap.bench import REFERENCE, BenchConfig, expand_variants, format_table
 from langswap.cli import main
 from langswap.config import from_dict, to_dict
 from langswap.errors import ConfigError
+from langswap.records import has_model_record
 from langswap.reports import PhaseReport, PhaseTeacher
+from langswap.start_rows import START_FILE
 
 
 def _bench_yaml(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors, corpus_dir, **changes) -> Path:
@@ -514,6 +516,17 @@ def test_an_entry_s_own_train_options_train_its_runs_alone(tmp_path, corpus_dir)
     assert lowered[1]["calibration"] == "spare-rare" and lowered[0].output != keep.output
     assert lowered[1] == plain_key  # spare-rare is the default
     assert _train_config(config, tmp_path / "run", {"calibration": "undo"}, calibration={})[1] != keep_key
+    # start rows key a run only where its transfer wrote them (or is not made yet): a transfer without them trains
+    # as before the option existed
+    assert plain_key["start_rows"] == "frequent"
+    transfer = tmp_path / "run" / "transfer"
+    transfer.mkdir(parents=True)
+    (transfer / "langswap.json").write_text("{}", encoding="utf-8")
+    assert has_model_record(transfer)
+    without = _train_config(config, tmp_path / "run")[1]
+    assert "start_rows" not in without and "start_rows_shows" not in without
+    (transfer / START_FILE).write_bytes(b"")
+    assert _train_config(config, tmp_path / "run")[1] == plain_key
     (variant,) = expand_variants([{"name": "random", "train": {"teacher": {"weight": 1}}}])
     assert variant.train == {"teacher": {"weight": 1}}
     with pytest.raises(ConfigError, match="train must be a mapping"):

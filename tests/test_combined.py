@@ -362,6 +362,8 @@ def test_a_transfer_keeps_the_candidate_that_predicts_held_out_text_best(tmp_pat
     for candidate, loss in choice["losses"].items():
         assert choice["losses_uncalibrated"][candidate] == pytest.approx(loss, abs=1e-4)
     assert "- Candidates: kept " in (tmp_path / "auto" / "README.md").read_text(encoding="utf-8")
+    # start rows for training beside the model only where it kept `mix`
+    assert (choice["chosen"] == "mix") == (tmp_path / "auto" / "start-rows.safetensors").is_file()
     # the loss recorded is the saved model's on the last held_out_lines lines of the text (calibration, which the
     # tiny random model always puts back, leaves the rows as chosen)
     assert record["calibration"]["rows"] == 0
@@ -527,3 +529,92 @@ def test_a_transfer_calibrates_each_candidate_once_and_keeps_the_chosen_one_as_c
     assert len(calls) == 3 and set(report.choice.losses) == {"mix", "choose", "spelling only"}
     assert report.calibration.check is not None and "held_out_loss" not in report.calibration.as_dict()
     assert {"method", "method: calibration", "method: frequencies"} <= set(report.seconds)
+
+
+def test_a_transfer_that_keeps_mix_finishes_choose_too_and_keeps_its_differing_rows_for_training(cipher_world):
+    """Where the judged transfer keeps `mix`, the `choose` candidate over the same evidence is finished as the
+    candidates were, and its finished rows where it makes them otherwise are the start rows; the model keeps `mix`."""
+    from types import SimpleNamespace
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from langswap.surgery import read_source_matrices
+    from langswap.transfer.steps import apply_method
+
+    source, target, embeddings, dictionary, _ = cipher_world
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(source), n_embd=12, n_layer=1, n_head=2, n_positions=32))
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(embeddings)
+    matrices = read_source_matrices(model, len(source))
+    inputs = TransferInputs(source, target, embeddings, resources={"dictionary": dictionary})
+    finished = []
+
+    def finish(model, result):  # a finishing step that moves every row and prefers the first candidate (`mix`)
+        with torch.no_grad():
+            model.get_input_embeddings().weight.add_(1.0)
+        finished.append(result)
+        return {"step": SimpleNamespace(held_out_loss=0.0 if len(finished) == 1 else 1.0)}
+
+    model, result, _ = apply_method(model, inputs, matrices, make_config("combined"), held_out=["unused"],
+                                    finish=finish)
+    assert result.choice.chosen == "mix" and result.choice.start == "choose"
+    assert len(finished) == 4  # mix, choose, spelling only, then choose again for the start
+    mix = run_method(make_config("combined", mode="mix"), inputs).embeddings
+    choose = run_method(make_config("combined", mode="choose"), inputs).embeddings
+    differ = np.flatnonzero((mix != choose).any(dim=1).numpy())
+    start = result.choice.rows
+    assert 0 < len(differ) < len(target) and start.ids.tolist() == differ.tolist()
+    assert result.choice.start_rows == len(differ) and start.candidate == "choose" and start.output is None
+    torch.testing.assert_close(torch.from_numpy(start.input), choose[differ] + 1.0)
+    torch.testing.assert_close(model.get_input_embeddings().weight.detach(), mix + 1.0)  # the kept candidate, finished
+
+    # a transfer that keeps `choose` (or one evidence) writes no start rows
+    finished.clear()
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(source), n_embd=12, n_layer=1, n_head=2, n_positions=32))
+    keep_second = lambda model, result: (finished.append(result),  # noqa: E731
+                                         {"step": SimpleNamespace(held_out_loss=0.0 if len(finished) == 2 else 1.0)})[1]
+    _, result, _ = apply_method(model, inputs, matrices, make_config("combined"), held_out=["unused"],
+                                finish=keep_second)
+    assert result.choice.chosen == "choose" and result.choice.rows is None and result.choice.start is None
+    assert len(finished) == 3
+
+
+def test_a_transfer_that_keeps_mix_writes_choose_s_rows_and_training_starts_its_frequent_rows_from_them(
+        tmp_path, monkeypatch, gpt2_folder, target_tokenizer_folder, corpus_dir):
+    """With `mix` and `choose` the only candidates (the tiny world's check lines keep `mix` of the two), the
+    transfer writes `choose`'s finished rows where it makes them otherwise beside the model, says so in the record,
+    and `langswap train` puts those of the tokens its run shows often enough in place before the first update."""
+    from transformers import AutoModelForCausalLM
+
+    from langswap.cli import main
+    from langswap.methods.combined import EvidenceCandidates
+    from langswap.records import read_train_record
+    from langswap.start_rows import START_FILE, StartRows
+
+    made = EvidenceCandidates.__init__
+
+    def two(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        self._made.pop("spelling only", None)
+
+    monkeypatch.setattr(EvidenceCandidates, "__init__", two)
+    text = corpus_dir / "xx.txt"
+    output = tmp_path / "transfer"
+    assert main(["-q", "transfer", "--source-model", str(gpt2_folder), "--target-tokenizer",
+                 str(target_tokenizer_folder), "--set", f"resources.dictionary={corpus_dir / 'en-xx.tsv'}", "--set",
+                 f"calibration.text={text}", "--set", "held_out_lines=20", "--output", str(output)]) == 0
+    choice = json.loads((output / "langswap.json").read_text())["method_choice"]
+    assert choice["chosen"] == "mix" and set(choice["losses"]) == {"mix", "choose"}
+    assert choice["start"] == "choose" and choice["start_file"] == START_FILE and "rows" not in choice
+    start = StartRows.load(output / START_FILE)
+    assert len(start.ids) == choice["start_rows"] > 0 and start.candidate == "choose"
+    written = AutoModelForCausalLM.from_pretrained(output).get_input_embeddings().weight.detach()
+    assert not torch.allclose(torch.from_numpy(start.input), written[start.ids])
+    assert main(["-q", "train", "--model", str(output), "--train-text", str(text), "--output",
+                 str(tmp_path / "trained"), "--steps", "1", "--set", "batch_size=2", "--set", "sequence_length=16",
+                 "--set", "preset=embeddings", "--set", "start_rows_shows=0.01", "--set", "snapshot_steps=[0]"]) == 0
+    placed = read_train_record(tmp_path / "trained").phases[0].start_rows
+    assert 0 < placed <= len(start.ids)
+    first = AutoModelForCausalLM.from_pretrained(tmp_path / "trained" / "snapshots" / "step-0")
+    rows = first.get_input_embeddings().weight.detach()[start.ids]
+    assert int(torch.isclose(rows, torch.from_numpy(start.input), atol=1e-6).all(dim=1).sum()) >= placed

@@ -52,6 +52,7 @@ from langswap.reports import PhaseReport
 from langswap.resources.kinds import get_resource
 from langswap.resources.text import read_text_lines
 from langswap.resources.tokenizer import train_tokenizer
+from langswap.start_rows import START_FILE
 from langswap.training.run import TrainConfig, comparable_config, train
 from langswap.transfer import ModelPairConfig, TransferConfig, transfer
 from langswap.transfer.calibrate import CalibrationConfig
@@ -211,18 +212,22 @@ def _train_config(config: BenchConfig, run: Path, entry: dict | None = None, upd
                "train_text": config.train_text, "output": "", "steps": final,
                "snapshot_steps": [] if updates else sorted(step for step in set(config.steps) if 0 < step < final)}
     train_config = from_dict(TrainConfig, options, where="train.")
-    key = _train_key(comparable_config(train_config), calibration)
+    transfer_folder = run / "transfer"
+    starts = not has_model_record(transfer_folder) or (transfer_folder / START_FILE).is_file()
+    key = _train_key(comparable_config(train_config), calibration, starts)
     return dataclasses.replace(train_config, output=str(run / f"train-{final}steps-{_digest(key)}")), key
 
 
-def _train_key(comparable: dict, calibration: dict | None = None) -> dict:
+def _train_key(comparable: dict, calibration: dict | None = None, starts: bool = True) -> dict:
     """What a trained measurement depends on besides the variant: the train options minus this variant's paths, and
     minus options that are off (a teacher of weight 0, a `calibration` start that takes nothing off the variant's
-    transfer), so that measurements made before such an option existed are still those of runs without it."""
+    transfer, `start_rows` where the transfer wrote none: `starts` False), so that measurements made before such an
+    option existed are still those of runs without it."""
     keeps = _takes_nothing_off(comparable, calibration or {})
     return {key: value for key, value in comparable.items()
             if key not in ("model", "output") and not (key == "teacher" and not _teaches(value))
-            and not (keeps and key in ("calibration", "calibration_min_count"))}
+            and not (keeps and key in ("calibration", "calibration_min_count"))
+            and not (not starts and key in ("start_rows", "start_rows_shows"))}
 
 
 def _takes_nothing_off(comparable: dict, calibration: dict) -> bool:
@@ -540,6 +545,12 @@ def _run_variant(config: BenchConfig, variant: Variant, output: Path, shared: di
             "language": config.language, "output": str(run / "transfer"), "overwrite": True,
             "method": variant.method, "calibration": calibration, "distill": variant.distill,
             "method_device": config.method_device, **shared}), progress=progress)
+        if train_config is not None:  # whether it wrote start rows decides what the runs depend on
+            train_config, train_key = _train_config(config, run, variant.train, calibration=variant.calibration)
+            for step in steps:
+                if step:
+                    settings[step]["trained_with"] = train_key
+                    keys[step] = _result_key(variant.label, step, settings[step])
     folders = {0: run / "transfer"}
     timing = {}
     if any(step > 0 and keys[step] not in results for step in steps):

@@ -498,6 +498,11 @@ class MethodChoice(Report):
     losses_uncalibrated: dict | None = None
     candidates: list | None = None
     weights: dict | None = None  # candidate -> evidence -> its weight in that candidate (0: left out)
+    # the candidate whose rows the transfer wrote for training's start (`start_rows.START_FILE`), and how many rows
+    start: str | None = None
+    start_rows: int | None = None
+    start_file: str | None = None
+    rows: object | None = field(default=None, compare=False, metadata=NOT_WRITTEN)  # start_rows.StartRows
 
     def kept_weights(self) -> str:
         """The kept candidate's evidence weights, `name weight, ...` (empty where the method gave none)."""
@@ -512,7 +517,9 @@ class MethodChoice(Report):
                                for candidate, loss in self.losses.items())
             weights = self.kept_weights()
             return (f"kept {self.chosen}, the lowest mean token loss on held-out target text ({losses} nats)"
-                    + (f"; its evidence weights: {weights}" if weights else ""))
+                    + (f"; its evidence weights: {weights}" if weights else "")
+                    + (f"; the {self.start_rows:,} rows {self.start} makes otherwise are written for training's "
+                       f"start ({self.start_file})" if self.start and self.start_file else ""))
         return f"kept {self.chosen} of {', '.join(self.candidates or [])}: {self.by or ''}"
 
 
@@ -781,6 +788,7 @@ class PhaseReport(Report):
     teacher: PhaseTeacher | None = field(default=None, metadata=nested(PhaseTeacher))
     calibration_taken_off: int | None = None  # rows whose calibration move was taken off first (TrainConfig.calibration)
     rows_held: int | None = None  # tokens whose rows were held, never shown by the text (TrainConfig.unshown_rows)
+    start_rows: int | None = None  # rows that started from the transfer's start rows (TrainConfig.start_rows)
     unshown_recalibrated: UnshownRecalibration | None = field(default=None, metadata=nested(UnshownRecalibration))
 
     def summary(self) -> str:

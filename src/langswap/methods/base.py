@@ -117,6 +117,9 @@ class MethodResult:
     output_embeddings: torch.Tensor | None = None  # (V_t, d) for an untied head
     output_bias: torch.Tensor | None = None  # (V_t,)
     choice: MethodChoice | None = None  # where the method offered candidates: their losses and the one kept
+    # where the kept candidate mixes its evidence and the method offers the same evidence chosen (`combined`'s
+    # `mix` and `choose`): (that candidate's name, its result), for training's start (`langswap.start_rows`)
+    sibling: "tuple[str, MethodResult] | None" = None
 
 
 @dataclass(frozen=True)
@@ -306,6 +309,10 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
     result.choice = MethodChoice(chosen=name, by="held-out loss", losses={
         key: round(value, 5) if math.isfinite(value) else None for key, value in losses.items()}, weights=weights)
     logger.info("%s: kept %s", spec.name, name)
+    other = candidates.sibling(name) if hasattr(candidates, "sibling") else None
+    if other is not None:
+        result.sibling = (other, finish_mapping(f"{spec.name} ({other})", candidates[other], inputs, config,
+                                                source_matrices, dtype))
     return result
 
 

@@ -422,6 +422,11 @@ class EvidenceCandidates(Mapping):
         evidence = choose_evidence(len(base), items) if mode == "choose" else items
         return place_evidence(base.copy(), evidence)
 
+    def sibling(self, name: str) -> str | None:
+        """The candidate with `name`'s evidence chosen where `name` mixes it (None otherwise)."""
+        other = "choose" + name[len("mix"):] if name.startswith("mix") else None
+        return other if other in self._made else None
+
     def __iter__(self):
         return iter(self._made)
 

@@ -111,6 +111,15 @@ class TrainConfig:
         "help": "unshown_rows: recalibrate moves the rows of the text tokens the run shows fewer than this many times "
                 "as targets (each stream's count of the token times the epochs the run reads of it): tokens the text "
                 "never shows, and those it shows too rarely for training to place them."})
+    start_rows: str = field(default="frequent", metadata={
+        "help": "Where the model folder holds start-rows.safetensors (a `combined` transfer that kept `mix` writes "
+                "there the rows the `choose` candidate makes otherwise, finished alike): frequent (the default: the "
+                "rows of the tokens the run shows at least start_rows_shows times start from those rows) or "
+                "transfer (every row starts as written). Not with calibration: undo.",
+        "choices": ("frequent", "transfer")})
+    start_rows_shows: float = field(default=150.0, metadata={
+        "help": "start_rows: frequent's count: tokens the run shows at least this many times as targets (each "
+                "stream's count of the token times the epochs the run reads of it)."})
     teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={
         "help": "The source model as a teacher (langswap.training.teacher): the training loss adds teacher.weight "
                 "times the distance between the model's hidden states and the teacher's reading the same text with "
@@ -163,6 +172,10 @@ class TrainConfig:
             raise ConfigError(f"calibration is {self.calibration!r}; choose spare-rare, keep or undo.")
         if self.unshown_rows not in ("recalibrate", "train", "hold"):
             raise ConfigError(f"unshown_rows is {self.unshown_rows!r}; choose recalibrate, train or hold.")
+        if self.start_rows not in ("frequent", "transfer"):
+            raise ConfigError(f"start_rows is {self.start_rows!r}; choose frequent or transfer.")
+        if not self.start_rows_shows > 0:
+            raise ConfigError(f"start_rows_shows is {self.start_rows_shows}; give a number of showings above 0.")
         if not self.recalibrate_below > 0:
             raise ConfigError(f"recalibrate_below is {self.recalibrate_below}; give a number of showings above 0.")
         if self.calibration_min_count < 1:

@@ -62,6 +62,7 @@ from langswap.numerics import prepare_embeddings_for_training, refuse_non_finite
 from langswap.records import (ModelRecord, TrainingSection, TrainRecord, has_model_record, has_train_record,
                               read_model_record, read_train_record, write_model_record, write_train_record)
 from langswap.reports import PhaseReport
+from langswap.start_rows import START_FILE, StartRows, put_in_place
 from langswap.training.curve import CurveWriter
 from langswap.training.data import BlockDataset, LMCollator, batch_counts, masked_eval_set, pack, phase_dataset
 from langswap.training.held_rows import HeldRows, text_token_counts, unshown_text_tokens
@@ -325,6 +326,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         finally:
             documents.close()
     held = unshown if config.unshown_rows == "hold" else None
+    start = _frequent_start_rows(config, streams, train_sets, stream_tokenizers, tokenizer, data)
     collator = LMCollator(tokenizer, objective, config.mlm_probability, stream_tokenizers, config.document_mask)
     precision_flags = _precision_flags(config.precision)
     teacher, dropped = None, None  # the teacher, or the check that dropped it
@@ -353,7 +355,7 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
     resumed = status == "resume"
     offset = 0
     run = _Run(config, state, recipe, tokenizer, objective, collator, train_sets, streams, eval_set, teacher, dropped,
-               curve, list(callbacks or []), precision_flags, progress, use_cpu, held, recalibration)
+               curve, list(callbacks or []), precision_flags, progress, use_cpu, held, recalibration, start)
     for index in range(len(planned)):
         # a phase after one that ended early may be re-planned with the steps it left
         replanned = recipe.phases(objective, list(done_steps))
@@ -409,6 +411,7 @@ class _Run:
     use_cpu: bool
     unshown: np.ndarray | None  # ids of the text tokens no stream shows, where unshown_rows: hold holds them
     recalibration: Recalibration | None  # where unshown_rows: recalibrate moves those rows as the model is written
+    start: tuple | None = None  # (the model folder's StartRows, the ids start_rows: frequent puts in place)
 
     @property
     def output(self) -> Path:
@@ -427,6 +430,7 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int, last: b
     loaded_from = checkpoint if stopped_at else start_model
     model, kept_dtype, counts, undone = _phase_model(config, recipe, phase, loaded_from, run.objective,
                                                      run.tokenizer, run.precision_flags, run.unshown)
+    placed = _start_rows_in_place(config, model, loaded_from, run.start)
     held = _held_rows(run, phase, model)
     trainer = _phase_trainer(run, index, phase, offset, phase_dir, model, kept_dtype)
     if held is not None:
@@ -454,6 +458,7 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int, last: b
         trainer.evaluate()
     summary = _phase_summary(phase, trainer, metrics, counts, run.teacher, run.dropped)
     summary.calibration_taken_off = undone
+    summary.start_rows = placed
     summary.rows_held = None if held is None else len(held.ids)
     if last and run.recalibration is not None:
         summary.unshown_recalibrated = _recalibrate(run, trainer, steps)
@@ -632,6 +637,38 @@ def _calibration_start(config: TrainConfig, model, folder, held=None) -> int | N
     logger.info("calibration %s: the move of %s output rows taken off before training", config.calibration,
                 f"{rows:,}")
     return rows
+
+
+def _frequent_start_rows(config: TrainConfig, streams, train_sets, stream_tokenizers, tokenizer, data: dict):
+    """(the model folder's start rows, the ids of those the run shows at least `start_rows_shows` times), where the
+    folder has start rows (`langswap.start_rows`) and `start_rows: frequent` puts them in place; None otherwise (or
+    where a stream is read by a tokenizer of its own, or `calibration: undo` wants the rows uncalibrated)."""
+    path = Path(config.model) / START_FILE
+    if config.start_rows != "frequent" or not path.is_file():
+        return None
+    if any(stream_tokenizers) or (config.calibration == "undo" and (Path(config.model) / MOVE_FILE).is_file()):
+        logger.info("start_rows: frequent puts no row in place here: %s", "a stream is read by a tokenizer of its own"
+                    if any(stream_tokenizers) else "calibration: undo starts from the uncalibrated rows")
+        return None
+    start = StartRows.load(path)
+    texts, counts = text_token_counts(tokenizer, [train_sets[stream.name].store.tokens for stream in streams])
+    shows = np.zeros(len(texts))
+    for count, stream in zip(counts, streams):
+        shows += count * data[stream.name]["epochs"]
+    inside = start.ids[start.ids < len(shows)]
+    ids = inside[shows[inside] >= config.start_rows_shows]
+    logger.info("start_rows: frequent: %s of the %s rows the %s candidate makes otherwise belong to tokens the run "
+                "shows at least %g times; they start from that candidate's rows", f"{len(ids):,}",
+                f"{len(start.ids):,}", start.candidate, config.start_rows_shows)
+    return start, ids
+
+
+def _start_rows_in_place(config: TrainConfig, model, folder, start) -> int | None:
+    """`start` (`_frequent_start_rows`) put in place in a model loaded from the run's model folder: the rows
+    placed (None: no start rows, or a later phase, which starts from the one before)."""
+    if start is None or Path(folder).resolve() != Path(config.model).resolve():
+        return None
+    return put_in_place(model, *start)
 
 
 def _training_sets(config: TrainConfig, state, streams, tokenizer, objective: str, sequence_length: int,

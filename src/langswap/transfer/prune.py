@@ -36,6 +36,7 @@ from langswap.records import has_model_record, read_model_record
 from langswap.reports import PruningReport, VocabularyReport
 from langswap.resources.extension import prune_extension, source_of_extension
 from langswap.resources.text import read_text_lines
+from langswap.start_rows import START_FILE, StartRows
 from langswap.surgery import install_embeddings, output_bias
 from langswap.tokens import Vocabulary
 from langswap.transfer.ledger import new_token_ledger
@@ -152,6 +153,8 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
         if (folder / MOVE_FILE).is_file():  # padding rows: beyond the move, so never moved
             CalibrationMove.load(folder / MOVE_FILE).rows(np.concatenate(
                 [index, np.full(rows - len(index), old_rows)])).save(out / MOVE_FILE)
+        if (folder / START_FILE).is_file():  # the rows of the tokens kept, renumbered
+            StartRows.load(folder / START_FILE).rows(index).save(out / START_FILE)
 
     def write_provenances(out: Path) -> None:
         new_id = {int(old): new for new, old in enumerate(index)}

@@ -53,6 +53,7 @@ from langswap.resources.extension import first_differing_id
 from langswap.resources.kinds import keys_in_use
 from langswap.resources.text import read_text_lines
 from langswap.resources.tokenizer import train_tokenizer
+from langswap.start_rows import START_FILE, finished_rows
 from langswap.surgery import (SourceMatrices, check_position_offset, install_embeddings, read_source_matrices,
                               remap_named_token_ids, update_special_token_ids)
 from langswap.tokens import Vocabulary
@@ -489,6 +490,10 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
         if any(loss is not None for loss in uncalibrated):
             result.choice.losses_uncalibrated = dict(zip(result.choice.losses, uncalibrated))
     refuse_non_finite_rows(result, inputs)
+    if best and best["result"] is result and result.sibling is not None:
+        result.choice.rows = sibling_start_rows(model, result, install, finish)
+        if result.choice.rows is not None:
+            result.choice.start, result.choice.start_rows = result.choice.rows.candidate, len(result.choice.rows.ids)
     if best and best["result"] is result:  # judged: installed and finished then
         install(result)
         restore_token_matrices(model, best["matrices"])
@@ -497,6 +502,26 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
         install(result)
         reports = finish(model, result) if finish is not None else {}
     return model, result, reports
+
+
+def sibling_start_rows(model, result, install, finish):
+    """The kept candidate's sibling (`MethodResult.sibling`: its evidence chosen rather than mixed) installed and
+    finished as the candidates were, and its finished rows where its matrices differ from the kept one's
+    (`start_rows.StartRows`; None where none differ). Leaves the sibling in `model`; the caller installs the kept
+    one again."""
+    name, other = result.sibling
+    differ = (other.embeddings != result.embeddings).any(dim=1)
+    if other.output_embeddings is not None and result.output_embeddings is not None:
+        differ |= (other.output_embeddings != result.output_embeddings).any(dim=1)
+    ids = torch.nonzero(differ).flatten()
+    if len(ids) == 0:
+        return None
+    install(other)
+    finish(model, other)
+    start = finished_rows(model, name, ids)
+    logger.info("the %s candidate's rows of %s tokens it makes otherwise are kept for training's start (%s)", name,
+                f"{len(ids):,}", START_FILE)
+    return start
 
 
 def make_embeddings(config: TransferConfig, source: Source, target: Target, text: TextSteps, inputs: Inputs,
@@ -608,6 +633,10 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
             if calibration is not None and calibration.move is not None and calibration.rows:
                 calibration.move.save(folder / MOVE_FILE)  # what `langswap train` may take off again
                 calibration.move_file = MOVE_FILE
+            choice = record.method_choice
+            if choice is not None and choice.rows is not None:
+                choice.rows.save(folder / START_FILE)  # what `langswap train` may start from
+                choice.start_file = START_FILE
         remap_config_ids(folder / "config.json", source.tokenizer, target.tokenizer)
 
     def write_provenances(folder: Path) -> None:
