@@ -35,12 +35,13 @@ def bucket(count: int) -> str:
 
 
 def model_folder(runs: Path, spec: str) -> Path:
-    """`variant` (its last training run's model/, or its phase's final/ where model/ is absent) or `variant@0` (its
-    transfer)."""
+    """`variant` (its last training run's model/, or its phase's final/ where model/ is absent), `variant@0` (its
+    transfer) or `variant@N` (its last run of N updates)."""
     variant, _, step = spec.partition("@")
     if step == "0":
         return runs / variant / "transfer"
-    trained = sorted((runs / variant).glob("train-*steps-*"), key=lambda path: path.stat().st_mtime)
+    trained = sorted((runs / variant).glob(f"train-{step or '*'}steps-*"), key=lambda path: path.stat().st_mtime)
+    trained = [folder for folder in trained if (folder / "model").is_dir() or any(folder.glob("phase-*/final"))]
     if not trained:
         raise SystemExit(f"{runs / variant} has no training run")
     folder = trained[-1]
@@ -50,7 +51,7 @@ def model_folder(runs: Path, spec: str) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bench", default=SLICE, help="The bench_calibration.py work folder.")
-    parser.add_argument("--runs", nargs="+", default=None, metavar="LABEL=VARIANT[@0]")
+    parser.add_argument("--runs", nargs="+", default=None, metavar="LABEL=VARIANT[@0|@N]")
     parser.add_argument("--held", action="store_true", help="With the default bench: the held runs too.")
     args = parser.parse_args()
     bench = Path(args.bench).expanduser()

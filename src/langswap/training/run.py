@@ -428,9 +428,9 @@ def _train_phase(run: _Run, index: int, phase, start_model, offset: int, last: b
     # trains on): that checkpoint is its result.
     stopped_at = _stopped_checkpoint(checkpoint, recipe, phase)
     loaded_from = checkpoint if stopped_at else start_model
-    model, kept_dtype, counts, undone = _phase_model(config, recipe, phase, loaded_from, run.objective,
-                                                     run.tokenizer, run.precision_flags, run.unshown)
-    placed = _start_rows_in_place(config, model, loaded_from, run.start)
+    model, kept_dtype, counts, undone, placed = _phase_model(config, recipe, phase, loaded_from, run.objective,
+                                                             run.tokenizer, run.precision_flags, run.unshown,
+                                                             run.start)
     held = _held_rows(run, phase, model)
     trainer = _phase_trainer(run, index, phase, offset, phase_dir, model, kept_dtype)
     if held is not None:
@@ -593,15 +593,17 @@ def _check_document_mask(config: TrainConfig, objective: str, tokenizer, streams
 
 
 def _phase_model(config: TrainConfig, recipe, phase, loaded_from, objective: str, tokenizer, precision_flags: dict,
-                 held=None):
+                 held=None, start=None):
     """(the phase's model, prepared by the recipe with its trainable parameters set; the dtype its folders are
-    written in (None: its own); its parameter counts; the rows whose calibration was taken off). `held`: the ids
-    `unshown_rows: hold` holds, which keep their calibration."""
+    written in (None: its own); its parameter counts; the rows whose calibration was taken off; the rows started
+    from the transfer's start rows). `held`: the ids `unshown_rows: hold` holds, which keep their calibration;
+    `start`: `_frequent_start_rows`' answer."""
     autocast_dtype = (_autocast_dtype(precision_flags) if recipe.freezes_body(phase) and not sharding_engine()
                       else None)
     model, kept = _load_for_training(loaded_from, objective, config.seed, tokenizer, config.attention,
                                      autocast_dtype)
     undone = _calibration_start(config, model, loaded_from, held)
+    placed = _start_rows_in_place(config, model, loaded_from, start)
     kept_dtype = autocast_dtype if kept else None  # the dtype the phase's model folders are written in
     recipe.prepare_model(phase, model, loaded_from)
     set_trainable(model, recipe.trainable_parameters(phase, model))
@@ -613,7 +615,7 @@ def _phase_model(config: TrainConfig, recipe, phase, loaded_from, objective: str
     counts = parameter_counts(model)
     logger.info("phase %s: %s updates, %s of %s parameters trainable, peak rate %g", phase.name, phase.steps,
                 f"{counts['trainable_parameters']:,}", f"{counts['total_parameters']:,}", phase.learning_rate)
-    return model, kept_dtype, counts, undone
+    return model, kept_dtype, counts, undone, placed
 
 
 def _calibration_start(config: TrainConfig, model, folder, held=None) -> int | None:
