@@ -494,6 +494,7 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
         result.choice.rows = sibling_start_rows(model, result, install, finish)
         if result.choice.rows is not None:
             result.choice.start, result.choice.start_rows = result.choice.rows.candidate, len(result.choice.rows.ids)
+    result.sibling = None  # its matrices are as large as the kept ones'; what training needs of them is taken
     if best and best["result"] is result:  # judged: installed and finished then
         install(result)
         restore_token_matrices(model, best["matrices"])
