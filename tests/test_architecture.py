@@ -19,7 +19,7 @@ LAYERS = [
     ("tokens", ["tokens", "chunks"]),
     ("resources", ["resources"]),
     ("methods", ["methods"]),
-    ("surgery", ["surgery", "checkpoint", "calibration_move", "frequency_line"]),
+    ("surgery", ["surgery", "checkpoint", "calibration_move", "frequency_line", "start_rows"]),
     ("training", ["training"]),
     ("evaluation", ["evaluation"]),
     ("transfer", ["transfer", "enrich"]),
