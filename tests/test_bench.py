@@ -675,13 +675,17 @@ def test_a_distilled_entry_is_compared_at_equal_wall_time_counting_its_distillat
 
 def test_the_separation_s_options_enter_a_variant_s_digest_only_where_it_runs():
     """A calibrated variant without calibration.source_text resolves to the options it had before the separation
-    existed (so its cached measurements stay); one with it names both the text and the amount."""
+    existed (so its cached measurements stay); one with it names both the text and the amount. The expected-count
+    fit's options enter only where count_fit is not auto."""
     from langswap.bench import _resolved_calibration
     from langswap.transfer.calibrate import CalibrationConfig
 
     plain = _resolved_calibration({"text": "de.txt"})
     assert "source_text" not in plain and "separation" not in plain
-    assert set(plain) == set(to_dict(CalibrationConfig())) - {"source_text", "separation"}
+    fit = {"count_fit", "count_fit_lines", "count_fit_smoothing"}
+    assert set(plain) == set(to_dict(CalibrationConfig())) - {"source_text", "separation"} - fit
+    fitted = _resolved_calibration({"text": "de.txt", "count_fit": "on"})
+    assert fitted["count_fit"] == "on" and fitted["count_fit_lines"] == 1000 and fitted["count_fit_smoothing"] == 0.5
     separated = _resolved_calibration({"text": "de.txt", "source_text": "en.txt", "separation": 1.0})
     assert separated["source_text"] == "en.txt" and separated["separation"] == 1.0
     assert _resolved_calibration({"text": "de.txt", "source_text": "en.txt"})["separation"] is None

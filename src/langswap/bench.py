@@ -351,11 +351,15 @@ def _record_inputs(folder: Path, inputs: dict) -> None:
 
 def _resolved_calibration(calibration: dict) -> dict:
     """Every calibration option as it resolves; the separation's options only where it runs (calibration.source_text
-    set), so a variant without it keeps the measurements it had."""
+    set) and the expected-count fit's only where they are not its default (auto: extensions only), so a variant
+    without them keeps the measurements it had."""
     resolved = to_dict(from_dict(CalibrationConfig, calibration, where="calibration."))
     if not resolved.get("source_text"):
         resolved.pop("source_text", None)
         resolved.pop("separation", None)
+    if resolved.get("count_fit") == "auto":
+        for key in ("count_fit", "count_fit_lines", "count_fit_smoothing"):
+            resolved.pop(key, None)
     return resolved
 
 

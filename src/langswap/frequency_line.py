@@ -163,16 +163,19 @@ class _HeadReached(Exception):
 
 @torch.no_grad()
 def read_head_inputs(model, tokenizer, lines: list[str], max_length: int, take, batch_tokens: int = 4096,
-                     progress: bool = False, label: str = "calibration") -> None:
+                     progress: bool = False, label: str = "calibration", with_ids: bool = False) -> None:
     """Call `take((positions, d) float32 tensor)` with the hidden states the output head reads at every position of
     `lines` (each read up to `max_length` tokens, with the tokenizer's special tokens), a batch of about
     `batch_tokens` tokens at a time, right-padded (a causal model's real positions never see the padding); the
-    forward stops where the head would start."""
+    forward stops where the head would start. `with_ids`: `take(states, ids)` with the batch's token ids too (a list
+    per line, the states being their positions line after line)."""
     head = model.get_output_embeddings()
     mask = None
+    batch: list = []
 
     def record(module, args):
-        take(args[0].detach().to(torch.float32)[mask.to(args[0].device)])
+        states = args[0].detach().to(torch.float32)[mask.to(args[0].device)]
+        take(states, batch) if with_ids else take(states)
         raise _HeadReached
 
     encoded = [ids for ids in tokenizer(lines, truncation=True, max_length=max_length)["input_ids"] if ids]
@@ -186,7 +189,8 @@ def read_head_inputs(model, tokenizer, lines: list[str], max_length: int, take, 
     try:
         device = next(model.parameters()).device
         for start, stop in length_batches([len(ids) for ids in encoded], batch_tokens):
-            input_ids, attention = right_pad(encoded[start:stop], 0)
+            batch = encoded[start:stop]
+            input_ids, attention = right_pad(batch, 0)
             mask = attention.bool()
             try:
                 model(input_ids=input_ids.to(device), attention_mask=attention.to(device))

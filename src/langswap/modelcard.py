@@ -352,7 +352,8 @@ def _body(folder: Path, record: ModelRecord, source: str | None, source_folder: 
             lines.append(f"- Input and output embeddings: {'tied' if record.tied_embeddings else 'untied'}"
                          + (", with an output bias" if getattr(record, "output_bias", None) else ""))
         for key, label in (("distillation", "Token distillation"), ("calibration", "Frequency calibration"),
-                           ("separation", "Kept off the source language"), ("pruning", "Pruned")):
+                           ("separation", "Kept off the source language"),
+                           ("count_fit", "Fitted to the counts"), ("pruning", "Pruned")):
             report = getattr(record, key, None)
             if report is not None:
                 lines.append(f"- {label}: {report.summary()}")

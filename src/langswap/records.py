@@ -34,10 +34,10 @@ from typing import Any
 
 from langswap.errors import MissingResourceError, ResourceFormatError
 from langswap.files import atomic_write_text
-from langswap.reports import (AlignmentReport, CalibrationReport, ChangeNorm, DistillationReport, EnrichSection,
-                              EvalPoint, EvaluationMetrics, ExtensionReport, MatchingReport, MethodChoice,
-                              NewWordTraining, PhaseReport, PruningReport, Report, SeparationReport, VocabularyReport,
-                              nested)
+from langswap.reports import (AlignmentReport, CalibrationReport, ChangeNorm, CountFitReport, DistillationReport,
+                              EnrichSection, EvalPoint, EvaluationMetrics, ExtensionReport, MatchingReport,
+                              MethodChoice, NewWordTraining, PhaseReport, PruningReport, Report, SeparationReport,
+                              VocabularyReport, nested)
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,8 @@ class TransferRecord(ModelRecord):
     distillation: DistillationReport | None = field(default=None, metadata=nested(DistillationReport))
     # where calibration.source_text moved an extension's new rows; None otherwise
     separation: SeparationReport | None = field(default=None, metadata=nested(SeparationReport))
+    # where calibration.count_fit fitted the moved rows to their counts; None otherwise
+    count_fit: CountFitReport | None = field(default=None, metadata=nested(CountFitReport))
     vocabulary: VocabularyReport | None = field(default=None, metadata=nested(VocabularyReport))  # None: older
     correspondence: list | None = None
     # the copies against an independent count and the share copied; None in older records

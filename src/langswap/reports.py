@@ -262,6 +262,43 @@ class TextPair(Report):
 
 
 @dataclass(kw_only=True)
+class CountFitReport(Report):
+    """The moved rows fitted to their counts by their expected counts (`calibrate.count_fit`), or why not
+    (`skipped`)."""
+
+    rows: int | None = None
+    lines: int | None = None  # counted lines read for the expected counts
+    positions: int | None = None
+    smoothing: float | None = None
+    surplus: float | None = None  # the moved rows' expected count less their count, per position, before the move
+    shift: Spread | None = field(default=None, metadata=nested(Spread))  # |logit added| over the moved rows
+    direction: str | None = None  # "target mean, not the source's" or "target mean"
+    losses: dict[str, TextPair] | None = field(default=None, metadata=nested(TextPair, mapping=True))  # before, after
+    kept: bool | None = None
+    input_rows: InputRows | None = field(default=None, metadata=nested(InputRows))
+    skipped: str | None = None
+    held_out_loss: float | None = field(default=None, metadata=NOT_WRITTEN)
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"none ({self.skipped})"
+        losses = self.losses or {}
+
+        def pair(which: str) -> str:
+            loss = losses.get(which) or TextPair()
+            return value(loss.target) + (f" / {value(loss.source)}" if loss.source is not None else "")
+
+        check = f"check-line loss (target{' / source' if (losses.get('before') or TextPair()).source is not None else ''}) " \
+            f"{pair('before')} -> {pair('after')}"
+        if not self.kept:
+            return (f"the {count(self.rows or 0)} rows' counts read {value(self.surplus)} a position too many "
+                    f"expected; fitting them did not read the check lines better ({check}), put back")
+        return (f"{count(self.rows)} rows moved so that their expected count on {count(self.lines or 0)} counted lines "
+                f"meets their count (they were {value(self.surplus)} a position too many before; median shift "
+                f"{value((self.shift or Spread()).median)} logits, along the {self.direction}); {check}")
+
+
+@dataclass(kw_only=True)
 class SeparationReport(Report):
     """An extension's new rows moved along the direction that tells target-language positions from source-language
     ones (`calibrate.separate`), or why not (`skipped`)."""

@@ -31,7 +31,15 @@ is lower than before, the rows are put back and the report says so (`skipped`).
 
 Causal LMs only: a masked LM's mean logit over unmasked positions is not its prior over tokens.
 
-`separate` is the extension's step after it: given source-language text, it moves the new rows along the direction
+`count_fit` follows (by default in an extension): the line sets each moved row's level against the other moved rows
+(the offset `c`), which is all a softmax over moved rows alone needs; an extension's softmax also holds the source
+rows, which never move, and there the new rows' shared level matters. At every position of counted lines the model's
+probabilities summed give each token's expected count E; a logit of log((n + k) / (E + k)) per moved row (n: its
+count there) is the shift that makes the two meet to first order, and it goes along a direction of the head's input
+that adds it at the target text's mean head input and nothing at the source-language text's, where that text is
+given (docs/design.md, "Extending a vocabulary").
+
+`separate` is the extension's step after calibration: given source-language text, it moves the new rows along the direction
 of the head's input that tells target positions from source-language ones, keeping their mean logit on target text,
 so that they take less of the source language's probability (docs/design.md, "Extending a vocabulary").
 """
@@ -52,12 +60,14 @@ from langswap.evaluation.language_modeling import causal_lm_score
 from langswap.frequency_line import (CHECK_LINES, HIDDEN_LINES, LINES, MAX_LENGTH, frequency_line, mean_head_input,
                                      read_head_inputs, smoothed_log_frequencies, split_check_lines)
 from langswap.models import is_tied, objective_of
-from langswap.reports import (CalibrationReport, Frequencies, InputRows, LossCheck, SeparationReport, Spread, TextPair,
-                              UpOnlyRows)
+from langswap.reports import (CalibrationReport, CountFitReport, Frequencies, InputRows, LossCheck, SeparationReport,
+                              Spread, TextPair, UpOnlyRows)
 from langswap.resources.tokenizer import token_counts
 from langswap.surgery import set_config_value
 
 logger = logging.getLogger(__name__)
+
+COUNT_FIT_LINES = 1000  # counted lines read for the expected counts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +125,27 @@ class CalibrationConfig:
                 "mean head inputs by 2 logits); unset: chosen among 0, 0.5, 1 and 2 on the check lines of both "
                 "texts, as the lowest sum of the two mean token losses each relative to no move."})
 
+    count_fit: str = field(default="auto", metadata={
+        "help": "After the frequency line (and an extension's separation), move the same rows once more so that each "
+                "one's expected count on counted lines (the sum of its probability over their positions) meets its "
+                "count there: log((count + count_fit_smoothing) / (expected + count_fit_smoothing)) along the "
+                "direction of the head's input that adds 1 to the logit at the target text's mean head input and 0 "
+                "at the source-language text's (calibration.source_text; otherwise along the target mean alone). "
+                "The line sets each row's level against the other moved rows; where the softmax also holds rows "
+                "that do not move (an extension's source rows), this sets it against them too. Kept only where the "
+                "check lines read better (both texts' summed, each relative to before). auto: in an extension; "
+                "on; off.", "choices": ("auto", "on", "off")})
+    count_fit_lines: int = field(default=COUNT_FIT_LINES, metadata={
+        "help": "Counted lines the model reads for the expected counts (a pass of the model over them)."})
+    count_fit_smoothing: float = field(default=0.5, metadata={
+        "help": "Pseudo-count added to both the count and the expected count of every row."})
+
     def __post_init__(self):
+        if self.count_fit not in ("auto", "on", "off"):
+            raise ConfigError(f"calibration.count_fit is {self.count_fit!r}; choose auto, on or off.")
+        if self.count_fit_lines < 1 or not (self.count_fit_smoothing > 0 and math.isfinite(self.count_fit_smoothing)):
+            raise ConfigError("calibration.count_fit_lines must be at least 1 and count_fit_smoothing a finite "
+                              "pseudo-count above 0 (0.5: add-half).")
         if self.strength is not None and not 0 <= self.strength <= 1:
             raise ConfigError(f"calibration.strength is {self.strength}; give a share in [0, 1] (0: off).")
         if self.tied_head not in ("move", "untie", "skip"):
@@ -315,6 +345,137 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     logger.info("calibrated %s output rows to the target text's frequencies (mean |distance| %s)%s",
                 f"{report.rows:,}", ", ".join(str(r["mean_abs_distance"]) for r in rounds),
                 f"; held-out token loss {before:.4f} -> {after:.4f}" if held else "")
+    return report
+
+
+@torch.no_grad()
+def expected_counts(model, tokenizer, lines: list[str], max_length: int, progress: bool = False,
+                    chunk: int = 1024) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int]:
+    """(expected counts, counts, mean head input, positions) of `model` reading `lines` (`read_head_inputs`): at every
+    position that predicts a token of the line, each row's probability (summed: its expected count) and the token that
+    follows (counted); the mean is over those positions."""
+    head = model.get_output_embeddings()
+    weight = head.weight.detach()
+    bias = getattr(head, "bias", None)
+    size = weight.shape[0]
+    expected = torch.zeros(size, dtype=torch.float64)
+    counts = torch.zeros(size, dtype=torch.float64)
+    total = torch.zeros(weight.shape[1], dtype=torch.float64)
+    positions = 0
+
+    def take(states: torch.Tensor, ids: list) -> None:
+        nonlocal positions
+        keep, follows, at = [], [], 0
+        for line in ids:  # every position but a line's last predicts the next token
+            keep.extend(range(at, at + len(line) - 1))
+            follows.extend(line[1:])
+            at += len(line)
+        states = states[torch.tensor(keep, dtype=torch.long, device=states.device)]
+        counts.add_(torch.bincount(torch.tensor(follows, dtype=torch.long), minlength=size)[:size].double())
+        total.add_(states.double().sum(0).cpu())
+        positions += len(keep)
+        for start in range(0, len(states), chunk):
+            logits = states[start:start + chunk] @ weight.to(torch.float32).T
+            if bias is not None:
+                logits = logits + bias.detach().to(torch.float32)
+            expected.add_(torch.softmax(logits, dim=-1).sum(0).double().cpu())
+
+    read_head_inputs(model, tokenizer, lines, max_length, take, progress=progress, label="expected counts",
+                     with_ids=True)
+    if not positions:
+        raise ConfigError("expected counts: the text gave no token to predict; give lines of target-language text.")
+    return expected.numpy(), counts.numpy(), (total / positions).float(), positions
+
+
+def count_fit_direction(mean_target: torch.Tensor, mean_source: torch.Tensor | None = None) -> torch.Tensor:
+    """(d,) the direction the expected-count fit moves rows along: v . mean_target = 1 and, given the source-language
+    text's mean head input, v . mean_source = 0, of the least norm (in the span of the two means)."""
+    if mean_source is None:
+        return mean_target / mean_target.dot(mean_target).clamp_min(1e-12)
+    means = torch.stack([mean_target, mean_source]).double()
+    weights = torch.linalg.solve(means @ means.T, torch.tensor([1.0, 0.0], dtype=torch.float64))
+    return (weights @ means).float()
+
+
+def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str], config: CalibrationConfig,
+              moved: np.ndarray, progress: bool = False, target_loss: float | None = None,
+              move: CalibrationMove | None = None) -> CountFitReport:
+    """Move the output rows `moved` so that each one's expected count on the first `count_fit_lines` counted lines
+    of `target_lines` meets its count there (`CalibrationConfig.count_fit`): a logit of log((n + k) / (E + k)) each,
+    along the direction v of the head's input with v . m_target = 1 and, given source-language lines, v . m_source =
+    0 (each text's mean head input over the positions read), so that each row's mean logit on the source language
+    stays. Kept only where the check lines (the last `check_lines` of each text) read better, their mean token
+    losses summed, each relative to before; otherwise put back. `target_loss`: the target check loss as the model
+    is (measured here where None). `move`: calibration's move, which gets this one as a round of its own where it
+    is kept (so `langswap train` can take it off as it takes calibration's)."""
+    if not calibratable(model):
+        raise ConfigError("calibration.count_fit is for causal LMs; set it to off for this model.")
+    _, skipped = head_as_configured(model, config)
+    if skipped:
+        return CountFitReport(rows=0, skipped=skipped)
+    target_fit, target_check = split_check_lines(target_lines, config)
+    source_fit, source_check = split_check_lines(source_lines, config) if source_lines else ([], [])
+    if not target_check:
+        why = (f"no check lines to keep it on (the text needs at least {2 * config.check_lines} lines, "
+               "calibration.check_lines twice)")
+        logger.warning("expected-count fit not made: %s", why)
+        return CountFitReport(rows=0, skipped=why)
+    expected, counts, mean_target, positions = expected_counts(
+        model, tokenizer, target_fit[:config.count_fit_lines], config.max_length, progress)
+    mean_source = mean_head_input(model, tokenizer, source_fit[:config.hidden_lines], config.max_length,
+                                  progress=progress) if source_fit else None
+    direction = count_fit_direction(mean_target, mean_source)
+    along = ("direction that adds 1 at the target text's mean head input and 0 at the source-language text's"
+             if mean_source is not None else "target text's mean head input")
+    head = model.get_output_embeddings()
+    weight = head.weight
+    size = weight.shape[0]
+    moved = np.asarray(moved, dtype=bool)[:size]
+    if len(moved) < size:
+        moved = np.concatenate([moved, np.zeros(size - len(moved), dtype=bool)])
+    k = config.count_fit_smoothing
+    shift = np.where(moved, np.log((counts + k) / (expected + k)), 0.0)
+    surplus = float((expected[moved] - counts[moved]).sum()) / positions
+    checks = (("target", target_check), ("source", source_check)) if source_check else (("target", target_check),)
+
+    def losses() -> dict[str, float]:
+        return {which: mean_token_loss(model, tokenizer, lines, config.max_length, progress) for which, lines in checks}
+
+    before = {"target": target_loss} if target_loss is not None else {}
+    before.update({which: mean_token_loss(model, tokenizer, lines, config.max_length, progress)
+                   for which, lines in checks if which not in before})
+    tied = is_tied(model)
+    saved = weight.detach().clone()
+    inputs_before = model.get_input_embeddings().weight.detach().clone() if tied else None
+    with torch.no_grad():
+        weight += (torch.from_numpy(shift).to(torch.float32)[:, None] * direction[None, :]).to(weight.device,
+                                                                                               weight.dtype)
+    after = losses()
+    kept = sum(after[which] / before[which] for which in after) < len(after)
+    magnitude = np.abs(shift[moved])
+    report = CountFitReport(
+        rows=int(moved.sum()), lines=min(len(target_fit), config.count_fit_lines), positions=positions, smoothing=k,
+        surplus=round(surplus, 4), direction=along, kept=kept,
+        shift=Spread(median=round(float(np.median(magnitude)), 4), p90=round(float(np.quantile(magnitude, 0.9)), 4),
+                     max=round(float(magnitude.max()), 4)) if len(magnitude) else None,
+        losses={"before": TextPair(**{w: round(v, 4) for w, v in before.items()}),
+                "after": TextPair(**{w: round(v, 4) for w, v in after.items()})})
+    if kept:
+        if tied:
+            report.input_rows = input_row_moves(inputs_before, model.get_input_embeddings().weight, moved)
+        if move is not None:
+            move.logits.append(shift.astype(np.float32))
+            move.directions.append(direction.numpy().astype(np.float32))
+        report.held_out_loss = after["target"]
+        logger.info("expected-count fit: %s rows moved (%.4f expected a position too many before); check-line loss "
+                    "%s", f"{report.rows:,}", surplus, ", ".join(f"{w} {before[w]:.4f} -> {after[w]:.4f}"
+                                                                  for w in after))
+    else:
+        with torch.no_grad():
+            weight.copy_(saved)
+        report.held_out_loss = before["target"]
+        logger.info("expected-count fit put back: check-line loss %s", ", ".join(
+            f"{w} {before[w]:.4f} -> {after[w]:.4f}" for w in after))
     return report
 
 

@@ -46,8 +46,8 @@ from langswap.modelcard import write_model_card
 from langswap.models import is_tied, load_config, load_model, load_tokenizer, objective_of, pick_device, save_tokenizer
 from langswap.numerics import SOURCE_FIX, refuse_non_finite
 from langswap.records import ModelRecord, TransferRecord, write_model_record
-from langswap.reports import (AlignmentReport, CalibrationReport, DistillationReport, EvaluationMetrics, MatchingReport,
-                              Report, RowChoice, SeparationReport, VocabularyReport)
+from langswap.reports import (AlignmentReport, CalibrationReport, CountFitReport, DistillationReport, EvaluationMetrics,
+                              MatchingReport, Report, RowChoice, SeparationReport, VocabularyReport)
 from langswap.resources.conventions import independent_matches, matching_report, matching_warnings
 from langswap.resources.extension import first_differing_id
 from langswap.resources.kinds import keys_in_use
@@ -57,8 +57,8 @@ from langswap.start_rows import START_FILE, finished_rows
 from langswap.surgery import (SourceMatrices, check_position_offset, install_embeddings, read_source_matrices,
                               remap_named_token_ids, update_special_token_ids)
 from langswap.tokens import Vocabulary
-from langswap.transfer.calibrate import (CalibrationConfig, calibratable, calibrate, frequency_line, mean_token_loss,
-                                         separate, split_check_lines, tie_head, untie_head)
+from langswap.transfer.calibrate import (CalibrationConfig, calibratable, calibrate, count_fit, frequency_line,
+                                         mean_token_loss, separate, split_check_lines, tie_head, untie_head)
 from langswap.transfer.config import (HELD_OUT_TOKENS, TextSteps, TransferConfig, check_line_count, plan_text_steps,
                                       separation_needs_extension)
 from langswap.transfer.distill import distill
@@ -410,11 +410,30 @@ def separates(context: FinishContext) -> bool:
     return bool(context.text.source_lines)
 
 
+def count_fit_step(context: FinishContext, model, result: MethodResult, earlier: dict) -> CountFitReport:
+    """The rows calibration moved, fitted to their counts by their expected counts (`calibrate.count_fit`); the
+    target check loss the steps before left is not measured again (the same check lines)."""
+    config = context.calibration
+    calibration = earlier.get("calibration")
+    rows = calibrated_rows(config, calibration)
+    moved = movable_rows(result.mapping, context.target.kept, copied=rows == "all")
+    losses = [report.held_out_loss for report in earlier.values() if getattr(report, "held_out_loss", None)
+              is not None]
+    return count_fit(model, context.target.tokenizer, context.text.lines, context.text.source_lines, config, moved,
+                     context.progress, target_loss=losses[-1] if losses else None,
+                     move=calibration.move if calibration is not None else None)
+
+
+def fits_counts(context: FinishContext) -> bool:
+    setting = context.calibration.count_fit
+    return context.text.strength > 0 and (setting == "on" or (setting == "auto" and context.target.kept > 0))
+
+
 # name -> (step, whether it runs for a transfer), in the order they run on each candidate, each step given the reports
 # of the steps before it (`earlier`); a report may carry `held_out_loss`, the candidate's loss measured on the
 # held-out lines as it leaves it (never written), which spares measuring it again (the last one given counts)
 FINISHING = {"distillation": (distill_step, distills), "calibration": (calibrate_step, calibrates),
-             "separation": (separate_step, separates)}
+             "separation": (separate_step, separates), "count_fit": (count_fit_step, fits_counts)}
 
 
 def token_matrices(model, device=None) -> dict:
@@ -618,6 +637,7 @@ def write_output(config: TransferConfig, source: Source, target: Target, inputs:
         resource_keys=keys_in_use(spec.kinds(config), config.resources), metrics=metrics,
         method_choice=result.choice, calibration=made.finished.get("calibration"),
         distillation=made.finished.get("distillation"), separation=made.finished.get("separation"),
+        count_fit=made.finished.get("count_fit"),
         correspondence=rows,
         vocabulary=target.vocabulary_report(),
         seconds={key: round(value, 2) for key, value in seconds.items()}, demo=demo, demo_key=demo_key,

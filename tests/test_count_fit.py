@@ -1,0 +1,168 @@
+"""Calibration's expected-count fit (`calibration.count_fit`): the moved rows' expected counts meet their counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import byte_level_tokenizer, cipher_word, english_lines, save_model, tiny_model
+from langswap.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """A tiny gpt2 (tied head) on an English byte-level tokenizer, that tokenizer extended by 40 ciphered-English
+    tokens, and the two texts."""
+    from langswap.models import save_tokenizer
+    from langswap.resources.extension import extend_tokenizer
+
+    source_lines = english_lines(800)
+    target_lines = [" ".join(cipher_word(word) for word in line.split()) for line in english_lines(1200, seed=5)]
+    folder = tmp_path_factory.mktemp("count-fit")
+    tokenizer = byte_level_tokenizer(source_lines)
+    source = save_model(tiny_model("gpt2", len(tokenizer)), tokenizer, folder / "source")
+    save_tokenizer(extend_tokenizer(tokenizer, target_lines, 40).tokenizer, folder / "extended")
+    (folder / "xx.txt").write_text("\n".join(target_lines) + "\n", encoding="utf-8")
+    (folder / "en.txt").write_text("\n".join(source_lines) + "\n", encoding="utf-8")
+    return {"source": source, "extended": folder / "extended", "kept": len(tokenizer), "text": folder / "xx.txt",
+            "source_text": folder / "en.txt", "target_lines": target_lines, "source_lines": source_lines}
+
+
+def _transfer(pair, output, **calibration):
+    from langswap.transfer import transfer, transfer_config
+
+    return transfer(transfer_config({
+        "source_model": str(pair["source"]), "target_tokenizer": str(pair["extended"]), "output": str(output),
+        "method": "fvt", "target_text": str(pair["text"]), "held_out_lines": 30,
+        "calibration": {"strength": 1.0, "hidden_lines": 60, "count_fit_lines": 200, **calibration}}))
+
+
+def test_expected_counts_are_the_summed_probabilities_and_the_counts_the_tokens_that_follow(pair):
+    """Against a line-by-line reading: every position but a line's last adds its softmax to the expected counts and
+    the next token to the counts; the mean head input is over the same positions."""
+    import torch
+
+    from langswap.models import load_model, load_tokenizer
+    from langswap.transfer.calibrate import expected_counts
+
+    model, tokenizer = load_model(pair["source"]), load_tokenizer(pair["source"])
+    lines = pair["source_lines"][:12]
+    expected, counts, mean, positions = expected_counts(model, tokenizer, lines, 32, chunk=7)
+    size = model.get_output_embeddings().weight.shape[0]
+    want_expected, want_counts, states = np.zeros(size), np.zeros(size), []
+    captured = {}
+    handle = model.get_output_embeddings().register_forward_pre_hook(
+        lambda module, args: captured.__setitem__("h", args[0].detach()))
+    with torch.no_grad():
+        for ids in tokenizer(lines, truncation=True, max_length=32)["input_ids"]:
+            logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
+            want_expected += torch.softmax(logits.double(), -1).sum(0).numpy()
+            np.add.at(want_counts, ids[1:], 1)
+            states.append(captured["h"][0, :-1])
+    handle.remove()
+    assert positions == int(want_counts.sum()) == sum(len(s) for s in states)
+    np.testing.assert_allclose(expected, want_expected, atol=1e-4)
+    np.testing.assert_array_equal(counts, want_counts)
+    torch.testing.assert_close(mean, torch.cat(states).mean(0), atol=1e-5, rtol=1e-4)
+    assert expected.sum() == pytest.approx(positions, rel=1e-5)
+
+
+def test_the_direction_adds_one_at_the_target_mean_and_nothing_at_the_source_mean():
+    import torch
+
+    from langswap.transfer.calibrate import count_fit_direction
+
+    generator = torch.Generator().manual_seed(0)
+    target, source = torch.randn(16, generator=generator), torch.randn(16, generator=generator)
+    both = count_fit_direction(target, source)
+    assert float(both @ target) == pytest.approx(1.0, abs=1e-5) and float(both @ source) == pytest.approx(0.0, abs=1e-5)
+    alone = count_fit_direction(target)
+    assert float(alone @ target) == pytest.approx(1.0, abs=1e-6)
+    torch.testing.assert_close(alone, target / target.dot(target))
+
+
+def test_the_fit_moves_each_row_by_its_log_ratio_and_keeps_the_move_or_puts_it_back(pair):
+    """Direct, an untied head (only the output rows move): the added logit at the target's mean head input is
+    log((n + k) / (E + k)) on the moved rows and 0 elsewhere, and the kept move is a round of calibration's move file;
+    where the check lines read worse than before, the rows are put back."""
+    import torch
+
+    from langswap.calibration_move import CalibrationMove
+    from langswap.models import load_model, load_tokenizer
+    from langswap.transfer.calibrate import CalibrationConfig, count_fit, expected_counts, untie_head
+
+    model = load_model(pair["source"])
+    untie_head(model)
+    tokenizer = load_tokenizer(pair["source"])
+    size = model.get_output_embeddings().weight.shape[0]
+    moved = np.ones(size, dtype=bool)
+    moved[:3] = False
+    target = pair["target_lines"][:260]
+    config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60)
+    expected, counts, mean_target, _ = expected_counts(model, tokenizer, target[:120], config.max_length)
+    before = model.get_output_embeddings().weight.detach().clone()
+    move = CalibrationMove([], [], np.zeros(size, dtype=np.int64), tied=False)
+    report = count_fit(model, tokenizer, target, [], config, moved, move=move)
+    after = model.get_output_embeddings().weight.detach().clone()
+    assert report.kept, report.losses
+    assert report.rows == int(moved.sum()) and report.losses["before"].source is None
+    assert report.losses["after"].target < report.losses["before"].target
+    assert report.held_out_loss == pytest.approx(report.losses["after"].target, abs=1e-4)
+    added = (after - before).double()
+    want = np.where(moved, np.log((counts + 0.5) / (expected + 0.5)), 0.0)
+    np.testing.assert_allclose((added @ mean_target.double()).numpy(), want, atol=2e-4)
+    assert torch.equal(after[:3], before[:3])
+    assert len(move.logits) == 1 and np.allclose(move.logits[0], want, atol=1e-5)
+    assert report.surplus == pytest.approx(float((expected[moved] - counts[moved]).sum()) / report.positions, abs=1e-4)
+
+    # a check loss before the move that no model reaches: the move reads the check lines worse and is put back
+    worse = count_fit(model, tokenizer, target, [], config, moved, target_loss=1e-6, move=move)
+    assert not worse.kept and worse.held_out_loss == 1e-6
+    assert torch.equal(model.get_output_embeddings().weight, after) and len(move.logits) == 1
+
+
+def test_an_extension_is_fitted_by_default_and_records_it_and_a_replacement_only_on_request(pair, tmp_path):
+    """auto: a transfer into an extension fits the new rows (never a source row: both matrices keep them bitwise),
+    the record and the model card say so, and the written model reads the check lines as the report says; a
+    replacement is not fitted unless count_fit is on; off turns it off."""
+    import torch
+
+    from langswap.models import load_model, load_tokenizer
+    from langswap.records import read_model_record
+    from langswap.transfer.calibrate import mean_token_loss
+
+    _transfer(pair, tmp_path / "extended")
+    record = read_model_record(tmp_path / "extended")
+    fit = record.count_fit
+    assert fit is not None and fit.rows == 40 and fit.lines == 200 and fit.smoothing == 0.5
+    model = load_model(tmp_path / "extended")
+    source = load_model(pair["source"])
+    kept = pair["kept"]
+    assert torch.equal(model.get_input_embeddings().weight[:kept], source.get_input_embeddings().weight)
+    assert torch.equal(model.get_output_embeddings().weight[:kept], source.get_output_embeddings().weight)
+    loss = mean_token_loss(model, load_tokenizer(tmp_path / "extended"), pair["target_lines"][-30:], 128)
+    assert loss == pytest.approx((fit.losses["after"] if fit.kept else fit.losses["before"]).target, abs=2e-4)
+    assert "Fitted to the counts" in (tmp_path / "extended" / "README.md").read_text(encoding="utf-8")
+
+    _transfer(pair, tmp_path / "off", count_fit="off")
+    assert read_model_record(tmp_path / "off").count_fit is None
+    from langswap.transfer import transfer, transfer_config
+    replaced = {"source_model": str(pair["source"]), "target_text": str(pair["text"]), "vocab_size": 300,
+                "method": "fvt", "held_out_lines": 30, "calibration": {"strength": 1.0, "count_fit_lines": 100}}
+    transfer(transfer_config({**replaced, "output": str(tmp_path / "replaced")}))
+    assert read_model_record(tmp_path / "replaced").count_fit is None
+    transfer(transfer_config({**replaced, "output": str(tmp_path / "replaced-on"),
+                              "calibration": {**replaced["calibration"], "count_fit": "on"}}))
+    fitted = read_model_record(tmp_path / "replaced-on").count_fit
+    assert fitted is not None and fitted.rows > 0 and fitted.losses["before"].source is None
+
+
+def test_bad_count_fit_settings_are_refused_with_what_to_give():
+    from langswap.transfer.calibrate import CalibrationConfig
+
+    with pytest.raises(ConfigError, match="choose auto, on or off"):
+        CalibrationConfig(count_fit="yes")
+    with pytest.raises(ConfigError, match="count_fit_lines must be at least 1"):
+        CalibrationConfig(count_fit_lines=0)
+    with pytest.raises(ConfigError, match="pseudo-count above 0"):
+        CalibrationConfig(count_fit_smoothing=0.0)
