@@ -682,7 +682,7 @@ def test_the_separation_s_options_enter_a_variant_s_digest_only_where_it_runs():
 
     plain = _resolved_calibration({"text": "de.txt"})
     assert "source_text" not in plain and "separation" not in plain
-    fit = {"count_fit", "count_fit_lines", "count_fit_smoothing"}
+    fit = {"count_fit", "count_fit_lines", "count_fit_smoothing", "count_fit_rounds"}
     assert set(plain) == set(to_dict(CalibrationConfig())) - {"source_text", "separation"} - fit
     fitted = _resolved_calibration({"text": "de.txt", "count_fit": "on"})
     assert fitted["count_fit"] == "on" and fitted["count_fit_lines"] == 1000 and fitted["count_fit_smoothing"] == 0.5

@@ -98,7 +98,7 @@ def test_the_fit_moves_each_row_by_its_log_ratio_and_keeps_the_move_or_puts_it_b
     moved = np.ones(size, dtype=bool)
     moved[:3] = False
     target = pair["target_lines"][:260]
-    config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60)
+    config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60, count_fit_rounds=1)
     expected, counts, mean_target, _ = expected_counts(model, tokenizer, target[:120], config.max_length)
     before = model.get_output_embeddings().weight.detach().clone()
     move = CalibrationMove([], [], np.zeros(size, dtype=np.int64), tied=False)
@@ -119,6 +119,28 @@ def test_the_fit_moves_each_row_by_its_log_ratio_and_keeps_the_move_or_puts_it_b
     worse = count_fit(model, tokenizer, target, [], config, moved, target_loss=1e-6, move=move)
     assert not worse.kept and worse.held_out_loss == 1e-6
     assert torch.equal(model.get_output_embeddings().weight, after) and len(move.logits) == 1
+
+
+def test_each_round_counts_again_and_brings_the_expected_counts_nearer_the_counts(pair):
+    import dataclasses
+
+    from langswap.models import load_model, load_tokenizer
+    from langswap.transfer.calibrate import CalibrationConfig, count_fit, expected_counts, untie_head
+
+    tokenizer = load_tokenizer(pair["source"])
+    target = pair["target_lines"][:260]
+    config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60, count_fit_rounds=1)
+    gaps = {}
+    for rounds in (1, 2):
+        model = load_model(pair["source"])
+        untie_head(model)
+        moved = np.ones(model.get_output_embeddings().weight.shape[0], dtype=bool)
+        report = count_fit(model, tokenizer, target, [], dataclasses.replace(config, count_fit_rounds=rounds), moved,
+                           target_loss=1e6)  # kept whatever the check lines say
+        assert report.kept and len(report.surplus_by_round) == rounds
+        expected, counts, _, _ = expected_counts(model, tokenizer, target[:120], config.max_length)
+        gaps[rounds] = float(np.abs(expected - counts).sum())
+    assert gaps[2] < gaps[1]
 
 
 def test_an_extension_is_fitted_by_default_and_records_it_and_a_replacement_only_on_request(pair, tmp_path):
@@ -162,7 +184,9 @@ def test_bad_count_fit_settings_are_refused_with_what_to_give():
 
     with pytest.raises(ConfigError, match="choose auto, on or off"):
         CalibrationConfig(count_fit="yes")
-    with pytest.raises(ConfigError, match="count_fit_lines must be at least 1"):
+    with pytest.raises(ConfigError, match="count_fit_lines and count_fit_rounds must be at least 1"):
         CalibrationConfig(count_fit_lines=0)
+    with pytest.raises(ConfigError, match="count_fit_lines and count_fit_rounds must be at least 1"):
+        CalibrationConfig(count_fit_rounds=0)
     with pytest.raises(ConfigError, match="pseudo-count above 0"):
         CalibrationConfig(count_fit_smoothing=0.0)

@@ -358,7 +358,7 @@ def _resolved_calibration(calibration: dict) -> dict:
         resolved.pop("source_text", None)
         resolved.pop("separation", None)
     if resolved.get("count_fit") == "auto":
-        for key in ("count_fit", "count_fit_lines", "count_fit_smoothing"):
+        for key in ("count_fit", "count_fit_lines", "count_fit_smoothing", "count_fit_rounds"):
             resolved.pop(key, None)
     return resolved
 

@@ -271,6 +271,7 @@ class CountFitReport(Report):
     positions: int | None = None
     smoothing: float | None = None
     surplus: float | None = None  # the moved rows' expected count less their count, per position, before the move
+    surplus_by_round: list | None = None  # the same before each round
     shift: Spread | None = field(default=None, metadata=nested(Spread))  # |logit added| over the moved rows
     direction: str | None = None  # "target mean, not the source's" or "target mean"
     losses: dict[str, TextPair] | None = field(default=None, metadata=nested(TextPair, mapping=True))  # before, after

@@ -31,7 +31,7 @@ is lower than before, the rows are put back and the report says so (`skipped`).
 
 Causal LMs only: a masked LM's mean logit over unmasked positions is not its prior over tokens.
 
-`count_fit` follows (by default in an extension): the line sets each moved row's level against the other moved rows
+`count_fit` follows (by default in an extension; `count_fit_rounds` passes): the line sets each moved row's level against the other moved rows
 (the offset `c`), which is all a softmax over moved rows alone needs; an extension's softmax also holds the source
 rows, which never move, and there the new rows' shared level matters. At every position of counted lines the model's
 probabilities summed give each token's expected count E; a logit of log((n + k) / (E + k)) per moved row (n: its
@@ -139,13 +139,15 @@ class CalibrationConfig:
         "help": "Counted lines the model reads for the expected counts (a pass of the model over them)."})
     count_fit_smoothing: float = field(default=0.5, metadata={
         "help": "Pseudo-count added to both the count and the expected count of every row."})
+    count_fit_rounds: int = field(default=2, metadata={
+        "help": "Count, move, and count again this many times (each a pass of the model over the lines)."})
 
     def __post_init__(self):
         if self.count_fit not in ("auto", "on", "off"):
             raise ConfigError(f"calibration.count_fit is {self.count_fit!r}; choose auto, on or off.")
-        if self.count_fit_lines < 1 or not (self.count_fit_smoothing > 0 and math.isfinite(self.count_fit_smoothing)):
-            raise ConfigError("calibration.count_fit_lines must be at least 1 and count_fit_smoothing a finite "
-                              "pseudo-count above 0 (0.5: add-half).")
+        if self.count_fit_lines < 1 or self.count_fit_rounds < 1 or not (self.count_fit_smoothing > 0 and math.isfinite(self.count_fit_smoothing)):
+            raise ConfigError("calibration.count_fit_lines and count_fit_rounds must be at least 1, "
+                              "count_fit_smoothing a finite pseudo-count above 0 (0.5: add-half).")
         if self.strength is not None and not 0 <= self.strength <= 1:
             raise ConfigError(f"calibration.strength is {self.strength}; give a share in [0, 1] (0: off).")
         if self.tied_head not in ("move", "untie", "skip"):
@@ -404,7 +406,8 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     of `target_lines` meets its count there (`CalibrationConfig.count_fit`): a logit of log((n + k) / (E + k)) each,
     along the direction v of the head's input with v . m_target = 1 and, given source-language lines, v . m_source =
     0 (each text's mean head input over the positions read), so that each row's mean logit on the source language
-    stays. Kept only where the check lines (the last `check_lines` of each text) read better, their mean token
+    stays; `count_fit_rounds` times, counting again with the rows as the last round left them. Kept only where the
+    check lines (the last `check_lines` of each text) read better, their mean token
     losses summed, each relative to before; otherwise put back. `target_loss`: the target check loss as the model
     is (measured here where None). `move`: calibration's move, which gets this one as a round of its own where it
     is kept (so `langswap train` can take it off as it takes calibration's)."""
@@ -434,8 +437,6 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     if len(moved) < size:
         moved = np.concatenate([moved, np.zeros(size - len(moved), dtype=bool)])
     k = config.count_fit_smoothing
-    shift = np.where(moved, np.log((counts + k) / (expected + k)), 0.0)
-    surplus = float((expected[moved] - counts[moved]).sum()) / positions
     checks = (("target", target_check), ("source", source_check)) if source_check else (("target", target_check),)
 
     def losses() -> dict[str, float]:
@@ -447,15 +448,25 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     tied = is_tied(model)
     saved = weight.detach().clone()
     inputs_before = model.get_input_embeddings().weight.detach().clone() if tied else None
-    with torch.no_grad():
-        weight += (torch.from_numpy(shift).to(torch.float32)[:, None] * direction[None, :]).to(weight.device,
-                                                                                               weight.dtype)
+    shift = np.zeros(size)
+    surpluses = []
+    for round_ in range(config.count_fit_rounds):  # each round counts again with the rows the last one moved
+        if round_:
+            expected = expected_counts(model, tokenizer, target_fit[:config.count_fit_lines], config.max_length,
+                                       progress)[0]
+        step = np.where(moved, np.log((counts + k) / (expected + k)), 0.0)
+        surpluses.append(round(float((expected[moved] - counts[moved]).sum()) / positions, 4))
+        shift += step
+        with torch.no_grad():
+            weight += (torch.from_numpy(step).to(torch.float32)[:, None] * direction[None, :]).to(weight.device,
+                                                                                                  weight.dtype)
+    surplus = surpluses[0]
     after = losses()
     kept = sum(after[which] / before[which] for which in after) < len(after)
     magnitude = np.abs(shift[moved])
     report = CountFitReport(
         rows=int(moved.sum()), lines=min(len(target_fit), config.count_fit_lines), positions=positions, smoothing=k,
-        surplus=round(surplus, 4), direction=along, kept=kept,
+        surplus=surplus, surplus_by_round=surpluses, direction=along, kept=kept,
         shift=Spread(median=round(float(np.median(magnitude)), 4), p90=round(float(np.quantile(magnitude, 0.9)), 4),
                      max=round(float(magnitude.max()), 4)) if len(magnitude) else None,
         losses={"before": TextPair(**{w: round(v, 4) for w, v in before.items()}),
