@@ -17,7 +17,7 @@ its net on the check half is below zero: on the target text alone (`--on target`
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
 extension) and writes it with the ledgers' summaries to
-benchmarks/results/prune-LANG-N-METHOD[-separate][-distillT-HEAD[-rateR][-coverage]]-ON/.
+benchmarks/results/prune-LANG-N-METHOD[-separate][-nofit][-distillT-HEAD[-rateR][-coverage]]-ON/.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ def parse_args(argv=None):
     parser.add_argument("--separate", action="store_true",
                         help="Keep the new rows off English at transfer time (calibration.source_text: the English "
                              "training split), as bench_extension.py's --separate rows.")
+    parser.add_argument("--count-fit", choices=("auto", "off"), default="auto",
+                        help="calibration.count_fit: auto (the default: an extension's new rows fitted to their "
+                             "counts) or off (variant suffix -nofit).")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -97,14 +100,14 @@ def main(argv=None) -> int:
             save_tokenizer(extend_tokenizer(source, read_text_lines(train, "training text"), args.extend,
                                             keep_lines=keep).tokenizer, made)
     extended_tokenizer = load_tokenizer(folder)
-    variant = (args.method + ("-separate" if args.separate else "")
+    variant = (args.method + ("-separate" if args.separate else "") + ("-nofit" if args.count_fit == "off" else "")
             + (f"-distill{args.distill}-{args.distill_head}" if args.distill else "")
             + (f"-rate{args.distill_head_rate:g}" if args.distill_head_rate is not None else "")
             + ("-coverage" if args.distill_order == "coverage" else ""))
     output = workdir / f"transfer-{variant}"
     if not (output / "langswap.json").exists():
         config = {"source_model": str(model_folder), "target_tokenizer": str(folder), "method": args.method,
-                  "output": str(output), "calibration": {"text": str(train)}}
+                  "output": str(output), "calibration": {"text": str(train), "count_fit": args.count_fit}}
         if args.separate:
             config["calibration"]["source_text"] = str(splits / "en.train.txt")
         if args.distill:  # as bench_extension.py's distilled rows
