@@ -70,6 +70,11 @@ def main(argv=None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--extend", type=int, default=10000)
     parser.add_argument("--count-lines", type=int, default=1000)
+    parser.add_argument("--spread", action="store_true",
+                        help="Count on --count-lines lines spread evenly over the training text.")
+    parser.add_argument("--first-lines", action="store_true",
+                        help="Count on the training text's first --count-lines lines (as the transfer does) rather "
+                             "than its last.")
     parser.add_argument("--strengths", type=float, nargs="+", default=[0.5, 1.0])
     parser.add_argument("--pseudo", type=float, nargs="+", default=[0.5, 5.0])
     parser.add_argument("--rows", choices=("old", "new", "both"), default="old",
@@ -116,7 +121,10 @@ def main(argv=None) -> int:
     half = len(target) // 2
     halves = {"check": {"target": target[:half], "English": english[:150]},
               "scored": {"target": target[half:], "English": english[150:]}}
-    count_lines = train.read_text(encoding="utf-8").splitlines()[-args.count_lines:]
+    train_lines = train.read_text(encoding="utf-8").splitlines()
+    count_lines = train_lines[:args.count_lines] if args.first_lines else train_lines[-args.count_lines:]
+    if args.spread:
+        count_lines = train_lines[::max(1, len(train_lines) // args.count_lines)][:args.count_lines]
     english_train = (splits / "en.train.txt").read_text(encoding="utf-8").splitlines()[:300]
 
     expected, counts, m_target, positions = read_counts(model, tokenizer, count_lines)
@@ -176,7 +184,7 @@ def main(argv=None) -> int:
     with torch.no_grad():
         weight.copy_(start)
     results["rows"] = rows
-    (HERE / f"fit-{args.language}-{args.rows}-{args.rounds}{'-tied' if args.tied else ''}.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    (HERE / f"fit-{args.language}-{args.rows}-{args.rounds}{'-tied' if args.tied else ''}{'-first' if args.first_lines else ''}{'-spread' if args.spread else ''}.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
