@@ -67,6 +67,14 @@ def test_expected_counts_are_the_summed_probabilities_and_the_counts_the_tokens_
     assert expected.sum() == pytest.approx(positions, rel=1e-5)
 
 
+def test_the_counted_lines_are_spread_over_the_text():
+    from langswap.transfer.calibrate import spread_lines
+
+    lines = [str(index) for index in range(1000)]
+    assert spread_lines(lines, 10) == [str(index) for index in range(0, 1000, 100)]
+    assert spread_lines(lines, 2000) == lines and len(spread_lines(lines, 300)) == 300
+
+
 def test_the_direction_adds_one_at_the_target_mean_and_nothing_at_the_source_mean():
     import torch
 
@@ -89,7 +97,7 @@ def test_the_fit_moves_each_row_by_its_log_ratio_and_keeps_the_move_or_puts_it_b
 
     from langswap.calibration_move import CalibrationMove
     from langswap.models import load_model, load_tokenizer
-    from langswap.transfer.calibrate import CalibrationConfig, count_fit, expected_counts, untie_head
+    from langswap.transfer.calibrate import CalibrationConfig, count_fit, expected_counts, spread_lines, untie_head
 
     model = load_model(pair["source"])
     untie_head(model)
@@ -99,7 +107,8 @@ def test_the_fit_moves_each_row_by_its_log_ratio_and_keeps_the_move_or_puts_it_b
     moved[:3] = False
     target = pair["target_lines"][:260]
     config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60, count_fit_rounds=1)
-    expected, counts, mean_target, _ = expected_counts(model, tokenizer, target[:120], config.max_length)
+    counted = spread_lines(target[:-30], 120)
+    expected, counts, mean_target, _ = expected_counts(model, tokenizer, counted, config.max_length)
     before = model.get_output_embeddings().weight.detach().clone()
     move = CalibrationMove([], [], np.zeros(size, dtype=np.int64), tied=False)
     report = count_fit(model, tokenizer, target, [], config, moved, move=move)
@@ -125,7 +134,7 @@ def test_each_round_counts_again_and_brings_the_expected_counts_nearer_the_count
     import dataclasses
 
     from langswap.models import load_model, load_tokenizer
-    from langswap.transfer.calibrate import CalibrationConfig, count_fit, expected_counts, untie_head
+    from langswap.transfer.calibrate import CalibrationConfig, count_fit, expected_counts, spread_lines, untie_head
 
     tokenizer = load_tokenizer(pair["source"])
     target = pair["target_lines"][:260]
@@ -138,7 +147,7 @@ def test_each_round_counts_again_and_brings_the_expected_counts_nearer_the_count
         report = count_fit(model, tokenizer, target, [], dataclasses.replace(config, count_fit_rounds=rounds), moved,
                            target_loss=1e6)  # kept whatever the check lines say
         assert report.kept and len(report.surplus_by_round) == rounds
-        expected, counts, _, _ = expected_counts(model, tokenizer, target[:120], config.max_length)
+        expected, counts, _, _ = expected_counts(model, tokenizer, spread_lines(target[:-30], 120), config.max_length)
         gaps[rounds] = float(np.abs(expected - counts).sum())
     assert gaps[2] < gaps[1]
 

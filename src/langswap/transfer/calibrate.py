@@ -136,7 +136,8 @@ class CalibrationConfig:
                 "check lines read better (both texts' summed, each relative to before). auto: in an extension; "
                 "on; off.", "choices": ("auto", "on", "off")})
     count_fit_lines: int = field(default=COUNT_FIT_LINES, metadata={
-        "help": "Counted lines the model reads for the expected counts (a pass of the model over them)."})
+        "help": "Counted lines the model reads for the expected counts (a pass of the model over them), spread evenly "
+                "over the counted lines."})
     count_fit_smoothing: float = field(default=0.5, metadata={
         "help": "Pseudo-count added to both the count and the expected count of every row."})
     count_fit_rounds: int = field(default=2, metadata={
@@ -389,6 +390,12 @@ def expected_counts(model, tokenizer, lines: list[str], max_length: int, progres
     return expected.numpy(), counts.numpy(), (total / positions).float(), positions
 
 
+def spread_lines(lines: list[str], count: int) -> list[str]:
+    """At most `count` of `lines`, evenly spaced over them (a text ordered by source or topic is sampled throughout,
+    not only where it starts)."""
+    return lines[::max(1, len(lines) // count)][:count] if count < len(lines) else list(lines)
+
+
 def count_fit_direction(mean_target: torch.Tensor, mean_source: torch.Tensor | None = None) -> torch.Tensor:
     """(d,) the direction the expected-count fit moves rows along: v . mean_target = 1 and, given the source-language
     text's mean head input, v . mean_source = 0, of the least norm (in the span of the two means)."""
@@ -402,8 +409,8 @@ def count_fit_direction(mean_target: torch.Tensor, mean_source: torch.Tensor | N
 def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str], config: CalibrationConfig,
               moved: np.ndarray, progress: bool = False, target_loss: float | None = None,
               move: CalibrationMove | None = None) -> CountFitReport:
-    """Move the output rows `moved` so that each one's expected count on the first `count_fit_lines` counted lines
-    of `target_lines` meets its count there (`CalibrationConfig.count_fit`): a logit of log((n + k) / (E + k)) each,
+    """Move the output rows `moved` so that each one's expected count on `count_fit_lines` counted lines of
+    `target_lines`, spread evenly over them (`spread_lines`), meets its count there (`CalibrationConfig.count_fit`): a logit of log((n + k) / (E + k)) each,
     along the direction v of the head's input with v . m_target = 1 and, given source-language lines, v . m_source =
     0 (each text's mean head input over the positions read), so that each row's mean logit on the source language
     stays; `count_fit_rounds` times, counting again with the rows as the last round left them. Kept only where the
@@ -423,8 +430,8 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
                "calibration.check_lines twice)")
         logger.warning("expected-count fit not made: %s", why)
         return CountFitReport(rows=0, skipped=why)
-    expected, counts, mean_target, positions = expected_counts(
-        model, tokenizer, target_fit[:config.count_fit_lines], config.max_length, progress)
+    counted = spread_lines(target_fit, config.count_fit_lines)
+    expected, counts, mean_target, positions = expected_counts(model, tokenizer, counted, config.max_length, progress)
     mean_source = mean_head_input(model, tokenizer, source_fit[:config.hidden_lines], config.max_length,
                                   progress=progress) if source_fit else None
     direction = count_fit_direction(mean_target, mean_source)
@@ -452,8 +459,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     surpluses = []
     for round_ in range(config.count_fit_rounds):  # each round counts again with the rows the last one moved
         if round_:
-            expected = expected_counts(model, tokenizer, target_fit[:config.count_fit_lines], config.max_length,
-                                       progress)[0]
+            expected = expected_counts(model, tokenizer, counted, config.max_length, progress)[0]
         step = np.where(moved, np.log((counts + k) / (expected + k)), 0.0)
         surpluses.append(round(float((expected[moved] - counts[moved]).sum()) / positions, 4))
         shift += step
@@ -465,7 +471,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     kept = sum(after[which] / before[which] for which in after) < len(after)
     magnitude = np.abs(shift[moved])
     report = CountFitReport(
-        rows=int(moved.sum()), lines=min(len(target_fit), config.count_fit_lines), positions=positions, smoothing=k,
+        rows=int(moved.sum()), lines=len(counted), positions=positions, smoothing=k,
         surplus=surplus, surplus_by_round=surpluses, direction=along, kept=kept,
         shift=Spread(median=round(float(np.median(magnitude)), 4), p90=round(float(np.quantile(magnitude, 0.9)), 4),
                      max=round(float(magnitude.max()), 4)) if len(magnitude) else None,
