@@ -273,7 +273,7 @@ class CountFitReport(Report):
     surplus: float | None = None  # the moved rows' expected count less their count, per position, before the move
     surplus_by_round: list | None = None  # the same before each round
     shift: Spread | None = field(default=None, metadata=nested(Spread))  # |logit added| over the moved rows
-    direction: str | None = None  # "target mean, not the source's" or "target mean"
+    direction: str | None = None  # what the rows moved along: with the source text's mean held, or the target mean
     losses: dict[str, TextPair] | None = field(default=None, metadata=nested(TextPair, mapping=True))  # before, after
     kept: bool | None = None
     input_rows: InputRows | None = field(default=None, metadata=nested(InputRows))
@@ -289,8 +289,8 @@ class CountFitReport(Report):
             loss = losses.get(which) or TextPair()
             return value(loss.target) + (f" / {value(loss.source)}" if loss.source is not None else "")
 
-        check = f"check-line loss (target{' / source' if (losses.get('before') or TextPair()).source is not None else ''}) " \
-            f"{pair('before')} -> {pair('after')}"
+        texts = "target / source" if (losses.get("before") or TextPair()).source is not None else "target"
+        check = f"check-line loss ({texts}) {pair('before')} -> {pair('after')}"
         if not self.kept:
             return (f"the {count(self.rows or 0)} rows' counts read {value(self.surplus)} a position too many "
                     f"expected; fitting them did not read the check lines better ({check}), put back")

@@ -31,17 +31,17 @@ is lower than before, the rows are put back and the report says so (`skipped`).
 
 Causal LMs only: a masked LM's mean logit over unmasked positions is not its prior over tokens.
 
-`count_fit` follows (by default in an extension; `count_fit_rounds` passes): the line sets each moved row's level against the other moved rows
-(the offset `c`), which is all a softmax over moved rows alone needs; an extension's softmax also holds the source
-rows, which never move, and there the new rows' shared level matters. At every position of counted lines the model's
-probabilities summed give each token's expected count E; a logit of log((n + k) / (E + k)) per moved row (n: its
-count there) is the shift that makes the two meet to first order, and it goes along a direction of the head's input
-that adds it at the target text's mean head input and nothing at the source-language text's, where that text is
-given (docs/design.md, "Extending a vocabulary").
+`separate` is the extension's step after calibration: given source-language text, it moves the new rows along the
+direction of the head's input that tells target positions from source-language ones, keeping their mean logit on
+target text, so that they take less of the source language's probability (docs/design.md, "Extending a vocabulary").
 
-`separate` is the extension's step after calibration: given source-language text, it moves the new rows along the direction
-of the head's input that tells target positions from source-language ones, keeping their mean logit on target text,
-so that they take less of the source language's probability (docs/design.md, "Extending a vocabulary").
+`count_fit` comes last (by default in an extension; `count_fit_rounds` passes): the line sets each moved row's level
+against the other moved rows (the offset `c`), which is all a softmax over moved rows alone needs; an extension's
+softmax also holds the source rows, which never move, and there the new rows' shared level matters. At every position
+of counted lines the model's probabilities summed give each token's expected count E; a logit of log((n + k) / (E +
+k)) per moved row (n: its count there) is the shift that makes the two meet to first order, and it goes along a
+direction of the head's input that adds it at the target text's mean head input and nothing at the source-language
+text's, where that text is given (docs/design.md, "Extending a vocabulary").
 """
 
 from __future__ import annotations
@@ -146,7 +146,8 @@ class CalibrationConfig:
     def __post_init__(self):
         if self.count_fit not in ("auto", "on", "off"):
             raise ConfigError(f"calibration.count_fit is {self.count_fit!r}; choose auto, on or off.")
-        if self.count_fit_lines < 1 or self.count_fit_rounds < 1 or not (self.count_fit_smoothing > 0 and math.isfinite(self.count_fit_smoothing)):
+        smoothing = self.count_fit_smoothing
+        if self.count_fit_lines < 1 or self.count_fit_rounds < 1 or not (smoothing > 0 and math.isfinite(smoothing)):
             raise ConfigError("calibration.count_fit_lines and count_fit_rounds must be at least 1, "
                               "count_fit_smoothing a finite pseudo-count above 0 (0.5: add-half).")
         if self.strength is not None and not 0 <= self.strength <= 1:
@@ -254,6 +255,13 @@ def input_row_moves(before: torch.Tensor, after: torch.Tensor, moved: np.ndarray
         max=round(float(relative.max()), 4)))
 
 
+def padded_mask(moved, size: int) -> np.ndarray:
+    """`moved` as a (size,) bool array: cut to `size`, or padded with False (rows beyond the tokenizer, padding,
+    stay)."""
+    moved = np.asarray(moved, dtype=bool)[:size]
+    return np.concatenate([moved, np.zeros(size - len(moved), dtype=bool)]) if len(moved) < size else moved
+
+
 def head_as_configured(model, config: CalibrationConfig) -> tuple[bool, str | None]:
     """(whether a tied head was untied here, as `tied_head: untie` asks; why the step is skipped where the head is
     tied and `tied_head` is skip, else None)."""
@@ -285,9 +293,7 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     weight = head.weight
     bias = getattr(head, "bias", None)
     size = weight.shape[0]
-    moved = np.asarray(moved, dtype=bool)[:size]
-    if len(moved) < size:  # rows beyond the tokenizer (padding) stay
-        moved = np.concatenate([moved, np.zeros(size - len(moved), dtype=bool)])
+    moved = padded_mask(moved, size)
     if line is None:
         line = frequency_line(tokenizer, lines, size, config)
     logf, frequencies, counts = line
@@ -358,12 +364,13 @@ def expected_counts(model, tokenizer, lines: list[str], max_length: int, progres
     position that predicts a token of the line, each row's probability (summed: its expected count) and the token that
     follows (counted); the mean is over those positions."""
     head = model.get_output_embeddings()
-    weight = head.weight.detach()
+    weight = head.weight.detach().to(torch.float32).T  # (d, V), converted once for every chunk
     bias = getattr(head, "bias", None)
-    size = weight.shape[0]
+    bias = None if bias is None else bias.detach().to(torch.float32)
+    size = weight.shape[1]
     expected = torch.zeros(size, dtype=torch.float64)
     counts = torch.zeros(size, dtype=torch.float64)
-    total = torch.zeros(weight.shape[1], dtype=torch.float64)
+    total = torch.zeros(weight.shape[0], dtype=torch.float64)
     positions = 0
 
     def take(states: torch.Tensor, ids: list) -> None:
@@ -378,9 +385,9 @@ def expected_counts(model, tokenizer, lines: list[str], max_length: int, progres
         total.add_(states.double().sum(0).cpu())
         positions += len(keep)
         for start in range(0, len(states), chunk):
-            logits = states[start:start + chunk] @ weight.to(torch.float32).T
+            logits = states[start:start + chunk] @ weight
             if bias is not None:
-                logits = logits + bias.detach().to(torch.float32)
+                logits = logits + bias
             expected.add_(torch.softmax(logits, dim=-1).sum(0).double().cpu())
 
     read_head_inputs(model, tokenizer, lines, max_length, take, progress=progress, label="expected counts",
@@ -410,17 +417,18 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
               moved: np.ndarray, progress: bool = False, target_loss: float | None = None,
               move: CalibrationMove | None = None) -> CountFitReport:
     """Move the output rows `moved` so that each one's expected count on `count_fit_lines` counted lines of
-    `target_lines`, spread evenly over them (`spread_lines`), meets its count there (`CalibrationConfig.count_fit`): a logit of log((n + k) / (E + k)) each,
-    along the direction v of the head's input with v . m_target = 1 and, given source-language lines, v . m_source =
-    0 (each text's mean head input over the positions read), so that each row's mean logit on the source language
-    stays; `count_fit_rounds` times, counting again with the rows as the last round left them. Kept only where the
-    check lines (the last `check_lines` of each text) read better, their mean token
-    losses summed, each relative to before; otherwise put back. `target_loss`: the target check loss as the model
-    is (measured here where None). `move`: calibration's move, which gets this one as a round of its own where it
-    is kept (so `langswap train` can take it off as it takes calibration's)."""
+    `target_lines`, spread evenly over them (`spread_lines`), meets its count there (`CalibrationConfig.count_fit`):
+    a logit of log((n + k) / (E + k)) each, along the direction v of the head's input with v . m_target = 1 and,
+    given source-language lines, v . m_source = 0 (each text's mean head input over the positions read), so that each
+    row's mean logit on the source language stays; `count_fit_rounds` times, counting again with the rows as the last
+    round left them. Kept only where the check lines (the last `check_lines` of each text) read better, their mean
+    token losses summed, each relative to before; otherwise put back (a head this step untied tied again).
+    `target_loss`: the target check loss as the model is (measured here where None). `move`: calibration's move,
+    which gets this one as a round of its own where it is kept (so `langswap train` can take it off as it takes
+    calibration's)."""
     if not calibratable(model):
         raise ConfigError("calibration.count_fit is for causal LMs; set it to off for this model.")
-    _, skipped = head_as_configured(model, config)
+    untied, skipped = head_as_configured(model, config)
     if skipped:
         return CountFitReport(rows=0, skipped=skipped)
     target_fit, target_check = split_check_lines(target_lines, config)
@@ -440,18 +448,15 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     head = model.get_output_embeddings()
     weight = head.weight
     size = weight.shape[0]
-    moved = np.asarray(moved, dtype=bool)[:size]
-    if len(moved) < size:
-        moved = np.concatenate([moved, np.zeros(size - len(moved), dtype=bool)])
+    moved = padded_mask(moved, size)
     k = config.count_fit_smoothing
     checks = (("target", target_check), ("source", source_check)) if source_check else (("target", target_check),)
 
-    def losses() -> dict[str, float]:
-        return {which: mean_token_loss(model, tokenizer, lines, config.max_length, progress) for which, lines in checks}
+    def losses(known: dict[str, float]) -> dict[str, float]:
+        return {which: known[which] if which in known else
+                mean_token_loss(model, tokenizer, lines, config.max_length, progress) for which, lines in checks}
 
-    before = {"target": target_loss} if target_loss is not None else {}
-    before.update({which: mean_token_loss(model, tokenizer, lines, config.max_length, progress)
-                   for which, lines in checks if which not in before})
+    before = losses({"target": target_loss} if target_loss is not None else {})
     tied = is_tied(model)
     saved = weight.detach().clone()
     inputs_before = model.get_input_embeddings().weight.detach().clone() if tied else None
@@ -467,7 +472,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
             weight += (torch.from_numpy(step).to(torch.float32)[:, None] * direction[None, :]).to(weight.device,
                                                                                                   weight.dtype)
     surplus = surpluses[0]
-    after = losses()
+    after = losses({})
     kept = sum(after[which] / before[which] for which in after) < len(after)
     magnitude = np.abs(shift[moved])
     report = CountFitReport(
@@ -490,6 +495,8 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     else:
         with torch.no_grad():
             weight.copy_(saved)
+        if untied:
+            tie_head(model)
         report.held_out_loss = before["target"]
         logger.info("expected-count fit put back: check-line loss %s", ", ".join(
             f"{w} {before[w]:.4f} -> {after[w]:.4f}" for w in after))
