@@ -14,9 +14,13 @@ its net on the check half is below zero: on the target text alone (`--on target`
     python benchmarks/bench_prune.py --language de --extend 10000
     python benchmarks/bench_prune.py --language en --extend 10000 --method fvt
     python benchmarks/bench_prune.py --language en --extend 10000 --distill 20000 --distill-head likelihood
+    python benchmarks/bench_prune.py --language de --extend 10000 --separate --distill 20000 --train 200
+
+With `--train UPDATES`, the extension and the pruned extension are also trained with the extension recipe (new rows
+first, then every row; `--source-share` of every batch English training text) and scored on the same halves.
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
-extension) and writes it with the ledgers' summaries to
+extension, and with `--train` each trained) and writes it with the ledgers' summaries to
 benchmarks/results/prune-LANG-N-METHOD[-separate][-nofit][-distillT-HEAD[-rateR][-coverage]]-ON/.
 """
 
@@ -56,6 +60,13 @@ def parse_args(argv=None):
     parser.add_argument("--count-fit", choices=("auto", "off"), default="auto",
                         help="calibration.count_fit: auto (the default: an extension's new rows fitted to their "
                              "counts) or off (variant suffix -nofit).")
+    parser.add_argument("--train", type=int, default=0, metavar="UPDATES",
+                        help="Also train the extension and the pruned extension for UPDATES updates of the extension "
+                             "recipe (batch 2 x 128 on the training text, --source-share of every batch English) and "
+                             "score them on the same halves.")
+    parser.add_argument("--source-share", type=float, default=0.5,
+                        help="With --train: the share of every batch that is English training text "
+                             "(recipe.source_share; 0: none).")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -65,6 +76,10 @@ def parse_args(argv=None):
         parser.error("--distill-order orders the distillation's lines; give --distill TOKENS too.")
     if args.distill_head_rate is not None and args.distill_head == "keep":
         parser.error("--distill-head-rate is the rate of a head that learns; give --distill-head lm or likelihood.")
+    if args.source_share != 0.5 and not args.train:
+        parser.error("--source-share is the English share of the --train updates; give --train UPDATES too.")
+    if not 0 <= args.source_share < 1:
+        parser.error(f"--source-share is a share of every batch, at least 0 and below 1, not {args.source_share}.")
     if args.separate and args.language == "en":
         parser.error("--separate keeps the new rows off English; an English self-extension has no other language.")
     return args
@@ -139,6 +154,13 @@ def main(argv=None) -> int:
                                      (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)):
         reader = load_model(path)
         rows[name] = {text: causal_lm_score(reader, tokenizer, lines).as_dict() for text, lines in scored.items()}
+    if args.train:
+        english_train = None if language == "en" else splits / "en.train.txt"
+        for name, path, tokenizer in ((f"extended by {args.extend:,}", output, extended_tokenizer),
+                                      (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)):
+            trained = trained_model(path, train, english_train, args.train, args.source_share)
+            rows[f"{name}, {args.train} updates"] = {
+                text: causal_lm_score(load_model(trained), tokenizer, lines).as_dict() for text, lines in scored.items()}
 
     table = ["| model | bits per byte | tokens per byte | English bits per byte |", "|---|---|---|---|"]
     for name, scores in rows.items():
@@ -149,6 +171,8 @@ def main(argv=None) -> int:
         "pruning": report.as_dict(),
         "distillation": distillation.as_dict() if distillation is not None else None,
         "scores": rows,
+        "training": {"updates": args.train, "preset": "extension", "source_share": args.source_share,
+                     "batch_size": 2, "sequence_length": 128} if args.train else None,
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
                                   "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
     }
@@ -159,6 +183,23 @@ def main(argv=None) -> int:
     print("\n".join(table))
     print(json.dumps(summary["pruning"], indent=2))
     return 0
+
+
+def trained_model(model: Path, train: Path, english: Path | None, updates: int, share: float) -> Path:
+    """The folder of `model` trained for `updates` updates of the extension recipe (new rows first, then every row;
+    batch 2 x 128 on the first 20,000 lines of `train`, `share` of every batch `english` where given), in a folder
+    beside it named by those settings; a finished run is reused."""
+    from langswap.config import from_dict
+    from langswap.training.options import TrainConfig
+    from langswap.training.run import train as train_model
+
+    recipe = {"source_text": str(english), "source_share": share} if english is not None and share else {}
+    name = f"{model.name}-trained{updates}" + (f"-english{share:g}" if recipe else "")
+    config = from_dict(TrainConfig, {
+        "model": str(model), "train_text": str(train), "output": str(model.parent / name), "preset": "extension",
+        "recipe": recipe, "steps": updates, "batch_size": 2, "sequence_length": 128, "save_steps": 100,
+        "logging_steps": 10, "max_lines": 20000}, where="train.")
+    return Path(train_model(config, progress=True).model)
 
 
 if __name__ == "__main__":
