@@ -158,9 +158,9 @@ def main(argv=None) -> int:
         english_train = None if language == "en" else splits / "en.train.txt"
         for name, path, tokenizer in ((f"extended by {args.extend:,}", output, extended_tokenizer),
                                       (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)):
-            trained = trained_model(path, train, english_train, args.train, args.source_share)
-            rows[f"{name}, {args.train} updates"] = {
-                text: causal_lm_score(load_model(trained), tokenizer, lines).as_dict() for text, lines in scored.items()}
+            reader = load_model(trained_model(path, train, english_train, args.train, args.source_share))
+            rows[f"{name}, {args.train} updates"] = {text: causal_lm_score(reader, tokenizer, lines).as_dict()
+                                                     for text, lines in scored.items()}
 
     table = ["| model | bits per byte | tokens per byte | English bits per byte |", "|---|---|---|---|"]
     for name, scores in rows.items():
