@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from conftest import (SHARED_DATA, byte_level_tokenizer, cipher_word, english_lines, sentencepiece_tokenizer, unwrapped,
+                      wordpiece_tokenizer)
 
-from conftest import (SHARED_DATA, byte_level_tokenizer, cipher_word, english_lines, sentencepiece_tokenizer,
-                      unwrapped, wordpiece_tokenizer)
 from langswap.errors import ConfigError, MissingResourceError, VocabularyError
 
 
@@ -47,8 +48,7 @@ def _spec(tokenizer) -> dict:
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_an_extension_keeps_every_source_id_and_adds_tokens_that_shorten_target_text(family, texts):
-    from langswap.resources.extension import (changed_lines, extend_tokenizer, first_differing_id,
-                                              tokens_per_byte)
+    from langswap.resources.extension import changed_lines, extend_tokenizer, first_differing_id, tokens_per_byte
 
     source = FAMILIES[family](texts["source"])
     extension = extend_tokenizer(source, texts["target"], 60)
@@ -476,7 +476,6 @@ def test_a_source_with_rows_beyond_its_tokenizer_gives_them_to_the_new_tokens_fi
     rows there; unused rows no new token takes keep the source's values at their ids; rows beyond the source's are
     the mean of its unused rows."""
     import torch
-
     from conftest import save_model, tiny_model
 
     from langswap.models import load_model, save_tokenizer
@@ -825,9 +824,9 @@ def test_source_language_text_moves_an_extensions_new_rows_by_one_vector_that_ke
     record and the card say so."""
     import torch
 
-    from langswap.transfer.calibrate import mean_head_input
     from langswap.models import load_model, load_tokenizer
     from langswap.records import read_model_record
+    from langswap.transfer.calibrate import mean_head_input
 
     source_folder, target_folder, kept = extended_pairs["llama"]
     text, source_text = tmp_path / "xx.txt", tmp_path / "en.txt"
@@ -882,9 +881,9 @@ def test_after_calibration_through_a_tied_head_the_separation_starts_from_the_ca
     matrix) stay bitwise."""
     import torch
 
-    from langswap.transfer.calibrate import CalibrationConfig, mean_token_loss
     from langswap.models import load_model, load_tokenizer
     from langswap.records import read_model_record
+    from langswap.transfer.calibrate import CalibrationConfig, mean_token_loss
 
     source_folder, target_folder, kept = extended_pairs["gpt2"]
     text, source_text = tmp_path / "xx.txt", tmp_path / "en.txt"
@@ -996,6 +995,46 @@ def test_pruning_takes_new_tokens_out_and_renumbers_the_rest_after_the_source(fa
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_new_token_products_name_what_goes_with_each_token_products_first(family, texts):
+    """Every new token once; for BPE each token's products are the new tokens whose merge reads it, and what
+    `prune_extension` takes out with it; a product comes before every token it is made from."""
+    from langswap.resources.extension import extend_tokenizer, new_token_products, prune_extension
+
+    source = FAMILIES[family](texts["source"])
+    extended = extend_tokenizer(source, texts["target"], 60).tokenizer
+    first = len(source)
+    products = new_token_products(extended, first)
+    assert sorted(token for token, _ in products) == list(range(first, len(extended)))
+    position = {token: index for index, (token, _) in enumerate(products)}
+    assert all(position[product] < position[token] for token, made in products for product in made)
+    with_products = [(token, made) for token, made in products if made]
+    if _spec(extended)["model"]["type"] != "BPE":
+        assert not with_products  # no merge makes a Unigram or WordPiece token
+        return
+    assert with_products
+    token, made = with_products[0]
+    assert set(made) <= set(prune_extension(extended, first, [token]).cascaded)
+
+
+def test_a_token_that_costs_stays_where_the_tokens_made_from_it_save_more():
+    """`tokens_to_drop`: a token's value is its net plus its kept products' positive values; below zero it goes,
+    with its products (which are not asked for again); a product that goes lowers its parts' values."""
+    from langswap.transfer.prune import tokens_to_drop
+
+    first = 100
+    # 100 costs a little but 102 (made from 100 and 101) saves more; 101 saves; 103 costs more than its product 104
+    # saves; 105 stays only for 106, which is also made from 103 and so goes with it: then 105 goes too
+    net = np.array([-1.0, 2.0, 5.0, -5.0, 1.0, -0.5, 3.0, -2.0])
+    products = [(106, []), (104, []), (102, []), (103, [104, 106]), (105, [106]), (100, [102]), (101, [102]),
+                (107, [])]
+    drop, held = tokens_to_drop(net, products, first)
+    assert drop == [103, 105, 107]  # 104 and 106 go with 103, not asked for
+    assert held == 1  # 100 costs and stays
+    # no products: the tokens whose own net is below zero
+    assert tokens_to_drop(net, [(token, []) for token in range(100, 108)], first) == ([100, 103, 105, 107], 0)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_the_source_of_an_extension_reads_text_as_the_source_did(family, texts):
     from langswap.resources.extension import extend_tokenizer, source_of_extension
 
@@ -1020,9 +1059,9 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     from langswap.calibration_move import MOVE_FILE, CalibrationMove
     from langswap.models import load_model, load_tokenizer
     from langswap.records import read_model_record
+    from langswap.resources.extension import new_token_products, source_of_extension
     from langswap.transfer.ledger import new_token_ledger
-    from langswap.transfer.prune import PruneJob, prune
-    from langswap.resources.extension import source_of_extension
+    from langswap.transfer.prune import PruneJob, prune, tokens_to_drop
 
     source_folder, target_folder, kept = extended_pairs[kind]
     text = tmp_path / "xx.txt"
@@ -1036,16 +1075,20 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
                               texts["target_test"][:60], kept)
     losers = set((np.flatnonzero(ledger.net < 0) + kept).tolist())
     assert 0 < len(losers) < 40
+    # a loser goes unless tokens made from it save more than it costs (tokens_to_drop)
+    drop, stay = tokens_to_drop(ledger.net, new_token_products(extended_tokenizer, kept), kept)
+    assert set(drop) <= losers and len(drop) + stay == len(losers)
 
     result = prune(PruneJob(model=str(tmp_path / "out"), text=str(held), output=str(tmp_path / "pruned"),
                             lines=60))
     tokenizer, model = load_tokenizer(tmp_path / "pruned"), load_model(tmp_path / "pruned")
     report = result.report
-    assert report.new_before == 40 and report.dropped + report.spelled == len(losers)
+    assert report.new_before == 40 and report.dropped + report.spelled == len(drop) and report.held == stay
     assert report.kept == 40 - report.dropped - report.cascaded == len(tokenizer) - kept
     names = extended_tokenizer.convert_ids_to_tokens(list(range(kept, kept + 40)))
     kept_ids = [kept + names.index(name) for name in tokenizer.convert_ids_to_tokens(list(range(kept, len(tokenizer))))]
-    assert len(set(kept_ids) & losers) == report.spelled  # a loser stays only as a character the text needs
+    # a loser stays only as a character the text needs or for the tokens made from it
+    assert len(set(kept_ids) & losers) == report.spelled + report.held
     index = torch.tensor(list(range(kept)) + kept_ids)
     for which in ("input", "output"):
         assert torch.equal(_matrices(model)[which][:len(index)], _matrices(extended)[which][index]), which

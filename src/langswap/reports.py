@@ -574,6 +574,7 @@ class PruningReport(Report):
     unread: int | None = None  # of those, never read in the judged lines (their net is what they take elsewhere)
     cascaded: int | None = None  # made by a merge that reads a token that went
     spelled: int | None = None  # net below zero, but characters the text needs
+    held: int | None = None  # net below zero, but kept: tokens made from them save more than they cost
     nats: float | None = None  # the texts' whole difference before pruning (positive: the new tokens saved)
     bits_per_byte_change: dict | None = None  # per text, before pruning: what the new tokens changed
     why: str | None = None
@@ -583,10 +584,10 @@ class PruningReport(Report):
         lines = " and ".join(f"{count(number)} {name}" for name, number in (self.lines or {}).items())
         return (f"{count(self.new_before)} new tokens judged on {lines} lines: {count(self.dropped)} taken out "
                 f"({self.why}; {count(self.unread)} of them never read there), {count(self.cascaded)} more with them "
-                "(made from one that went), "
-                f"{count(self.spelled)} kept as characters the text needs; {count(self.kept)} kept. Before pruning "
-                f"the new tokens changed bits per byte by {changes} (the transfer's held-out figures, of the model "
-                "before pruning, are left out)")
+                f"(made from one that went), {count(self.held)} kept though they cost (tokens made from them save "
+                f"more), {count(self.spelled)} kept as characters the text needs; {count(self.kept)} kept. Before "
+                f"pruning the new tokens changed bits per byte by {changes} (the transfer's held-out figures, of the "
+                "model before pruning, are left out)")
 
 
 @dataclass(kw_only=True)

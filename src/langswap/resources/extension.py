@@ -390,6 +390,34 @@ def prune_extension(tokenizer, first_id: int, drop, keep_characters: bool = True
     return Pruned(pruned, kept, sorted(set(asked) & gone), cascaded, spelled)
 
 
+def new_token_products(tokenizer, first_id: int) -> list[tuple[int, list[int]]]:
+    """Each new token (ids from `first_id`) of a BPE extension with the new tokens made by a merge that reads it,
+    products after the tokens they read (in merge order, the last merge's parts first; a token no merge makes, such
+    as a character, after every product): the order in which pruning can weigh a token with what goes with it
+    (`prune_extension` takes out every product of a token it takes out). Unigram and WordPiece tokens are made by no
+    merge: each is its own, with no products."""
+    spec = tokenizer_spec(tokenizer)
+    model = spec["model"]
+    if model["type"] != "BPE":
+        size = len(model["vocab"]) if model["type"] == "Unigram" else max(model["vocab"].values()) + 1
+        return [(token, []) for token in range(first_id, size)]
+    vocab, prefix = model["vocab"], model.get("continuing_subword_prefix") or ""
+    merges = model["merges"]
+    pairs = [merge.split(" ", 1) if isinstance(merge, str) else list(merge) for merge in merges]
+    products: dict[int, list[int]] = {token: [] for token in vocab.values() if token >= first_id}
+    made = []
+    for pair in pairs:
+        product = vocab.get(merge_product(pair, prefix))
+        if product is None or product < first_id:
+            continue
+        made.append(product)
+        for part in {vocab.get(piece) for piece in pair}:
+            if part is not None and part >= first_id:
+                products[part].append(product)
+    order = list(dict.fromkeys(reversed(made)))  # a token two merges make comes at the later one
+    return [(token, products[token]) for token in order + sorted(set(products) - set(made))]
+
+
 def _pruned_merges(model: dict, name: dict, first_id: int, gone: set[int],
                    keep_characters: bool = True) -> tuple[set[int], list[int], list[int]]:
     """A BPE model's merges without those making or reading a token gone (`model` changed in place); returns (every

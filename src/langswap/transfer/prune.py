@@ -34,7 +34,7 @@ from langswap.files import refuse_existing
 from langswap.models import is_tied, load_model, load_tokenizer
 from langswap.records import has_model_record, read_model_record
 from langswap.reports import PruningReport, VocabularyReport
-from langswap.resources.extension import prune_extension, source_of_extension
+from langswap.resources.extension import new_token_products, prune_extension, source_of_extension
 from langswap.resources.text import read_text_lines
 from langswap.start_rows import START_FILE, StartRows
 from langswap.surgery import install_embeddings, output_bias
@@ -124,7 +124,8 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
                for name in texts}
     net = sum(ledger.net for ledger in ledgers.values())
     occurrences = sum(ledger.occurrences for ledger in ledgers.values())
-    pruned = prune_extension(tokenizer, first, (np.flatnonzero(net < 0) + first).tolist())
+    drop, held = tokens_to_drop(net, new_token_products(tokenizer, first), first)
+    pruned = prune_extension(tokenizer, first, drop)
     rows = max(-(-(first + len(pruned.kept)) // job.pad_to_multiple) * job.pad_to_multiple,
                (vocabulary.source_rows or 0) if vocabulary is not None else 0)
     index = np.asarray(list(range(first)) + pruned.kept, dtype=np.int64)
@@ -133,10 +134,11 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
         text=job.text, source_text=job.source_text, lines={name: len(lines) for name, lines in read.items()},
         new_before=len(tokenizer) - first, kept=len(pruned.kept), dropped=len(pruned.dropped),
         unread=int(sum(occurrences[token - first] == 0 for token in pruned.dropped)),
-        cascaded=len(pruned.cascaded), spelled=len(pruned.spelled),
+        cascaded=len(pruned.cascaded), spelled=len(pruned.spelled), held=held,
         nats=round(sum(ledger.total for ledger in ledgers.values()), 3),
         bits_per_byte_change={name: round(ledger.bits_per_byte_change(), 5) for name, ledger in ledgers.items()},
-        why="net nats below 0 on the judged lines (saved where read, less what it takes elsewhere)")
+        why="net nats below 0 on the judged lines (saved where read, less what it takes elsewhere), counting what "
+            "the tokens made from it save")
     if hasattr(record, "vocabulary"):
         record.vocabulary = _vocabulary(vocabulary, first, len(pruned.kept), rows)
     if getattr(record, "target_vocabulary", None) is not None:
@@ -165,6 +167,29 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
     write_model_folder(Path(job.output), job.overwrite, save_model, pruned.tokenizer, write_provenances, record)
     logger.info("%s", report.summary())
     return PruneResult(job.output, report)
+
+
+def tokens_to_drop(net: np.ndarray, products: list[tuple[int, list[int]]], first: int) -> tuple[list[int], int]:
+    """(the new tokens to take out, how many of those with a net below zero stay): taking a BPE token out takes out
+    every token made from it (`prune_extension`), so a token is weighed with what goes with it: its value is its own
+    net plus the positive values of its products still kept, and it goes where that is below zero. `products`: each
+    new token with the tokens made from it, products first (`new_token_products`). A product that goes lowers the value
+    of the tokens it is made from, so the values are weighed again without it until nothing more goes."""
+    gone: set[int] = set()
+    while True:
+        value: dict[int, float] = {}
+        for token, made in products:
+            value[token] = float(net[token - first]) + sum(max(value[product], 0.0) for product in made
+                                                           if product not in gone and product in value)
+        drop = {token for token, worth in value.items() if worth < 0}
+        closed = set(drop)
+        for token, made in reversed(products):  # parts first: a token made from one that went goes too
+            if token in closed:
+                closed.update(made)
+        if closed == gone:
+            held = sum(1 for token, _ in products if net[token - first] < 0 and token not in closed)
+            return sorted(drop), held
+        gone = closed
 
 
 def _take_rows(model, index: np.ndarray, rows: int, tokens: int) -> int:
