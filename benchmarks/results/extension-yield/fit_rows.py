@@ -184,7 +184,10 @@ def main(argv=None) -> int:
     with torch.no_grad():
         weight.copy_(start)
     results["rows"] = rows
-    (HERE / f"fit-{args.language}-{args.rows}-{args.rounds}{'-tied' if args.tied else ''}{'-first' if args.first_lines else ''}{'-spread' if args.spread else ''}.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    name = (f"fit-{args.language}-{args.rows}-{args.rounds}" + ("-tied" if args.tied else "")
+            + ("-first" if args.first_lines else "") + ("-spread" if args.spread else "")
+            + (f"-lines{args.count_lines}" if args.count_lines != 1000 else ""))
+    (HERE / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
