@@ -1114,6 +1114,17 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     assert f"- Pruned: {report.summary()}" in card and "Held-out figures" not in card
     assert sum(record.counts.values()) == len(tokenizer) and f"(total {len(tokenizer):,})" in card
     assert record.target_vocabulary.split(" vocabulary of ")[1].startswith(f"{len(tokenizer):,}")
+    # --unread keep: a token the lines never read is not judged by what it takes elsewhere alone
+    unread = set((np.flatnonzero(ledger.occurrences == 0) + kept).tolist())
+    keeping = prune(PruneJob(model=str(tmp_path / "out"), text=str(held), output=str(tmp_path / "pruned-keep"),
+                             lines=60, unread="keep")).report
+    assert keeping.unread == 0 and keeping.dropped + keeping.spelled == len(
+        tokens_to_drop(np.where(ledger.occurrences > 0, ledger.net, 0.0), new_token_products(extended_tokenizer, kept),
+                       kept)[0])
+    assert keeping.kept >= report.kept and "never read there kept" in keeping.why
+    assert set(extended_tokenizer.convert_ids_to_tokens(sorted(unread))) <= set(
+        load_tokenizer(tmp_path / "pruned-keep").get_vocab())
+    assert kind == "gpt2" or unread  # (the llama pair's text leaves some new tokens unread)
 
 
 def test_prune_refuses_what_it_cannot_judge_with_what_to_give(extended_pairs, tmp_path):

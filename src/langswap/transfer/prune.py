@@ -64,6 +64,9 @@ class PruneJob:
     lines: int = field(default=300, metadata={"help": "Lines of each text read."})
     first_new: int | None = field(default=None, metadata={
         "help": "Id of the first new token (default: the record's vocabulary.kept)."})
+    unread: str = field(default="drop", metadata={
+        "help": "A new token the judged lines never read: drop (its net there is what it takes elsewhere, below "
+                "zero) or keep (the lines say nothing of what it saves where it is read).", "choices": ("drop", "keep")})
     max_length: int = field(default=512, metadata={"help": "Tokens of a line read on either side."})
     pad_to_multiple: int = field(default=64, metadata={"help": "Round the matrices' rows up to a multiple of this."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
@@ -78,6 +81,8 @@ class PruneJob:
         for path in (self.text, self.source_text):
             if path and not Path(path).is_file():
                 raise MissingResourceError(f"text '{path}' does not exist or is not a file.")
+        if self.unread not in ("drop", "keep"):
+            raise ConfigError(f"--unread is drop or keep, not '{self.unread}'.")
         if self.lines < 1 or self.max_length < 2 or self.pad_to_multiple < 1:
             raise ConfigError("--lines and --pad-to-multiple must be at least 1, --max-length at least 2.")
         if Path(self.output).resolve() == Path(self.model).resolve():
@@ -124,7 +129,8 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
                for name in texts}
     net = sum(ledger.net for ledger in ledgers.values())
     occurrences = sum(ledger.occurrences for ledger in ledgers.values())
-    drop, held = tokens_to_drop(net, new_token_products(tokenizer, first), first)
+    judged = np.where(occurrences > 0, net, 0.0) if job.unread == "keep" else net
+    drop, held = tokens_to_drop(judged, new_token_products(tokenizer, first), first)
     pruned = prune_extension(tokenizer, first, drop)
     rows = max(-(-(first + len(pruned.kept)) // job.pad_to_multiple) * job.pad_to_multiple,
                (vocabulary.source_rows or 0) if vocabulary is not None else 0)
@@ -138,7 +144,7 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
         nats=round(sum(ledger.total for ledger in ledgers.values()), 3),
         bits_per_byte_change={name: round(ledger.bits_per_byte_change(), 5) for name, ledger in ledgers.items()},
         why="net nats below 0 on the judged lines (saved where read, less what it takes elsewhere), counting what "
-            "the tokens made from it save")
+            "the tokens made from it save" + ("; tokens never read there kept" if job.unread == "keep" else ""))
     if hasattr(record, "vocabulary"):
         record.vocabulary = _vocabulary(vocabulary, first, len(pruned.kept), rows)
     if getattr(record, "target_vocabulary", None) is not None:
