@@ -9,9 +9,8 @@ development lines are splits/en.test.txt's lines 301-600; the test splits' repor
 is measured on the first half of the development lines (the check half) and the models are scored on the second half
 (the scored half), so that what is pruned is chosen on lines the figures do not come from. A token is pruned where
 its net on the check half is below zero: on the target text alone (`--on target`) or on both texts added up
-(`--on both`: the English check lines' ledger too); `--unread keep` keeps the tokens the check half never reads
-(`langswap prune --unread`), and `--swap-halves` judges on the scored half and scores the check half, so that a
-pruning rule can be chosen on lines the reported figures do not come from.
+(`--on both`: the English check lines' ledger too), by `--rule` (`langswap prune --rule`: auto, the default, chooses
+one across the check half's own two halves); `--swap-halves` judges on the scored half and scores the check half.
 
     python benchmarks/bench_prune.py --language de --extend 10000
     python benchmarks/bench_prune.py --language en --extend 10000 --method fvt
@@ -69,9 +68,8 @@ def parse_args(argv=None):
     parser.add_argument("--source-share", type=float, default=0.5,
                         help="With --train: the share of every batch that is English training text "
                              "(recipe.source_share; 0: none).")
-    parser.add_argument("--unread", choices=("drop", "keep"), default="drop",
-                        help="langswap prune --unread: a new token the check half never reads is dropped or kept "
-                             "(variant suffix -keepunread).")
+    parser.add_argument("--rule", choices=("auto", "cascade", "weighed", "unread-kept"), default="auto",
+                        help="langswap prune --rule (variant suffix -rule-RULE unless auto).")
     parser.add_argument("--swap-halves", action="store_true",
                         help="Judge on the scored half and score on the check half (suffix -swapped): a pruning "
                              "rule chosen this way is chosen on lines the reported figures do not come from.")
@@ -147,14 +145,14 @@ def main(argv=None) -> int:
                                                                            "English": english[150:]}
     if args.swap_halves:
         check, scored = scored, check
-    rule = ("-keepunread" if args.unread == "keep" else "") + ("-swapped" if args.swap_halves else "")
+    rule = (f"-rule-{args.rule}" if args.rule != "auto" else "") + ("-swapped" if args.swap_halves else "")
     for name, lines in check.items():
         (workdir / f"check-{name}{rule}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     pruned_folder = workdir / f"pruned-{variant}-{args.on}{rule}"
     if not (pruned_folder / "langswap.json").exists():
         english_check = str(workdir / f"check-English{rule}.txt") if args.on == "both" else None
         prune(PruneJob(model=str(output), text=str(workdir / f"check-target{rule}.txt"), lines=len(check["target"]),
-                       source_text=english_check, output=str(pruned_folder), unread=args.unread, overwrite=True),
+                       source_text=english_check, output=str(pruned_folder), rule=args.rule, overwrite=True),
               progress=True)
     report = read_model_record(pruned_folder).pruning
     distillation = getattr(read_model_record(output), "distillation", None)

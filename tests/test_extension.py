@@ -1016,6 +1016,26 @@ def test_new_token_products_name_what_goes_with_each_token_products_first(family
     assert set(made) <= set(prune_extension(extended, first, [token]).cascaded)
 
 
+def test_each_pruning_rule_is_judged_by_what_its_choice_on_one_half_saves_on_the_other():
+    """`held_out_gains`: a token read on one half only (unread on the other) shows what dropping the unread costs;
+    a token that costs on both halves shows what every rule gains."""
+    from langswap.transfer.prune import held_out_gains, rule_drop, with_products
+
+    first = 10
+    products = [(12, []), (10, [12]), (11, [12]), (13, [])]
+    # 10: read on neither half (a part, leaks a little); 11: costs on both; 12 (from 10 and 11) saves on both;
+    # 13: unread on half A (leaks), saves 4 on half B
+    a = (np.array([-0.1, -3.0, 5.0, -0.2]), np.array([0, 2, 3, 0]))
+    b = (np.array([-0.1, -3.0, 5.0, 4.0]), np.array([0, 2, 3, 2]))
+    assert rule_drop("cascade", *a, products, first) == ([10, 11, 13], 0)
+    assert with_products([10, 11, 13], products) == {10, 11, 12, 13}
+    assert rule_drop("weighed", *a, products, first) == ([13], 2)  # 12 saves more than 10 and 11 cost
+    assert rule_drop("unread-kept", *a, products, first) == ([], 1)
+    gains = held_out_gains([a, b], products, first)
+    # cascade drops 10, 11, 12 (and 13 from A): from A, -(-0.1 - 3 + 5 + 4) = -5.9; from B, -(-0.1 - 3 + 5) = -1.9
+    assert gains == {"cascade": pytest.approx(-7.8), "weighed": pytest.approx(-4.0), "unread-kept": 0.0}
+
+
 def test_a_token_that_costs_stays_where_the_tokens_made_from_it_save_more():
     """`tokens_to_drop`: a token's value is its net plus its kept products' positive values; below zero it goes,
     with its products (which are not asked for again); a product that goes lowers its parts' values."""
@@ -1061,7 +1081,7 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     from langswap.records import read_model_record
     from langswap.resources.extension import new_token_products, source_of_extension
     from langswap.transfer.ledger import new_token_ledger
-    from langswap.transfer.prune import PruneJob, prune, tokens_to_drop
+    from langswap.transfer.prune import RULE_WHY, RULES, PruneJob, held_out_gains, prune, tokens_to_drop
 
     source_folder, target_folder, kept = extended_pairs[kind]
     text = tmp_path / "xx.txt"
@@ -1080,7 +1100,7 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     assert set(drop) <= losers and len(drop) + stay == len(losers)
 
     result = prune(PruneJob(model=str(tmp_path / "out"), text=str(held), output=str(tmp_path / "pruned"),
-                            lines=60))
+                            lines=60, rule="weighed"))
     tokenizer, model = load_tokenizer(tmp_path / "pruned"), load_model(tmp_path / "pruned")
     report = result.report
     assert report.new_before == 40 and report.dropped + report.spelled == len(drop) and report.held == stay
@@ -1114,10 +1134,10 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     assert f"- Pruned: {report.summary()}" in card and "Held-out figures" not in card
     assert sum(record.counts.values()) == len(tokenizer) and f"(total {len(tokenizer):,})" in card
     assert record.target_vocabulary.split(" vocabulary of ")[1].startswith(f"{len(tokenizer):,}")
-    # --unread keep: a token the lines never read is not judged by what it takes elsewhere alone
+    # --rule unread-kept: a token the lines never read is not judged by what it takes elsewhere alone
     unread = set((np.flatnonzero(ledger.occurrences == 0) + kept).tolist())
     keeping = prune(PruneJob(model=str(tmp_path / "out"), text=str(held), output=str(tmp_path / "pruned-keep"),
-                             lines=60, unread="keep")).report
+                             lines=60, rule="unread-kept")).report
     assert keeping.unread == 0 and keeping.dropped + keeping.spelled == len(
         tokens_to_drop(np.where(ledger.occurrences > 0, ledger.net, 0.0), new_token_products(extended_tokenizer, kept),
                        kept)[0])
@@ -1125,6 +1145,17 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     assert set(extended_tokenizer.convert_ids_to_tokens(sorted(unread))) <= set(
         load_tokenizer(tmp_path / "pruned-keep").get_vocab())
     assert kind == "gpt2" or unread  # (the llama pair's text leaves some new tokens unread)
+    # --rule auto: the rule whose choice on each half of the lines (alternate lines) saves most on the other
+    lines = texts["target_test"][:60]
+    halves = [new_token_ledger(extended, source_of_extension(extended_tokenizer, kept), extended_tokenizer,
+                               lines[part::2], kept) for part in (0, 1)]
+    gains = held_out_gains([(half.net, half.occurrences) for half in halves],
+                           new_token_products(extended_tokenizer, kept), kept)
+    chosen = prune(PruneJob(model=str(tmp_path / "out"), text=str(held), output=str(tmp_path / "pruned-auto"),
+                            lines=60)).report
+    assert chosen.held_out == pytest.approx(gains, abs=1e-2) and set(gains) == set(RULES)
+    assert chosen.rule == (max(gains, key=gains.get) if max(gains.values()) > 0 else "none")
+    assert chosen.rule in chosen.summary() and chosen.why == RULE_WHY[chosen.rule]
 
 
 def test_prune_refuses_what_it_cannot_judge_with_what_to_give(extended_pairs, tmp_path):

@@ -575,6 +575,8 @@ class PruningReport(Report):
     cascaded: int | None = None  # made by a merge that reads a token that went
     spelled: int | None = None  # net below zero, but characters the text needs
     held: int | None = None  # net below zero, but kept: tokens made from them save more than they cost
+    rule: str | None = None  # which tokens went (transfer/prune.py's RULES, or none)
+    held_out: dict | None = None  # per rule, nats saved on each half of the lines by its choice on the other
     nats: float | None = None  # the texts' whole difference before pruning (positive: the new tokens saved)
     bits_per_byte_change: dict | None = None  # per text, before pruning: what the new tokens changed
     why: str | None = None
@@ -582,7 +584,9 @@ class PruningReport(Report):
     def summary(self) -> str:
         changes = ", ".join(f"{name} {value:+}" for name, value in (self.bits_per_byte_change or {}).items())
         lines = " and ".join(f"{count(number)} {name}" for name, number in (self.lines or {}).items())
-        return (f"{count(self.new_before)} new tokens judged on {lines} lines: {count(self.dropped)} taken out "
+        held_out = ", ".join(f"{name} {value:+,.1f}" for name, value in (self.held_out or {}).items())
+        return (f"{count(self.new_before)} new tokens judged on {lines} lines (rule {self.rule}; nats each rule "
+                f"saves across the lines' halves: {held_out}): {count(self.dropped)} taken out "
                 f"({self.why}; {count(self.unread)} of them never read there), {count(self.cascaded)} more with them "
                 f"(made from one that went), {count(self.held)} kept though they cost (tokens made from them save "
                 f"more), {count(self.spelled)} kept as characters the text needs; {count(self.kept)} kept. Before "

@@ -53,6 +53,14 @@ class Ledger:
         """Nats each new token saves on the text, net of what it takes elsewhere (negative: it costs)."""
         return self.saved + self.leaked
 
+    def __add__(self, other: "Ledger") -> "Ledger":
+        """The ledger of both texts read (each line is read on its own, so the two add up)."""
+        if other.first_new != self.first_new or len(other.saved) != len(self.saved):
+            raise ValueError("ledgers of different new tokens do not add up")
+        return Ledger(self.first_new, self.occurrences + other.occurrences, self.saved + other.saved,
+                      self.leaked + other.leaked, self.bytes + other.bytes, self.total + other.total,
+                      self.unattributed + other.unattributed)
+
     def bits_per_byte_change(self) -> float:
         """What the new tokens changed on the matched bytes, in bits per byte (negative: they saved)."""
         return -self.total / (math.log(2) * self.bytes) if self.bytes else 0.0

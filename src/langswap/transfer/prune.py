@@ -4,9 +4,16 @@ An extension's new tokens are chosen by how often their text occurs, not by what
 token the model predicts badly, or one that takes probability where it does not belong, makes the model worse at
 what it read before. The ledger (`langswap.transfer.ledger`) gives each new token its net on development text
 (nats saved where it is read, less what it takes elsewhere), and on source-language text too where it is given (a
-token that costs English more than it saves the target language goes). The tokens whose summed net is below zero are
-taken out of the tokenizer (`resources.extension.prune_extension`: for BPE with every later merge that reads one of
-them; characters the text needs stay), and their rows out of the model; the tokens kept are renumbered after the
+token that costs English more than it saves the target language goes). Which tokens go is a rule (`RULES`): those
+whose summed net is below zero (`cascade`); the same with each token weighed with the tokens made from it, which go
+with it (`weighed`, `tokens_to_drop`); or `weighed` with the tokens the lines never read kept (`unread-kept`: the lines
+say what such a token takes elsewhere and nothing of what it saves where it is read). A few hundred lines leave most
+of an extension's tokens unread or read a few times, so which rule generalises depends on the language and the
+extension; `auto` (the default) reads each text's lines in two halves (alternate lines), takes out what each rule
+chooses on one half, counts what those tokens' nets on the other half give back, both ways (`held_out_gains`), and
+keeps the rule that saves most, or none where none saves. The chosen tokens are taken out of the tokenizer
+(`resources.extension.prune_extension`: for BPE with every later merge that reads one of them; characters the text
+needs stay), and their rows out of the model; the tokens kept are renumbered after the
 source, their rows moved with them, and so are calibration's move (`calibration_move.CalibrationMove.rows`) and the
 provenance tables; the padding rows after them are the mean of the old padding rows, up to a multiple of
 `pad_to_multiple` and at least the source model's row count. The folder is written under a temporary name and
@@ -46,6 +53,16 @@ logger = logging.getLogger(__name__)
 
 PROVENANCE_FILES = ("provenance.tsv", "provenance-head.tsv")
 
+RULES = ("cascade", "weighed", "unread-kept")
+RULE_WHY = {
+    "cascade": "net nats below 0 on the judged lines (saved where read, less what it takes elsewhere)",
+    "weighed": "net nats below 0 on the judged lines (saved where read, less what it takes elsewhere), counting what "
+               "the tokens made from it save",
+    "unread-kept": "net nats below 0 on the judged lines (saved where read, less what it takes elsewhere), counting "
+                   "what the tokens made from it save; tokens never read there kept",
+    "none": "no rule, chosen on one half of the judged lines, saved on the other",
+}
+
 
 @dataclass(kw_only=True)
 class PruneJob:
@@ -64,9 +81,11 @@ class PruneJob:
     lines: int = field(default=300, metadata={"help": "Lines of each text read."})
     first_new: int | None = field(default=None, metadata={
         "help": "Id of the first new token (default: the record's vocabulary.kept)."})
-    unread: str = field(default="drop", metadata={
-        "help": "A new token the judged lines never read: drop (its net there is what it takes elsewhere, below "
-                "zero) or keep (the lines say nothing of what it saves where it is read).", "choices": ("drop", "keep")})
+    rule: str = field(default="auto", metadata={
+        "help": "Which tokens go: cascade (net below zero, with every token made from one that goes), weighed (a "
+                "token weighed with the tokens made from it), unread-kept (weighed, and a token the lines never read "
+                "stays), or auto: the one whose choice on each half of the lines saves most on the other half (none "
+                "where none saves).", "choices": ("auto", *RULES)})
     max_length: int = field(default=512, metadata={"help": "Tokens of a line read on either side."})
     pad_to_multiple: int = field(default=64, metadata={"help": "Round the matrices' rows up to a multiple of this."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
@@ -81,8 +100,8 @@ class PruneJob:
         for path in (self.text, self.source_text):
             if path and not Path(path).is_file():
                 raise MissingResourceError(f"text '{path}' does not exist or is not a file.")
-        if self.unread not in ("drop", "keep"):
-            raise ConfigError(f"--unread is drop or keep, not '{self.unread}'.")
+        if self.rule not in ("auto", *RULES):
+            raise ConfigError(f"--rule is auto or one of {', '.join(RULES)}, not '{self.rule}'.")
         if self.lines < 1 or self.max_length < 2 or self.pad_to_multiple < 1:
             raise ConfigError("--lines and --pad-to-multiple must be at least 1, --max-length at least 2.")
         if Path(self.output).resolve() == Path(self.model).resolve():
@@ -125,12 +144,19 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
     texts = {"target": job.text, **({"source": job.source_text} if job.source_text else {})}
     read = {name: [line for line in read_text_lines(path, f"{name} text", max_lines=job.lines) if line.strip()]
             for name, path in texts.items()}
-    ledgers = {name: new_token_ledger(model, source, tokenizer, read[name], first, job.max_length, progress)
-               for name in texts}
-    net = sum(ledger.net for ledger in ledgers.values())
-    occurrences = sum(ledger.occurrences for ledger in ledgers.values())
-    judged = np.where(occurrences > 0, net, 0.0) if job.unread == "keep" else net
-    drop, held = tokens_to_drop(judged, new_token_products(tokenizer, first), first)
+    # each text's lines in two halves (alternate lines), each read on its own: the rules are tried across them
+    halves = [{name: new_token_ledger(model, source, tokenizer, lines[part::2], first, job.max_length, progress)
+               for name, lines in read.items()} for part in (0, 1)]
+    ledgers = {name: halves[0][name] + halves[1][name] for name in texts}
+    products = new_token_products(tokenizer, first)
+    summed = [(sum(half[name].net for name in texts), sum(half[name].occurrences for name in texts))
+              for half in halves]
+    held_out = held_out_gains(summed, products, first)
+    rule = job.rule if job.rule != "auto" else max(held_out, key=held_out.get)
+    if job.rule == "auto" and held_out[rule] <= 0:
+        rule = "none"
+    net, occurrences = summed[0][0] + summed[1][0], summed[0][1] + summed[1][1]
+    drop, held = rule_drop(rule, net, occurrences, products, first)
     pruned = prune_extension(tokenizer, first, drop)
     rows = max(-(-(first + len(pruned.kept)) // job.pad_to_multiple) * job.pad_to_multiple,
                (vocabulary.source_rows or 0) if vocabulary is not None else 0)
@@ -143,8 +169,7 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
         cascaded=len(pruned.cascaded), spelled=len(pruned.spelled), held=held,
         nats=round(sum(ledger.total for ledger in ledgers.values()), 3),
         bits_per_byte_change={name: round(ledger.bits_per_byte_change(), 5) for name, ledger in ledgers.items()},
-        why="net nats below 0 on the judged lines (saved where read, less what it takes elsewhere), counting what "
-            "the tokens made from it save" + ("; tokens never read there kept" if job.unread == "keep" else ""))
+        rule=rule, held_out=held_out, why=RULE_WHY[rule])
     if hasattr(record, "vocabulary"):
         record.vocabulary = _vocabulary(vocabulary, first, len(pruned.kept), rows)
     if getattr(record, "target_vocabulary", None) is not None:
@@ -175,6 +200,42 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
     return PruneResult(job.output, report)
 
 
+def rule_drop(rule: str, net: np.ndarray, occurrences: np.ndarray, products: list[tuple[int, list[int]]],
+              first: int) -> tuple[list[int], int]:
+    """(the new tokens `rule` takes out, those with a net below zero it keeps for their products): `cascade` every
+    token whose own net is below zero; `weighed` those `tokens_to_drop` takes out; `unread-kept` the same with the
+    tokens never read (no occurrences) counted at zero; `none` nothing."""
+    if rule == "none":
+        return [], 0
+    if rule == "cascade":
+        return (np.flatnonzero(net < 0) + first).tolist(), 0
+    return tokens_to_drop(np.where(occurrences > 0, net, 0.0) if rule == "unread-kept" else net, products, first)
+
+
+def with_products(drop: list[int], products: list[tuple[int, list[int]]]) -> set[int]:
+    """The tokens `drop` with every token made from one of them (`prune_extension`'s cascade)."""
+    gone = set(drop)
+    for token, made in reversed(products):  # parts first
+        if token in gone:
+            gone.update(made)
+    return gone
+
+
+def held_out_gains(halves: list[tuple[np.ndarray, np.ndarray]], products: list[tuple[int, list[int]]],
+                   first: int) -> dict[str, float]:
+    """Nats each rule saves on held-out lines: the tokens it takes out judged on one half of the lines ((net,
+    occurrences) of each half), their net on the other half given back (to first order, what the other half saves
+    without them), both ways summed."""
+    gains = {}
+    for rule in RULES:
+        gain = 0.0
+        for (net, occurrences), (other, _) in ((halves[0], halves[1]), (halves[1], halves[0])):
+            gone = with_products(rule_drop(rule, net, occurrences, products, first)[0], products)
+            gain -= float(sum(other[token - first] for token in gone))
+        gains[rule] = round(gain, 3)
+    return gains
+
+
 def tokens_to_drop(net: np.ndarray, products: list[tuple[int, list[int]]], first: int) -> tuple[list[int], int]:
     """(the new tokens to take out, how many of those with a net below zero stay): taking a BPE token out takes out
     every token made from it (`prune_extension`), so a token is weighed with what goes with it: its value is its own
@@ -188,10 +249,7 @@ def tokens_to_drop(net: np.ndarray, products: list[tuple[int, list[int]]], first
             value[token] = float(net[token - first]) + sum(max(value[product], 0.0) for product in made
                                                            if product not in gone and product in value)
         drop = {token for token, worth in value.items() if worth < 0}
-        closed = set(drop)
-        for token, made in reversed(products):  # parts first: a token made from one that went goes too
-            if token in closed:
-                closed.update(made)
+        closed = with_products(sorted(drop), products)
         if closed == gone:
             held = sum(1 for token, _ in products if net[token - first] < 0 and token not in closed)
             return sorted(drop), held
