@@ -68,7 +68,7 @@ def parse_args(argv=None):
     parser.add_argument("--source-share", type=float, default=0.5,
                         help="With --train: the share of every batch that is English training text "
                              "(recipe.source_share; 0: none).")
-    parser.add_argument("--rule", choices=("auto", "cascade", "weighed", "unread-kept"), default="auto",
+    parser.add_argument("--rule", choices=("auto", "cascade", "weighed"), default="auto",
                         help="langswap prune --rule (variant suffix -rule-RULE unless auto).")
     parser.add_argument("--swap-halves", action="store_true",
                         help="Judge on the scored half and score on the check half (suffix -swapped): a pruning "

@@ -5,16 +5,17 @@ token the model predicts badly, or one that takes probability where it does not 
 what it read before. The ledger (`langswap.transfer.ledger`) gives each new token its net on development text
 (nats saved where it is read, less what it takes elsewhere), and on source-language text too where it is given (a
 token that costs English more than it saves the target language goes). Which tokens go is a rule (`RULES`): those
-whose summed net is below zero (`cascade`); the same with each token weighed with the tokens made from it, which go
-with it (`weighed`, `tokens_to_drop`); or `weighed` with the tokens the lines never read kept (`unread-kept`: the lines
-say what such a token takes elsewhere and nothing of what it saves where it is read). A few hundred lines leave most
-of an extension's tokens unread or read a few times, so which rule generalises depends on the language and the
-extension; `auto` (the default) reads each text's lines in two halves (alternate lines), takes out what each rule
-chooses on one half, counts what those tokens' nets on the other half give back, both ways (`held_out_gains`), and
-keeps the rule that saves most, or none where none saves. The chosen tokens are taken out of the tokenizer
-(`resources.extension.prune_extension`: for BPE with every later merge that reads one of them; characters the text
-needs stay), and their rows out of the model; the tokens kept are renumbered after the
-source, their rows moved with them, and so are calibration's move (`calibration_move.CalibrationMove.rows`) and the
+whose summed net is below zero, with every token made from one of them (`cascade`); or each token weighed with the
+tokens made from it, so that a part stays where its products pay (`weighed`, `tokens_to_drop`). A few hundred lines
+leave most of an extension's tokens unread or read a few times, and whether taking out what they show costing pays
+depends on the language and the extension, so `auto` (the default) reads each text's lines in two halves (alternate
+lines), takes out what `cascade` chooses on one half, counts what the other half's ledger says those tokens were
+worth there, both ways (`held_out_gains`), and prunes by `cascade` where that saves nats, otherwise not at all.
+`weighed` is not among its choices: the parts it keeps are read where their products went, which the ledger of the
+unpruned model cannot see, and on German the model it pruned read held-out lines worse than `cascade`'s though the
+ledger rated it higher. The chosen tokens are taken out of the tokenizer (`resources.extension.prune_extension`: for
+BPE with every later merge that reads one of them; characters the text needs stay), and their rows out of the model;
+the tokens kept are renumbered after the source, their rows moved with them, and so are calibration's move (`calibration_move.CalibrationMove.rows`) and the
 provenance tables; the padding rows after them are the mean of the old padding rows, up to a multiple of
 `pad_to_multiple` and at least the source model's row count. The folder is written under a temporary name and
 renamed when complete; its langswap.json is the input's, with the vocabulary and the rows by how they were made as
@@ -53,14 +54,12 @@ logger = logging.getLogger(__name__)
 
 PROVENANCE_FILES = ("provenance.tsv", "provenance-head.tsv")
 
-RULES = ("cascade", "weighed", "unread-kept")
+RULES = ("cascade", "weighed")
 RULE_WHY = {
     "cascade": "net nats below 0 on the judged lines (saved where read, less what it takes elsewhere)",
     "weighed": "net nats below 0 on the judged lines (saved where read, less what it takes elsewhere), counting what "
                "the tokens made from it save",
-    "unread-kept": "net nats below 0 on the judged lines (saved where read, less what it takes elsewhere), counting "
-                   "what the tokens made from it save; tokens never read there kept",
-    "none": "no rule, chosen on one half of the judged lines, saved on the other",
+    "none": "cascade, choosing on one half of the judged lines, saved no nats on the other half",
 }
 
 
@@ -83,9 +82,9 @@ class PruneJob:
         "help": "Id of the first new token (default: the record's vocabulary.kept)."})
     rule: str = field(default="auto", metadata={
         "help": "Which tokens go: cascade (net below zero, with every token made from one that goes), weighed (a "
-                "token weighed with the tokens made from it), unread-kept (weighed, and a token the lines never read "
-                "stays), or auto: the one whose choice on each half of the lines saves most on the other half (none "
-                "where none saves).", "choices": ("auto", *RULES)})
+                "token weighed with the tokens made from it, so that a part stays for its products), or auto: "
+                "cascade where its choice on each half of the lines saves nats on the other half, nothing otherwise.",
+        "choices": ("auto", *RULES)})
     max_length: int = field(default=512, metadata={"help": "Tokens of a line read on either side."})
     pad_to_multiple: int = field(default=64, metadata={"help": "Round the matrices' rows up to a multiple of this."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing output folder."})
@@ -149,14 +148,12 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
                for name, lines in read.items()} for part in (0, 1)]
     ledgers = {name: halves[0][name] + halves[1][name] for name in texts}
     products = new_token_products(tokenizer, first)
-    summed = [(sum(half[name].net for name in texts), sum(half[name].occurrences for name in texts))
-              for half in halves]
+    summed = [sum(half[name].net for name in texts) for half in halves]
     held_out = held_out_gains(summed, products, first)
-    rule = job.rule if job.rule != "auto" else max(held_out, key=held_out.get)
-    if job.rule == "auto" and held_out[rule] <= 0:
-        rule = "none"
-    net, occurrences = summed[0][0] + summed[1][0], summed[0][1] + summed[1][1]
-    drop, held = rule_drop(rule, net, occurrences, products, first)
+    rule = job.rule if job.rule != "auto" else "cascade" if held_out["cascade"] > 0 else "none"
+    net = summed[0] + summed[1]
+    occurrences = sum(ledger.occurrences for ledger in ledgers.values())
+    drop, held = rule_drop(rule, net, products, first)
     pruned = prune_extension(tokenizer, first, drop)
     rows = max(-(-(first + len(pruned.kept)) // job.pad_to_multiple) * job.pad_to_multiple,
                (vocabulary.source_rows or 0) if vocabulary is not None else 0)
@@ -200,16 +197,15 @@ def prune(job: PruneJob, progress: bool = False) -> PruneResult:
     return PruneResult(job.output, report)
 
 
-def rule_drop(rule: str, net: np.ndarray, occurrences: np.ndarray, products: list[tuple[int, list[int]]],
+def rule_drop(rule: str, net: np.ndarray, products: list[tuple[int, list[int]]],
               first: int) -> tuple[list[int], int]:
     """(the new tokens `rule` takes out, those with a net below zero it keeps for their products): `cascade` every
-    token whose own net is below zero; `weighed` those `tokens_to_drop` takes out; `unread-kept` the same with the
-    tokens never read (no occurrences) counted at zero; `none` nothing."""
+    token whose own net is below zero; `weighed` those `tokens_to_drop` takes out; `none` nothing."""
     if rule == "none":
         return [], 0
     if rule == "cascade":
         return (np.flatnonzero(net < 0) + first).tolist(), 0
-    return tokens_to_drop(np.where(occurrences > 0, net, 0.0) if rule == "unread-kept" else net, products, first)
+    return tokens_to_drop(net, products, first)
 
 
 def with_products(drop: list[int], products: list[tuple[int, list[int]]]) -> set[int]:
@@ -221,16 +217,15 @@ def with_products(drop: list[int], products: list[tuple[int, list[int]]]) -> set
     return gone
 
 
-def held_out_gains(halves: list[tuple[np.ndarray, np.ndarray]], products: list[tuple[int, list[int]]],
-                   first: int) -> dict[str, float]:
-    """Nats each rule saves on held-out lines: the tokens it takes out judged on one half of the lines ((net,
-    occurrences) of each half), their net on the other half given back (to first order, what the other half saves
+def held_out_gains(halves: list[np.ndarray], products: list[tuple[int, list[int]]], first: int) -> dict[str, float]:
+    """Nats each rule saves on held-out lines: the tokens it takes out judged on one half of the lines (the new
+    tokens' nets on each half), their net on the other half given back (to first order, what the other half saves
     without them), both ways summed."""
     gains = {}
     for rule in RULES:
         gain = 0.0
-        for (net, occurrences), (other, _) in ((halves[0], halves[1]), (halves[1], halves[0])):
-            gone = with_products(rule_drop(rule, net, occurrences, products, first)[0], products)
+        for net, other in ((halves[0], halves[1]), (halves[1], halves[0])):
+            gone = with_products(rule_drop(rule, net, products, first)[0], products)
             gain -= float(sum(other[token - first] for token in gone))
         gains[rule] = round(gain, 3)
     return gains
