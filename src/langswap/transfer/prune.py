@@ -121,7 +121,7 @@ class PruneResult:
 
 
 def prune(job: PruneJob, progress: bool = False) -> PruneResult:
-    """Prune the new tokens of `job.model` whose net on the texts is below zero (module docstring)."""
+    """Prune the new tokens of `job.model` that `job.rule` takes out by their nets on the texts (module docstring)."""
     job.check()
     folder = Path(job.model)
     if not has_model_record(folder):
