@@ -145,13 +145,13 @@ def main(argv=None) -> int:
                                                                            "English": english[150:]}
     if args.swap_halves:
         check, scored = scored, check
-    rule = (f"-rule-{args.rule}" if args.rule != "auto" else "") + ("-swapped" if args.swap_halves else "")
+    suffix = (f"-rule-{args.rule}" if args.rule != "auto" else "") + ("-swapped" if args.swap_halves else "")
     for name, lines in check.items():
-        (workdir / f"check-{name}{rule}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    pruned_folder = workdir / f"pruned-{variant}-{args.on}{rule}"
+        (workdir / f"check-{name}{suffix}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    pruned_folder = workdir / f"pruned-{variant}-{args.on}{suffix}"
     if not (pruned_folder / "langswap.json").exists():
-        english_check = str(workdir / f"check-English{rule}.txt") if args.on == "both" else None
-        prune(PruneJob(model=str(output), text=str(workdir / f"check-target{rule}.txt"), lines=len(check["target"]),
+        english_check = str(workdir / f"check-English{suffix}.txt") if args.on == "both" else None
+        prune(PruneJob(model=str(output), text=str(workdir / f"check-target{suffix}.txt"), lines=len(check["target"]),
                        source_text=english_check, output=str(pruned_folder), rule=args.rule, overwrite=True),
               progress=True)
     report = read_model_record(pruned_folder).pruning
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
                                   "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
     }
-    results = REPO / "benchmarks" / "results" / f"prune-{language}-{args.extend}-{variant}-{args.on}{rule}"
+    results = REPO / "benchmarks" / "results" / f"prune-{language}-{args.extend}-{variant}-{args.on}{suffix}"
     results.mkdir(parents=True, exist_ok=True)
     (results / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (results / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")

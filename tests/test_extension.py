@@ -1083,6 +1083,7 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     from langswap.records import read_model_record
     from langswap.resources.extension import new_token_products, source_of_extension
     from langswap.transfer.ledger import new_token_ledger
+    from langswap.reports import PruningReport
     from langswap.transfer.prune import RULE_WHY, RULES, PruneJob, held_out_gains, prune, tokens_to_drop
 
     source_folder, target_folder, kept = extended_pairs[kind]
@@ -1147,6 +1148,8 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     assert chosen.rule == ("cascade" if gains["cascade"] > 0 else "none")
     assert chosen.kept == 40 - chosen.dropped - chosen.cascaded and (chosen.rule != "none" or chosen.kept == 40)
     assert chosen.rule in chosen.summary() and chosen.why == RULE_WHY[chosen.rule]
+    # a record written before pruning had rules reads without a rule clause
+    assert "(rule" not in PruningReport(**{**report.as_dict(), "rule": None, "held_out": None}).summary()
 
 
 def test_prune_refuses_what_it_cannot_judge_with_what_to_give(extended_pairs, tmp_path):

@@ -585,8 +585,8 @@ class PruningReport(Report):
         changes = ", ".join(f"{name} {value:+}" for name, value in (self.bits_per_byte_change or {}).items())
         lines = " and ".join(f"{count(number)} {name}" for name, number in (self.lines or {}).items())
         held_out = ", ".join(f"{name} {value:+,.1f}" for name, value in (self.held_out or {}).items())
-        return (f"{count(self.new_before)} new tokens judged on {lines} lines (rule {self.rule}; nats each rule "
-                f"saves across the lines' halves: {held_out}): {count(self.dropped)} taken out "
+        rule = f" (rule {self.rule}; nats each rule saves across the lines' halves: {held_out})" if self.rule else ""
+        return (f"{count(self.new_before)} new tokens judged on {lines} lines{rule}: {count(self.dropped)} taken out "
                 f"({self.why}; {count(self.unread)} of them never read there), {count(self.cascaded)} more with them "
                 f"(made from one that went), {count(self.held)} kept though they cost (tokens made from them save "
                 f"more), {count(self.spelled)} kept as characters the text needs; {count(self.kept)} kept. Before "

@@ -15,13 +15,13 @@ worth there, both ways (`held_out_gains`), and prunes by `cascade` where that sa
 unpruned model cannot see, and on German the model it pruned read held-out lines worse than `cascade`'s though the
 ledger rated it higher. The chosen tokens are taken out of the tokenizer (`resources.extension.prune_extension`: for
 BPE with every later merge that reads one of them; characters the text needs stay), and their rows out of the model;
-the tokens kept are renumbered after the source, their rows moved with them, and so are calibration's move (`calibration_move.CalibrationMove.rows`) and the
-provenance tables; the padding rows after them are the mean of the old padding rows, up to a multiple of
-`pad_to_multiple` and at least the source model's row count. The folder is written under a temporary name and
-renamed when complete; its langswap.json is the input's, with the vocabulary and the rows by how they were made as
-they now are (counted from the provenance tables; left out where there are none), a `pruning` section saying what
-went and why (a second pruning replaces it), and without the transfer's held-out figures, which were of the model
-before pruning; the other sections (methods, calibration) describe the transfer as it was.
+the tokens kept are renumbered after the source, their rows moved with them, and so are calibration's move
+(`calibration_move.CalibrationMove.rows`) and the provenance tables; the padding rows after them are the mean of the old
+padding rows, up to a multiple of `pad_to_multiple` and at least the source model's row count. The folder is written
+under a temporary name and renamed when complete; its langswap.json is the input's, with the vocabulary and the rows by
+how they were made as they now are (counted from the provenance tables; left out where there are none), a `pruning`
+section saying what went and why (a second pruning replaces it), and without the transfer's held-out figures, which were
+of the model before pruning; the other sections (methods, calibration) describe the transfer as it was.
 
 One pass: taking tokens out changes how the text is read around them, so the pruned model's ledger is not the input's
 less the losers; run the command again on its output to prune what then costs.
@@ -208,7 +208,7 @@ def rule_drop(rule: str, net: np.ndarray, products: list[tuple[int, list[int]]],
     return tokens_to_drop(net, products, first)
 
 
-def with_products(drop: list[int], products: list[tuple[int, list[int]]]) -> set[int]:
+def with_products(drop, products: list[tuple[int, list[int]]]) -> set[int]:
     """The tokens `drop` with every token made from one of them (`prune_extension`'s cascade)."""
     gone = set(drop)
     for token, made in reversed(products):  # parts first
@@ -244,7 +244,7 @@ def tokens_to_drop(net: np.ndarray, products: list[tuple[int, list[int]]], first
             value[token] = float(net[token - first]) + sum(max(value[product], 0.0) for product in made
                                                            if product not in gone and product in value)
         drop = {token for token, worth in value.items() if worth < 0}
-        closed = with_products(sorted(drop), products)
+        closed = with_products(drop, products)
         if closed == gone:
             held = sum(1 for token, _ in products if net[token - first] < 0 and token not in closed)
             return sorted(drop), held
