@@ -685,7 +685,7 @@ def test_the_separation_s_options_enter_a_variant_s_digest_only_where_it_runs():
     fit = {"count_fit", "count_fit_lines", "count_fit_smoothing", "count_fit_rounds"}
     assert set(plain) == set(to_dict(CalibrationConfig())) - {"source_text", "separation"} - fit
     fitted = _resolved_calibration({"text": "de.txt", "count_fit": "on"})
-    assert fitted["count_fit"] == "on" and fitted["count_fit_lines"] == 1000 and fitted["count_fit_smoothing"] == 0.5
+    assert fitted["count_fit"] == "on" and fitted["count_fit_lines"] == 1000 and fitted["count_fit_smoothing"] is None
     separated = _resolved_calibration({"text": "de.txt", "source_text": "en.txt", "separation": 1.0})
     assert separated["source_text"] == "en.txt" and separated["separation"] == 1.0
     assert _resolved_calibration({"text": "de.txt", "source_text": "en.txt"})["separation"] is None

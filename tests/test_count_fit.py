@@ -106,7 +106,8 @@ def test_the_fit_moves_each_row_by_its_log_ratio_and_keeps_the_move_or_puts_it_b
     moved = np.ones(size, dtype=bool)
     moved[:3] = False
     target = pair["target_lines"][:260]
-    config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60, count_fit_rounds=1)
+    config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60, count_fit_rounds=1,
+                               count_fit_smoothing=0.5)
     counted = spread_lines(target[:-30], 120)
     expected, counts, mean_target, _ = expected_counts(model, tokenizer, counted, config.max_length)
     before = model.get_output_embeddings().weight.detach().clone()
@@ -114,7 +115,7 @@ def test_the_fit_moves_each_row_by_its_log_ratio_and_keeps_the_move_or_puts_it_b
     report = count_fit(model, tokenizer, target, [], config, moved, move=move)
     after = model.get_output_embeddings().weight.detach().clone()
     assert report.kept, report.losses
-    assert report.rows == int(moved.sum()) and report.losses["before"].source is None
+    assert report.rows == int(moved.sum()) and report.losses["before"].source is None and report.smoothings is None
     assert report.losses["after"].target < report.losses["before"].target
     assert report.held_out_loss == pytest.approx(report.losses["after"].target, abs=1e-4)
     added = (after - before).double()
@@ -138,7 +139,8 @@ def test_each_round_counts_again_and_brings_the_expected_counts_nearer_the_count
 
     tokenizer = load_tokenizer(pair["source"])
     target = pair["target_lines"][:260]
-    config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60, count_fit_rounds=1)
+    config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60, count_fit_rounds=1,
+                               count_fit_smoothing=0.5)
     gaps = {}
     for rounds in (1, 2):
         model = load_model(pair["source"])
@@ -150,6 +152,45 @@ def test_each_round_counts_again_and_brings_the_expected_counts_nearer_the_count
         expected, counts, _, _ = expected_counts(model, tokenizer, spread_lines(target[:-30], 120), config.max_length)
         gaps[rounds] = float(np.abs(expected - counts).sum())
     assert gaps[2] < gaps[1]
+
+
+def test_unset_the_pseudo_count_is_chosen_on_the_check_lines_and_fits_as_that_pseudo_count_given(pair):
+    """Each candidate is fitted from the same start: the report gives each one's check losses, the chosen one reads
+    them best (summed relative to before), and the rows it leaves are the rows that pseudo-count given alone leaves."""
+    import torch
+
+    from langswap.models import load_model, load_tokenizer
+    from langswap.transfer.calibrate import COUNT_FIT_SMOOTHINGS, CalibrationConfig, count_fit, untie_head
+
+    tokenizer = load_tokenizer(pair["source"])
+    target = pair["target_lines"][:260]
+    config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60)
+    assert config.count_fit_smoothing is None and len(COUNT_FIT_SMOOTHINGS) > 1
+
+    def fitted(**options):
+        model = load_model(pair["source"])
+        untie_head(model)
+        moved = np.ones(model.get_output_embeddings().weight.shape[0], dtype=bool)
+        report = count_fit(model, tokenizer, target, pair["source_lines"][:200],
+                           CalibrationConfig(**{**config.__dict__, **options}), moved, target_loss=1e6)
+        return model.get_output_embeddings().weight.detach().clone(), report
+
+    rows, chosen = fitted()
+    assert chosen.kept and set(chosen.smoothings) == {f"{k:g}" for k in COUNT_FIT_SMOOTHINGS}
+    before = chosen.losses["before"]
+
+    def relative(loss):
+        return loss.target / before.target + loss.source / before.source
+
+    best = min(chosen.smoothings, key=lambda k: relative(chosen.smoothings[k]))
+    assert chosen.smoothing == float(best) and chosen.losses["after"] == chosen.smoothings[best]
+    assert f"pseudo-count {chosen.smoothing:g} of" in chosen.summary()
+    alone_rows, alone = fitted(count_fit_smoothing=chosen.smoothing)
+    assert alone.smoothings is None and alone.losses["after"] == chosen.losses["after"]
+    torch.testing.assert_close(rows, alone_rows)
+    other = next(k for k in COUNT_FIT_SMOOTHINGS if k != chosen.smoothing)
+    other_rows, other_report = fitted(count_fit_smoothing=other)
+    assert other_report.losses["after"] == chosen.smoothings[f"{other:g}"] and not torch.equal(rows, other_rows)
 
 
 def test_an_extension_is_fitted_by_default_and_records_it_and_a_replacement_only_on_request(pair, tmp_path):
@@ -165,7 +206,8 @@ def test_an_extension_is_fitted_by_default_and_records_it_and_a_replacement_only
     _transfer(pair, tmp_path / "extended")
     record = read_model_record(tmp_path / "extended")
     fit = record.count_fit
-    assert fit is not None and fit.rows == 40 and fit.lines == 200 and fit.smoothing == 0.5
+    assert fit is not None and fit.rows == 40 and fit.lines == 200 and fit.smoothing in (0.5, 5.0)
+    assert set(fit.smoothings) == {"0.5", "5"}
     model = load_model(tmp_path / "extended")
     source = load_model(pair["source"])
     kept = pair["kept"]

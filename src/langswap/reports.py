@@ -269,7 +269,9 @@ class CountFitReport(Report):
     rows: int | None = None
     lines: int | None = None  # counted lines read for the expected counts
     positions: int | None = None
-    smoothing: float | None = None
+    smoothing: float | None = None  # the pseudo-count fitted with (chosen among `smoothings` where they are given)
+    smoothings: dict[str, TextPair] | None = field(default=None, metadata=nested(TextPair, mapping=True))  # check
+    # losses after the fit with each pseudo-count tried
     surplus: float | None = None  # the moved rows' expected count less their count, per position, before the move
     surplus_by_round: list | None = None  # the same before each round
     shift: Spread | None = field(default=None, metadata=nested(Spread))  # |logit added| over the moved rows
@@ -294,9 +296,11 @@ class CountFitReport(Report):
         if not self.kept:
             return (f"the {count(self.rows or 0)} rows' counts read {value(self.surplus)} a position too many "
                     f"expected; fitting them did not read the check lines better ({check}), put back")
+        chosen = (f", pseudo-count {self.smoothing:g} of {', '.join(self.smoothings)}" if self.smoothings
+                  and self.smoothing is not None else "")
         return (f"{count(self.rows)} rows moved so that their expected count on {count(self.lines or 0)} counted lines "
                 f"meets their count (they were {value(self.surplus)} a position too many before; median shift "
-                f"{value((self.shift or Spread()).median)} logits, along the {self.direction}); {check}")
+                f"{value((self.shift or Spread()).median)} logits, along the {self.direction}{chosen}); {check}")
 
 
 @dataclass(kw_only=True)

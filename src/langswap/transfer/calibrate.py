@@ -68,6 +68,7 @@ from langswap.surgery import set_config_value
 logger = logging.getLogger(__name__)
 
 COUNT_FIT_LINES = 1000  # counted lines read for the expected counts
+COUNT_FIT_SMOOTHINGS = (0.5, 5.0)  # the pseudo-counts the expected-count fit chooses among on the check lines
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,8 +139,10 @@ class CalibrationConfig:
     count_fit_lines: int = field(default=COUNT_FIT_LINES, metadata={
         "help": "Counted lines the model reads for the expected counts (a pass of the model over them), spread evenly "
                 "over the counted lines."})
-    count_fit_smoothing: float = field(default=0.5, metadata={
-        "help": "Pseudo-count added to both the count and the expected count of every row."})
+    count_fit_smoothing: float | None = field(default=None, metadata={
+        "help": "Pseudo-count added to both the count and the expected count of every row; unset: each of "
+                f"{', '.join(f'{k:g}' for k in COUNT_FIT_SMOOTHINGS)} fitted from the same start and the one whose "
+                "check lines read best kept (few counted positions a row want the larger)."})
     count_fit_rounds: int = field(default=2, metadata={
         "help": "Count, move, and count again this many times (each a pass of the model over the lines)."})
 
@@ -147,9 +150,11 @@ class CalibrationConfig:
         if self.count_fit not in ("auto", "on", "off"):
             raise ConfigError(f"calibration.count_fit is {self.count_fit!r}; choose auto, on or off.")
         smoothing = self.count_fit_smoothing
-        if self.count_fit_lines < 1 or self.count_fit_rounds < 1 or not (smoothing > 0 and math.isfinite(smoothing)):
+        if self.count_fit_lines < 1 or self.count_fit_rounds < 1 or not (
+                smoothing is None or (smoothing > 0 and math.isfinite(smoothing))):
             raise ConfigError("calibration.count_fit_lines and count_fit_rounds must be at least 1, "
-                              "count_fit_smoothing a finite pseudo-count above 0 (0.5: add-half).")
+                              "count_fit_smoothing a finite pseudo-count above 0 (0.5: add-half) or unset (chosen "
+                              "on the check lines).")
         if self.strength is not None and not 0 <= self.strength <= 1:
             raise ConfigError(f"calibration.strength is {self.strength}; give a share in [0, 1] (0: off).")
         if self.tied_head not in ("move", "untie", "skip"):
@@ -421,8 +426,10 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     a logit of log((n + k) / (E + k)) each, along the direction v of the head's input with v . m_target = 1 and,
     given source-language lines, v . m_source = 0 (each text's mean head input over the positions read), so that each
     row's mean logit on the source language stays; `count_fit_rounds` times, counting again with the rows as the last
-    round left them. Kept only where the check lines (the last `check_lines` of each text) read better, their mean
-    token losses summed, each relative to before; otherwise put back (a head this step untied tied again).
+    round left them. k is `count_fit_smoothing`, or where that is unset each of `COUNT_FIT_SMOOTHINGS` fitted from
+    the same start and the one whose check lines (the last `check_lines` of each text) read best taken. Kept only
+    where the check lines read better than before, their mean token losses summed, each relative to before;
+    otherwise put back (a head this step untied tied again).
     `target_loss`: the target check loss as the model is (measured here where None). `move`: calibration's move,
     which gets this one as a round of its own where it is kept (so `langswap train` can take it off as it takes
     calibration's)."""
@@ -449,7 +456,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     weight = head.weight
     size = weight.shape[0]
     moved = padded_mask(moved, size)
-    k = config.count_fit_smoothing
+    candidates = (config.count_fit_smoothing,) if config.count_fit_smoothing is not None else COUNT_FIT_SMOOTHINGS
     checks = (("target", target_check), ("source", source_check)) if source_check else (("target", target_check),)
 
     def losses(known: dict[str, float]) -> dict[str, float]:
@@ -460,23 +467,40 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     tied = is_tied(model)
     saved = weight.detach().clone()
     inputs_before = model.get_input_embeddings().weight.detach().clone() if tied else None
-    shift = np.zeros(size)
-    surpluses = []
-    for round_ in range(config.count_fit_rounds):  # each round counts again with the rows the last one moved
-        if round_:
-            expected = expected_counts(model, tokenizer, counted, config.max_length, progress)[0]
-        step = np.where(moved, np.log((counts + k) / (expected + k)), 0.0)
-        surpluses.append(round(float((expected[moved] - counts[moved]).sum()) / positions, 4))
-        shift += step
+    fits = {}  # pseudo-count -> (check losses after, the logits added, surplus before each round, the fitted rows)
+    for k in candidates:  # each from the same start; the first round's counts are the same for all
         with torch.no_grad():
-            weight += (torch.from_numpy(step).to(torch.float32)[:, None] * direction[None, :]).to(weight.device,
-                                                                                                  weight.dtype)
+            weight.copy_(saved)
+        shift, surpluses, counted_expected = np.zeros(size), [], expected
+        for round_ in range(config.count_fit_rounds):  # each round counts again with the rows the last one moved
+            if round_:
+                counted_expected = expected_counts(model, tokenizer, counted, config.max_length, progress)[0]
+            step = np.where(moved, np.log((counts + k) / (counted_expected + k)), 0.0)
+            surpluses.append(round(float((counted_expected[moved] - counts[moved]).sum()) / positions, 4))
+            shift += step
+            with torch.no_grad():
+                weight += (torch.from_numpy(step).to(torch.float32)[:, None] * direction[None, :]).to(weight.device,
+                                                                                                      weight.dtype)
+        after = losses({})
+        fits[k] = (after, shift, surpluses, weight.detach().clone() if len(candidates) > 1 else None)
+        logger.info("expected-count fit with pseudo-count %g: check-line loss %s", k, ", ".join(
+            f"{w} {before[w]:.4f} -> {after[w]:.4f}" for w in after))
+
+    def relative(after: dict[str, float]) -> float:
+        return sum(after[which] / before[which] for which in after)
+
+    k = min(fits, key=lambda candidate: relative(fits[candidate][0]))
+    after, shift, surpluses, fitted = fits[k]
+    if fitted is not None:
+        with torch.no_grad():
+            weight.copy_(fitted)
     surplus = surpluses[0]
-    after = losses({})
-    kept = sum(after[which] / before[which] for which in after) < len(after)
+    kept = relative(after) < len(after)
     magnitude = np.abs(shift[moved])
     report = CountFitReport(
         rows=int(moved.sum()), lines=len(counted), positions=positions, smoothing=k,
+        smoothings={f"{candidate:g}": TextPair(**{w: round(v, 4) for w, v in fits[candidate][0].items()})
+                    for candidate in fits} if len(fits) > 1 else None,
         surplus=surplus, surplus_by_round=surpluses, direction=along, kept=kept,
         shift=Spread(median=round(float(np.median(magnitude)), 4), p90=round(float(np.quantile(magnitude, 0.9)), 4),
                      max=round(float(magnitude.max()), 4)) if len(magnitude) else None,
