@@ -18,7 +18,8 @@ one across the check half's own two halves); `--swap-halves` judges on the score
     python benchmarks/bench_prune.py --language de --extend 10000 --separate --distill 20000 --train 200
 
 With `--train UPDATES`, the extension and the pruned extension are also trained with the extension recipe (new rows
-first, then every row; `--source-share` of every batch English training text) and scored on the same halves.
+first, then every row; `--source-share` of every batch English training text) and scored on the same halves, beside
+the control: the source model with every embedding row trained as many updates on the same mix (`embeddings`).
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
 extension, and with `--train` each trained) and writes it with the ledgers' summaries to
@@ -168,9 +169,14 @@ def main(argv=None) -> int:
         english_train = None if language == "en" else splits / "en.train.txt"
         for name, path, tokenizer in ((f"extended by {args.extend:,}", output, extended_tokenizer),
                                       (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)):
-            reader = load_model(trained_model(path, train, english_train, args.train, args.source_share))
+            reader = load_model(trained_model(path, path.parent, train, english_train, args.train, args.source_share))
             rows[f"{name}, {args.train} updates"] = {text: causal_lm_score(reader, tokenizer, lines).as_dict()
                                                      for text, lines in scored.items()}
+        # the control: the source model's every row trained as long on the same mix (`embeddings`)
+        reader = load_model(trained_model(model_folder, workdir, train, english_train, args.train, args.source_share,
+                                          preset="embeddings"))
+        rows[f"source model, {args.train} updates of every row"] = {
+            text: causal_lm_score(reader, source, lines).as_dict() for text, lines in scored.items()}
 
     table = ["| model | bits per byte | tokens per byte | English bits per byte |", "|---|---|---|---|"]
     for name, scores in rows.items():
@@ -181,8 +187,8 @@ def main(argv=None) -> int:
         "pruning": report.as_dict(),
         "distillation": distillation.as_dict() if distillation is not None else None,
         "scores": rows,
-        "training": {"updates": args.train, "preset": "extension", "source_share": args.source_share,
-                     "batch_size": 2, "sequence_length": 128} if args.train else None,
+        "training": {"updates": args.train, "preset": "extension", "control_preset": "embeddings",
+                     "source_share": args.source_share, "batch_size": 2, "sequence_length": 128} if args.train else None,
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
                                   "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
     }
@@ -195,18 +201,20 @@ def main(argv=None) -> int:
     return 0
 
 
-def trained_model(model: Path, train: Path, english: Path | None, updates: int, share: float) -> Path:
-    """The folder of `model` trained for `updates` updates of the extension recipe (new rows first, then every row;
-    batch 2 x 128 on the first 20,000 lines of `train`, `share` of every batch `english` where given), in a folder
-    beside it named by those settings; a finished run is reused."""
+def trained_model(model: Path, parent: Path, train: Path, english: Path | None, updates: int, share: float,
+                  preset: str = "extension") -> Path:
+    """The folder of `model` trained for `updates` updates of `preset` (extension: new rows first, then every row;
+    embeddings: every row throughout; batch 2 x 128 on the first 20,000 lines of `train`, `share` of every batch
+    `english` where given), in a folder in `parent` named by those settings; a finished run is reused."""
     from langswap.config import from_dict
     from langswap.training.options import TrainConfig
     from langswap.training.run import train as train_model
 
     recipe = {"source_text": str(english), "source_share": share} if english is not None and share else {}
-    name = f"{model.name}-trained{updates}" + (f"-english{share:g}" if recipe else "")
+    name = (f"{model.name}-trained{updates}" + (f"-{preset}" if preset != "extension" else "")
+            + (f"-english{share:g}" if recipe else ""))
     config = from_dict(TrainConfig, {
-        "model": str(model), "train_text": str(train), "output": str(model.parent / name), "preset": "extension",
+        "model": str(model), "train_text": str(train), "output": str(parent / name), "preset": preset,
         "recipe": recipe, "steps": updates, "batch_size": 2, "sequence_length": 128, "save_steps": 100,
         "logging_steps": 10, "max_lines": 20000}, where="train.")
     return Path(train_model(config, progress=True).model)

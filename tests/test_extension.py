@@ -685,6 +685,50 @@ def test_source_language_text_in_the_batches_trains_the_new_tokens_down_where_th
     assert new_token_mass(mixed_model) < new_token_mass(alone_model)
 
 
+def test_the_embeddings_recipe_mixes_source_language_text_in_and_moves_no_row_onto_the_target_line(
+        extended_pairs, texts, tmp_path):
+    """recipe.source_text on `embeddings` (an unextended model, the control of an extension trained with the mix):
+    both texts are in every micro-batch, the model reads the source language better than after the same updates on
+    target text alone, and `unshown_rows: recalibrate` moves no row; a share outside (0, 1) is refused."""
+    import math
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from langswap.records import read_train_record
+    from langswap.training.run import TrainConfig, train
+
+    source_folder, _, _ = extended_pairs["llama"]
+    target, source = tmp_path / "target.txt", tmp_path / "source.txt"
+    target.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    source.write_text("\n".join(texts["source"]) + "\n", encoding="utf-8")
+
+    def run(name, **recipe):
+        train(TrainConfig(model=str(source_folder), train_text=str(target), output=str(tmp_path / name),
+                          preset="embeddings", recipe=recipe, steps=8, batch_size=4, sequence_length=32,
+                          save_steps=100, logging_steps=1, learning_rate=0.02, eval_text=None))
+        return read_train_record(tmp_path / name), tmp_path / name / "model"
+
+    alone, alone_model = run("alone")
+    mixed, mixed_model = run("mixed", source_text=str(source), source_share=0.5)
+    assert sorted(mixed.training_data) == ["source", "train"] and sorted(alone.training_data) == ["train"]
+    assert alone.phases[-1].unshown_recalibrated is not None
+    assert mixed.phases[-1].unshown_recalibrated is None
+
+    def source_loss(folder):
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder).eval()
+        with torch.no_grad():
+            losses = [float(model(**(ids := tokenizer(line, return_tensors="pt")), labels=ids["input_ids"]).loss)
+                      for line in texts["source_test"][:40]]
+        return sum(losses) / len(losses)
+
+    assert math.isfinite(source_loss(mixed_model)) and source_loss(mixed_model) < source_loss(alone_model)
+    with pytest.raises(ConfigError, match="recipe.source_share is 0.0; give a share between 0 and 1"):
+        run("bad", source_text=str(source), source_share=0.0)
+    assert not (tmp_path / "bad").exists()
+
+
 def test_the_extension_recipe_refuses_a_source_share_outside_0_1_and_a_teacher_beside_source_text(
         extended_pairs, texts, tmp_path):
     from langswap.training.run import TrainConfig, train
@@ -1081,9 +1125,9 @@ def test_prune_takes_the_tokens_that_cost_out_of_the_tokenizer_the_model_and_the
     from langswap.calibration_move import MOVE_FILE, CalibrationMove
     from langswap.models import load_model, load_tokenizer
     from langswap.records import read_model_record
+    from langswap.reports import PruningReport
     from langswap.resources.extension import new_token_products, source_of_extension
     from langswap.transfer.ledger import new_token_ledger
-    from langswap.reports import PruningReport
     from langswap.transfer.prune import RULE_WHY, RULES, PruneJob, held_out_gains, prune, tokens_to_drop
 
     source_folder, target_folder, kept = extended_pairs[kind]

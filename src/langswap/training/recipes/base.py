@@ -74,6 +74,28 @@ class RecipeOptions:
     """Options of a recipe (none shared yet); a recipe's own options subclass this."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class SourceMixOptions(RecipeOptions):
+    """A recipe that may mix source-language text into every micro-batch (`source_streams`)."""
+
+    source_text: str | None = dataclasses.field(default=None, metadata={
+        "help": "Source-language text (e.g. English, for an English model) mixed into every micro-batch, read by the "
+                "model's tokenizer; it holds the rows to the source language where it is read, so that language "
+                "keeps more of what it had (in an extension it trains the new tokens down there). Unset: target text "
+                "only."})
+    source_share: float = dataclasses.field(default=0.25, metadata={
+        "help": "Share of every micro-batch that is source_text (when it is set)."})
+
+
+def source_streams(config, options: SourceMixOptions) -> list[Stream]:
+    """The run's streams: `train_text` alone, or with `options.source_text` at `options.source_share` of every
+    micro-batch."""
+    if not options.source_text:
+        return [Stream("train", config.train_text)]
+    return [Stream("train", config.train_text, 1 - options.source_share),
+            Stream("source", options.source_text, options.source_share)]
+
+
 class Recipe:
     """A training regime. Subclass it, override what differs, and register it with `register_recipe`.
 

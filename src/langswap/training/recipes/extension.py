@@ -30,27 +30,21 @@ import torch
 
 from langswap.errors import ConfigError
 from langswap.records import has_model_record, read_model_record
-from langswap.training.data import Stream
 from langswap.training.phases import Phase, embedding_parameters, sharding_engine
-from langswap.training.recipes.base import Recipe, RecipeOptions, check_source_stream, register_recipe
+from langswap.training.recipes.base import (Recipe, SourceMixOptions, check_source_stream, register_recipe,
+                                            source_streams)
 from langswap.training.recipes.transinner import check_fraction
 
 NEW_ROWS = "new-rows"
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExtensionOptions(RecipeOptions):
+class ExtensionOptions(SourceMixOptions):
     new_rows_fraction: float = field(default=0.5, metadata={
         "help": "Share of the steps that train only the new tokens' rows (all of them with then: none)."})
     then: str = field(default="embeddings", metadata={
         "help": "What the rest of the steps train: embeddings (every row), full (the whole model) or none.",
         "choices": ("embeddings", "full", "none")})
-    source_text: str | None = field(default=None, metadata={
-        "help": "Source-language text (e.g. English, for an English model) mixed into every micro-batch, read by the "
-                "extended tokenizer; it trains the new tokens down where the source language is read, so that "
-                "language keeps more of what it had. Unset: target text only."})
-    source_share: float = field(default=0.25, metadata={
-        "help": "Share of every micro-batch that is source_text (when it is set)."})
 
 
 class NewRowsAdamW(torch.optim.AdamW):
@@ -103,11 +97,8 @@ class Extension(Recipe):
             check_source_stream(self.options)
         self.new_rows  # noqa: B018 (an unextended folder is refused here, before anything is read)
 
-    def streams(self) -> list[Stream]:
-        if not self.options.source_text:
-            return super().streams()
-        return [Stream("train", self.config.train_text, 1 - self.options.source_share),
-                Stream("source", self.options.source_text, self.options.source_share)]
+    def streams(self) -> list:
+        return source_streams(self.config, self.options)
 
     def phases(self, objective: str, done: list[int] = ()) -> list[Phase]:
         peak, steps = self.peak(objective), self.config.steps
