@@ -64,8 +64,9 @@ def parse_args(argv=None):
                              "counts) or off (variant suffix -nofit).")
     parser.add_argument("--train", type=int, default=0, metavar="UPDATES",
                         help="Also train the extension and the pruned extension for UPDATES updates of the extension "
-                             "recipe (batch 2 x 128 on the training text, --source-share of every batch English) and "
-                             "score them on the same halves.")
+                             "recipe (batch 2 x 128 on the training text, --source-share of every batch English), and "
+                             "as a control the source model's every row as long on the same mix, and score them on "
+                             "the same halves.")
     parser.add_argument("--source-share", type=float, default=0.5,
                         help="With --train: the share of every batch that is English training text "
                              "(recipe.source_share; 0: none).")
@@ -172,7 +173,8 @@ def main(argv=None) -> int:
             reader = load_model(trained_model(path, path.parent, train, english_train, args.train, args.source_share))
             rows[f"{name}, {args.train} updates"] = {text: causal_lm_score(reader, tokenizer, lines).as_dict()
                                                      for text, lines in scored.items()}
-        # the control: the source model's every row trained as long on the same mix (`embeddings`)
+        # the control: the source model's every row trained as long on the same mix (`embeddings`), no row moved
+        # onto the target text's frequency line (the extension recipe moves only new rows)
         reader = load_model(trained_model(model_folder, workdir, train, english_train, args.train, args.source_share,
                                           preset="embeddings"))
         rows[f"source model, {args.train} updates of every row"] = {
@@ -204,8 +206,9 @@ def main(argv=None) -> int:
 def trained_model(model: Path, parent: Path, train: Path, english: Path | None, updates: int, share: float,
                   preset: str = "extension") -> Path:
     """The folder of `model` trained for `updates` updates of `preset` (extension: new rows first, then every row;
-    embeddings: every row throughout; batch 2 x 128 on the first 20,000 lines of `train`, `share` of every batch
-    `english` where given), in a folder in `parent` named by those settings; a finished run is reused."""
+    embeddings: every row throughout, none recalibrated; batch 2 x 128 on the first 20,000 lines of `train`, `share`
+    of every batch `english` where given), in a folder in `parent` named by those settings; a finished run is
+    reused."""
     from langswap.config import from_dict
     from langswap.training.options import TrainConfig
     from langswap.training.run import train as train_model
@@ -214,6 +217,7 @@ def trained_model(model: Path, parent: Path, train: Path, english: Path | None, 
     name = (f"{model.name}-trained{updates}" + (f"-{preset}" if preset != "extension" else "")
             + (f"-english{share:g}" if recipe else ""))
     config = from_dict(TrainConfig, {
+        **({"unshown_rows": "train"} if preset == "embeddings" else {}),
         "model": str(model), "train_text": str(train), "output": str(parent / name), "preset": preset,
         "recipe": recipe, "steps": updates, "batch_size": 2, "sequence_length": 128, "save_steps": 100,
         "logging_steps": 10, "max_lines": 20000}, where="train.")

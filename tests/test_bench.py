@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import unwrapped
+
 from langswap.bench import REFERENCE, BenchConfig, expand_variants, format_table, run_bench
 from langswap.cli import main
 from langswap.config import from_dict, to_dict
@@ -236,6 +236,7 @@ def test_table_marks_the_best_value_of_each_column():
 def test_bench_with_a_pos_probe_at_each_step(tmp_path, gpt2_folder, target_tokenizer_folder, cipher_vectors,
                                              corpus_dir):
     from conftest import WORDS, cipher_word, tagged_sentences, write_conllu
+
     from langswap.evaluation import ProbeConfig, pos_probe
 
     tag_of = {cipher_word(word): ("NOUN", "VERB", "DET")[i % 3] for i, word in enumerate(WORDS[:30])}
@@ -306,6 +307,7 @@ def test_a_changed_source_model_is_never_answered_from_old_results(capsys, tmp_p
     import shutil
 
     from conftest import save_model, tiny_model
+
     from langswap.models import load_tokenizer
 
     tokenizer = load_tokenizer(gpt2_folder)
@@ -673,10 +675,28 @@ def test_a_distilled_entry_is_compared_at_equal_wall_time_counting_its_distillat
     assert f"| {row['variant']} |" in (tmp_path / "bench" / "table.md").read_text()
 
 
+def test_the_bench_knows_an_extension_from_a_replacement(tmp_path):
+    from conftest import byte_level_tokenizer, cipher_word, english_lines
+
+    from langswap.bench import _extends
+    from langswap.models import save_tokenizer
+    from langswap.resources.extension import extend_tokenizer
+
+    lines = english_lines(300)
+    source = byte_level_tokenizer(lines)
+    save_tokenizer(source, tmp_path / "source")
+    target = [" ".join(cipher_word(word) for word in line.split()) for line in lines]
+    save_tokenizer(extend_tokenizer(source, target, 20).tokenizer, tmp_path / "extended")
+    save_tokenizer(byte_level_tokenizer(target), tmp_path / "replaced")
+    assert _extends(str(tmp_path / "source"), str(tmp_path / "extended"))
+    assert not _extends(str(tmp_path / "source"), str(tmp_path / "replaced"))
+    assert not _extends(str(tmp_path / "source"), str(tmp_path / "source"))
+
+
 def test_the_separation_s_options_enter_a_variant_s_digest_only_where_it_runs():
     """A calibrated variant without calibration.source_text resolves to the options it had before the separation
     existed (so its cached measurements stay); one with it names both the text and the amount. The expected-count
-    fit's options enter only where count_fit is not auto."""
+    fit's options enter only where it runs: count_fit not auto, or auto into an extension."""
     from langswap.bench import _resolved_calibration
     from langswap.transfer.calibrate import CalibrationConfig
 
@@ -684,6 +704,8 @@ def test_the_separation_s_options_enter_a_variant_s_digest_only_where_it_runs():
     assert "source_text" not in plain and "separation" not in plain
     fit = {"count_fit", "count_fit_lines", "count_fit_smoothing", "count_fit_rounds"}
     assert set(plain) == set(to_dict(CalibrationConfig())) - {"source_text", "separation"} - fit
+    extension = _resolved_calibration({"text": "de.txt"}, extension=True)  # auto fits an extension: in its key
+    assert extension["count_fit"] == "auto" and "count_fit_smoothing" in extension
     fitted = _resolved_calibration({"text": "de.txt", "count_fit": "on"})
     assert fitted["count_fit"] == "on" and fitted["count_fit_lines"] == 1000 and fitted["count_fit_smoothing"] is None
     separated = _resolved_calibration({"text": "de.txt", "source_text": "en.txt", "separation": 1.0})

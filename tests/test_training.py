@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import byte_level_tokenizer, english_lines, save_model, tiny_model, unwrapped, wordpiece_tokenizer
+
 from langswap.errors import ConfigError, MissingResourceError, OutputExistsError, ResourceFormatError
 from langswap.training.phases import Phase, embedding_parameters
 from langswap.training.recipes import plan_phases
@@ -451,6 +451,31 @@ def test_running_a_finished_config_again_does_nothing(models, texts, tmp_path):
     mtime = (first.model / "model.safetensors").stat().st_mtime_ns
     again = train(config)
     assert again.resumed and (again.model / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_a_run_recorded_before_its_recipe_had_an_option_is_read_with_that_option_s_default(models, texts, tmp_path):
+    """A finished `embeddings` run whose record holds `recipe: {}` (made before the recipe took a source-language
+    mix) is the same run as the config now, whose recipe resolves to the mix's defaults; a recorded option that
+    differs is still refused. The bench's train key leaves the unset mix out, as it always was."""
+    from langswap.bench import _train_key
+    from langswap.training.run import _check_output, comparable_config
+
+    config = _config(models["gpt2"], texts, tmp_path / "run", preset="embeddings", steps=2, eval_text=None)
+    train(config)
+    path = tmp_path / "run" / "langswap-train.json"
+    record = json.loads(path.read_text())
+    assert record["comparable_config"]["recipe"] == {"source_text": None, "source_share": 0.25}
+    record["comparable_config"]["recipe"] = {}
+    path.write_text(json.dumps(record))
+    assert _check_output(config) == "complete"
+    record["comparable_config"]["recipe"] = {"source_share": 0.5}
+    path.write_text(json.dumps(record))
+    with pytest.raises(ConfigError, match="recipe: was"):
+        _check_output(config)
+    assert _train_key(comparable_config(config))["recipe"] == {}
+    mixed = _config(models["gpt2"], texts, tmp_path / "mixed", preset="embeddings", steps=2, eval_text=None,
+                    recipe={"source_text": str(texts / "train.txt"), "source_share": 0.5})
+    assert _train_key(comparable_config(mixed))["recipe"]["source_share"] == 0.5
 
 
 # -- outputs ------------------------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ with `subword_source: ...` added to each to sweep subword vectors too.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -221,13 +222,18 @@ def _train_config(config: BenchConfig, run: Path, entry: dict | None = None, upd
 def _train_key(comparable: dict, calibration: dict | None = None, starts: bool = True) -> dict:
     """What a trained measurement depends on besides the variant: the train options minus this variant's paths, and
     minus options that are off (a teacher of weight 0, a `calibration` start that takes nothing off the variant's
-    transfer, `start_rows` where the transfer wrote none: `starts` False), so that measurements made before such an
-    option existed are still those of runs without it."""
+    transfer, `start_rows` where the transfer wrote none: `starts` False, the `embeddings` recipe's source-language
+    mix without a source text), so that measurements made before such an option existed are still those of runs
+    without it."""
     keeps = _takes_nothing_off(comparable, calibration or {})
-    return {key: value for key, value in comparable.items()
-            if key not in ("model", "output") and not (key == "teacher" and not _teaches(value))
-            and not (keeps and key in ("calibration", "calibration_min_count"))
-            and not (not starts and key in ("start_rows", "start_rows_shows"))}
+    key = {key: value for key, value in comparable.items()
+           if key not in ("model", "output") and not (key == "teacher" and not _teaches(value))
+           and not (keeps and key in ("calibration", "calibration_min_count"))
+           and not (not starts and key in ("start_rows", "start_rows_shows"))}
+    recipe = key.get("recipe")
+    if comparable.get("preset") == "embeddings" and isinstance(recipe, dict) and not recipe.get("source_text"):
+        key["recipe"] = {}  # the options embeddings had before its source-language mix: none
+    return key
 
 
 def _takes_nothing_off(comparable: dict, calibration: dict) -> bool:
@@ -349,18 +355,34 @@ def _record_inputs(folder: Path, inputs: dict) -> None:
     (folder / BENCH_SHARED_INPUTS).write_text(json.dumps(inputs, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
-def _resolved_calibration(calibration: dict) -> dict:
+def _resolved_calibration(calibration: dict, extension: bool = False) -> dict:
     """Every calibration option as it resolves; the separation's options only where it runs (calibration.source_text
-    set) and the expected-count fit's only where they are not its default (auto: extensions only), so a variant
-    without them keeps the measurements it had."""
+    set) and the expected-count fit's only where it runs (`count_fit: auto` runs it into an extension only), so a
+    variant without them keeps the measurements it had."""
     resolved = to_dict(from_dict(CalibrationConfig, calibration, where="calibration."))
     if not resolved.get("source_text"):
         resolved.pop("source_text", None)
         resolved.pop("separation", None)
-    if resolved.get("count_fit") == "auto":
+    if resolved.get("count_fit") == "auto" and not extension:
         for key in ("count_fit", "count_fit_lines", "count_fit_smoothing", "count_fit_rounds"):
             resolved.pop(key, None)
     return resolved
+
+
+@functools.lru_cache(maxsize=8)
+def _extends(source: str, target: str) -> bool:
+    from langswap.resources.extension import first_differing_id
+
+    source_tokenizer, target_tokenizer = load_tokenizer(source), load_tokenizer(target)
+    return len(target_tokenizer) > len(source_tokenizer) and first_differing_id(source_tokenizer,
+                                                                                 target_tokenizer) is None
+
+
+def _extends_source(config: BenchConfig) -> bool:
+    """Whether the bench's target tokenizer extends the source's (so the transfer is an extension)."""
+    if not config.target_tokenizer:
+        return False  # the bench trains a replacement tokenizer on the target text
+    return _extends(config.source_tokenizer or config.source_model, config.target_tokenizer)
 
 
 def _result_key(label: str, step: int, setting: dict) -> tuple[str, int, str]:
@@ -501,7 +523,8 @@ def _variant_record(config: BenchConfig, variant: Variant, shared: dict) -> tupl
     if variant.calibration.get("strength") != 0 or variant.calibration.get("source_text"):
         record.calibration = calibration
     record.resolved = {"method": _resolved_method(variant.method),
-                       "calibration": _resolved_calibration(calibration) if record.calibration is not None else None}
+                       "calibration": _resolved_calibration(calibration, _extends_source(config))
+                       if record.calibration is not None else None}
     if variant.distill:  # a variant without distillation keeps the record (and the measurements) it had
         record.distill = dict(variant.distill)
         record.resolved["distill"] = to_dict(from_dict(DistillConfig, variant.distill, where="distill."))

@@ -294,10 +294,11 @@ class CountFitReport(Report):
         texts = "target / source" if (losses.get("before") or TextPair()).source is not None else "target"
         check = f"check-line loss ({texts}) {pair('before')} -> {pair('after')}"
         if not self.kept:
+            tried = f" with any of the pseudo-counts {', '.join(self.smoothings)}" if self.smoothings else ""
             return (f"the {count(self.rows or 0)} rows' counts read {value(self.surplus)} a position too many "
-                    f"expected; fitting them did not read the check lines better ({check}), put back")
-        chosen = (f", pseudo-count {self.smoothing:g} of {', '.join(self.smoothings)}" if self.smoothings
-                  and self.smoothing is not None else "")
+                    f"expected; fitting them{tried} did not read the check lines better ({check}), put back")
+        chosen = (f", pseudo-count {self.smoothing:g} (chosen among {', '.join(self.smoothings)} on the check lines)"
+                  if self.smoothings and self.smoothing is not None else "")
         return (f"{count(self.rows)} rows moved so that their expected count on {count(self.lines or 0)} counted lines "
                 f"meets their count (they were {value(self.surplus)} a position too many before; median shift "
                 f"{value((self.shift or Spread()).median)} logits, along the {self.direction}{chosen}); {check}")

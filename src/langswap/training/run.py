@@ -131,9 +131,11 @@ def _check_output(config: TrainConfig, processes: int = 1) -> str:
         raise OutputExistsError(f"output folder '{output}' exists and is not a langswap training run; choose another "
                                 "--output or pass --overwrite to replace it.")
     record = read_train_record(output)
-    # an option the recorded run's version did not have is read as its default
+    # an option the recorded run's version did not have is read as its default, a recipe's options too
     before = {**comparable_config(TrainConfig()), **(record.comparable_config or {})}
     now = comparable_config(config)
+    if before.get("preset") == now.get("preset") and isinstance(before.get("recipe"), dict):
+        before["recipe"] = {**to_dict(type(config.recipe)()), **before["recipe"]}
     changed = [f"{key}: was {before.get(key)!r}, now {now.get(key)!r}" for key in sorted(set(before) | set(now))
                if before.get(key) != now.get(key)]
     complete = record.status == "complete" and (output / "model").is_dir()
@@ -319,6 +321,9 @@ def _train(config: TrainConfig, progress: bool, callbacks: list | None, state, u
         span = recipe.recalibrated_rows()
         if span is not None:
             unshown = unshown[(unshown >= span[0]) & (unshown < span[1])]
+            if span[0] >= span[1]:
+                logger.info("unshown_rows: recalibrate moves no row: recipe '%s' lets none move with these options",
+                            recipe.name)
         documents = source_texts(config.train_text, "training text", config.text_field)
         try:
             recalibration = prepare_recalibration(tokenizer, unshown, documents, objective == "causal",

@@ -35,7 +35,8 @@ Causal LMs only: a masked LM's mean logit over unmasked positions is not its pri
 direction of the head's input that tells target positions from source-language ones, keeping their mean logit on
 target text, so that they take less of the source language's probability (docs/design.md, "Extending a vocabulary").
 
-`count_fit` comes last (by default in an extension; `count_fit_rounds` passes): the line sets each moved row's level
+`count_fit` comes last (by default in an extension; a pass of the model over the counted lines a round, for each
+pseudo-count tried after the first round): the line sets each moved row's level
 against the other moved rows (the offset `c`), which is all a softmax over moved rows alone needs; an extension's
 softmax also holds the source rows, which never move, and there the new rows' shared level matters. At every position
 of counted lines the model's probabilities summed give each token's expected count E; a logit of log((n + k) / (E +
@@ -129,7 +130,7 @@ class CalibrationConfig:
     count_fit: str = field(default="auto", metadata={
         "help": "After the frequency line (and an extension's separation), move the same rows once more so that each "
                 "one's expected count on counted lines (the sum of its probability over their positions) meets its "
-                "count there: log((count + count_fit_smoothing) / (expected + count_fit_smoothing)) along the "
+                "count there: log((count + k) / (expected + k)), k the pseudo-count count_fit_smoothing, along the "
                 "direction of the head's input that adds 1 to the logit at the target text's mean head input and 0 "
                 "at the source-language text's (calibration.source_text; otherwise along the target mean alone). "
                 "The line sets each row's level against the other moved rows; where the softmax also holds rows "
@@ -140,11 +141,13 @@ class CalibrationConfig:
         "help": "Counted lines the model reads for the expected counts (a pass of the model over them), spread evenly "
                 "over the counted lines."})
     count_fit_smoothing: float | None = field(default=None, metadata={
-        "help": "Pseudo-count added to both the count and the expected count of every row; unset: each of "
-                f"{', '.join(f'{k:g}' for k in COUNT_FIT_SMOOTHINGS)} fitted from the same start and the one whose "
-                "check lines read best kept (few counted positions a row want the larger)."})
+        "help": "Pseudo-count k added to both the count and the expected count of every row; unset: the fit made "
+                "with each of " + ", ".join(f"{k:g}" for k in COUNT_FIT_SMOOTHINGS) + " from the same start and the "
+                "one whose check lines read best chosen (then kept only where it reads them better than no fit); "
+                "where rows have few counted positions the larger one tends to win."})
     count_fit_rounds: int = field(default=2, metadata={
-        "help": "Count, move, and count again this many times (each a pass of the model over the lines)."})
+        "help": "Count, move, and count again this many times (each round after the first a pass of the model over "
+                "the lines for each pseudo-count tried)."})
 
     def __post_init__(self):
         if self.count_fit not in ("auto", "on", "off"):
@@ -465,10 +468,14 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
 
     before = losses({"target": target_loss} if target_loss is not None else {})
     tied = is_tied(model)
-    saved = weight.detach().clone()
-    inputs_before = model.get_input_embeddings().weight.detach().clone() if tied else None
-    fits = {}  # pseudo-count -> (check losses after, the logits added, surplus before each round, the fitted rows)
-    for k in candidates:  # each from the same start; the first round's counts are the same for all
+    saved = weight.detach().clone()  # with a tied head also the input rows as they were
+
+    def relative(after: dict[str, float]) -> float:
+        return sum(after[which] / before[which] for which in after)
+
+    tried = {}  # pseudo-count -> the check losses after its fit
+    best = None  # (relative loss, pseudo-count, the logits added, surplus before each round, its rows unless last)
+    for index, k in enumerate(candidates):  # each from the same start; the first round's counts are the same for all
         with torch.no_grad():
             weight.copy_(saved)
         shift, surpluses, counted_expected = np.zeros(size), [], expected
@@ -481,26 +488,25 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
             with torch.no_grad():
                 weight += (torch.from_numpy(step).to(torch.float32)[:, None] * direction[None, :]).to(weight.device,
                                                                                                       weight.dtype)
-        after = losses({})
-        fits[k] = (after, shift, surpluses, weight.detach().clone() if len(candidates) > 1 else None)
+        tried[k] = losses({})
         logger.info("expected-count fit with pseudo-count %g: check-line loss %s", k, ", ".join(
-            f"{w} {before[w]:.4f} -> {after[w]:.4f}" for w in after))
-
-    def relative(after: dict[str, float]) -> float:
-        return sum(after[which] / before[which] for which in after)
-
-    k = min(fits, key=lambda candidate: relative(fits[candidate][0]))
-    after, shift, surpluses, fitted = fits[k]
+            f"{w} {before[w]:.4f} -> {tried[k][w]:.4f}" for w in tried[k]))
+        if best is None or relative(tried[k]) < best[0]:
+            last = index == len(candidates) - 1  # the rows are the weights as they are
+            best = (relative(tried[k]), k, shift, surpluses, None if last else weight.detach().clone())
+    _, k, shift, surpluses, fitted = best
+    after = tried[k]
     if fitted is not None:
         with torch.no_grad():
             weight.copy_(fitted)
+    del fitted, best
     surplus = surpluses[0]
     kept = relative(after) < len(after)
     magnitude = np.abs(shift[moved])
     report = CountFitReport(
         rows=int(moved.sum()), lines=len(counted), positions=positions, smoothing=k,
-        smoothings={f"{candidate:g}": TextPair(**{w: round(v, 4) for w, v in fits[candidate][0].items()})
-                    for candidate in fits} if len(fits) > 1 else None,
+        smoothings={f"{candidate:g}": TextPair(**{w: round(v, 4) for w, v in losses_.items()})
+                    for candidate, losses_ in tried.items()} if len(tried) > 1 else None,
         surplus=surplus, surplus_by_round=surpluses, direction=along, kept=kept,
         shift=Spread(median=round(float(np.median(magnitude)), 4), p90=round(float(np.quantile(magnitude, 0.9)), 4),
                      max=round(float(magnitude.max()), 4)) if len(magnitude) else None,
@@ -508,7 +514,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
                 "after": TextPair(**{w: round(v, 4) for w, v in after.items()})})
     if kept:
         if tied:
-            report.input_rows = input_row_moves(inputs_before, model.get_input_embeddings().weight, moved)
+            report.input_rows = input_row_moves(saved, model.get_input_embeddings().weight, moved)
         if move is not None:
             move.logits.append(shift.astype(np.float32))
             move.directions.append(direction.numpy().astype(np.float32))
