@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import WORDS, byte_level_tokenizer, cipher_line, cipher_word, english_lines
+
 from langswap.errors import ConfigError
 from langswap.methods import Kind, TransferInputs, get_method, make_config, run_method
 from langswap.methods.combined import Evidence, mix_evidence
@@ -208,8 +208,9 @@ def test_choose_takes_each_rows_heaviest_evidence_alone(cipher_world):
 
 def test_parallel_text_gives_its_translation_probabilities_as_evidence(cipher_world):
     pytest.importorskip("eflomal")
-    from langswap.resources.parallel import translation_table
     from test_tiktotok import twin_of
+
+    from langswap.resources.parallel import translation_table
 
     source, target, _, _, _ = cipher_world
     english = english_lines(800, seed=1)
@@ -396,9 +397,10 @@ def test_a_transfer_keeps_the_candidate_that_predicts_held_out_text_best(tmp_pat
 def helper_world():
     """A half-ciphered target language; `ideal` is the source model under the target tokenizer (each target token's
     row is the source row of its plain twin or of itself), `noise` a helper of random rows."""
-    from langswap.resources.kinds.helper import HelperModel
     from test_clp import half_cipher_world
     from test_focus import CLEAR_WORDS
+
+    from langswap.resources.kinds.helper import HelperModel
 
     source, target, embeddings, ideal = half_cipher_world()
     source_ids, target_ids = source.tokenizer.get_vocab(), target.tokenizer.get_vocab()
@@ -465,10 +467,11 @@ def test_a_helper_counts_as_far_as_its_geometry_agrees_with_the_source_model(hel
 def test_candidates_are_judged_finished_and_the_kept_one_is_installed_as_made(kind, gpt2_folder,
                                                                             target_tokenizer_folder, corpus_dir):
     from conftest import tiny_model
-    from langswap.transfer.calibrate import mean_token_loss
+
     from langswap.models import load_tokenizer
     from langswap.surgery import read_source_matrices
     from langswap.transfer import HELD_OUT_TOKENS, apply_method
+    from langswap.transfer.calibrate import mean_token_loss
 
     source = Vocabulary(load_tokenizer(str(gpt2_folder)))
     target = Vocabulary(load_tokenizer(str(target_tokenizer_folder)))
@@ -567,6 +570,9 @@ def test_a_transfer_that_keeps_mix_finishes_choose_too_and_keeps_its_differing_r
     assert result.choice.start_rows == len(differ) and start.candidate == "choose" and start.output is None
     torch.testing.assert_close(torch.from_numpy(start.input), choose[differ] + 1.0)
     torch.testing.assert_close(model.get_input_embeddings().weight.detach(), mix + 1.0)  # the kept candidate, finished
+    # own: the kept row is made in part from the source row of the same string
+    own = [source.lookup(target[i], target.family) in result.mapping.row(i)[0].tolist() for i in differ.tolist()]
+    assert start.own is not None and start.own.tolist() == own
 
     # a transfer that keeps `choose` (or one evidence) writes no start rows
     finished.clear()

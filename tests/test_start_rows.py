@@ -23,7 +23,32 @@ def test_start_rows_round_trip_and_follow_a_pruned_vocabulary(tmp_path):
     # rows taken as [0, 1, 7, 3, 2]: token 5 was dropped, 7 and 2 renumbered
     kept = again.rows([0, 1, 7, 3, 2])
     assert kept.ids.tolist() == [4, 2] and np.array_equal(kept.input, start.input[[0, 2]])
-    assert kept.bias.tolist() == [0.5, 2.5]
+    assert kept.bias.tolist() == [0.5, 2.5] and kept.own is None
+    start.own = np.array([True, False, True])
+    start.save(tmp_path / START_FILE)
+    again = StartRows.load(tmp_path / START_FILE)
+    assert again.own.dtype == bool and again.own.tolist() == [True, False, True]
+    assert again.rows([0, 1, 7, 3, 2]).own.tolist() == [True, True]
+
+
+def test_own_source_rows_are_the_rows_that_hold_the_source_row_of_the_same_string():
+    from conftest import byte_level_tokenizer, english_lines
+
+    from langswap.methods.mapping import Kind, TokenMapping
+    from langswap.start_rows import own_source_rows
+    from langswap.tokens import Vocabulary
+
+    lines = english_lines(200)
+    source = Vocabulary(byte_level_tokenizer(lines))
+    target = Vocabulary(byte_level_tokenizer(lines[:100] + ["zebra quokka " * 3] * 20))
+    shared = [i for i in range(len(target)) if source.lookup(target[i], target.family) is not None][-2:]
+    alone = next(i for i in range(len(target)) if source.lookup(target[i], target.family) is None)
+    mapping = TokenMapping.empty(len(target))
+    same = source.lookup(target[shared[0]], target.family)
+    mapping.set_ragged_rows(np.array([shared[0], shared[1], alone]), Kind.TRANSLATED, np.array([2, 1, 1]),
+                            np.array([same, 0, 0, 0]), np.array([0.5, 0.5, 1.0, 1.0], dtype=np.float32))
+    assert 0 not in (same, source.lookup(target[shared[1]], target.family))  # the second is made of another row
+    assert own_source_rows(mapping, source, target, [shared[0], shared[1], alone]).tolist() == [True, False, False]
 
 
 def test_put_in_place_writes_only_the_rows_asked_for_and_refuses_another_models_rows():
@@ -83,6 +108,14 @@ def test_langswap_train_starts_the_rows_of_frequent_tokens_from_the_start_rows(t
     assert record.phases[0].start_rows == len(placed)
     assert torch.all(rows[placed] == 0.25)
     torch.testing.assert_close(rows[rare], written[rare])
+    StartRows("choose", ids, np.full((len(ids), width), 0.25, dtype=np.float32),
+              own=np.array([token == frequent[0] for token in ids.tolist()])).save(folder / START_FILE)
+    record, rows = start_of("own-skipped", start_rows_own="skip")  # a row holding its source row starts as written
+    assert record.phases[0].start_rows == len(placed) - 1
+    torch.testing.assert_close(rows[frequent[0]], written[frequent[0]])
+    assert torch.all(rows[frequent[1:]] == 0.25)
+    record, rows = start_of("own-taken")
+    assert record.phases[0].start_rows == len(placed)
     record, rows = start_of("as-written", start_rows="transfer")
     assert record.phases[0].start_rows is None
     torch.testing.assert_close(rows, written)

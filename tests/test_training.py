@@ -473,6 +473,9 @@ def test_a_run_recorded_before_its_recipe_had_an_option_is_read_with_that_option
     with pytest.raises(ConfigError, match="recipe: was"):
         _check_output(config)
     assert _train_key(comparable_config(config))["recipe"] == {}
+    assert "start_rows_own" not in _train_key(comparable_config(config))  # take: as runs were before the option
+    skipping = _config(models["gpt2"], texts, tmp_path / "skip", preset="embeddings", start_rows_own="skip")
+    assert _train_key(comparable_config(skipping))["start_rows_own"] == "skip"
     mixed = _config(models["gpt2"], texts, tmp_path / "mixed", preset="embeddings", steps=2, eval_text=None,
                     recipe={"source_text": str(texts / "train.txt"), "source_share": 0.5})
     assert _train_key(comparable_config(mixed))["recipe"]["source_share"] == 0.5

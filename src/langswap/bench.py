@@ -222,14 +222,15 @@ def _train_config(config: BenchConfig, run: Path, entry: dict | None = None, upd
 def _train_key(comparable: dict, calibration: dict | None = None, starts: bool = True) -> dict:
     """What a trained measurement depends on besides the variant: the train options minus this variant's paths, and
     minus options that are off (a teacher of weight 0, a `calibration` start that takes nothing off the variant's
-    transfer, `start_rows` where the transfer wrote none: `starts` False, the `embeddings` recipe's source-language
-    mix without a source text), so that measurements made before such an option existed are still those of runs
-    without it."""
+    transfer, `start_rows` where the transfer wrote none: `starts` False, `start_rows_own: take`, the `embeddings`
+    recipe's source-language mix without a source text), so that measurements made before such an option existed
+    are still those of runs without it."""
     keeps = _takes_nothing_off(comparable, calibration or {})
     key = {key: value for key, value in comparable.items()
            if key not in ("model", "output") and not (key == "teacher" and not _teaches(value))
            and not (keeps and key in ("calibration", "calibration_min_count"))
-           and not (not starts and key in ("start_rows", "start_rows_shows"))}
+           and not (not starts and key in ("start_rows", "start_rows_shows", "start_rows_own"))
+           and not (key == "start_rows_own" and value == "take")}
     recipe = key.get("recipe")
     if comparable.get("preset") == "embeddings" and isinstance(recipe, dict) and not recipe.get("source_text"):
         key["recipe"] = {}  # the options embeddings had before its source-language mix: none

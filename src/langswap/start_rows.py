@@ -26,13 +26,16 @@ START_FILE = "start-rows.safetensors"  # beside a transfer's model: the other ca
 @dataclass
 class StartRows:
     """The rows `ids` of candidate `candidate` as the transfer finished it: `input` (n, d), `output` (n, d) where
-    the head is untied (None: tied, the input rows are the head's), `bias` (n,) where the head has one."""
+    the head is untied (None: tied, the input rows are the head's), `bias` (n,) where the head has one; `own` (n,)
+    bool, where the transfer knew it: whether the row the model holds is made in part from the source model's own
+    row of the same token (a string both vocabularies have)."""
 
     candidate: str
     ids: np.ndarray
     input: np.ndarray
     output: np.ndarray | None = None
     bias: np.ndarray | None = None
+    own: np.ndarray | None = None
 
     def rows(self, index) -> "StartRows":
         """The same rows for a model whose rows were taken as `index` (old row ids, in their new order): a row
@@ -42,7 +45,8 @@ class StartRows:
         ids = np.array([new_id[int(self.ids[i])] for i in keep], dtype=np.int64)
         return StartRows(self.candidate, ids, self.input[keep],
                          None if self.output is None else self.output[keep],
-                         None if self.bias is None else self.bias[keep])
+                         None if self.bias is None else self.bias[keep],
+                         None if self.own is None else self.own[keep])
 
     def save(self, path) -> None:
         from safetensors.numpy import save_file
@@ -52,6 +56,8 @@ class StartRows:
         for key in ("output", "bias"):
             if getattr(self, key) is not None:
                 tensors[key] = np.ascontiguousarray(getattr(self, key), dtype=np.float32)
+        if self.own is not None:
+            tensors["own"] = np.ascontiguousarray(self.own, dtype=np.uint8)
         save_file(tensors, str(path), metadata={"candidate": self.candidate})
 
     @classmethod
@@ -62,7 +68,8 @@ class StartRows:
             keys = set(handle.keys())
             return cls((handle.metadata() or {}).get("candidate", ""), handle.get_tensor("ids"),
                        handle.get_tensor("input"), *(handle.get_tensor(key) if key in keys else None
-                                                     for key in ("output", "bias")))
+                                                     for key in ("output", "bias")),
+                       handle.get_tensor("own").astype(bool) if "own" in keys else None)
 
 
 def finished_rows(model, candidate: str, ids) -> StartRows:
@@ -80,6 +87,16 @@ def finished_rows(model, candidate: str, ids) -> StartRows:
     return StartRows(candidate, index.numpy(), taken(model.get_input_embeddings().weight),
                      taken(head.weight) if head is not None and not is_tied(model) else None,
                      taken(bias) if bias is not None else None)
+
+
+def own_source_rows(mapping, source, target, ids) -> np.ndarray:
+    """(len(ids),) bool: whether each target token's row (`mapping`, a `methods.mapping.TokenMapping`) is made in part
+    from the row of the source token spelt the same (`source.lookup`; `source`, `target`: `tokens.Vocabulary`)."""
+    own = np.zeros(len(ids), dtype=bool)
+    for index, token_id in enumerate(np.asarray(ids, dtype=np.int64).tolist()):
+        same = source.lookup(target[token_id], target.family)
+        own[index] = same is not None and bool(np.isin(same, mapping.row(token_id)[0]))
+    return own
 
 
 def put_in_place(model, start: StartRows, ids) -> int:

@@ -120,6 +120,10 @@ class TrainConfig:
     start_rows_shows: float = field(default=150.0, metadata={
         "help": "start_rows: frequent's count: tokens the run shows at least this many times as targets (each "
                 "stream's count of the token times the epochs the run reads of it)."})
+    start_rows_own: str = field(default="take", metadata={
+        "help": "start_rows: frequent for a token whose written row is made in part from the source model's own row "
+                "of the same string (the transfer records which): take (it starts from the other candidate's row "
+                "as the others do) or skip (it starts as written).", "choices": ("take", "skip")})
     teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={
         "help": "The source model as a teacher (langswap.training.teacher): the training loss adds teacher.weight "
                 "times the distance between the model's hidden states and the teacher's reading the same text with "
@@ -174,6 +178,8 @@ class TrainConfig:
             raise ConfigError(f"unshown_rows is {self.unshown_rows!r}; choose recalibrate, train or hold.")
         if self.start_rows not in ("frequent", "transfer"):
             raise ConfigError(f"start_rows is {self.start_rows!r}; choose frequent or transfer.")
+        if self.start_rows_own not in ("take", "skip"):
+            raise ConfigError(f"start_rows_own is {self.start_rows_own!r}; choose take or skip.")
         if not self.start_rows_shows > 0:
             raise ConfigError(f"start_rows_shows is {self.start_rows_shows}; give a number of showings above 0.")
         if not self.recalibrate_below > 0:

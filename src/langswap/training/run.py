@@ -662,7 +662,10 @@ def _frequent_start_rows(config: TrainConfig, streams, train_sets, stream_tokeni
     shows = np.zeros(len(texts))
     for count, stream in zip(counts, streams):
         shows += count * data[stream.name]["epochs"]
-    inside = start.ids[start.ids < len(shows)]
+    within = start.ids < len(shows)
+    if config.start_rows_own == "skip" and start.own is not None:
+        within &= ~start.own  # those rows start as written
+    inside = start.ids[within]
     ids = inside[shows[inside] >= config.start_rows_shows]
     logger.info("start_rows: frequent: %s of the %s rows the %s candidate makes otherwise belong to tokens the run "
                 "shows at least %g times; they start from that candidate's rows", f"{len(ids):,}",

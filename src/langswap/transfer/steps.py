@@ -53,7 +53,7 @@ from langswap.resources.extension import first_differing_id
 from langswap.resources.kinds import keys_in_use
 from langswap.resources.text import read_text_lines
 from langswap.resources.tokenizer import train_tokenizer
-from langswap.start_rows import START_FILE, finished_rows
+from langswap.start_rows import START_FILE, finished_rows, own_source_rows
 from langswap.surgery import (SourceMatrices, check_position_offset, install_embeddings, read_source_matrices,
                               remap_named_token_ids, update_special_token_ids)
 from langswap.tokens import Vocabulary
@@ -512,6 +512,8 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     if best and best["result"] is result and result.sibling is not None:
         result.choice.rows = sibling_start_rows(model, result, install, finish)
         if result.choice.rows is not None:
+            result.choice.rows.own = own_source_rows(result.mapping, inputs.source, inputs.target,
+                                                     result.choice.rows.ids)
             result.choice.start, result.choice.start_rows = result.choice.rows.candidate, len(result.choice.rows.ids)
     result.sibling = None  # its matrices are as large as the kept ones'; what training needs of them is taken
     if best and best["result"] is result:  # judged: installed and finished then
