@@ -478,16 +478,8 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     for index, k in enumerate(candidates):  # each from the same start; the first round's counts are the same for all
         with torch.no_grad():
             weight.copy_(saved)
-        shift, surpluses, counted_expected = np.zeros(size), [], expected
-        for round_ in range(config.count_fit_rounds):  # each round counts again with the rows the last one moved
-            if round_:
-                counted_expected = expected_counts(model, tokenizer, counted, config.max_length, progress)[0]
-            step = np.where(moved, np.log((counts + k) / (counted_expected + k)), 0.0)
-            surpluses.append(round(float((counted_expected[moved] - counts[moved]).sum()) / positions, 4))
-            shift += step
-            with torch.no_grad():
-                weight += (torch.from_numpy(step).to(torch.float32)[:, None] * direction[None, :]).to(weight.device,
-                                                                                                      weight.dtype)
+        shift, surpluses = _fit_rounds(model, tokenizer, counted, config, direction, moved, counts, expected, k,
+                                       progress)
         tried[k] = losses({})
         logger.info("expected-count fit with pseudo-count %g: check-line loss %s", k, ", ".join(
             f"{w} {before[w]:.4f} -> {tried[k][w]:.4f}" for w in tried[k]))
@@ -531,6 +523,27 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         logger.info("expected-count fit put back: check-line loss %s", ", ".join(
             f"{w} {before[w]:.4f} -> {after[w]:.4f}" for w in after))
     return report
+
+
+def _fit_rounds(model, tokenizer, counted: list[str], config: CalibrationConfig, direction: torch.Tensor,
+                moved: np.ndarray, counts: np.ndarray, expected: np.ndarray, k: float,
+                progress: bool) -> tuple[np.ndarray, list[float]]:
+    """`count_fit`'s rounds with the pseudo-count k, from the model as it is and the counts `expected` it gives on
+    `counted`: each round adds log((n + k) / (E + k)) to the `moved` rows along `direction`, then counts again. Returns
+    the logits added and the surplus (expected less counted, per position) before each round."""
+    weight = model.get_output_embeddings().weight
+    positions = counts.sum()
+    shift, surpluses = np.zeros(len(counts)), []
+    for round_ in range(config.count_fit_rounds):  # each round counts again with the rows the last one moved
+        if round_:
+            expected = expected_counts(model, tokenizer, counted, config.max_length, progress)[0]
+        step = np.where(moved, np.log((counts + k) / (expected + k)), 0.0)
+        surpluses.append(round(float((expected[moved] - counts[moved]).sum()) / positions, 4))
+        shift += step
+        with torch.no_grad():
+            weight += (torch.from_numpy(step).to(torch.float32)[:, None] * direction[None, :]).to(weight.device,
+                                                                                                  weight.dtype)
+    return shift, surpluses
 
 
 SEPARATIONS = (0.0, 0.5, 1.0, 2.0)  # amounts `separate` chooses among on the check lines
