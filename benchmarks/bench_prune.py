@@ -67,6 +67,10 @@ def parse_args(argv=None):
                              "recipe (batch 2 x 128 on the training text, --source-share of every batch English), and "
                              "as a control the source model's every row as long on the same mix, and score them on "
                              "the same halves.")
+    parser.add_argument("--train-preset", choices=("extension", "embeddings"), default="extension",
+                        help="With --train: the recipe the extension and the pruned extension train by (embeddings: "
+                             "every row from the first update, as the control trains; results suffix "
+                             "-train-embeddings).")
     parser.add_argument("--source-share", type=float, default=0.5,
                         help="With --train: the share of every batch that is English training text "
                              "(recipe.source_share; 0: none).")
@@ -84,6 +88,8 @@ def parse_args(argv=None):
         parser.error("--distill-order orders the distillation's lines; give --distill TOKENS too.")
     if args.distill_head_rate is not None and args.distill_head == "keep":
         parser.error("--distill-head-rate is the rate of a head that learns; give --distill-head lm or likelihood.")
+    if args.train_preset != "extension" and not args.train:
+        parser.error("--train-preset is the recipe of the --train updates; give --train UPDATES too.")
     if args.source_share != 0.5 and not args.train:
         parser.error("--source-share is the English share of the --train updates; give --train UPDATES too.")
     if not 0 <= args.source_share < 1:
@@ -170,9 +176,10 @@ def main(argv=None) -> int:
         english_train = None if language == "en" else splits / "en.train.txt"
         for name, path, tokenizer in ((f"extended by {args.extend:,}", output, extended_tokenizer),
                                       (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)):
-            reader = load_model(trained_model(path, path.parent, train, english_train, args.train, args.source_share))
-            rows[f"{name}, {args.train} updates"] = {text: causal_lm_score(reader, tokenizer, lines).as_dict()
-                                                     for text, lines in scored.items()}
+            reader = load_model(trained_model(path, path.parent, train, english_train, args.train, args.source_share,
+                                              preset=args.train_preset))
+            trained = f"{name}, {args.train} updates" + (" of every row" if args.train_preset == "embeddings" else "")
+            rows[trained] = {text: causal_lm_score(reader, tokenizer, lines).as_dict() for text, lines in scored.items()}
         # the control: the source model's every row trained as long on the same mix (`embeddings`), no row moved
         # onto the target text's frequency line (the extension recipe moves only new rows)
         reader = load_model(trained_model(model_folder, workdir, train, english_train, args.train, args.source_share,
@@ -189,12 +196,13 @@ def main(argv=None) -> int:
         "pruning": report.as_dict(),
         "distillation": distillation.as_dict() if distillation is not None else None,
         "scores": rows,
-        "training": {"updates": args.train, "preset": "extension", "control_preset": "embeddings",
+        "training": {"updates": args.train, "preset": args.train_preset, "control_preset": "embeddings",
                      "source_share": args.source_share, "batch_size": 2, "sequence_length": 128} if args.train else None,
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
                                   "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
     }
-    results = REPO / "benchmarks" / "results" / f"prune-{language}-{args.extend}-{variant}-{args.on}{suffix}"
+    results = REPO / "benchmarks" / "results" / (f"prune-{language}-{args.extend}-{variant}-{args.on}{suffix}"
+                                                  + ("-train-embeddings" if args.train_preset == "embeddings" else ""))
     results.mkdir(parents=True, exist_ok=True)
     (results / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (results / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")
