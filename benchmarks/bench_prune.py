@@ -20,6 +20,8 @@ one across the check half's own two halves); `--swap-halves` judges on the score
 With `--train UPDATES`, the extension and the pruned extension are also trained with the extension recipe (new rows
 first, then every row; `--source-share` of every batch English training text) and scored on the same halves, beside
 the control: the source model with every embedding row trained as many updates on the same mix (`embeddings`).
+Every model is then also scored on the check halves (`check_scores`, two more columns): a choice between trained
+models, such as the extension recipe's phases, is made on those, not on the scored halves.
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
 extension, and with `--train` each trained) and writes it with the ledgers' summaries to
@@ -166,12 +168,18 @@ def main(argv=None) -> int:
     distillation = getattr(read_model_record(output), "distillation", None)
     pruned_tokenizer = load_tokenizer(pruned_folder)
 
-    rows = {}
+    rows, check_rows = {}, {}
+
+    def score(name: str, reader, tokenizer, both: bool = False) -> None:
+        rows[name] = {text: causal_lm_score(reader, tokenizer, lines).as_dict() for text, lines in scored.items()}
+        if both:  # the check half too: what a choice between trained models is made on
+            check_rows[name] = {text: causal_lm_score(reader, tokenizer, lines).as_dict()
+                                for text, lines in check.items()}
+
     for name, path, tokenizer in (("source model", model_folder, source),
                                      (f"extended by {args.extend:,}", output, extended_tokenizer),
                                      (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)):
-        reader = load_model(path)
-        rows[name] = {text: causal_lm_score(reader, tokenizer, lines).as_dict() for text, lines in scored.items()}
+        score(name, load_model(path), tokenizer, both=bool(args.train))
     if args.train:
         english_train = None if language == "en" else splits / "en.train.txt"
         for name, path, tokenizer in ((f"extended by {args.extend:,}", output, extended_tokenizer),
@@ -179,23 +187,28 @@ def main(argv=None) -> int:
             reader = load_model(trained_model(path, path.parent, train, english_train, args.train, args.source_share,
                                               preset=args.train_preset))
             trained = f"{name}, {args.train} updates" + (" of every row" if args.train_preset == "embeddings" else "")
-            rows[trained] = {text: causal_lm_score(reader, tokenizer, lines).as_dict() for text, lines in scored.items()}
+            score(trained, reader, tokenizer, both=True)
         # the control: the source model's every row trained as long on the same mix (`embeddings`), no row moved
         # onto the target text's frequency line (the extension recipe moves only new rows)
         reader = load_model(trained_model(model_folder, workdir, train, english_train, args.train, args.source_share,
                                           preset="embeddings"))
-        rows[f"source model, {args.train} updates of every row"] = {
-            text: causal_lm_score(reader, source, lines).as_dict() for text, lines in scored.items()}
+        score(f"source model, {args.train} updates of every row", reader, source, both=True)
 
-    table = ["| model | bits per byte | tokens per byte | English bits per byte |", "|---|---|---|---|"]
+    table = ["| model | bits per byte | tokens per byte | English bits per byte |"
+             + (" check half | check half, English |" if check_rows else ""),
+             "|---|---|---|---|" + ("---|---|" if check_rows else "")]
     for name, scores in rows.items():
+        checked = check_rows.get(name)
         table.append(f"| {name} | {scores['target']['bits_per_byte']:.4f} | "
-                     f"{scores['target']['tokens_per_byte']:.4f} | {scores['English']['bits_per_byte']:.4f} |")
+                     f"{scores['target']['tokens_per_byte']:.4f} | {scores['English']['bits_per_byte']:.4f} |"
+                     + (f" {checked['target']['bits_per_byte']:.4f} | {checked['English']['bits_per_byte']:.4f} |"
+                        if checked else (" | |" if check_rows else "")))
     summary = {
         "command": "python benchmarks/bench_prune.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "pruning": report.as_dict(),
         "distillation": distillation.as_dict() if distillation is not None else None,
         "scores": rows,
+        "check_scores": check_rows or None,
         "training": {"updates": args.train, "preset": args.train_preset, "control_preset": "embeddings",
                      "source_share": args.source_share, "batch_size": 2, "sequence_length": 128} if args.train else None,
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
