@@ -245,3 +245,58 @@ def test_bad_count_fit_settings_are_refused_with_what_to_give():
         CalibrationConfig(count_fit_rounds=0)
     with pytest.raises(ConfigError, match="pseudo-count above 0"):
         CalibrationConfig(count_fit_smoothing=0.0)
+
+
+def test_given_the_source_positions_the_direction_varies_least_over_them():
+    """`count_fit_direction` with the source-language positions' head inputs: the same two constraints, and over
+    those positions it varies less than the least-norm direction does."""
+    import torch
+
+    from langswap.transfer.calibrate import count_fit_direction
+
+    generator = torch.Generator().manual_seed(1)
+    states = torch.randn(400, 16, generator=generator) * torch.linspace(0.1, 3.0, 16) + 0.5
+    target = torch.randn(16, generator=generator)
+    source = states.mean(0)
+    least = count_fit_direction(target, source, states)
+    assert float(least @ target) == pytest.approx(1.0, abs=1e-4) and float(least @ source) == pytest.approx(0.0, abs=1e-4)
+    plain = count_fit_direction(target, source)
+    assert float((states @ least).std()) < float((states @ plain).std())
+
+
+def test_an_extension_with_source_text_also_tries_the_fit_over_the_source_rows(pair):
+    """`source_rows`: the fit is also made over the new and the source rows together; the report gives each such
+    fit's check losses; what is kept is the admissible fit (the source-language check loss risen by at most
+    SOURCE_ROWS_RISE) that reads both texts best, and where it is not the one over the source rows, those rows stay
+    bitwise as they were."""
+    import torch
+
+    from langswap.models import load_model, load_tokenizer
+    from langswap.transfer.calibrate import SOURCE_ROWS_RISE, CalibrationConfig, count_fit, untie_head
+
+    tokenizer = load_tokenizer(pair["extended"])
+    size = len(tokenizer)
+    kept = pair["kept"]
+    config = CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60)
+    model = load_model(pair["source"])
+    model.resize_token_embeddings(size)
+    untie_head(model)
+    start = model.get_output_embeddings().weight.detach().clone()
+    new = np.arange(size) >= kept
+    report = count_fit(model, tokenizer, pair["target_lines"][:260], pair["source_lines"][:200], config, new,
+                       target_loss=1e6, source_rows=~new)
+    assert set(report.with_source_rows) == set(report.smoothings) == {"0.5", "5"}
+    before = report.losses["before"]
+    fits = {("new", k): v for k, v in report.smoothings.items()} | {("all", k): v for k, v in
+                                                                    report.with_source_rows.items()}
+    admissible = {key: v for key, v in fits.items()
+                  if key[0] == "new" or v.source <= before.source * (1 + SOURCE_ROWS_RISE)}
+    rows, k = min(admissible, key=lambda key: admissible[key].target / before.target
+                  + admissible[key].source / before.source)
+    assert report.losses["after"] == fits[rows, k] and f"{report.smoothing:g}" == k
+    weight = model.get_output_embeddings().weight.detach()
+    if rows == "all":
+        assert report.source_rows == kept and report.rows == size and "source model's own" in report.summary()
+    else:
+        assert report.source_rows == 0 and torch.equal(weight[:kept], start[:kept])
+        assert "was not chosen" in report.summary()

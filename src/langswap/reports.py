@@ -272,6 +272,9 @@ class CountFitReport(Report):
     smoothing: float | None = None  # the pseudo-count fitted with (chosen among `smoothings` where they are given)
     smoothings: dict[str, TextPair] | None = field(default=None, metadata=nested(TextPair, mapping=True))  # check
     # losses after the fit with each pseudo-count tried
+    with_source_rows: dict[str, TextPair] | None = field(default=None, metadata=nested(TextPair, mapping=True))  # the
+    # same for the fits over the source rows too (count_fit_source_rows)
+    source_rows: int | None = None  # source rows the kept fit moved (0: the fit over them was not chosen)
     surplus: float | None = None  # the moved rows' expected count less their count, per position, before the move
     surplus_by_round: list | None = None  # the same before each round
     shift: Spread | None = field(default=None, metadata=nested(Spread))  # |logit added| over the moved rows
@@ -299,6 +302,11 @@ class CountFitReport(Report):
                     f"expected; fitting them{tried} did not read the check lines better ({check}), put back")
         chosen = (f", pseudo-count {self.smoothing:g} (chosen among {', '.join(self.smoothings)} on the check lines)"
                   if self.smoothings and self.smoothing is not None else "")
+        if self.source_rows:
+            chosen += (f"; {count(self.source_rows)} of the rows are the source model's own, fitted with the new ones "
+                       "as the check lines chose")
+        elif self.with_source_rows:
+            chosen += "; the fit over the source model's own rows too was not chosen"
         return (f"{count(self.rows)} rows moved so that their expected count on {count(self.lines or 0)} counted lines "
                 f"meets their count (they were {value(self.surplus)} a position too many before; median shift "
                 f"{value((self.shift or Spread()).median)} logits, along the {self.direction}{chosen}); {check}")

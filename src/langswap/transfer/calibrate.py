@@ -70,6 +70,7 @@ logger = logging.getLogger(__name__)
 
 COUNT_FIT_LINES = 1000  # counted lines read for the expected counts
 COUNT_FIT_SMOOTHINGS = (0.5, 5.0)  # the pseudo-counts the expected-count fit chooses among on the check lines
+SOURCE_ROWS_RISE = 0.005  # the most the source-language check loss may rise where the fit moves the source rows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +146,13 @@ class CalibrationConfig:
                 "with each of " + ", ".join(f"{k:g}" for k in COUNT_FIT_SMOOTHINGS) + " from the same start and the "
                 "one whose check lines read best chosen (then kept only where it reads them better than no fit); "
                 "where rows have few counted positions the larger one tends to win."})
+    count_fit_source_rows: str = field(default="auto", metadata={
+        "help": "auto: in an extension with source_text, the fit is also made over the source model's own rows (every "
+                "non-special row), along the direction of the head's input that adds 1 at the target text's mean "
+                "head input, 0 at the source-language text's and varies least over the source-language positions; "
+                "chosen where its check lines read best and the source-language check loss rises by at most "
+                f"{SOURCE_ROWS_RISE:.1%} (so a source row's level on the target language follows the pieces the new "
+                "tokens took from it); off: only the rows calibration moved.", "choices": ("auto", "off")})
     count_fit_rounds: int = field(default=2, metadata={
         "help": "Count, move, and count again this many times (each round after the first a pass of the model over "
                 "the lines for each pseudo-count tried)."})
@@ -152,6 +160,9 @@ class CalibrationConfig:
     def __post_init__(self):
         if self.count_fit not in ("auto", "on", "off"):
             raise ConfigError(f"calibration.count_fit is {self.count_fit!r}; choose auto, on or off.")
+        if self.count_fit_source_rows not in ("auto", "off"):
+            raise ConfigError(f"calibration.count_fit_source_rows is {self.count_fit_source_rows!r}; choose auto or "
+                              "off.")
         smoothing = self.count_fit_smoothing
         if self.count_fit_lines < 1 or self.count_fit_rounds < 1 or not (
                 smoothing is None or (smoothing > 0 and math.isfinite(smoothing))):
@@ -411,19 +422,30 @@ def spread_lines(lines: list[str], count: int) -> list[str]:
     return lines[::max(1, len(lines) // count)][:count] if count < len(lines) else list(lines)
 
 
-def count_fit_direction(mean_target: torch.Tensor, mean_source: torch.Tensor | None = None) -> torch.Tensor:
+def count_fit_direction(mean_target: torch.Tensor, mean_source: torch.Tensor | None = None,
+                        source_states: torch.Tensor | None = None) -> torch.Tensor:
     """(d,) the direction the expected-count fit moves rows along: v . mean_target = 1 and, given the source-language
-    text's mean head input, v . mean_source = 0, of the least norm (in the span of the two means)."""
+    text's mean head input, v . mean_source = 0, of the least norm (in the span of the two means); given the
+    source-language positions' head inputs ((positions, d)) too, of the least variance over them instead (v' S v, S
+    their covariance with its diagonal raised by `SHRINKAGE` of its mean variance), so that a row moved along it
+    keeps its logit at each source-language position, not only on average."""
     if mean_source is None:
         return mean_target / mean_target.dot(mean_target).clamp_min(1e-12)
     means = torch.stack([mean_target, mean_source]).double()
-    weights = torch.linalg.solve(means @ means.T, torch.tensor([1.0, 0.0], dtype=torch.float64))
-    return (weights @ means).float()
+    if source_states is None:
+        weights = torch.linalg.solve(means @ means.T, torch.tensor([1.0, 0.0], dtype=torch.float64))
+        return (weights @ means).float()
+    centred = (source_states - source_states.mean(0)).double()
+    covariance = centred.T @ centred / max(len(centred), 1)
+    covariance += SHRINKAGE * covariance.diagonal().mean().clamp_min(1e-12) * torch.eye(
+        len(covariance), dtype=torch.float64)
+    solved = torch.linalg.solve(covariance, means.T)  # S^-1 M', (d, 2)
+    return (solved @ torch.linalg.solve(means @ solved, torch.tensor([1.0, 0.0], dtype=torch.float64))).float()
 
 
 def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str], config: CalibrationConfig,
               moved: np.ndarray, progress: bool = False, target_loss: float | None = None,
-              move: CalibrationMove | None = None) -> CountFitReport:
+              move: CalibrationMove | None = None, source_rows: np.ndarray | None = None) -> CountFitReport:
     """Move the output rows `moved` so that each one's expected count on `count_fit_lines` counted lines of
     `target_lines`, spread evenly over them (`spread_lines`), meets its count there (`CalibrationConfig.count_fit`):
     a logit of log((n + k) / (E + k)) each, along the direction v of the head's input with v . m_target = 1 and,
@@ -435,7 +457,10 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     otherwise put back (a head this step untied tied again).
     `target_loss`: the target check loss as the model is (measured here where None). `move`: calibration's move,
     which gets this one as a round of its own where it is kept (so `langswap train` can take it off as it takes
-    calibration's)."""
+    calibration's). `source_rows`: an extension's source rows that may move as well (`count_fit_source_rows`): with
+    source-language lines, the fit is also made over `moved` and them together, along `count_fit_direction` of
+    least variance over the source-language positions, with each pseudo-count; such a fit is chosen only where the
+    source-language check loss rises by at most `SOURCE_ROWS_RISE`."""
     if not calibratable(model):
         raise ConfigError("calibration.count_fit is for causal LMs; set it to off for this model.")
     untied, skipped = head_as_configured(model, config)
@@ -459,7 +484,15 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     weight = head.weight
     size = weight.shape[0]
     moved = padded_mask(moved, size)
-    candidates = (config.count_fit_smoothing,) if config.count_fit_smoothing is not None else COUNT_FIT_SMOOTHINGS
+    smoothings = (config.count_fit_smoothing,) if config.count_fit_smoothing is not None else COUNT_FIT_SMOOTHINGS
+    # (rows, pseudo-count, the rows moved, the direction): the rows calibration moved, then with the source rows
+    candidates = [("new", k, moved, direction) for k in smoothings]
+    if source_rows is not None and source_check and mean_source is not None and padded_mask(source_rows, size).any():
+        states = head_input_states(model, tokenizer, source_fit[:config.hidden_lines], config.max_length, progress)
+        least_varying = count_fit_direction(mean_target, states.mean(0), states)
+        every = moved | padded_mask(source_rows, size)
+        candidates += [("all", k, every, least_varying) for k in smoothings]
+        del states
     checks = (("target", target_check), ("source", source_check)) if source_check else (("target", target_check),)
 
     def losses(known: dict[str, float]) -> dict[str, float]:
@@ -473,32 +506,39 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     def relative(after: dict[str, float]) -> float:
         return sum(after[which] / before[which] for which in after)
 
-    tried = {}  # pseudo-count -> the check losses after its fit
-    best = None  # (relative loss, pseudo-count, the logits added, surplus before each round, its rows unless last)
-    for index, k in enumerate(candidates):  # each from the same start; the first round's counts are the same for all
+    tried = {}  # (rows, pseudo-count) -> the check losses after its fit
+    best = None  # (relative loss, candidate, the logits added, surplus before each round, its rows unless last)
+    for index, candidate in enumerate(candidates):  # each from the same start; the first round's counts are shared
+        rows, k, rows_moved, along_ = candidate
         with torch.no_grad():
             weight.copy_(saved)
-        shift, surpluses = _fit_rounds(model, tokenizer, counted, config, direction, moved, counts, expected, k,
+        shift, surpluses = _fit_rounds(model, tokenizer, counted, config, along_, rows_moved, counts, expected, k,
                                        progress)
-        tried[k] = losses({})
-        logger.info("expected-count fit with pseudo-count %g: check-line loss %s", k, ", ".join(
-            f"{w} {before[w]:.4f} -> {tried[k][w]:.4f}" for w in tried[k]))
-        if best is None or relative(tried[k]) < best[0]:
+        tried[rows, k] = losses({})
+        logger.info("expected-count fit over the %s rows with pseudo-count %g: check-line loss %s", rows, k,
+                    ", ".join(f"{w} {before[w]:.4f} -> {tried[rows, k][w]:.4f}" for w in tried[rows, k]))
+        admissible = rows == "new" or tried[rows, k]["source"] <= before["source"] * (1 + SOURCE_ROWS_RISE)
+        if admissible and (best is None or relative(tried[rows, k]) < best[0]):
             last = index == len(candidates) - 1  # the rows are the weights as they are
-            best = (relative(tried[k]), k, shift, surpluses, None if last else weight.detach().clone())
-    _, k, shift, surpluses, fitted = best
-    after = tried[k]
+            best = (relative(tried[rows, k]), candidate, shift, surpluses, None if last else weight.detach().clone())
+    _, (rows, k, moved, chosen_direction), shift, surpluses, fitted = best
+    after = tried[rows, k]
     if fitted is not None:
         with torch.no_grad():
             weight.copy_(fitted)
     del fitted, best
+    if rows == "all":
+        direction = chosen_direction
+        along += ", of the least variance over the source-language positions"
     surplus = surpluses[0]
     kept = relative(after) < len(after)
     magnitude = np.abs(shift[moved])
+    fits = {name: {f"{k_:g}": TextPair(**{w: round(v, 4) for w, v in losses_.items()})
+                   for (rows_, k_), losses_ in tried.items() if rows_ == name} for name in ("new", "all")}
     report = CountFitReport(
         rows=int(moved.sum()), lines=len(counted), positions=positions, smoothing=k,
-        smoothings={f"{candidate:g}": TextPair(**{w: round(v, 4) for w, v in losses_.items()})
-                    for candidate, losses_ in tried.items()} if len(tried) > 1 else None,
+        smoothings=fits["new"] if len(tried) > 1 else None, with_source_rows=fits["all"] or None,
+        source_rows=int((moved & ~padded_mask(candidates[0][2], size)).sum()),
         surplus=surplus, surplus_by_round=surpluses, direction=along, kept=kept,
         shift=Spread(median=round(float(np.median(magnitude)), 4), p90=round(float(np.quantile(magnitude, 0.9)), 4),
                      max=round(float(magnitude.max()), 4)) if len(magnitude) else None,

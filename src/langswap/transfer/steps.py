@@ -419,9 +419,13 @@ def count_fit_step(context: FinishContext, model, result: MethodResult, earlier:
     moved = movable_rows(result.mapping, context.target.kept, copied=rows == "all")
     losses = [report.held_out_loss for report in earlier.values() if getattr(report, "held_out_loss", None)
               is not None]
+    kept = context.target.kept
+    source_rows = None
+    if config.count_fit_source_rows == "auto" and kept and context.text.source_lines:
+        source_rows = movable_rows(result.mapping, 0, copied=True) & (np.arange(len(result.mapping.kinds)) < kept)
     return count_fit(model, context.target.tokenizer, context.text.lines, context.text.source_lines, config, moved,
                      context.progress, target_loss=losses[-1] if losses else None,
-                     move=calibration.move if calibration is not None else None)
+                     move=calibration.move if calibration is not None else None, source_rows=source_rows)
 
 
 def fits_counts(context: FinishContext) -> bool:
