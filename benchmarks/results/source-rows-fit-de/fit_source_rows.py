@@ -1,17 +1,17 @@
 """The expected-count fit over an extension's source rows too, on a transfer that fitted only its new rows: every
 non-special row (or `new`: the new rows alone) fitted again by its expected count on the counted German lines, along a
-direction v with v . m_target = 1 and v . m_English = 0 chosen in one of three metrics: `identity` (least norm, the
-transfer's direction for the new rows), `within` (least v' S v, S the shrunk within-class covariance of German and
-English head inputs) or `source` (S of the English head inputs alone: least variance over English positions).
-Prints each direction's projection over both texts' positions, the check losses before and after, and bits per byte
-on the bench's halves (bench_prune.py's development lines).
+direction v with v . m_target = 1 and v . m_English = 0 chosen in one of three ways: `count-fit` (`count_fit` itself,
+with its least-norm direction and the transfer's pseudo-count; prints its report), `within` (least v' S v, S the
+shrunk within-class covariance of German and English head inputs) or `source` (S of the English head inputs alone:
+least variance over English positions; prints each direction's projection over both texts' positions and the check
+losses before and after). Then bits per byte on the bench's halves (bench_prune.py's development lines).
 
-    python fit_source_rows.py TRANSFER BENCH_FOLDER all 0.5 identity|within|source
+    python fit_source_rows.py TRANSFER BENCH_FOLDER all 0.5 count-fit|within|source
 """
 import sys, json, numpy as np, torch
 from pathlib import Path
 from langswap.models import load_model, load_tokenizer
-from langswap.transfer.calibrate import (CalibrationConfig, expected_counts, head_input_states, spread_lines,
+from langswap.transfer.calibrate import (CalibrationConfig, count_fit, expected_counts, head_input_states, spread_lines,
                                          split_check_lines, _fit_rounds, mean_token_loss, count_fit_direction, SHRINKAGE)
 from langswap.evaluation.language_modeling import causal_lm_score
 torch.set_num_threads(2)
@@ -31,31 +31,33 @@ special = set(tok.all_special_ids)
 moved = np.array([i not in special for i in range(size)])
 if rows == "new":
     moved[:first] = False
-t_fit, t_check = split_check_lines(target, config)
-s_fit, s_check = split_check_lines(source, config)
-counted = spread_lines(t_fit, config.count_fit_lines)
-expected, counts, mean_t, positions = expected_counts(model, tok, counted, config.max_length)
-st = head_input_states(model, tok, t_fit[:200], config.max_length)
-ss = head_input_states(model, tok, s_fit[:200], config.max_length)
-m_s = ss.mean(0)
-means = (st.mean(0), m_s)
-centred = (torch.cat([st - means[0], ss - means[1]]) if metric == 'within' else ss - means[1]).double()
-cov = centred.T @ centred / len(centred)
-cov += SHRINKAGE * cov.diagonal().mean() * torch.eye(len(cov), dtype=torch.float64)
-M = torch.stack([mean_t.double(), m_s.double()])
-Si_Mt = torch.linalg.solve(cov, M.T)
-v = (Si_Mt @ torch.linalg.solve(M @ Si_Mt, torch.tensor([1.0, 0.0], dtype=torch.float64))).float()
-v0 = count_fit_direction(mean_t, m_s)
-if metric == "identity":
-    v = v0
-for name, d in (("identity", v0), ("covariance", v)):
-    print(name, "target proj mean/std", round(float((st @ d).mean()), 3), round(float((st @ d).std()), 3),
-          "source proj mean/std", round(float((ss @ d).mean()), 3), round(float((ss @ d).std()), 3), flush=True)
-checks = {"target": t_check, "English": s_check}
-before = {w: mean_token_loss(model, tok, l, config.max_length) for w, l in checks.items()}
-shift, surpluses = _fit_rounds(model, tok, counted, config, v, moved, counts, expected, k, False)
-after = {w: mean_token_loss(model, tok, l, config.max_length) for w, l in checks.items()}
-print("check before", before, "after", after, "surpluses", surpluses, flush=True)
+if metric == "count-fit":
+    print("moving", moved.sum(), "rows", flush=True)
+    print(json.dumps(count_fit(model, tok, target, source, config, moved).as_dict(), default=str)[:1500], flush=True)
+else:
+    t_fit, t_check = split_check_lines(target, config)
+    s_fit, s_check = split_check_lines(source, config)
+    counted = spread_lines(t_fit, config.count_fit_lines)
+    expected, counts, mean_t, positions = expected_counts(model, tok, counted, config.max_length)
+    st = head_input_states(model, tok, t_fit[:200], config.max_length)
+    ss = head_input_states(model, tok, s_fit[:200], config.max_length)
+    m_s = ss.mean(0)
+    means = (st.mean(0), m_s)
+    centred = (torch.cat([st - means[0], ss - means[1]]) if metric == 'within' else ss - means[1]).double()
+    cov = centred.T @ centred / len(centred)
+    cov += SHRINKAGE * cov.diagonal().mean() * torch.eye(len(cov), dtype=torch.float64)
+    M = torch.stack([mean_t.double(), m_s.double()])
+    Si_Mt = torch.linalg.solve(cov, M.T)
+    v = (Si_Mt @ torch.linalg.solve(M @ Si_Mt, torch.tensor([1.0, 0.0], dtype=torch.float64))).float()
+    v0 = count_fit_direction(mean_t, m_s)
+    for name, d in (("identity", v0), ("covariance", v)):
+        print(name, "target proj mean/std", round(float((st @ d).mean()), 3), round(float((st @ d).std()), 3),
+              "source proj mean/std", round(float((ss @ d).mean()), 3), round(float((ss @ d).std()), 3), flush=True)
+    checks = {"target": t_check, "English": s_check}
+    before = {w: mean_token_loss(model, tok, l, config.max_length) for w, l in checks.items()}
+    shift, surpluses = _fit_rounds(model, tok, counted, config, v, moved, counts, expected, k, False)
+    after = {w: mean_token_loss(model, tok, l, config.max_length) for w, l in checks.items()}
+    print("check before", before, "after", after, "surpluses", surpluses, flush=True)
 english = Path("/work/shared/data/splits/en.test.txt").read_text().splitlines()[300:600]
 dev = (work / "dev.txt").read_text().splitlines()
 half = len(dev) // 2
