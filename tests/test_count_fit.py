@@ -300,3 +300,42 @@ def test_an_extension_with_source_text_also_tries_the_fit_over_the_source_rows(p
     else:
         assert report.source_rows == 0 and torch.equal(weight[:kept], start[:kept])
         assert "was not chosen" in report.summary()
+
+
+def test_with_the_bound_lifted_a_fit_over_the_source_rows_can_be_chosen_and_is_put_back_unless_it_pays(pair,
+                                                                                                   monkeypatch):
+    """With the bound on the source-language check loss lifted, the fits over the source rows are admissible and
+    the one that reads the check lines best is chosen (here the fit over every row), reported with its rows and
+    direction; like any fit it stays only where the two texts' check losses summed relative to before went down, and
+    put back it leaves every row as it was."""
+    import torch
+
+    import langswap.transfer.calibrate as calibrate_module
+    from langswap.models import load_model, load_tokenizer
+    from langswap.transfer.calibrate import CalibrationConfig, count_fit, untie_head
+
+    monkeypatch.setattr(calibrate_module, "SOURCE_ROWS_RISE", 10.0)
+    tokenizer = load_tokenizer(pair["extended"])
+    size, kept = len(tokenizer), pair["kept"]
+    model = load_model(pair["source"])
+    model.resize_token_embeddings(size)
+    untie_head(model)
+    start = model.get_output_embeddings().weight.detach().clone()
+    new = np.arange(size) >= kept
+    report = count_fit(model, tokenizer, pair["target_lines"][:260], pair["source_lines"][:200],
+                       CalibrationConfig(strength=1.0, check_lines=30, count_fit_lines=120, hidden_lines=60), new,
+                       source_rows=~new)
+    before = report.losses["before"]
+
+    def relative(loss):
+        return loss.target / before.target + loss.source / before.source
+
+    fits = {("new", k): relative(v) for k, v in report.smoothings.items()}
+    fits |= {("all", k): relative(v) for k, v in report.with_source_rows.items()}
+    rows, k = min(fits, key=fits.get)
+    assert rows == "all" and f"{report.smoothing:g}" == k  # this tiny model's best fit moves the source rows
+    assert report.source_rows == kept and report.rows == size
+    assert "least variance over the source-language positions" in report.direction
+    assert report.kept == (fits[rows, k] < 2)
+    if not report.kept:
+        assert torch.equal(model.get_output_embeddings().weight, start) and "put back" in report.summary()

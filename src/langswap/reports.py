@@ -274,7 +274,7 @@ class CountFitReport(Report):
     # losses after the fit with each pseudo-count tried
     with_source_rows: dict[str, TextPair] | None = field(default=None, metadata=nested(TextPair, mapping=True))  # the
     # same for the fits over the source rows too (count_fit_source_rows)
-    source_rows: int | None = None  # source rows the kept fit moved (0: the fit over them was not chosen)
+    source_rows: int | None = None  # source rows the chosen fit moves (0: the fit over them was not chosen)
     surplus: float | None = None  # the moved rows' expected count less their count, per position, before the move
     surplus_by_round: list | None = None  # the same before each round
     shift: Spread | None = field(default=None, metadata=nested(Spread))  # |logit added| over the moved rows
