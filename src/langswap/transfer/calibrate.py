@@ -435,11 +435,7 @@ def count_fit_direction(mean_target: torch.Tensor, mean_source: torch.Tensor | N
     if source_states is None:
         weights = torch.linalg.solve(means @ means.T, torch.tensor([1.0, 0.0], dtype=torch.float64))
         return (weights @ means).float()
-    centred = (source_states - source_states.mean(0)).double()
-    covariance = centred.T @ centred / max(len(centred), 1)
-    covariance += SHRINKAGE * covariance.diagonal().mean().clamp_min(1e-12) * torch.eye(
-        len(covariance), dtype=torch.float64)
-    solved = torch.linalg.solve(covariance, means.T)  # S^-1 M', (d, 2)
+    solved = torch.linalg.solve(shrunk_covariance(source_states - source_states.mean(0)), means.T)  # S^-1 M', (d, 2)
     return (solved @ torch.linalg.solve(means @ solved, torch.tensor([1.0, 0.0], dtype=torch.float64))).float()
 
 
@@ -486,11 +482,12 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     moved = padded_mask(moved, size)
     smoothings = (config.count_fit_smoothing,) if config.count_fit_smoothing is not None else COUNT_FIT_SMOOTHINGS
     # (rows, pseudo-count, the rows moved, the direction): the rows calibration moved, then with the source rows
-    candidates = [("new", k, moved, direction) for k in smoothings]
+    calibrated = moved
+    candidates = [("new", k, calibrated, direction) for k in smoothings]
     if source_rows is not None and source_check and mean_source is not None and padded_mask(source_rows, size).any():
         states = head_input_states(model, tokenizer, source_fit[:config.hidden_lines], config.max_length, progress)
         least_varying = count_fit_direction(mean_target, states.mean(0), states)
-        every = moved | padded_mask(source_rows, size)
+        every = calibrated | padded_mask(source_rows, size)
         candidates += [("all", k, every, least_varying) for k in smoothings]
         del states
     checks = (("target", target_check), ("source", source_check)) if source_check else (("target", target_check),)
@@ -538,7 +535,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     report = CountFitReport(
         rows=int(moved.sum()), lines=len(counted), positions=positions, smoothing=k,
         smoothings=fits["new"] if len(tried) > 1 else None, with_source_rows=fits["all"] or None,
-        source_rows=int((moved & ~padded_mask(candidates[0][2], size)).sum()),
+        source_rows=int((moved & ~calibrated).sum()),
         surplus=surplus, surplus_by_round=surpluses, direction=along, kept=kept,
         shift=Spread(median=round(float(np.median(magnitude)), 4), p90=round(float(np.quantile(magnitude, 0.9)), 4),
                      max=round(float(magnitude.max()), 4)) if len(magnitude) else None,
@@ -590,14 +587,20 @@ SEPARATIONS = (0.0, 0.5, 1.0, 2.0)  # amounts `separate` chooses among on the ch
 SHRINKAGE = 0.1  # of the covariance's mean variance, added to its diagonal
 
 
+def shrunk_covariance(centred: torch.Tensor) -> torch.Tensor:
+    """(d, d) float64 covariance of centred (positions, d) states, its diagonal raised by `SHRINKAGE` of its mean
+    variance (so that it can be solved against where positions are fewer than dimensions)."""
+    centred = centred.double()
+    covariance = centred.T @ centred / len(centred)
+    return covariance + SHRINKAGE * covariance.diagonal().mean() * torch.eye(len(covariance), dtype=torch.float64)
+
+
 def discriminant(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     """(d,) the shrunk linear discriminant between two sets of head inputs ((positions, d) each): the within-class
     covariance (its diagonal raised by `SHRINKAGE` of its mean variance) solved against the difference of the two
     means, scaled so that it parts the means by 2 (w . m_target - w . m_source = 2)."""
     means = target.mean(0), source.mean(0)
-    centred = torch.cat([target - means[0], source - means[1]]).double()
-    covariance = centred.T @ centred / len(centred)
-    covariance += SHRINKAGE * covariance.diagonal().mean() * torch.eye(len(covariance), dtype=torch.float64)
+    covariance = shrunk_covariance(torch.cat([target - means[0], source - means[1]]))
     gap = (means[0] - means[1]).double()
     direction = torch.linalg.solve(covariance, gap)
     spread = float(direction.dot(gap))
