@@ -480,16 +480,10 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     weight = head.weight
     size = weight.shape[0]
     moved = padded_mask(moved, size)
-    smoothings = (config.count_fit_smoothing,) if config.count_fit_smoothing is not None else COUNT_FIT_SMOOTHINGS
-    # (rows, pseudo-count, the rows moved, the direction): the rows calibration moved, then with the source rows
     calibrated = moved
-    candidates = [("new", k, calibrated, direction) for k in smoothings]
-    if source_rows is not None and source_check and mean_source is not None and padded_mask(source_rows, size).any():
-        states = head_input_states(model, tokenizer, source_fit[:config.hidden_lines], config.max_length, progress)
-        least_varying = count_fit_direction(mean_target, states.mean(0), states)
-        every = calibrated | padded_mask(source_rows, size)
-        candidates += [("all", k, every, least_varying) for k in smoothings]
-        del states
+    candidates = _count_fit_candidates(model, tokenizer, config, calibrated, direction, mean_target, source_fit,
+                                       padded_mask(source_rows, size) if source_rows is not None and source_check
+                                       and mean_source is not None else None, progress)
     checks = (("target", target_check), ("source", source_check)) if source_check else (("target", target_check),)
 
     def losses(known: dict[str, float]) -> dict[str, float]:
@@ -560,6 +554,21 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         logger.info("expected-count fit put back: check-line loss %s", ", ".join(
             f"{w} {before[w]:.4f} -> {after[w]:.4f}" for w in after))
     return report
+
+
+def _count_fit_candidates(model, tokenizer, config: CalibrationConfig, calibrated: np.ndarray, direction: torch.Tensor,
+                          mean_target: torch.Tensor, source_fit: list[str], source_rows: np.ndarray | None,
+                          progress: bool) -> list[tuple]:
+    """`count_fit`'s fits to try, each (rows, pseudo-count, the rows moved, the direction): the rows calibration moved
+    along `direction` with each pseudo-count, then, given `source_rows` with any set, those and the source rows along
+    the direction of least variance over the head inputs of the source-language lines `source_fit`."""
+    smoothings = (config.count_fit_smoothing,) if config.count_fit_smoothing is not None else COUNT_FIT_SMOOTHINGS
+    candidates = [("new", k, calibrated, direction) for k in smoothings]
+    if source_rows is not None and source_rows.any():
+        states = head_input_states(model, tokenizer, source_fit[:config.hidden_lines], config.max_length, progress)
+        least_varying = count_fit_direction(mean_target, states.mean(0), states)
+        candidates += [("all", k, calibrated | source_rows, least_varying) for k in smoothings]
+    return candidates
 
 
 def _fit_rounds(model, tokenizer, counted: list[str], config: CalibrationConfig, direction: torch.Tensor,
