@@ -206,16 +206,20 @@ def read_head_inputs(model, tokenizer, lines: list[str], max_length: int, take, 
 
 
 def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_tokens: int = 4096,
-                    progress: bool = False) -> torch.Tensor:
+                    progress: bool = False, keep_states: bool = False):
     """(d,) float32 mean of the hidden states the output head reads, over every position of `lines`
-    (`read_head_inputs`)."""
-    sums = []
+    (`read_head_inputs`); with `keep_states`, (that mean, the (positions, d) states themselves, on the CPU), read
+    once."""
+    sums, states = [], []
 
     def take(hidden):
         sums.append((hidden.sum(dim=0), hidden.shape[0]))
+        if keep_states:
+            states.append(hidden.cpu())
 
     read_head_inputs(model, tokenizer, lines, max_length, take, batch_tokens, progress)
-    return sum(total for total, _ in sums) / sum(count for _, count in sums)
+    mean = sum(total for total, _ in sums) / sum(count for _, count in sums)
+    return (mean, torch.cat(states)) if keep_states else mean
 
 
 def split_check_lines(lines: list[str], config: LineSettings) -> tuple[list[str], list[str]]:

@@ -471,19 +471,23 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         return CountFitReport(rows=0, skipped=why)
     counted = spread_lines(target_fit, config.count_fit_lines)
     expected, counts, mean_target, positions = expected_counts(model, tokenizer, counted, config.max_length, progress)
-    mean_source = mean_head_input(model, tokenizer, source_fit[:config.hidden_lines], config.max_length,
-                                  progress=progress) if source_fit else None
-    direction = count_fit_direction(mean_target, mean_source)
-    along = ("direction that adds 1 at the target text's mean head input and 0 at the source-language text's"
-             if mean_source is not None else "target text's mean head input")
     head = model.get_output_embeddings()
     weight = head.weight
     size = weight.shape[0]
+    source_rows = (padded_mask(source_rows, size) if source_rows is not None and source_check and source_fit
+                   and source_rows.any() else None)
+    mean_source, source_states = (mean_head_input(model, tokenizer, source_fit[:config.hidden_lines],
+                                                  config.max_length, progress=progress, keep_states=True)
+                                  if source_rows is not None else
+                                  (mean_head_input(model, tokenizer, source_fit[:config.hidden_lines],
+                                                   config.max_length, progress=progress) if source_fit else None,
+                                   None))
+    direction = count_fit_direction(mean_target, mean_source)
+    along = ("direction that adds 1 at the target text's mean head input and 0 at the source-language text's"
+             if mean_source is not None else "target text's mean head input")
     moved = padded_mask(moved, size)
     calibrated = moved
-    candidates = _count_fit_candidates(model, tokenizer, config, calibrated, direction, mean_target, source_fit,
-                                       padded_mask(source_rows, size) if source_rows is not None and source_check
-                                       and mean_source is not None else None, progress)
+    candidates = _count_fit_candidates(config, calibrated, direction, mean_target, source_rows, source_states)
     checks = (("target", target_check), ("source", source_check)) if source_check else (("target", target_check),)
 
     def losses(known: dict[str, float]) -> dict[str, float]:
@@ -556,17 +560,16 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     return report
 
 
-def _count_fit_candidates(model, tokenizer, config: CalibrationConfig, calibrated: np.ndarray, direction: torch.Tensor,
-                          mean_target: torch.Tensor, source_fit: list[str], source_rows: np.ndarray | None,
-                          progress: bool) -> list[tuple]:
+def _count_fit_candidates(config: CalibrationConfig, calibrated: np.ndarray, direction: torch.Tensor,
+                          mean_target: torch.Tensor, source_rows: np.ndarray | None,
+                          source_states: torch.Tensor | None) -> list[tuple]:
     """`count_fit`'s fits to try, each (rows, pseudo-count, the rows moved, the direction): the rows calibration moved
-    along `direction` with each pseudo-count, then, given `source_rows` with any set, those and the source rows along
-    the direction of least variance over the head inputs of the source-language lines `source_fit`."""
+    along `direction` with each pseudo-count, then, given `source_rows`, those and the source rows along the direction
+    of least variance over `source_states`, the head inputs at the source-language lines' positions."""
     smoothings = (config.count_fit_smoothing,) if config.count_fit_smoothing is not None else COUNT_FIT_SMOOTHINGS
     candidates = [("new", k, calibrated, direction) for k in smoothings]
-    if source_rows is not None and source_rows.any():
-        states = head_input_states(model, tokenizer, source_fit[:config.hidden_lines], config.max_length, progress)
-        least_varying = count_fit_direction(mean_target, states.mean(0), states)
+    if source_rows is not None:
+        least_varying = count_fit_direction(mean_target, source_states.mean(0), source_states)
         candidates += [("all", k, calibrated | source_rows, least_varying) for k in smoothings]
     return candidates
 
