@@ -24,8 +24,10 @@ Every model is then also scored on the check halves (`check_scores`, two more co
 models, such as the extension recipe's phases, is made on those, not on the scored halves.
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
-extension, and with `--train` each trained) and writes it with the ledgers' summaries to
-benchmarks/results/prune-LANG-N-METHOD[-separate][-nofit][-distillT-HEAD[-rateR][-coverage]]-ON/.
+extension where the pruning took any token out, and with `--train` each trained) and writes it with the ledgers'
+summaries to
+benchmarks/results/prune-LANG-N-METHOD[-separate][-nofit][-sourcerows-on|off][-distillT-HEAD[-rateR][-coverage]]
+-ON/.
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ def parse_args(argv=None):
     parser.add_argument("--count-fit", choices=("auto", "off"), default="auto",
                         help="calibration.count_fit: auto (the default: an extension's new rows fitted to their "
                              "counts) or off (variant suffix -nofit).")
+    parser.add_argument("--source-rows", choices=("auto", "on", "off"), default="auto",
+                        help="calibration.count_fit_source_rows: auto (the default: with --separate, the fit is also "
+                             "tried over the source rows), on (also without English text: an English "
+                             "self-extension; variant suffix -sourcerows-on) or off (suffix -sourcerows-off).")
     parser.add_argument("--train", type=int, default=0, metavar="UPDATES",
                         help="Also train the extension and the pruned extension for UPDATES updates of the extension "
                              "recipe (batch 2 x 128 on the training text, --source-share of every batch English), and "
@@ -132,13 +138,15 @@ def main(argv=None) -> int:
                                             keep_lines=keep).tokenizer, made)
     extended_tokenizer = load_tokenizer(folder)
     variant = (args.method + ("-separate" if args.separate else "") + ("-nofit" if args.count_fit == "off" else "")
+            + (f"-sourcerows-{args.source_rows}" if args.source_rows != "auto" else "")
             + (f"-distill{args.distill}-{args.distill_head}" if args.distill else "")
             + (f"-rate{args.distill_head_rate:g}" if args.distill_head_rate is not None else "")
             + ("-coverage" if args.distill_order == "coverage" else ""))
     output = workdir / f"transfer-{variant}"
     if not (output / "langswap.json").exists():
         config = {"source_model": str(model_folder), "target_tokenizer": str(folder), "method": args.method,
-                  "output": str(output), "calibration": {"text": str(train), "count_fit": args.count_fit}}
+                  "output": str(output), "calibration": {"text": str(train), "count_fit": args.count_fit,
+                                  "count_fit_source_rows": args.source_rows}}
         if args.separate:
             config["calibration"]["source_text"] = str(splits / "en.train.txt")
         if args.distill:  # as bench_extension.py's distilled rows
@@ -176,14 +184,14 @@ def main(argv=None) -> int:
             check_rows[name] = {text: causal_lm_score(reader, tokenizer, lines).as_dict()
                                 for text, lines in check.items()}
 
-    for name, path, tokenizer in (("source model", model_folder, source),
-                                     (f"extended by {args.extend:,}", output, extended_tokenizer),
-                                     (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)):
+    # a pruning that took nothing out wrote the extension itself again: it is neither scored nor trained twice
+    pruned_row = (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)
+    models = ((f"extended by {args.extend:,}", output, extended_tokenizer), *((pruned_row,) if report.dropped else ()))
+    for name, path, tokenizer in (("source model", model_folder, source), *models):
         score(name, load_model(path), tokenizer, both=bool(args.train))
     if args.train:
         english_train = None if language == "en" else splits / "en.train.txt"
-        for name, path, tokenizer in ((f"extended by {args.extend:,}", output, extended_tokenizer),
-                                      (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)):
+        for name, path, tokenizer in models:
             reader = load_model(trained_model(path, path.parent, train, english_train, args.train, args.source_share,
                                               preset=args.train_preset))
             trained = f"{name}, {args.train} updates" + (" of every row" if args.train_preset == "embeddings" else "")

@@ -339,3 +339,28 @@ def test_with_the_bound_lifted_a_fit_over_the_source_rows_can_be_chosen_and_is_p
     assert report.kept == (fits[rows, k] < 2)
     if not report.kept:
         assert torch.equal(model.get_output_embeddings().weight, start) and "put back" in report.summary()
+
+
+def test_on_a_self_extension_offers_the_source_rows_without_source_text_and_judges_on_the_target_alone(pair,
+                                                                                                        tmp_path):
+    """count_fit_source_rows: on, with no source-language text (a self-extension): the fits over every row are
+    tried along the target text's mean head input beside those over the new rows, and the one that reads the target
+    check lines best is kept (no source-language bound to meet); the record says which, and where it is the fit
+    over every row, the source rows moved."""
+    import torch
+
+    from langswap.models import load_model
+    from langswap.records import read_model_record
+
+    _transfer(pair, tmp_path / "on", count_fit_source_rows="on")
+    fit = read_model_record(tmp_path / "on").count_fit
+    assert set(fit.with_source_rows) == set(fit.smoothings) == {"0.5", "5"}
+    assert fit.losses["before"].source is None and "least variance" not in fit.direction
+    tried = {("new", k): v.target for k, v in fit.smoothings.items()}
+    tried |= {("all", k): v.target for k, v in fit.with_source_rows.items()}
+    rows, k = min(tried, key=tried.get)
+    assert f"{fit.smoothing:g}" == k and fit.losses["after"].target == tried[rows, k]
+    kept = pair["kept"]
+    moved = not torch.equal(load_model(tmp_path / "on").get_output_embeddings().weight[:kept],
+                            load_model(pair["source"]).get_output_embeddings().weight)
+    assert moved == (fit.kept and rows == "all") and fit.source_rows == (kept if rows == "all" else 0)

@@ -152,7 +152,10 @@ class CalibrationConfig:
                 "head input, 0 at the source-language text's and varies least over the source-language positions; "
                 "chosen where its check lines read best and the source-language check loss rises by at most "
                 f"{SOURCE_ROWS_RISE:.1%} (so a source row's level on the target language follows the pieces the new "
-                "tokens took from it); off: only the rows calibration moved.", "choices": ("auto", "off")})
+                "tokens took from it); on: as auto, and in an extension without source_text too, along the target "
+                "text's mean head input (a self-extension, whose target language is the one the source model "
+                "reads: there is no other language to keep); off: only the rows calibration moved.",
+        "choices": ("auto", "on", "off")})
     count_fit_rounds: int = field(default=2, metadata={
         "help": "Count, move, and count again this many times (each round after the first a pass of the model over "
                 "the lines for each pseudo-count tried)."})
@@ -160,9 +163,9 @@ class CalibrationConfig:
     def __post_init__(self):
         if self.count_fit not in ("auto", "on", "off"):
             raise ConfigError(f"calibration.count_fit is {self.count_fit!r}; choose auto, on or off.")
-        if self.count_fit_source_rows not in ("auto", "off"):
-            raise ConfigError(f"calibration.count_fit_source_rows is {self.count_fit_source_rows!r}; choose auto or "
-                              "off.")
+        if self.count_fit_source_rows not in ("auto", "on", "off"):
+            raise ConfigError(f"calibration.count_fit_source_rows is {self.count_fit_source_rows!r}; choose auto, on "
+                              "or off.")
         smoothing = self.count_fit_smoothing
         if self.count_fit_lines < 1 or self.count_fit_rounds < 1 or not (
                 smoothing is None or (smoothing > 0 and math.isfinite(smoothing))):
@@ -456,7 +459,9 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     calibration's). `source_rows`: an extension's source rows that may move as well (`count_fit_source_rows`): with
     source-language lines, the fit is also made over `moved` and them together, along `count_fit_direction` of
     least variance over the source-language positions, with each pseudo-count; such a fit is chosen only where the
-    source-language check loss rises by at most `SOURCE_ROWS_RISE`."""
+    source-language check loss rises by at most `SOURCE_ROWS_RISE`. Without source-language lines (a
+    self-extension) the fit over them all goes along the target text's mean head input, judged on the target check
+    lines alone."""
     if not calibratable(model):
         raise ConfigError("calibration.count_fit is for causal LMs; set it to off for this model.")
     untied, skipped = head_as_configured(model, config)
@@ -474,11 +479,11 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     head = model.get_output_embeddings()
     weight = head.weight
     size = weight.shape[0]
-    source_rows = (padded_mask(source_rows, size) if source_rows is not None and source_check and source_fit
-                   and source_rows.any() else None)
+    source_rows = (padded_mask(source_rows, size) if source_rows is not None and source_rows.any()
+                   and (bool(source_check and source_fit) or not source_lines) else None)
     mean_source, source_states = (mean_head_input(model, tokenizer, source_fit[:config.hidden_lines],
                                                   config.max_length, progress=progress, keep_states=True)
-                                  if source_rows is not None else
+                                  if source_rows is not None and source_fit else
                                   (mean_head_input(model, tokenizer, source_fit[:config.hidden_lines],
                                                    config.max_length, progress=progress) if source_fit else None,
                                    None))
@@ -512,7 +517,8 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         tried[rows, k] = losses({})
         logger.info("expected-count fit over the %s rows with pseudo-count %g: check-line loss %s", rows, k,
                     ", ".join(f"{w} {before[w]:.4f} -> {tried[rows, k][w]:.4f}" for w in tried[rows, k]))
-        admissible = rows == "new" or tried[rows, k]["source"] <= before["source"] * (1 + SOURCE_ROWS_RISE)
+        admissible = (rows == "new" or "source" not in before
+                      or tried[rows, k]["source"] <= before["source"] * (1 + SOURCE_ROWS_RISE))
         if admissible and (best is None or relative(tried[rows, k]) < best[0]):
             last = index == len(candidates) - 1  # the rows are the weights as they are
             best = (relative(tried[rows, k]), candidate, shift, surpluses, None if last else weight.detach().clone())
@@ -522,7 +528,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         with torch.no_grad():
             weight.copy_(fitted)
     del fitted, best
-    if rows == "all":
+    if rows == "all" and source_states is not None:
         direction = chosen_direction
         along += ", of the least variance over the source-language positions"
     surplus = surpluses[0]
@@ -565,11 +571,13 @@ def _count_fit_candidates(config: CalibrationConfig, calibrated: np.ndarray, dir
                           source_states: torch.Tensor | None) -> list[tuple]:
     """`count_fit`'s fits to try, each (rows, pseudo-count, the rows moved, the direction): the rows calibration moved
     along `direction` with each pseudo-count, then, given `source_rows`, those and the source rows along the direction
-    of least variance over `source_states`, the head inputs at the source-language lines' positions."""
+    of least variance over `source_states`, the head inputs at the source-language lines' positions (along
+    `direction` too where there are none: a self-extension)."""
     smoothings = (config.count_fit_smoothing,) if config.count_fit_smoothing is not None else COUNT_FIT_SMOOTHINGS
     candidates = [("new", k, calibrated, direction) for k in smoothings]
     if source_rows is not None:
-        least_varying = count_fit_direction(mean_target, source_states.mean(0), source_states)
+        least_varying = (count_fit_direction(mean_target, source_states.mean(0), source_states)
+                         if source_states is not None else direction)
         candidates += [("all", k, calibrated | source_rows, least_varying) for k in smoothings]
     return candidates
 

@@ -1,8 +1,11 @@
 """What each new token of an extended vocabulary saves and costs on a text: the ledger a pruning step reads.
 
 An extended model reads a line with the extended tokenizer. The same model with the new tokens' columns left out of
-its softmax reads it with the source tokenizer: for a transfer's output that is the source model exactly (an
-extension keeps the source rows bit for bit), after training it is the trained model without its new tokens. Chunk
+its softmax reads it with the source tokenizer: the model with the source rows as they are, which for a transfer's
+output is the source model exactly unless the expected-count fit moved source rows too
+(`calibration.count_fit_source_rows`), and after training is the trained model without its new tokens. Either way it
+is what the model would read with a token taken out, source rows kept (as `langswap prune` keeps them), so a token's
+share is its worth to this model, not to the source model; `bits_per_byte_change` is against that reading. Chunk
 by chunk (`langswap.chunks`: the same bytes on both sides), the difference between the two readings' summed losses
 is what the new tokens changed there:
 

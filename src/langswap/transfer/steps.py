@@ -421,7 +421,8 @@ def count_fit_step(context: FinishContext, model, result: MethodResult, earlier:
               is not None]
     kept = context.target.kept
     source_rows = None
-    if config.count_fit_source_rows == "auto" and kept and context.text.source_lines:
+    setting = config.count_fit_source_rows
+    if kept and (setting == "on" or (setting == "auto" and context.text.source_lines)):
         source_rows = movable_rows(result.mapping, 0, copied=True) & (np.arange(len(result.mapping.kinds)) < kept)
     return count_fit(model, context.target.tokenizer, context.text.lines, context.text.source_lines, config, moved,
                      context.progress, target_loss=losses[-1] if losses else None,
