@@ -556,6 +556,20 @@ def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind
     assert all(torch.equal(after_two[name], start[name]) for name in body)
 
 
+def test_a_new_rows_fraction_of_0_trains_every_row_from_the_first_update():
+    """recipe.new_rows_fraction: 0 plans one phase, `then` for every step; otherwise the new rows come first."""
+    from langswap.training.recipes.base import plan_phases
+    from langswap.training.run import TrainConfig
+
+    def planned(**options):
+        config = TrainConfig(model="m", train_text="t", output="o", preset="extension", steps=200, recipe=options)
+        return [(phase.name, phase.trainable, phase.steps) for phase in plan_phases(config, "causal")]
+
+    assert planned(new_rows_fraction=0) == [("1-embeddings", "embeddings", 200)]
+    assert planned(new_rows_fraction=0, then="full") == [("1-full", "full", 200)]
+    assert planned() == [("1-new-rows", "new-rows", 100), ("2-embeddings", "embeddings", 100)]
+
+
 def test_the_first_phase_decays_the_new_rows_as_adamw_does_and_no_other_row():
     """NewRowsAdamW against torch's AdamW with the same decay, on a matrix whose gradient reaches only the new rows
     (as the recipe's hook leaves it): the new rows as AdamW makes them, every other row bit for bit as it was."""

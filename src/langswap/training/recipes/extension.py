@@ -1,7 +1,7 @@
 """`extension`: training a model whose vocabulary was extended (`langswap tokenizer --extend`, then `langswap
 transfer`), new rows first.
 
-Phase 1 (`new_rows_fraction` of the steps) trains only the rows of the new tokens, in the input matrix, an untied
+Phase 1 (`new_rows_fraction` of the steps; none where it is 0) trains only the rows of the new tokens, in the input matrix, an untied
 head and its bias: a gradient hook zeroes every other row's gradient, and the phase's AdamW applies the run's
 decoupled weight decay to the new rows alone (`NewRowsAdamW`; decay on the whole matrix would shrink the source
 rows), so with zero gradients from the first update Adam's moments stay zero and the source rows, and the padding
@@ -41,7 +41,8 @@ NEW_ROWS = "new-rows"
 @dataclass(frozen=True, kw_only=True)
 class ExtensionOptions(SourceMixOptions):
     new_rows_fraction: float = field(default=0.5, metadata={
-        "help": "Share of the steps that train only the new tokens' rows (all of them with then: none)."})
+        "help": "Share of the steps that train only the new tokens' rows (all of them with then: none; 0: none, "
+                "every step trains `then`)."})
     then: str = field(default="embeddings", metadata={
         "help": "What the rest of the steps train: embeddings (every row), full (the whole model) or none.",
         "choices": ("embeddings", "full", "none")})
@@ -104,6 +105,8 @@ class Extension(Recipe):
         peak, steps = self.peak(objective), self.config.steps
         if self.options.then == "none":
             return [Phase(f"1-{NEW_ROWS}", NEW_ROWS, steps, peak, self.warmup(steps))]
+        if self.options.new_rows_fraction == 0:
+            return [Phase(f"1-{self.options.then}", self.options.then, steps, peak, self.warmup(steps))]
         first = max(1, round(steps * self.options.new_rows_fraction))
         if first >= steps:
             raise ConfigError(f"recipe.new_rows_fraction {self.options.new_rows_fraction} leaves no steps for phase 2 "
