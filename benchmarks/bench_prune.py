@@ -17,8 +17,9 @@ one across the check half's own two halves); `--swap-halves` judges on the score
     python benchmarks/bench_prune.py --language en --extend 10000 --distill 20000 --distill-head likelihood
     python benchmarks/bench_prune.py --language de --extend 10000 --separate --distill 20000 --train 200
 
-With `--train UPDATES`, the extension and the pruned extension are also trained with the extension recipe (new rows
-first, then every row; `--source-share` of every batch English training text) and scored on the same halves, beside
+With `--train UPDATES`, the extension and the pruned extension are also trained with the extension recipe (with
+`--source-share` of every batch English training text, every row from the first update, its default there;
+`--new-rows-fraction 0.5`: the new rows alone for the first half) and scored on the same halves, beside
 the control: the source model with every embedding row trained as many updates on the same mix (`embeddings`).
 Every model is then also scored on the check halves (`check_scores`, two more columns): a choice between trained
 models, such as the extension recipe's phases, is made on those, not on the scored halves.
@@ -79,6 +80,13 @@ def parse_args(argv=None):
                         help="With --train: the recipe the extension and the pruned extension train by (embeddings: "
                              "every row from the first update, as the control trains; results suffix "
                              "-train-embeddings).")
+    parser.add_argument("--new-rows-fraction", type=float, default=None,
+                        help="With --train and the extension recipe: recipe.new_rows_fraction (default: the recipe's "
+                             "own, 0 with English in the batches; 0.5 trains the new rows alone for the first half; "
+                             "suffix -newrowsF).")
+    parser.add_argument("--train-calibration", choices=("spare-rare", "keep"), default="spare-rare",
+                        help="With --train: train.calibration for the extension's runs (the control has no move to "
+                             "take off); keep: suffix -trainkeep.")
     parser.add_argument("--source-share", type=float, default=0.5,
                         help="With --train: the share of every batch that is English training text "
                              "(recipe.source_share; 0: none).")
@@ -98,6 +106,11 @@ def parse_args(argv=None):
         parser.error("--distill-head-rate is the rate of a head that learns; give --distill-head lm or likelihood.")
     if args.train_preset != "extension" and not args.train:
         parser.error("--train-preset is the recipe of the --train updates; give --train UPDATES too.")
+    if args.new_rows_fraction is not None and (not args.train or args.train_preset != "extension"):
+        parser.error("--new-rows-fraction is the extension recipe's; give --train UPDATES with --train-preset "
+                     "extension.")
+    if args.train_calibration != "spare-rare" and not args.train:
+        parser.error("--train-calibration sets how the --train updates start; give --train UPDATES too.")
     if args.source_share != 0.5 and not args.train:
         parser.error("--source-share is the English share of the --train updates; give --train UPDATES too.")
     if not 0 <= args.source_share < 1:
@@ -193,7 +206,8 @@ def main(argv=None) -> int:
         english_train = None if language == "en" else splits / "en.train.txt"
         for name, path, tokenizer in models:
             reader = load_model(trained_model(path, path.parent, train, english_train, args.train, args.source_share,
-                                              preset=args.train_preset))
+                                              preset=args.train_preset, new_rows=args.new_rows_fraction,
+                                              calibration=args.train_calibration))
             trained = f"{name}, {args.train} updates" + (" of every row" if args.train_preset == "embeddings" else "")
             score(trained, reader, tokenizer, both=True)
         # the control: the source model's every row trained as long on the same mix (`embeddings`), no row moved
@@ -218,12 +232,16 @@ def main(argv=None) -> int:
         "scores": rows,
         "check_scores": check_rows or None,
         "training": {"updates": args.train, "preset": args.train_preset, "control_preset": "embeddings",
+                     "new_rows_fraction": args.new_rows_fraction, "calibration": args.train_calibration,
                      "source_share": args.source_share, "batch_size": 2, "sequence_length": 128} if args.train else None,
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
                                   "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
     }
     results = REPO / "benchmarks" / "results" / (f"prune-{language}-{args.extend}-{variant}-{args.on}{suffix}"
-                                                  + ("-train-embeddings" if args.train_preset == "embeddings" else ""))
+                                                  + ("-train-embeddings" if args.train_preset == "embeddings" else "")
+                                                  + (f"-newrows{args.new_rows_fraction:g}"
+                                                     if args.new_rows_fraction is not None else "")
+                                                  + ("-trainkeep" if args.train_calibration == "keep" else ""))
     results.mkdir(parents=True, exist_ok=True)
     (results / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (results / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")
@@ -233,20 +251,25 @@ def main(argv=None) -> int:
 
 
 def trained_model(model: Path, parent: Path, train: Path, english: Path | None, updates: int, share: float,
-                  preset: str = "extension") -> Path:
-    """The folder of `model` trained for `updates` updates of `preset` (extension: new rows first, then every row;
-    embeddings: every row throughout, none recalibrated; batch 2 x 128 on the first 20,000 lines of `train`, `share`
-    of every batch `english` where given), in a folder in `parent` named by those settings; a finished run is
-    reused."""
+                  preset: str = "extension", new_rows: float | None = None, calibration: str = "spare-rare") -> Path:
+    """The folder of `model` trained for `updates` updates of `preset` (extension: `new_rows` of them the new rows
+    alone, the recipe's default where None, then every row; embeddings: every row throughout, none recalibrated;
+    batch 2 x 128 on the first 20,000 lines of `train`, `share` of every batch `english` where given; `calibration`:
+    train.calibration), in a folder in `parent` named by those settings; a finished run is reused."""
     from langswap.config import from_dict
     from langswap.training.options import TrainConfig
     from langswap.training.run import train as train_model
 
     recipe = {"source_text": str(english), "source_share": share} if english is not None and share else {}
+    if new_rows is not None:
+        recipe["new_rows_fraction"] = new_rows
     name = (f"{model.name}-trained{updates}" + (f"-{preset}" if preset != "extension" else "")
-            + (f"-english{share:g}" if recipe else ""))
+            + (f"-newrows{new_rows:g}" if new_rows is not None else "")
+            + (f"-english{share:g}" if english is not None and share else "")
+            + ("-keep" if calibration == "keep" else ""))
     config = from_dict(TrainConfig, {
         **({"unshown_rows": "train"} if preset == "embeddings" else {}),
+        **({"calibration": calibration} if calibration != "spare-rare" else {}),
         "model": str(model), "train_text": str(train), "output": str(parent / name), "preset": preset,
         "recipe": recipe, "steps": updates, "batch_size": 2, "sequence_length": 128, "save_steps": 100,
         "logging_steps": 10, "max_lines": 20000}, where="train.")

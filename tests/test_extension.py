@@ -556,8 +556,9 @@ def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind
     assert all(torch.equal(after_two[name], start[name]) for name in body)
 
 
-def test_a_new_rows_fraction_of_0_trains_every_row_from_the_first_update():
-    """recipe.new_rows_fraction: 0 plans one phase, `then` for every step; otherwise the new rows come first."""
+def test_a_new_rows_fraction_of_0_trains_every_row_from_the_first_update_and_is_the_default_with_source_text():
+    """recipe.new_rows_fraction: 0 plans one phase, `then` for every step; unset, it is 0 where source-language text
+    is mixed in and half the steps otherwise; set, it is kept either way."""
     from langswap.training.recipes.base import plan_phases
     from langswap.training.run import TrainConfig
 
@@ -568,6 +569,10 @@ def test_a_new_rows_fraction_of_0_trains_every_row_from_the_first_update():
     assert planned(new_rows_fraction=0) == [("1-embeddings", "embeddings", 200)]
     assert planned(new_rows_fraction=0, then="full") == [("1-full", "full", 200)]
     assert planned() == [("1-new-rows", "new-rows", 100), ("2-embeddings", "embeddings", 100)]
+    assert planned(source_text="en.txt") == [("1-embeddings", "embeddings", 200)]
+    assert planned(source_text="en.txt", new_rows_fraction=0.25) == [("1-new-rows", "new-rows", 50),
+                                                                      ("2-embeddings", "embeddings", 150)]
+    assert planned(source_text="en.txt", then="none") == [("1-new-rows", "new-rows", 200)]
 
 
 def test_the_first_phase_decays_the_new_rows_as_adamw_does_and_no_other_row():

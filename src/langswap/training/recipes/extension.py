@@ -1,12 +1,15 @@
 """`extension`: training a model whose vocabulary was extended (`langswap tokenizer --extend`, then `langswap
-transfer`), new rows first.
+transfer`), new rows first unless source-language text is mixed in.
 
-Phase 1 (`new_rows_fraction` of the steps; none where it is 0) trains only the rows of the new tokens, in the input matrix, an untied
-head and its bias: a gradient hook zeroes every other row's gradient, and the phase's AdamW applies the run's
-decoupled weight decay to the new rows alone (`NewRowsAdamW`; decay on the whole matrix would shrink the source
-rows), so with zero gradients from the first update Adam's moments stay zero and the source rows, and the padding
-rows after the new ones, stay bit for bit as the transfer left them. The body is frozen. Phase 2 trains `then`:
-`embeddings` (every row), `full` (the whole model) or `none` (no phase 2).
+Phase 1 (`new_rows_fraction` of the steps: by default half, and none where `source_text` is given) trains only the
+rows of the new tokens, in the input matrix, an untied head and its bias: a gradient hook zeroes every other row's
+gradient, and the phase's AdamW applies the run's decoupled weight decay to the new rows alone (`NewRowsAdamW`; decay
+on the whole matrix would shrink the source rows), so with zero gradients from the first update Adam's moments stay
+zero and the source rows, and the padding rows after the new ones, stay bit for bit as the transfer left them. The
+body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or `none` (no phase 2).
+Phase 1 keeps the source language's rows from drifting while only target text is read; with `source_text` in every
+batch, that text holds them, and every row trained from the first update reads both languages better after 200
+updates (docs/design.md, "Extending a vocabulary").
 
 The rows come from the model folder's record (`langswap.json`, `vocabulary`); a folder whose vocabulary was not
 extended is refused.
@@ -40,9 +43,10 @@ NEW_ROWS = "new-rows"
 
 @dataclass(frozen=True, kw_only=True)
 class ExtensionOptions(SourceMixOptions):
-    new_rows_fraction: float = field(default=0.5, metadata={
+    new_rows_fraction: float | None = field(default=None, metadata={
         "help": "Share of the steps that train only the new tokens' rows (all of them with then: none; 0: none, "
-                "every step trains `then`)."})
+                "every step trains `then`). Unset: 0 where source_text is given (the source-language text in every "
+                "batch holds the source rows to that language), otherwise 0.5."})
     then: str = field(default="embeddings", metadata={
         "help": "What the rest of the steps train: embeddings (every row), full (the whole model) or none.",
         "choices": ("embeddings", "full", "none")})
@@ -90,8 +94,15 @@ class Extension(Recipe):
         """(first new id, id after the last new token), read once from the model folder's record."""
         return extended_rows(self.config.model)
 
+    @property
+    def new_rows_fraction(self) -> float:
+        """`new_rows_fraction` as set, or where unset 0 with source_text and 0.5 without."""
+        fraction = self.options.new_rows_fraction
+        return fraction if fraction is not None else 0.0 if self.options.source_text else 0.5
+
     def validate(self) -> None:
-        check_fraction(self.options, "new_rows_fraction")
+        if self.options.new_rows_fraction is not None:
+            check_fraction(self.options, "new_rows_fraction")
         if self.options.then not in ("embeddings", "full", "none"):
             raise ConfigError(f"recipe.then is {self.options.then!r}; choose embeddings, full or none.")
         if self.options.source_text:
@@ -105,11 +116,11 @@ class Extension(Recipe):
         peak, steps = self.peak(objective), self.config.steps
         if self.options.then == "none":
             return [Phase(f"1-{NEW_ROWS}", NEW_ROWS, steps, peak, self.warmup(steps))]
-        if self.options.new_rows_fraction == 0:
+        if self.new_rows_fraction == 0:
             return [Phase(f"1-{self.options.then}", self.options.then, steps, peak, self.warmup(steps))]
-        first = max(1, round(steps * self.options.new_rows_fraction))
+        first = max(1, round(steps * self.new_rows_fraction))
         if first >= steps:
-            raise ConfigError(f"recipe.new_rows_fraction {self.options.new_rows_fraction} leaves no steps for phase 2 "
+            raise ConfigError(f"recipe.new_rows_fraction {self.new_rows_fraction} leaves no steps for phase 2 "
                               f"with steps={steps}; lower it, raise steps, or set recipe.then: none.")
         rest = steps - first
         return [Phase(f"1-{NEW_ROWS}", NEW_ROWS, first, peak, self.warmup(first)),
