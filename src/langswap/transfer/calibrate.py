@@ -515,7 +515,8 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         shift, surpluses = _fit_rounds(model, tokenizer, counted, config, along_, rows_moved, counts, expected, k,
                                        progress)
         tried[rows, k] = losses({})
-        logger.info("expected-count fit over the %s rows with pseudo-count %g: check-line loss %s", rows, k,
+        logger.info("expected-count fit over %s with pseudo-count %g: check-line loss %s",
+                    "the new rows" if rows == "new" else "every row", k,
                     ", ".join(f"{w} {before[w]:.4f} -> {tried[rows, k][w]:.4f}" for w in tried[rows, k]))
         admissible = (rows == "new" or "source" not in before
                       or tried[rows, k]["source"] <= before["source"] * (1 + SOURCE_ROWS_RISE))
