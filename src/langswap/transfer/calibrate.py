@@ -481,12 +481,8 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     size = weight.shape[0]
     source_rows = (padded_mask(source_rows, size) if source_rows is not None and source_rows.any()
                    and (bool(source_check and source_fit) or not source_lines) else None)
-    mean_source, source_states = (mean_head_input(model, tokenizer, source_fit[:config.hidden_lines],
-                                                  config.max_length, progress=progress, keep_states=True)
-                                  if source_rows is not None and source_fit else
-                                  (mean_head_input(model, tokenizer, source_fit[:config.hidden_lines],
-                                                   config.max_length, progress=progress) if source_fit else None,
-                                   None))
+    mean_source, source_states = _source_head_inputs(model, tokenizer, config, source_fit,
+                                                     source_rows is not None, progress)
     direction = count_fit_direction(mean_target, mean_source)
     along = ("direction that adds 1 at the target text's mean head input and 0 at the source-language text's"
              if mean_source is not None else "target text's mean head input")
@@ -565,6 +561,17 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         logger.info("expected-count fit put back: check-line loss %s", ", ".join(
             f"{w} {before[w]:.4f} -> {after[w]:.4f}" for w in after))
     return report
+
+
+def _source_head_inputs(model, tokenizer, config: CalibrationConfig, source_fit: list[str], keep_states: bool,
+                        progress: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(the mean head input over the first `hidden_lines` of `source_fit`, with `keep_states` the head inputs at
+    their positions too), read once; (None, None) without source-language lines."""
+    if not source_fit:
+        return None, None
+    read = mean_head_input(model, tokenizer, source_fit[:config.hidden_lines], config.max_length, progress=progress,
+                           keep_states=keep_states)
+    return read if keep_states else (read, None)
 
 
 def _count_fit_candidates(config: CalibrationConfig, calibrated: np.ndarray, direction: torch.Tensor,
