@@ -25,8 +25,9 @@ Every model is then also scored on the check halves (`check_scores`, two more co
 models, such as the extension recipe's phases, is made on those, not on the scored halves.
 
 Prints a table (bits per byte and tokens per byte on the scored halves: the source model, the extension, the pruned
-extension where the pruning took any token out, and with `--train` each trained) and writes it with the ledgers'
-summaries to
+extension where the pruning took any token out, the extension cut to the source's rows and read with the source
+tokenizer where the expected-count fit moved source rows (what that fit does without new tokens), and with `--train`
+each trained) and writes it with the ledgers' summaries to
 benchmarks/results/prune-LANG-N-METHOD[-separate][-nofit][-sourcerows-on|off][-distillT-HEAD[-rateR][-coverage]]
 -ON/.
 """
@@ -202,6 +203,11 @@ def main(argv=None) -> int:
     models = ((f"extended by {args.extend:,}", output, extended_tokenizer), *((pruned_row,) if report.dropped else ()))
     for name, path, tokenizer in (("source model", model_folder, source), *models):
         score(name, load_model(path), tokenizer, both=bool(args.train))
+    fit = getattr(read_model_record(output), "count_fit", None)
+    if fit is not None and fit.kept and fit.source_rows:  # what the fit of the source rows does without new tokens
+        cut = load_model(output)
+        cut.resize_token_embeddings(len(source))
+        score("the extension's source rows alone (new tokens cut)", cut, source, both=bool(args.train))
     if args.train:
         english_train = None if language == "en" else splits / "en.train.txt"
         for name, path, tokenizer in models:
