@@ -558,7 +558,7 @@ def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind
 
 def test_a_new_rows_fraction_of_0_trains_every_row_from_the_first_update_and_is_the_default_with_source_text():
     """recipe.new_rows_fraction: 0 plans one phase, `then` for every step; unset, it is 0 where source-language text
-    is mixed in and half the steps otherwise; set, it is kept either way."""
+    is mixed in and the rest trains the embeddings, and half the steps otherwise; set, it is kept either way."""
     from langswap.training.recipes.base import plan_phases
     from langswap.training.run import TrainConfig
 
@@ -573,6 +573,7 @@ def test_a_new_rows_fraction_of_0_trains_every_row_from_the_first_update_and_is_
     assert planned(source_text="en.txt", new_rows_fraction=0.25) == [("1-new-rows", "new-rows", 50),
                                                                       ("2-embeddings", "embeddings", 150)]
     assert planned(source_text="en.txt", then="none") == [("1-new-rows", "new-rows", 200)]
+    assert planned(source_text="en.txt", then="full") == [("1-new-rows", "new-rows", 100), ("2-full", "full", 100)]
 
 
 def test_the_first_phase_decays_the_new_rows_as_adamw_does_and_no_other_row():

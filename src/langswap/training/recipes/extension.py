@@ -1,15 +1,16 @@
 """`extension`: training a model whose vocabulary was extended (`langswap tokenizer --extend`, then `langswap
 transfer`), new rows first unless source-language text is mixed in.
 
-Phase 1 (`new_rows_fraction` of the steps: by default half, and none where `source_text` is given) trains only the
-rows of the new tokens, in the input matrix, an untied head and its bias: a gradient hook zeroes every other row's
-gradient, and the phase's AdamW applies the run's decoupled weight decay to the new rows alone (`NewRowsAdamW`; decay
-on the whole matrix would shrink the source rows), so with zero gradients from the first update Adam's moments stay
-zero and the source rows, and the padding rows after the new ones, stay bit for bit as the transfer left them. The
-body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or `none` (no phase 2).
-Phase 1 keeps the source language's rows from drifting while only target text is read; with `source_text` in every
-batch, that text holds them, and every row trained from the first update reads both languages better after 200
-updates (docs/design.md, "Extending a vocabulary").
+Phase 1 (`new_rows_fraction` of the steps: by default half, none where `source_text` is given and phase 2 trains
+the embeddings) trains only the rows of the new tokens, in the input matrix, an untied head and its bias: a gradient
+hook zeroes every other row's gradient, and the phase's AdamW applies the run's decoupled weight decay to the new rows
+alone (`NewRowsAdamW`; decay on the whole matrix would shrink the source rows), so with zero gradients from the first
+update Adam's moments stay zero and the source rows, and the padding rows after the new ones, stay bit for bit as the
+transfer left them. The body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or
+`none` (no phase 2). Phase 1 keeps the source language's rows from drifting while only target text is read; with
+`source_text` in every batch, that text holds them, and every row trained from the first update reads both languages
+better after 200 updates (docs/design.md, "Extending a vocabulary"). Before a whole model trains (`then: full`) the
+new rows come first either way: a body trained from the first update would learn from rows nothing has placed yet.
 
 The rows come from the model folder's record (`langswap.json`, `vocabulary`); a folder whose vocabulary was not
 extended is refused.
@@ -45,8 +46,8 @@ NEW_ROWS = "new-rows"
 class ExtensionOptions(SourceMixOptions):
     new_rows_fraction: float | None = field(default=None, metadata={
         "help": "Share of the steps that train only the new tokens' rows (all of them with then: none; 0: none, "
-                "every step trains `then`). Unset: 0 where source_text is given (the source-language text in every "
-                "batch holds the source rows to that language), otherwise 0.5."})
+                "every step trains `then`). Unset: 0 where source_text is given and then is embeddings (the "
+                "source-language text in every batch holds the source rows to that language), otherwise 0.5."})
     then: str = field(default="embeddings", metadata={
         "help": "What the rest of the steps train: embeddings (every row), full (the whole model) or none.",
         "choices": ("embeddings", "full", "none")})
@@ -96,9 +97,11 @@ class Extension(Recipe):
 
     @property
     def new_rows_fraction(self) -> float:
-        """`new_rows_fraction` as set, or where unset 0 with source_text and 0.5 without."""
+        """`new_rows_fraction` as set, or where unset 0 with source_text and then: embeddings, 0.5 otherwise."""
         fraction = self.options.new_rows_fraction
-        return fraction if fraction is not None else 0.0 if self.options.source_text else 0.5
+        if fraction is not None:
+            return fraction
+        return 0.0 if self.options.source_text and self.options.then == "embeddings" else 0.5
 
     def validate(self) -> None:
         if self.options.new_rows_fraction is not None:
