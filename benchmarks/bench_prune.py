@@ -187,7 +187,8 @@ def main(argv=None) -> int:
                        source_text=english_check, output=str(pruned_folder), rule=args.rule, overwrite=True),
               progress=True)
     report = read_model_record(pruned_folder).pruning
-    distillation = getattr(read_model_record(output), "distillation", None)
+    record = read_model_record(output)
+    distillation = getattr(record, "distillation", None)
     pruned_tokenizer = load_tokenizer(pruned_folder)
 
     rows, check_rows = {}, {}
@@ -203,7 +204,7 @@ def main(argv=None) -> int:
     models = ((f"extended by {args.extend:,}", output, extended_tokenizer), *((pruned_row,) if report.dropped else ()))
     for name, path, tokenizer in (("source model", model_folder, source), *models):
         score(name, load_model(path), tokenizer, both=bool(args.train))
-    fit = getattr(read_model_record(output), "count_fit", None)
+    fit = getattr(record, "count_fit", None)
     if fit is not None and fit.kept and fit.source_rows:  # what the fit of the source rows does without new tokens
         cut = load_model(output)
         cut.resize_token_embeddings(len(source))
@@ -266,12 +267,13 @@ def trained_model(model: Path, parent: Path, train: Path, english: Path | None, 
     from langswap.training.options import TrainConfig
     from langswap.training.run import train as train_model
 
-    recipe = {"source_text": str(english), "source_share": share} if english is not None and share else {}
+    mixed = english is not None and share
+    recipe = {"source_text": str(english), "source_share": share} if mixed else {}
     if new_rows is not None:
         recipe["new_rows_fraction"] = new_rows
     name = (f"{model.name}-trained{updates}" + (f"-{preset}" if preset != "extension" else "")
             + (f"-newrows{new_rows:g}" if new_rows is not None else "")
-            + (f"-english{share:g}" if english is not None and share else "")
+            + (f"-english{share:g}" if mixed else "")
             + ("-keep" if calibration == "keep" else ""))
     config = from_dict(TrainConfig, {
         **({"unshown_rows": "train"} if preset == "embeddings" else {}),
