@@ -509,6 +509,53 @@ def test_candidates_are_judged_finished_and_the_kept_one_is_installed_as_made(ki
         mean_token_loss(transferred, target.tokenizer, held_out, HELD_OUT_TOKENS), abs=1e-4)
 
 
+def test_given_source_language_check_lines_the_candidates_are_ranked_by_both_texts(gpt2_folder,
+                                                                                   target_tokenizer_folder,
+                                                                                   corpus_dir):
+    """An extension's candidates with source-language check lines: each candidate's two check losses (as its last
+    finishing step left them) are summed, each relative to the first candidate's, so a candidate that reads the
+    target 5% better at 20% more on the source language is not kept; both losses are in the choice, and without the
+    source lines the target loss alone decides as before."""
+    from types import SimpleNamespace
+
+    from conftest import tiny_model
+
+    from langswap.models import load_tokenizer
+    from langswap.surgery import read_source_matrices
+    from langswap.transfer import apply_method
+
+    source = Vocabulary(load_tokenizer(str(gpt2_folder)))
+    target = Vocabulary(load_tokenizer(str(target_tokenizer_folder)))
+    model = tiny_model("gpt2", len(source))
+    matrices = read_source_matrices(model, len(source))
+    inputs = TransferInputs(source, target, matrices.embeddings,
+                            resources={"dictionary": Dictionary.load(corpus_dir / "en-xx.tsv")})
+    held_out = (corpus_dir / "xx.txt").read_text(encoding="utf-8").splitlines()[-20:]
+    # (target, source language) check losses the finishing leaves, by candidate in the order they are judged
+    left = {"mix": (2.0, 1.0), "choose": (1.9, 1.2), "spelling only": (1.95, 0.98)}
+
+    def run(held_out_source):
+        finished = []
+
+        def finish(candidate_model, candidate):
+            finished.append(candidate)
+            target_loss, source_loss = list(left.values())[len(finished) - 1]
+            return {"step": SimpleNamespace(held_out_loss=target_loss, held_out_source_loss=source_loss)}
+
+        return apply_method(model, inputs, matrices, make_config("combined"), copy=True, held_out=held_out,
+                            finish=finish, held_out_source=held_out_source)[1].choice
+
+    both = run(["an English line"])
+    assert list(both.losses) == list(left)  # the judging order the losses above assume
+    assert both.chosen == "spelling only"  # 1.95 / 2 + 0.98 / 1 = 1.955, below mix's 2 and choose's 2.15
+    assert both.losses == {name: target_loss for name, (target_loss, _) in left.items()}
+    assert both.source_losses == {name: source_loss for name, (_, source_loss) in left.items()}
+    assert "source-language text (mix 1.0000, choose 1.2000, spelling only 0.9800 nats)" in both.summary()
+    alone = run(None)
+    assert alone.chosen == "choose" and alone.source_losses is None
+    assert "source-language" not in alone.summary()
+
+
 def test_a_transfer_calibrates_each_candidate_once_and_keeps_the_chosen_one_as_calibrated(
         tmp_path, gpt2_folder, target_tokenizer_folder, corpus_dir, monkeypatch):
     """Calibration is a finishing step: each of combined's candidates is calibrated once when it is judged, the

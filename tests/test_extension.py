@@ -917,6 +917,33 @@ def test_source_language_text_moves_an_extensions_new_rows_by_one_vector_that_ke
     assert read_model_record(tmp_path / "plain").separation is None
 
 
+def test_an_extensions_candidates_are_judged_on_the_source_language_check_lines_too(extended_pairs, texts,
+                                                                                       tmp_path):
+    """`combined` with a dictionary into an extension given calibration.source_text: each candidate's loss on the
+    source-language check lines is recorded beside its target loss, and the kept one's is the written model's."""
+    from conftest import WORDS
+
+    from langswap.models import load_model, load_tokenizer
+    from langswap.records import read_model_record
+    from langswap.transfer.calibrate import mean_token_loss
+
+    source_folder, target_folder, kept = extended_pairs["llama"]
+    text, source_text, dictionary = tmp_path / "xx.txt", tmp_path / "en.txt", tmp_path / "en-xx.tsv"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    source_text.write_text("\n".join(texts["source"]) + "\n", encoding="utf-8")
+    dictionary.write_text("".join(f"{word}\t{cipher_word(word)}\n" for word in WORDS), encoding="utf-8")
+    _transfer(source_folder, target_folder, tmp_path / "out", target_text=str(text), held_out_lines=30,
+              resources={"dictionary": str(dictionary)},
+              calibration={"source_text": str(source_text), "hidden_lines": 60})
+    choice = read_model_record(tmp_path / "out").method_choice
+    assert len(choice.losses) > 1 and list(choice.source_losses) == list(choice.losses)
+    assert all(loss is not None for loss in [*choice.losses.values(), *choice.source_losses.values()])
+    check = texts["source"][60:90]  # the source text's check lines: those after the 60 the separation fits on
+    written = mean_token_loss(load_model(tmp_path / "out"), load_tokenizer(tmp_path / "out"), check, 128)
+    assert choice.source_losses[choice.chosen] == pytest.approx(written, abs=1e-4)
+    assert "source-language text" in choice.summary()
+
+
 def test_source_language_text_is_refused_for_a_replacement_a_masked_lm_a_missing_file_and_a_negative_amount(
         extended_pairs, texts, tmp_path):
     source_folder, target_folder, kept = extended_pairs["llama"]

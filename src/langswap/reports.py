@@ -284,6 +284,7 @@ class CountFitReport(Report):
     input_rows: InputRows | None = field(default=None, metadata=nested(InputRows))
     skipped: str | None = None
     held_out_loss: float | None = field(default=None, metadata=NOT_WRITTEN)
+    held_out_source_loss: float | None = field(default=None, metadata=NOT_WRITTEN)  # the source check loss as left
 
     def summary(self) -> str:
         if self.skipped:
@@ -328,6 +329,7 @@ class SeparationReport(Report):
     skipped: str | None = None
     source_text: str | None = None
     held_out_loss: float | None = field(default=None, metadata=NOT_WRITTEN)
+    held_out_source_loss: float | None = field(default=None, metadata=NOT_WRITTEN)  # the source check loss as left
 
     def summary(self) -> str:
         if self.skipped:
@@ -544,6 +546,10 @@ class MethodChoice(Report):
     chosen: str | None = None
     by: str | None = None
     losses: dict | None = None  # candidate -> mean token loss on held-out lines (None: not finite)
+    # candidate -> the same on the source-language check lines, where an extension was given source-language text
+    # (calibration.source_text): the candidates are then ranked by the two losses summed, each relative to the first
+    # candidate's
+    source_losses: dict | None = None
     # candidate -> the same loss before calibration moved its rows (calibration's check, rounded to 4 places), where
     # calibration ran with check lines: the candidates' order before calibration
     losses_uncalibrated: dict | None = None
@@ -567,7 +573,15 @@ class MethodChoice(Report):
             losses = ", ".join(f"{candidate} {'-' if loss is None else f'{loss:.4f}'}"
                                for candidate, loss in self.losses.items())
             weights = self.kept_weights()
-            return (f"kept {self.chosen}, the lowest mean token loss on held-out target text ({losses} nats)"
+            if self.source_losses:
+                both = ", ".join(f"{candidate} {'-' if loss is None else f'{loss:.4f}'}"
+                                 for candidate, loss in self.source_losses.items())
+                kept = (f"kept {self.chosen}, the lowest sum of the mean token losses on held-out target text "
+                        f"({losses} nats) and source-language text ({both} nats), each relative to the first "
+                        "candidate's")
+            else:
+                kept = f"kept {self.chosen}, the lowest mean token loss on held-out target text ({losses} nats)"
+            return (kept
                     + (f"; its evidence weights: {weights}" if weights else "")
                     + (f"; the {self.start_rows:,} rows {self.start} makes otherwise are written for training's "
                        f"start ({self.start_file})" if self.start and self.start_file else ""))

@@ -302,7 +302,7 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
         result = finish_mapping(f"{spec.name} ({name})", mapping, inputs, config, source_matrices, dtype)
         loss = float(judge(result))
         losses[name] = loss if math.isfinite(loss) else math.inf
-        logger.info("%s (%s): held-out loss %.4f", spec.name, name, losses[name])
+        logger.info("%s (%s): %s %.4f", spec.name, name, getattr(judge, "what", "held-out loss"), losses[name])
         if best is None or losses[name] < losses[best[0]]:  # ties keep the earlier candidate
             best = (name, result)
     name, result = best

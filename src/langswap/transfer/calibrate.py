@@ -444,7 +444,8 @@ def count_fit_direction(mean_target: torch.Tensor, mean_source: torch.Tensor | N
 
 def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str], config: CalibrationConfig,
               moved: np.ndarray, progress: bool = False, target_loss: float | None = None,
-              move: CalibrationMove | None = None, source_rows: np.ndarray | None = None) -> CountFitReport:
+              move: CalibrationMove | None = None, source_rows: np.ndarray | None = None,
+              source_loss: float | None = None) -> CountFitReport:
     """Move the output rows `moved` so that each one's expected count on `count_fit_lines` counted lines of
     `target_lines`, spread evenly over them (`spread_lines`), meets its count there (`CalibrationConfig.count_fit`):
     a logit of log((n + k) / (E + k)) each, along the direction v of the head's input with v . m_target = 1 and,
@@ -454,7 +455,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     the same start and the one whose check lines (the last `check_lines` of each text) read best taken. Kept only
     where the check lines read better than before, their mean token losses summed, each relative to before;
     otherwise put back (a head this step untied tied again).
-    `target_loss`: the target check loss as the model is (measured here where None). `move`: calibration's move,
+    `target_loss`, `source_loss`: the two texts' check losses as the model is (each measured here where None). `move`: calibration's move,
     which gets this one as a round of its own where it is kept (so `langswap train` can take it off as it takes
     calibration's). `source_rows`: an extension's source rows that may move as well (`count_fit_source_rows`): with
     source-language lines, the fit is also made over `moved` and them together, along `count_fit_direction` of
@@ -495,7 +496,8 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         return {which: known[which] if which in known else
                 mean_token_loss(model, tokenizer, lines, config.max_length, progress) for which, lines in checks}
 
-    before = losses({"target": target_loss} if target_loss is not None else {})
+    before = losses({which: loss for which, loss in (("target", target_loss), ("source", source_loss))
+                     if loss is not None})
     tied = is_tied(model)
     saved = weight.detach().clone()  # with a tied head also the input rows as they were
 
@@ -548,7 +550,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         if move is not None:
             move.logits.append(shift.astype(np.float32))
             move.directions.append(direction.numpy().astype(np.float32))
-        report.held_out_loss = after["target"]
+        report.held_out_loss, report.held_out_source_loss = after["target"], after.get("source")
         logger.info("expected-count fit: %s rows moved (%.4f expected a position too many before); check-line loss "
                     "%s", f"{report.rows:,}", surplus, ", ".join(f"{w} {before[w]:.4f} -> {after[w]:.4f}"
                                                                   for w in after))
@@ -557,7 +559,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
             weight.copy_(saved)
         if untied:
             tie_head(model)
-        report.held_out_loss = before["target"]
+        report.held_out_loss, report.held_out_source_loss = before["target"], before.get("source")
         logger.info("expected-count fit put back: check-line loss %s", ", ".join(
             f"{w} {before[w]:.4f} -> {after[w]:.4f}" for w in after))
     return report
@@ -731,7 +733,7 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
         report.input_rows = InputRows(moved=int((shifted > 0).sum()), relative_shift_max=round(float(
             relative.max()), 4) if len(relative) else 0.0)
     if checked:
-        report.held_out_loss = losses[chosen]["target"]
+        report.held_out_loss, report.held_out_source_loss = losses[chosen]["target"], losses[chosen]["source"]
     checks = "; check losses (target, source) " + ", ".join(
         f"{a:g}: {v['target']:.4f} {v['source']:.4f}" for a, v in losses.items()) if losses else ""
     logger.info("new rows moved %g along the direction that tells target from source-language positions (held-out "

@@ -417,16 +417,25 @@ def count_fit_step(context: FinishContext, model, result: MethodResult, earlier:
     calibration = earlier.get("calibration")
     rows = calibrated_rows(config, calibration)
     moved = movable_rows(result.mapping, context.target.kept, copied=rows == "all")
-    losses = [report.held_out_loss for report in earlier.values() if getattr(report, "held_out_loss", None)
-              is not None]
+    losses = last_losses(earlier)
     kept = context.target.kept
     source_rows = None
     setting = config.count_fit_source_rows
     if kept and (setting == "on" or (setting == "auto" and context.text.source_lines)):
         source_rows = movable_rows(result.mapping, 0, copied=True) & (np.arange(len(result.mapping.kinds)) < kept)
     return count_fit(model, context.target.tokenizer, context.text.lines, context.text.source_lines, config, moved,
-                     context.progress, target_loss=losses[-1] if losses else None,
+                     context.progress, target_loss=losses[0], source_loss=losses[1],
                      move=calibration.move if calibration is not None else None, source_rows=source_rows)
+
+
+def last_losses(reports: dict) -> tuple[float | None, float | None]:
+    """(target, source) check losses the last of `reports` to measure each left (`held_out_loss`,
+    `held_out_source_loss`; None where none did)."""
+    def last(name: str) -> float | None:
+        losses = [getattr(report, name) for report in reports.values() if getattr(report, name, None) is not None]
+        return losses[-1] if losses else None
+
+    return last("held_out_loss"), last("held_out_source_loss")
 
 
 def fits_counts(context: FinishContext) -> bool:
@@ -471,13 +480,17 @@ def restore_token_matrices(model, saved: dict) -> None:
 
 
 def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodConfig, copy: bool = False,
-                 progress: bool = False, held_out: list[str] | None = None, finish=None, dtype=None):
+                 progress: bool = False, held_out: list[str] | None = None, finish=None, dtype=None,
+                 held_out_source: list[str] | None = None):
     """Run the method and install its matrices into `model` (or a deep copy of it), finished by `finish(model,
     result) -> dict` (the finishing steps' reports; None: none): (model, result, reports). Where the method offers
     candidates (`combined`, mode auto) and `held_out` target-language lines are given, each candidate is installed
     and finished in turn, and the one whose model then has the lowest mean token loss on the lines is kept (causal
     LMs; other models keep the method's first candidate), its finished matrices restored rather than finished again.
-    `dtype`: that of the new matrices (`run_method`; default: the source matrices' own)."""
+    With `held_out_source` (an extension's source-language check lines) too, the one with the lowest sum of the two
+    losses, each relative to the first candidate's: a candidate that reads the target language a little better by
+    costing the source language more is not kept. `dtype`: that of the new matrices (`run_method`; default: the
+    source matrices' own)."""
     if copy:
         model = copying.deepcopy(model)
 
@@ -491,24 +504,40 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     # loss counts as infinite): its loss, the result, its finished token matrices (on the CPU) and its reports
     best: dict = {}
     uncalibrated: list[float | None] = []  # each candidate's check-line loss before calibration moved it, in order
+    measured: list[tuple[float, float | None]] = []  # each candidate's (target, source) check losses, in order
 
     def judge(result) -> float:
         install(result)
         reports = finish(model, result) if finish is not None else {}
         check = getattr(reports.get("calibration"), "check", None)
         uncalibrated.append(None if check is None else check.loss_before)
-        losses = [report.held_out_loss for report in reports.values()
-                  if getattr(report, "held_out_loss", None) is not None]
-        loss = losses[-1] if losses else mean_token_loss(model, inputs.target.tokenizer, held_out,
-                                                         HELD_OUT_TOKENS, progress)
+        target, source = last_losses(reports)
+        if target is None:
+            target = mean_token_loss(model, inputs.target.tokenizer, held_out, HELD_OUT_TOKENS, progress)
+        if held_out_source and source is None:
+            source = mean_token_loss(model, inputs.target.tokenizer, held_out_source, HELD_OUT_TOKENS, progress)
+        measured.append((target, source if held_out_source else None))
+        if held_out_source:
+            logger.info("check-line loss: target %.4f, source language %.4f", target, source)
+        loss = target if not held_out_source else target / measured[0][0] + source / measured[0][1]
         ranked = loss if math.isfinite(loss) else math.inf
         if finish is not None and (not best or ranked < best["loss"]):
             best.update(loss=ranked, result=result, matrices=token_matrices(model, "cpu"), reports=reports)
         return loss
 
+    if held_out_source:
+        judge.what = "held-out loss of the two texts, each relative to the first candidate's, summed"
     judged = bool(held_out) and calibratable(model)
     result = run_method(method_config, inputs, matrices.as_dict(), progress=progress, judge=judge if judged else None,
                         dtype=dtype)
+    if result.choice and result.choice.losses is not None and held_out_source:
+        names = list(result.choice.losses)
+
+        def rounded(value: float) -> float | None:
+            return round(value, 5) if math.isfinite(value) else None
+
+        result.choice.losses = {name: rounded(target) for name, (target, _) in zip(names, measured)}
+        result.choice.source_losses = {name: rounded(source) for name, (_, source) in zip(names, measured)}
     if result.choice and finish is not None and result.choice.losses is not None:
         result.choice.by = "held-out loss after " + ", ".join(getattr(finish, "steps", ["finishing"]))
         if any(loss is not None for loss in uncalibrated):
@@ -579,9 +608,11 @@ def make_embeddings(config: TransferConfig, source: Source, target: Target, text
         return reports
 
     finish.steps = list(steps)
+    source_check = split_check_lines(text.source_lines, context.calibration)[1] if text.held_out else []
     model, result, finished = apply_method(source.model, inputs.method, source.matrices, config.method,
                                            copy=copy, progress=progress, held_out=text.held_out,
-                                           finish=finish if steps else None, dtype=source.dtype)
+                                           finish=finish if steps else None, dtype=source.dtype,
+                                           held_out_source=source_check or None)
     if "calibration" not in finished:
         finished["calibration"] = CalibrationReport(skipped=text.skipped, strength=0.0)
         if config.calibration.strength is None:
