@@ -16,6 +16,7 @@ one across the check half's own two halves); `--swap-halves` judges on the score
     python benchmarks/bench_prune.py --language en --extend 10000 --method fvt
     python benchmarks/bench_prune.py --language en --extend 10000 --distill 20000 --distill-head likelihood
     python benchmarks/bench_prune.py --language de --extend 10000 --separate --distill 20000 --train 200
+    python benchmarks/bench_prune.py --language de --extend 10000 --method combined --dictionary --separate
 
 With `--train UPDATES`, the extension and the pruned extension are also trained with the extension recipe (with
 `--source-share` of every batch English training text, every row from the first update, its default there;
@@ -28,7 +29,7 @@ Prints a table (bits per byte and tokens per byte on the scored halves: the sour
 extension where the pruning took any token out, the extension cut to the source's rows and read with the source
 tokenizer where the expected-count fit moved source rows (what that fit does without new tokens), and with `--train`
 each trained) and writes it with the ledgers' summaries to
-benchmarks/results/prune-LANG-N-METHOD[-separate][-nofit][-sourcerows-on|off][-distillT-HEAD[-rateR][-coverage]]
+benchmarks/results/prune-LANG-N-METHOD[-dict][-separate][-nofit][-sourcerows-on|off][-distillT-HEAD[-rateR][-coverage]]
 -ON/.
 """
 
@@ -51,6 +52,9 @@ def parse_args(argv=None):
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--extend", type=int, default=10000)
     parser.add_argument("--method", default="fvt")
+    parser.add_argument("--dictionary", action="store_true",
+                        help="give the transfer the language's dictionary (resources.dictionary, as the README's "
+                             "extension line does), which `combined` reads")
     parser.add_argument("--on", choices=("target", "both"), default="both")
     parser.add_argument("--distill", type=int, default=0, metavar="TOKENS",
                         help="Distil the new rows from the source model over TOKENS target tokens at transfer time "
@@ -116,6 +120,8 @@ def parse_args(argv=None):
         parser.error("--source-share is the English share of the --train updates; give --train UPDATES too.")
     if not 0 <= args.source_share < 1:
         parser.error(f"--source-share is a share of every batch, at least 0 and below 1, not {args.source_share}.")
+    if args.dictionary and args.language not in DICTIONARIES:
+        parser.error(f"--dictionary gives the language's dictionary; there is none for {args.language}.")
     if args.separate and args.language == "en":
         parser.error("--separate keeps the new rows off English; an English self-extension has no other language.")
     return args
@@ -124,7 +130,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     language, splits = args.language, args.data / "splits"
-    needed = [splits / f"{language}.train.txt", splits / "en.train.txt", splits / "en.test.txt"]
+    needed = [splits / f"{language}.train.txt", splits / "en.train.txt", splits / "en.test.txt",
+              *([args.data / "dicts" / DICTIONARIES[language]] if args.dictionary else [])]
     if not shared_data_ready("bench_prune", args.data, needed):
         return 0
     workdir = args.workdir or Path(f"~/.cache/langswap/bench-prune-{language}-{args.extend}").expanduser()
@@ -151,7 +158,7 @@ def main(argv=None) -> int:
             save_tokenizer(extend_tokenizer(source, read_text_lines(train, "training text"), args.extend,
                                             keep_lines=keep).tokenizer, made)
     extended_tokenizer = load_tokenizer(folder)
-    variant = (args.method + ("-separate" if args.separate else "") + ("-nofit" if args.count_fit == "off" else "")
+    variant = (args.method + ("-dict" if args.dictionary else "") + ("-separate" if args.separate else "") + ("-nofit" if args.count_fit == "off" else "")
             + (f"-sourcerows-{args.source_rows}" if args.source_rows != "auto" else "")
             + (f"-distill{args.distill}-{args.distill_head}" if args.distill else "")
             + (f"-rate{args.distill_head_rate:g}" if args.distill_head_rate is not None else "")
@@ -163,6 +170,8 @@ def main(argv=None) -> int:
                                   "count_fit_source_rows": args.source_rows}}
         if args.separate:
             config["calibration"]["source_text"] = str(splits / "en.train.txt")
+        if args.dictionary:
+            config["resources"] = {"dictionary": str(args.data / "dicts" / DICTIONARIES[language])}
         if args.distill:  # as bench_extension.py's distilled rows
             config["calibration"]["tied_head"] = "untie"
             config["distill"] = {"tokens": args.distill, "learning_rate": 1e-2, "tied_head": "untie",
