@@ -131,8 +131,10 @@ def recipe_entry(base: dict, share: float, english: Path, then: str = "embedding
 
 
 def separated_entry(method: str, english: Path) -> dict:
-    """A bench entry of `method` with its new rows kept off English at transfer time (`calibration.source_text`)."""
-    return {"name": method, "calibration": {"source_text": str(english)}, "label": f"{method}, kept off English"}
+    """A bench entry of `method` with its new rows kept off English at transfer time (`calibration.source_text`),
+    not distilled (which a transfer kept off the source language does by default; the `--distill` rows are those)."""
+    return {"name": method, "calibration": {"source_text": str(english)}, "distill": {"tokens": 0},
+            "label": f"{method}, kept off English"}
 
 
 def distill_entries(method: str, tokens: int, head: str = "keep", head_rate: float | None = None) -> list[dict]:

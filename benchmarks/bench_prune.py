@@ -172,6 +172,7 @@ def main(argv=None) -> int:
             config["calibration"]["source_text"] = str(splits / "en.train.txt")
         if args.dictionary:
             config["resources"] = {"dictionary": str(args.data / "dicts" / DICTIONARIES[language])}
+        config["distill"] = {"tokens": 0}  # not distilled unless asked (a transfer kept off English distils by default)
         if args.distill:  # as bench_extension.py's distilled rows
             config["calibration"]["tied_head"] = "untie"
             config["distill"] = {"tokens": args.distill, "learning_rate": 1e-2, "tied_head": "untie",

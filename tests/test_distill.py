@@ -374,8 +374,34 @@ def test_every_config_field_has_help_and_the_defaults_are_valid():
     import dataclasses
 
     config = DistillConfig()
-    assert config.tokens == 0 and config.layers == (-1,) and config.head == "lm" and config.distance == "mse"
+    assert config.layers == (-1,) and config.distance == "mse"
     assert all(field.metadata.get("help") for field in dataclasses.fields(DistillConfig))
+    # the options left unset resolve per transfer: off with a moderate rate; in an extension kept off the source
+    # language, 20,000 tokens at 1e-2 with a tied head untied and kept; what is set stays
+    plain, extension = config.resolved(extension=False), config.resolved(extension=True)
+    assert (plain.tokens, plain.learning_rate, plain.head, plain.tied_head) == (0, 3e-4, "lm", "move")
+    assert (extension.tokens, extension.learning_rate, extension.head, extension.tied_head) == (
+        20_000, 1e-2, "keep", "untie")
+    assert DistillConfig(tokens=0, head="lm").resolved(extension=True).tokens == 0
+    assert DistillConfig(tokens=0, head="lm").resolved(extension=True).head == "lm"
+    assert plain.resolved(extension=True) == plain
+
+
+def test_a_transfer_into_an_extension_kept_off_the_source_language_distils_unless_told_not_to(tmp_path):
+    from langswap.transfer import transfer_config
+
+    text, english = tmp_path / "xx.txt", tmp_path / "en.txt"
+    for path in (text, english):
+        path.write_text("a line\n", encoding="utf-8")
+    base = {"source_model": "m", "target_tokenizer": "t", "output": str(tmp_path / "out"),
+            "calibration": {"text": str(text)}}
+    assert transfer_config(base).distill.tokens == 0
+    kept_off = transfer_config({**base, "calibration": {"text": str(text), "source_text": str(english)}}).distill
+    assert (kept_off.tokens, kept_off.learning_rate, kept_off.tied_head, kept_off.head) == (20_000, 1e-2, "untie",
+                                                                                           "keep")
+    told = transfer_config({**base, "calibration": {"text": str(text), "source_text": str(english)},
+                            "distill": {"tokens": 0}}).distill
+    assert told.tokens == 0
 
 
 def test_windows_hold_whole_chunks_that_spell_the_same_text_on_both_sides(lines, source_tokenizer):

@@ -878,7 +878,8 @@ def test_the_discriminant_parts_two_clouds_by_two_and_points_across_their_noise(
 def _separation_transfer(source_folder, target_folder, text, source_text, output, **calibration):
     calibration = {"strength": 0, "hidden_lines": 60, **calibration}
     return _transfer(source_folder, target_folder, output, method={"name": "fvt"}, target_text=str(text),
-                     held_out_lines=30, calibration={"source_text": str(source_text), **calibration} if source_text else calibration)
+                     held_out_lines=30, distill={"tokens": 0},  # the separation alone
+                     calibration={"source_text": str(source_text), **calibration} if source_text else calibration)
 
 
 def test_source_language_text_moves_an_extensions_new_rows_by_one_vector_that_keeps_their_target_mean_logit(
@@ -942,6 +943,26 @@ def test_an_extensions_candidates_are_judged_on_the_source_language_check_lines_
     written = mean_token_loss(load_model(tmp_path / "out"), load_tokenizer(tmp_path / "out"), check, 128)
     assert choice.source_losses[choice.chosen] == pytest.approx(written, abs=1e-4)
     assert "source-language text" in choice.summary()
+
+
+def test_an_extension_kept_off_the_source_language_runs_distillation_by_default(extended_pairs, texts, tmp_path):
+    """calibration.source_text (an extension kept off the source language) turns token distillation on with the
+    extension's settings unless distill.tokens is 0; here the teacher check, which the default keeps, reads the
+    random source model worse and leaves the rows as made, and the record says so."""
+    from langswap.records import read_model_record
+
+    source_folder, target_folder, _ = extended_pairs["llama"]
+    text, source_text = tmp_path / "xx.txt", tmp_path / "en.txt"
+    text.write_text("\n".join(texts["target"]) + "\n", encoding="utf-8")
+    source_text.write_text("\n".join(texts["source"]) + "\n", encoding="utf-8")
+    options = {"method": "fvt", "target_text": str(text), "held_out_lines": 30,
+               "calibration": {"source_text": str(source_text), "hidden_lines": 60}}
+    _transfer(source_folder, target_folder, tmp_path / "default", **options)
+    record = read_model_record(tmp_path / "default")
+    assert record.config["distill"]["tokens"] == 20_000 and record.config["distill"]["tied_head"] == "untie"
+    assert record.distillation.teacher_check.measured and "teacher reads" in record.distillation.skipped
+    _transfer(source_folder, target_folder, tmp_path / "off", **options, distill={"tokens": 0})
+    assert read_model_record(tmp_path / "off").distillation is None
 
 
 def test_source_language_text_is_refused_for_a_replacement_a_masked_lm_a_missing_file_and_a_negative_amount(

@@ -526,9 +526,10 @@ def _variant_record(config: BenchConfig, variant: Variant, shared: dict) -> tupl
     record.resolved = {"method": _resolved_method(variant.method),
                        "calibration": _resolved_calibration(calibration, _extends_source(config))
                        if record.calibration is not None else None}
-    if variant.distill:  # a variant without distillation keeps the record (and the measurements) it had
+    distill = resolved_distill(variant)
+    if distill.tokens:  # a variant without distillation (none asked for, or tokens 0) keeps the record it had
         record.distill = dict(variant.distill)
-        record.resolved["distill"] = to_dict(from_dict(DistillConfig, variant.distill, where="distill."))
+        record.resolved["distill"] = to_dict(distill)
     return record, calibration
 
 
@@ -649,12 +650,19 @@ def teacher_twins(config: BenchConfig, variants: list[Variant]) -> list[tuple[Va
     return pairs
 
 
+def resolved_distill(variant: Variant) -> DistillConfig:
+    """The variant's distillation options as its transfer resolves them (`DistillConfig.resolved`: an extension kept
+    off the source language distils unless told not to)."""
+    return from_dict(DistillConfig, variant.distill or {}, where="distill.").resolved(
+        extension=bool(variant.calibration.get("source_text")))
+
+
 def distillation_twins(config: BenchConfig, variants: list[Variant]) -> list[tuple[Variant, Variant]]:
     """(distilled, plain) pairs: an entry whose transfer distils and an entry that is the same without distillation
     (the same method, calibration and resolved train options)."""
     keys = _train_keys(config, variants)
-    return [(distilled, plain) for distilled in variants if (distilled.distill or {}).get("tokens")
-            for plain in variants if plain is not distilled and not (plain.distill or {}).get("tokens")
+    return [(distilled, plain) for distilled in variants if resolved_distill(distilled).tokens
+            for plain in variants if plain is not distilled and not resolved_distill(plain).tokens
             and plain.method == distilled.method and plain.calibration == distilled.calibration
             and keys[plain.label] == keys[distilled.label]]
 

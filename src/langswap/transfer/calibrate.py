@@ -496,8 +496,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         return {which: known[which] if which in known else
                 mean_token_loss(model, tokenizer, lines, config.max_length, progress) for which, lines in checks}
 
-    before = losses({which: loss for which, loss in (("target", target_loss), ("source", source_loss))
-                     if loss is not None})
+    before = losses({w: loss for w, loss in (("target", target_loss), ("source", source_loss)) if loss is not None})
     tied = is_tied(model)
     saved = weight.detach().clone()  # with a tied head also the input rows as they were
 

@@ -89,7 +89,9 @@ class TransferConfig(ModelPairConfig):
         "help": "Token distillation (langswap.transfer.distill): after the method, before calibration, the new input "
                 "rows (and an untied head's) learn so that the body's hidden states reading the target tokenization match "
                 "those of the source model reading the same target text (calibration.text, target_text or "
-                "resources.token_text) with its own tokenizer; causal LMs; off unless distill.tokens is set."})
+                "resources.token_text) with its own tokenizer; causal LMs; off unless distill.tokens is set, "
+                "except in an extension kept off the source language (calibration.source_text), where it runs with "
+                "the options measured there unless distill.tokens=0."})
     stream: str = field(default="auto", metadata={
         "help": "Read only the token matrices of a safetensors source checkpoint and copy its other tensors to the "
                 "output file by file, so a model larger than memory transfers (langswap.checkpoint). auto: when the "
@@ -113,6 +115,8 @@ class TransferConfig(ModelPairConfig):
     def __post_init__(self):
         if self.method is None:
             self.method = make_config(DEFAULT_METHOD)
+        # only an extension takes calibration.source_text (`validate`), so it tells the defaults apart here
+        self.distill = self.distill.resolved(extension=bool(self.calibration.source_text))
 
     @staticmethod
     def resolve_method(value, where: str) -> MethodConfig:

@@ -92,17 +92,18 @@ class DistillConfig(TeacherMatch):
 
     OPTION = "distill"
 
-    tokens: int = field(default=0, metadata={
+    tokens: int | None = field(default=None, metadata={
         "help": "Target tokens read for training (the budget; 0: no distillation); the last update may overshoot it "
                 "by one batch. 20000 takes about 6 minutes for SmolLM2-135M on 2 CPU cores matching the last layer "
-                "(2 at block 8 of 30), per candidate of the method (the default's mode auto offers two)."})
+                "(2 at block 8 of 30), per candidate of the method (the default's mode auto offers two or more). "
+                "Unset: 20000 in an extension kept off the source language (calibration.source_text), 0 otherwise."})
     max_length: int = field(default=128, metadata={
         "help": "Target tokens per window (bos included); a longer line is read in several windows of whole "
                 "chunks. The source side reads the same bytes, however many tokens that takes."})
     batch_lines: int = field(default=8, metadata={"help": "Windows (lines, or pieces of long lines) per update."})
-    learning_rate: float = field(default=3e-4, metadata={
+    learning_rate: float | None = field(default=None, metadata={
         "help": "AdamW's peak learning rate (weight decay 0), reached after 5% of the tokens, then decayed "
-                "linearly to 0."})
+                "linearly to 0. Unset: 1e-2 in an extension kept off the source language, 3e-4 otherwise."})
     head_learning_rate: float | None = field(default=None, metadata={
         "help": "AdamW's peak learning rate for the output rows `head: lm` learns, on the same schedule (unset: "
                 "learning_rate): the rate at which the input rows learn best need not suit the output rows."})
@@ -114,19 +115,21 @@ class DistillConfig(TeacherMatch):
     distance: str = distance_field(
         "mse (squared error divided channel by channel by the teacher's mean square in the channel) or cosine "
         "(1 - cosine similarity).")
-    head: str = field(default="lm", metadata={
+    head: str | None = field(default=None, metadata={
         "help": "The new output rows: lm (they learn by the student's next-token cross-entropy on the text), "
                 "likelihood (they learn so that each chunk of text between two boundaries gets the probability the "
                 "source model gives it reading its own tokens: tokenkit's approximate likelihood matching) or keep "
                 "(the output matrix stays). The gradient reaches only the output rows (the head reads the "
                 "student's states detached). A tied head is the input matrix: lm and keep leave it to "
-                "distillation itself, likelihood adds its gradient to the same rows.",
+                "distillation itself, likelihood adds its gradient to the same rows. Unset: keep in an extension "
+                "kept off the source language, lm otherwise.",
         "choices": ("lm", "likelihood", "keep")})
-    tied_head: str = field(default="move", metadata={
+    tied_head: str | None = field(default=None, metadata={
         "help": "A tied head: move (the output rows are the distilled input rows) or untie (the head keeps the "
                 "method's rows as a matrix of its own, config.tie_word_embeddings false, so the input rows learn "
                 "for what they make the body compute and the output rows stay made for prediction; `head` then "
-                "applies as for an untied head). The head is untied only where the learned rows are kept.",
+                "applies as for an untied head). The head is untied only where the learned rows are kept. Unset: "
+                "untie in an extension kept off the source language, move otherwise.",
         "choices": ("move", "untie")})
     order: str = field(default="random", metadata={
         "help": "The order the training lines are read in: random (drawn from the seed) or coverage (first the "
@@ -145,27 +148,44 @@ class DistillConfig(TeacherMatch):
 
     def __post_init__(self):
         super().__post_init__()  # layers, distance, when
-        if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 0:
+        if self.tokens is not None and (isinstance(self.tokens, bool) or not isinstance(self.tokens, int)
+                                        or self.tokens < 0):
             raise ConfigError(f"distill.tokens is {self.tokens!r}; give a number of target tokens of at least 0 "
                               "(0 skips distillation).")
         if self.max_length < 2:
             raise ConfigError(f"distill.max_length is {self.max_length}; give at least 2 (a bos and a token).")
         if self.batch_lines < 1:
             raise ConfigError(f"distill.batch_lines is {self.batch_lines}; give at least 1.")
-        if not _is_rate(self.learning_rate):
+        if self.learning_rate is not None and not _is_rate(self.learning_rate):
             raise ConfigError(f"distill.learning_rate is {self.learning_rate!r}; give a finite number above 0, "
                               "e.g. 3e-4.")
         if self.head_learning_rate is not None and not _is_rate(self.head_learning_rate):
             raise ConfigError(f"distill.head_learning_rate is {self.head_learning_rate!r}; give a finite number above "
                               "0, e.g. 3e-4, or leave it unset to use distill.learning_rate.")
-        if self.head not in ("lm", "likelihood", "keep"):
+        if self.head not in (None, "lm", "likelihood", "keep"):
             raise ConfigError(f"distill.head is {self.head!r}; choose lm, likelihood or keep.")
-        if self.tied_head not in ("move", "untie"):
+        if self.tied_head not in (None, "move", "untie"):
             raise ConfigError(f"distill.tied_head is {self.tied_head!r}; choose move or untie.")
         if self.held_out_lines < 0:
             raise ConfigError(f"distill.held_out_lines is {self.held_out_lines}; give at least 0.")
         if self.order not in ("random", "coverage"):
             raise ConfigError(f"distill.order is {self.order!r}; choose random or coverage.")
+
+
+    def resolved(self, extension: bool) -> DistillConfig:
+        """The config with each option left unset given its default: `EXTENSION_DEFAULTS` for an extension kept off
+        the source language (`extension`: the transfer is given calibration.source_text, which only an extension
+        takes), `DEFAULTS` otherwise. A resolved config stays as it is."""
+        defaults = EXTENSION_DEFAULTS if extension else DEFAULTS
+        return dataclasses.replace(self, **{name: value for name, value in defaults.items()
+                                            if getattr(self, name) is None})
+
+
+# the options a transfer resolves (`DistillConfig.resolved`): off, and where set, a moderate rate that moves both
+# sides of a tied head; in an extension kept off the source language, the setting measured there
+# (docs/design.md, "Token distillation"): 20,000 tokens at 1e-2, a tied head untied and kept as the method made it
+DEFAULTS = {"tokens": 0, "learning_rate": 3e-4, "head": "lm", "tied_head": "move"}
+EXTENSION_DEFAULTS = {"tokens": 20_000, "learning_rate": 1e-2, "head": "keep", "tied_head": "untie"}
 
 
 def _is_rate(value) -> bool:
@@ -219,8 +239,10 @@ def distill(model, source_embeddings, source_tokenizer, target_tokenizer, lines:
 
     Costs, besides the model: the trainable rows, their AdamW moments and (untied head, `head: lm`) the same for
     the output rows, in float32; per update, each side's hidden states for one batch, read only as deep as the
-    deepest matched layer (`models.HiddenStates`) unless an untied head learns from the last.
+    deepest matched layer (`models.HiddenStates`) unless an untied head learns from the last. Options left unset
+    in `config` take `DEFAULTS` (a transfer resolves them first: `DistillConfig.resolved`).
     """
+    config = config.resolved(extension=False)
     if config.tokens == 0:
         return DistillationReport(skipped="distill.tokens is 0: the rows are left as the transfer made them",
                                   tokens=0, updates=0)
