@@ -30,7 +30,7 @@ extension where the pruning took any token out, the extension cut to the source'
 tokenizer where the expected-count fit moved source rows (what that fit does without new tokens), and with `--train`
 each trained) and writes it with the ledgers' summaries to
 benchmarks/results/prune-LANG-N-METHOD[-dict][-separate][-nofit][-sourcerows-on|off][-distillT-HEAD[-rateR][-coverage]]
--ON/.
+-ON/ (`-lrR` after the head where --distill-rate is not 1e-2).
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def parse_args(argv=None):
     parser.add_argument("--distill", type=int, default=0, metavar="TOKENS",
                         help="Distil the new rows from the source model over TOKENS target tokens at transfer time "
                              "(head untied, as bench_extension.py's --distill rows) before the ledger reads them.")
+    parser.add_argument("--distill-rate", type=float, default=1e-2,
+                        help="With --distill: the distillation's peak rate (distill.learning_rate).")
     parser.add_argument("--distill-head", choices=("keep", "lm", "likelihood"), default="keep",
                         help="With --distill: what the untied head's new output rows learn (distill.head).")
     parser.add_argument("--distill-head-rate", type=float, default=None,
@@ -100,11 +102,16 @@ def parse_args(argv=None):
     parser.add_argument("--swap-halves", action="store_true",
                         help="Judge on the scored half and score on the check half (suffix -swapped): a pruning "
                              "rule chosen this way is chosen on lines the reported figures do not come from.")
+    parser.add_argument("--score-check", action="store_true",
+                        help="Score every model on the check halves too (as --train does), to choose a setting on "
+                             "them rather than on the scored halves.")
     parser.add_argument("--dev-lines", type=int, default=300)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
     if (args.distill_head != "keep" or args.distill_head_rate is not None) and not args.distill:
         parser.error("--distill-head and --distill-head-rate set the distilled rows' head; give --distill TOKENS too.")
+    if args.distill_rate != 1e-2 and not args.distill:
+        parser.error("--distill-rate is the distillation's rate; give --distill TOKENS too.")
     if args.distill_order != "random" and not args.distill:
         parser.error("--distill-order orders the distillation's lines; give --distill TOKENS too.")
     if args.distill_head_rate is not None and args.distill_head == "keep":
@@ -161,6 +168,7 @@ def main(argv=None) -> int:
     variant = (args.method + ("-dict" if args.dictionary else "") + ("-separate" if args.separate else "") + ("-nofit" if args.count_fit == "off" else "")
             + (f"-sourcerows-{args.source_rows}" if args.source_rows != "auto" else "")
             + (f"-distill{args.distill}-{args.distill_head}" if args.distill else "")
+            + (f"-lr{args.distill_rate:g}" if args.distill_rate != 1e-2 else "")
             + (f"-rate{args.distill_head_rate:g}" if args.distill_head_rate is not None else "")
             + ("-coverage" if args.distill_order == "coverage" else ""))
     output = workdir / f"transfer-{variant}"
@@ -175,7 +183,7 @@ def main(argv=None) -> int:
         config["distill"] = {"tokens": 0}  # not distilled unless asked (a transfer kept off English distils by default)
         if args.distill:  # as bench_extension.py's distilled rows
             config["calibration"]["tied_head"] = "untie"
-            config["distill"] = {"tokens": args.distill, "learning_rate": 1e-2, "tied_head": "untie",
+            config["distill"] = {"tokens": args.distill, "learning_rate": args.distill_rate, "tied_head": "untie",
                                  "head": args.distill_head, "order": args.distill_order}
             if args.distill_head_rate is not None:
                 config["distill"]["head_learning_rate"] = args.distill_head_rate
@@ -213,12 +221,12 @@ def main(argv=None) -> int:
     pruned_row = (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)
     models = ((f"extended by {args.extend:,}", output, extended_tokenizer), *((pruned_row,) if report.dropped else ()))
     for name, path, tokenizer in (("source model", model_folder, source), *models):
-        score(name, load_model(path), tokenizer, both=bool(args.train))
+        score(name, load_model(path), tokenizer, both=bool(args.train) or args.score_check)
     fit = getattr(record, "count_fit", None)
     if fit is not None and fit.kept and fit.source_rows:  # what the fit of the source rows does without new tokens
         cut = load_model(output)
         cut.resize_token_embeddings(len(source))
-        score("the extension's source rows alone (new tokens cut)", cut, source, both=bool(args.train))
+        score("the extension's source rows alone (new tokens cut)", cut, source, both=bool(args.train) or args.score_check)
     if args.train:
         english_train = None if language == "en" else splits / "en.train.txt"
         for name, path, tokenizer in models:
