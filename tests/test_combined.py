@@ -551,6 +551,7 @@ def test_given_source_language_check_lines_the_candidates_are_ranked_by_both_tex
     assert both.losses == {name: target_loss for name, (target_loss, _) in left.items()}
     assert both.source_losses == {name: source_loss for name, (_, source_loss) in left.items()}
     assert "source-language text (mix 1.0000, choose 1.2000, spelling only 0.9800 nats)" in both.summary()
+    assert both.by == "held-out loss of both texts after finishing"
     alone = run(None)
     assert alone.chosen == "choose" and alone.source_losses is None
     assert "source-language" not in alone.summary()

@@ -539,7 +539,8 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
         result.choice.losses = {name: rounded(target) for name, (target, _) in zip(names, measured)}
         result.choice.source_losses = {name: rounded(source) for name, (_, source) in zip(names, measured)}
     if result.choice and finish is not None and result.choice.losses is not None:
-        result.choice.by = "held-out loss after " + ", ".join(getattr(finish, "steps", ["finishing"]))
+        result.choice.by = (("held-out loss of both texts after " if held_out_source else "held-out loss after ")
+                            + ", ".join(getattr(finish, "steps", ["finishing"])))
         if any(loss is not None for loss in uncalibrated):
             result.choice.losses_uncalibrated = dict(zip(result.choice.losses, uncalibrated))
     refuse_non_finite_rows(result, inputs)
