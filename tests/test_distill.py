@@ -18,14 +18,12 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from conftest import (byte_level_tokenizer, english_lines, sentencepiece_tokenizer, tiny_model,
-                      wordpiece_tokenizer)
+from conftest import byte_level_tokenizer, english_lines, sentencepiece_tokenizer, tiny_model, wordpiece_tokenizer
 from families import relabelled
 
+from langswap.errors import ConfigError
 from langswap.reports import DistillationReport
 from langswap.transfer.distill import DistillConfig, coverage_order, distill
-from langswap.errors import ConfigError
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
