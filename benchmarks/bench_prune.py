@@ -165,7 +165,8 @@ def main(argv=None) -> int:
             save_tokenizer(extend_tokenizer(source, read_text_lines(train, "training text"), args.extend,
                                             keep_lines=keep).tokenizer, made)
     extended_tokenizer = load_tokenizer(folder)
-    variant = (args.method + ("-dict" if args.dictionary else "") + ("-separate" if args.separate else "") + ("-nofit" if args.count_fit == "off" else "")
+    variant = (args.method + ("-dict" if args.dictionary else "") + ("-separate" if args.separate else "")
+            + ("-nofit" if args.count_fit == "off" else "")
             + (f"-sourcerows-{args.source_rows}" if args.source_rows != "auto" else "")
             + (f"-distill{args.distill}-{args.distill_head}" if args.distill else "")
             + (f"-lr{args.distill_rate:g}" if args.distill_rate != 1e-2 else "")
@@ -220,13 +221,14 @@ def main(argv=None) -> int:
     # a pruning that took nothing out wrote the extension itself again: it is neither scored nor trained twice
     pruned_row = (f"pruned to {report.kept:,} new tokens", pruned_folder, pruned_tokenizer)
     models = ((f"extended by {args.extend:,}", output, extended_tokenizer), *((pruned_row,) if report.dropped else ()))
+    both = bool(args.train) or args.score_check  # the check halves scored too
     for name, path, tokenizer in (("source model", model_folder, source), *models):
-        score(name, load_model(path), tokenizer, both=bool(args.train) or args.score_check)
+        score(name, load_model(path), tokenizer, both=both)
     fit = getattr(record, "count_fit", None)
     if fit is not None and fit.kept and fit.source_rows:  # what the fit of the source rows does without new tokens
         cut = load_model(output)
         cut.resize_token_embeddings(len(source))
-        score("the extension's source rows alone (new tokens cut)", cut, source, both=bool(args.train) or args.score_check)
+        score("the extension's source rows alone (new tokens cut)", cut, source, both=both)
     if args.train:
         english_train = None if language == "en" else splits / "en.train.txt"
         for name, path, tokenizer in models:

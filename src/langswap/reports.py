@@ -570,15 +570,16 @@ class MethodChoice(Report):
         if self.losses is not None and all(loss is None for loss in self.losses.values()):
             return f"kept {self.chosen}, the first: no candidate's held-out loss was a finite number"
         if self.losses is not None:
-            losses = ", ".join(f"{candidate} {'-' if loss is None else f'{loss:.4f}'}"
-                               for candidate, loss in self.losses.items())
+            def listed(losses: dict) -> str:
+                return ", ".join(f"{candidate} {'-' if loss is None else f'{loss:.4f}'}"
+                                 for candidate, loss in losses.items())
+
+            losses = listed(self.losses)
             weights = self.kept_weights()
             if self.source_losses:
-                both = ", ".join(f"{candidate} {'-' if loss is None else f'{loss:.4f}'}"
-                                 for candidate, loss in self.source_losses.items())
                 kept = (f"kept {self.chosen}, the lowest sum of the mean token losses on held-out target text "
-                        f"({losses} nats) and source-language text ({both} nats), each relative to the first "
-                        "candidate's")
+                        f"({losses} nats) and source-language text ({listed(self.source_losses)} nats), each "
+                        "relative to the first candidate's")
             else:
                 kept = f"kept {self.chosen}, the lowest mean token loss on held-out target text ({losses} nats)"
             return (kept

@@ -455,9 +455,9 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     the same start and the one whose check lines (the last `check_lines` of each text) read best taken. Kept only
     where the check lines read better than before, their mean token losses summed, each relative to before;
     otherwise put back (a head this step untied tied again).
-    `target_loss`, `source_loss`: the two texts' check losses as the model is (each measured here where None). `move`: calibration's move,
-    which gets this one as a round of its own where it is kept (so `langswap train` can take it off as it takes
-    calibration's). `source_rows`: an extension's source rows that may move as well (`count_fit_source_rows`): with
+    `target_loss`, `source_loss`: the two texts' check losses as the model is (each measured here where None).
+    `move`: calibration's move, which gets this one as a round of its own where it is kept (so `langswap train` can
+    take it off as it takes calibration's). `source_rows`: an extension's source rows that may move as well (`count_fit_source_rows`): with
     source-language lines, the fit is also made over `moved` and them together, along `count_fit_direction` of
     least variance over the source-language positions, with each pseudo-count; such a fit is chosen only where the
     source-language check loss rises by at most `SOURCE_ROWS_RISE`. Without source-language lines (a

@@ -171,7 +171,6 @@ class DistillConfig(TeacherMatch):
         if self.order not in ("random", "coverage"):
             raise ConfigError(f"distill.order is {self.order!r}; choose random or coverage.")
 
-
     def resolved(self, extension: bool) -> DistillConfig:
         """The config with each option left unset given its default: `EXTENSION_DEFAULTS` for an extension kept off
         the source language (`extension`: the transfer is given calibration.source_text, which only an extension
