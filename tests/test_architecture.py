@@ -21,7 +21,7 @@ LAYERS = [
     ("methods", ["methods"]),
     ("surgery", ["surgery", "checkpoint", "calibration_move", "frequency_line", "start_rows"]),
     ("training", ["training"]),
-    ("evaluation", ["evaluation"]),
+    ("evaluation", ["evaluation", "head_inputs"]),
     ("transfer", ["transfer", "enrich"]),
     ("bench", ["bench"]),
     ("demo", ["demo"]),

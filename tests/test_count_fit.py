@@ -43,7 +43,7 @@ def test_expected_counts_are_the_summed_probabilities_and_the_counts_the_tokens_
     import torch
 
     from langswap.models import load_model, load_tokenizer
-    from langswap.transfer.calibrate import expected_counts
+    from langswap.head_inputs import expected_counts
 
     model, tokenizer = load_model(pair["source"]), load_tokenizer(pair["source"])
     lines = pair["source_lines"][:12]
@@ -97,7 +97,8 @@ def test_the_fit_moves_each_row_by_its_log_ratio_and_keeps_the_move_or_puts_it_b
 
     from langswap.calibration_move import CalibrationMove
     from langswap.models import load_model, load_tokenizer
-    from langswap.transfer.calibrate import CalibrationConfig, count_fit, expected_counts, spread_lines, untie_head
+    from langswap.head_inputs import expected_counts
+    from langswap.transfer.calibrate import CalibrationConfig, count_fit, spread_lines, untie_head
 
     model = load_model(pair["source"])
     untie_head(model)
@@ -135,7 +136,8 @@ def test_each_round_counts_again_and_brings_the_expected_counts_nearer_the_count
     import dataclasses
 
     from langswap.models import load_model, load_tokenizer
-    from langswap.transfer.calibrate import CalibrationConfig, count_fit, expected_counts, spread_lines, untie_head
+    from langswap.head_inputs import expected_counts
+    from langswap.transfer.calibrate import CalibrationConfig, count_fit, spread_lines, untie_head
 
     tokenizer = load_tokenizer(pair["source"])
     target = pair["target_lines"][:260]

@@ -11,8 +11,9 @@ losses before and after). Then bits per byte on the bench's halves (bench_prune.
 import sys, json, numpy as np, torch
 from pathlib import Path
 from langswap.models import load_model, load_tokenizer
-from langswap.transfer.calibrate import (CalibrationConfig, count_fit, expected_counts, head_input_states, spread_lines,
-                                         split_check_lines, _fit_rounds, mean_token_loss, count_fit_direction, SHRINKAGE)
+from langswap.head_inputs import CountedLines, expected_counts, mean_token_loss
+from langswap.transfer.calibrate import (CalibrationConfig, count_fit, head_input_states, spread_lines,
+                                         split_check_lines, _fit_rounds, count_fit_direction, SHRINKAGE)
 from langswap.evaluation.language_modeling import causal_lm_score
 torch.set_num_threads(2)
 folder, work, rows = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
@@ -55,7 +56,8 @@ else:
               "source proj mean/std", round(float((ss @ d).mean()), 3), round(float((ss @ d).std()), 3), flush=True)
     checks = {"target": t_check, "English": s_check}
     before = {w: mean_token_loss(model, tok, l, config.max_length) for w, l in checks.items()}
-    shift, surpluses = _fit_rounds(model, tok, counted, config, v, moved, counts, expected, k, False)
+    shift, surpluses = _fit_rounds(model, CountedLines(model, tok, counted, config.max_length), config, v, moved,
+                                   counts, expected, k)
     after = {w: mean_token_loss(model, tok, l, config.max_length) for w, l in checks.items()}
     print("check before", before, "after", after, "surpluses", surpluses, flush=True)
 english = Path("/work/shared/data/splits/en.test.txt").read_text().splitlines()[300:600]

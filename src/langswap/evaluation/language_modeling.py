@@ -129,6 +129,31 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
     start `stride` tokens apart (default half the window), each token scored once (see `_windows`); this is the
     strided evaluation of the Hugging Face guide "Perplexity of fixed-length models", except that no token is lost
     where windows meet."""
+    device = next(model.parameters()).device
+    total_nll, total_tokens = 0.0, 0
+    batches = causal_lm_batches(model, tokenizer, lines, max_length, batch_tokens, stride)
+    bar = progress_bar(progress, next(batches), label)
+    for input_ids, attention, targets, target_mask in batches:
+        logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.float()
+        log_probs = torch.log_softmax(logits, dim=-1)
+        picked = log_probs.gather(-1, targets.to(device).unsqueeze(-1)).squeeze(-1)
+        mask = target_mask.to(device)
+        total_nll -= float(picked[mask].double().sum())
+        total_tokens += int(mask.sum())
+        if bar is not None:
+            bar.update(len(input_ids))
+    if bar is not None:
+        bar.close()
+    return _score(lines, total_tokens, total_nll, "perplexity")
+
+
+def causal_lm_batches(model, tokenizer, lines: list[str], max_length: int | None = None, batch_tokens: int = 4096,
+                      stride: int | None = None):
+    """The batches `causal_lm_score` reads `lines` in: a generator that first yields how many windows there are,
+    then (input_ids, attention_mask, targets, target_mask) per batch, each (windows, length), right-padded; the
+    target mask marks the predictions scored (each token once, `_windows`). A batch's logits stay within
+    LOGIT_BUDGET (4,096 tokens of a 128k vocabulary would be 2 GiB, held three times over by the scorer); a window
+    alone is always a batch."""
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if prefix is None:
         logger.warning("the tokenizer has neither a bos nor an eos token: the first token of each line is not "
@@ -142,11 +167,7 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
         if len(sequence) >= 2:
             pieces.extend(_windows(sequence, window, stride))
     pieces.sort(key=lambda piece: len(piece[0]))
-    device = next(model.parameters()).device
-    total_nll, total_tokens = 0.0, 0
-    bar = progress_bar(progress, len(pieces), label)
-    # a batch's logits stay within LOGIT_BUDGET (4,096 tokens of a 128k vocabulary would be 2 GiB, held three times
-    # over below); a window alone is always a batch
+    yield len(pieces)
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     width = output.weight.shape[0] if output is not None else len(tokenizer)
     batch_tokens = max(1, min(batch_tokens, LOGIT_BUDGET // max(width, 1)))
@@ -156,17 +177,7 @@ def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None =
         targets, _ = right_pad([tokens[1:] for tokens, _ in batch], 0)
         target_mask, _ = right_pad([[False] * skip + [True] * (len(tokens) - 1 - skip) for tokens, skip in batch],
                                    False, torch.bool)
-        logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.float()
-        log_probs = torch.log_softmax(logits, dim=-1)
-        picked = log_probs.gather(-1, targets.to(device).unsqueeze(-1)).squeeze(-1)
-        mask = target_mask.to(device)
-        total_nll -= float(picked[mask].double().sum())
-        total_tokens += int(mask.sum())
-        if bar is not None:
-            bar.update(len(batch))
-    if bar is not None:
-        bar.close()
-    return _score(lines, total_tokens, total_nll, "perplexity")
+        yield input_ids, attention, targets, target_mask
 
 
 @torch.no_grad()

@@ -57,9 +57,9 @@ import torch
 
 from langswap.calibration_move import CalibrationMove
 from langswap.errors import ConfigError, LangswapError
-from langswap.evaluation.language_modeling import causal_lm_score
 from langswap.frequency_line import (CHECK_LINES, HIDDEN_LINES, LINES, MAX_LENGTH, frequency_line, mean_head_input,
                                      read_head_inputs, smoothed_log_frequencies, split_check_lines)
+from langswap.head_inputs import CheckLines, CountedLines, mean_token_loss
 from langswap.models import is_tied, objective_of
 from langswap.reports import (CalibrationReport, CountFitReport, Frequencies, InputRows, LossCheck, SeparationReport,
                               Spread, TextPair, UpOnlyRows)
@@ -248,19 +248,6 @@ def head_input_states(model, tokenizer, lines: list[str], max_length: int, progr
     return torch.cat(states)
 
 
-def mean_token_loss(model, tokenizer, lines: list[str], max_length: int, progress: bool = False) -> float:
-    """Mean next-token cross-entropy (nats) of `model`, in eval mode, over the tokens of `lines`, each read in windows
-    of up to `max_length` (`causal_lm_score`; `progress`: a bar labelled "held-out check")."""
-    was_training = model.training
-    model.eval()
-    try:
-        score = causal_lm_score(model, tokenizer, lines, max_length=max_length, progress=progress,
-                                label="held-out check")
-    finally:
-        model.train(was_training)
-    return score.nll / max(score.tokens, 1)
-
-
 def input_row_moves(before: torch.Tensor, after: torch.Tensor, moved: np.ndarray) -> InputRows:
     """What a calibration did to a tied model's input rows (`before`, `after`: (V, d)): how many of the rows
     `moved` names did move, and over those, each move's size relative to the row's own norm (median, 90th
@@ -379,46 +366,6 @@ def calibrate(model, tokenizer, lines: list[str], config: CalibrationConfig, mov
     return report
 
 
-@torch.no_grad()
-def expected_counts(model, tokenizer, lines: list[str], max_length: int, progress: bool = False,
-                    chunk: int = 1024) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int]:
-    """(expected counts, counts, mean head input, positions) of `model` reading `lines` (`read_head_inputs`): at every
-    position that predicts a token of the line, each row's probability (summed: its expected count) and the token that
-    follows (counted); the mean is over those positions."""
-    head = model.get_output_embeddings()
-    weight = head.weight.detach().to(torch.float32).T  # (d, V), converted once for every chunk
-    bias = getattr(head, "bias", None)
-    bias = None if bias is None else bias.detach().to(torch.float32)
-    size = weight.shape[1]
-    expected = torch.zeros(size, dtype=torch.float64)
-    counts = torch.zeros(size, dtype=torch.float64)
-    total = torch.zeros(weight.shape[0], dtype=torch.float64)
-    positions = 0
-
-    def take(states: torch.Tensor, ids: list) -> None:
-        nonlocal positions
-        keep, follows, at = [], [], 0
-        for line in ids:  # every position but a line's last predicts the next token
-            keep.extend(range(at, at + len(line) - 1))
-            follows.extend(line[1:])
-            at += len(line)
-        states = states[torch.tensor(keep, dtype=torch.long, device=states.device)]
-        counts.add_(torch.bincount(torch.tensor(follows, dtype=torch.long), minlength=size)[:size].double())
-        total.add_(states.double().sum(0).cpu())
-        positions += len(keep)
-        for start in range(0, len(states), chunk):
-            logits = states[start:start + chunk] @ weight
-            if bias is not None:
-                logits = logits + bias
-            expected.add_(torch.softmax(logits, dim=-1).sum(0).double().cpu())
-
-    read_head_inputs(model, tokenizer, lines, max_length, take, progress=progress, label="expected counts",
-                     with_ids=True)
-    if not positions:
-        raise ConfigError("expected counts: the text gave no token to predict; give lines of target-language text.")
-    return expected.numpy(), counts.numpy(), (total / positions).float(), positions
-
-
 def spread_lines(lines: list[str], count: int) -> list[str]:
     """At most `count` of `lines`, evenly spaced over them (a text ordered by source or topic is sampled throughout,
     not only where it starts)."""
@@ -475,8 +422,9 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
                "calibration.check_lines twice)")
         logger.warning("expected-count fit not made: %s", why)
         return CountFitReport(rows=0, skipped=why)
-    counted = spread_lines(target_fit, config.count_fit_lines)
-    expected, counts, mean_target, positions = expected_counts(model, tokenizer, counted, config.max_length, progress)
+    counted = CountedLines(model, tokenizer, spread_lines(target_fit, config.count_fit_lines), config.max_length,
+                           progress)
+    expected, counts, mean_target, positions = counted.expected()
     head = model.get_output_embeddings()
     weight = head.weight
     size = weight.shape[0]
@@ -490,11 +438,11 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     moved = padded_mask(moved, size)
     calibrated = moved
     candidates = _count_fit_candidates(config, calibrated, direction, mean_target, source_rows, source_states)
-    checks = (("target", target_check), ("source", source_check)) if source_check else (("target", target_check),)
+    checks = {which: CheckLines(model, tokenizer, lines, config.max_length, progress)
+              for which, lines in (("target", target_check), ("source", source_check)) if lines}
 
     def losses(known: dict[str, float]) -> dict[str, float]:
-        return {which: known[which] if which in known else
-                mean_token_loss(model, tokenizer, lines, config.max_length, progress) for which, lines in checks}
+        return {which: known[which] if which in known else check.loss() for which, check in checks.items()}
 
     before = losses({w: loss for w, loss in (("target", target_loss), ("source", source_loss)) if loss is not None})
     tied = is_tied(model)
@@ -509,8 +457,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         rows, k, rows_moved, along_ = candidate
         with torch.no_grad():
             weight.copy_(saved)
-        shift, surpluses = _fit_rounds(model, tokenizer, counted, config, along_, rows_moved, counts, expected, k,
-                                       progress)
+        shift, surpluses = _fit_rounds(model, counted, config, along_, rows_moved, counts, expected, k)
         tried[rows, k] = losses({})
         logger.info("expected-count fit over %s with pseudo-count %g: check-line loss %s",
                     "the new rows" if rows == "new" else "every row", k,
@@ -535,7 +482,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     fits = {name: {f"{k_:g}": TextPair(**{w: round(v, 4) for w, v in losses_.items()})
                    for (rows_, k_), losses_ in tried.items() if rows_ == name} for name in ("new", "all")}
     report = CountFitReport(
-        rows=int(moved.sum()), lines=len(counted), positions=positions, smoothing=k,
+        rows=int(moved.sum()), lines=len(counted.lines), positions=positions, smoothing=k,
         smoothings=fits["new"] if len(tried) > 1 else None, with_source_rows=fits["all"] or None,
         source_rows=int((moved & ~calibrated).sum()),
         surplus=surplus, surplus_by_round=surpluses, direction=along, kept=kept,
@@ -591,18 +538,17 @@ def _count_fit_candidates(config: CalibrationConfig, calibrated: np.ndarray, dir
     return candidates
 
 
-def _fit_rounds(model, tokenizer, counted: list[str], config: CalibrationConfig, direction: torch.Tensor,
-                moved: np.ndarray, counts: np.ndarray, expected: np.ndarray, k: float,
-                progress: bool) -> tuple[np.ndarray, list[float]]:
+def _fit_rounds(model, counted: CountedLines, config: CalibrationConfig, direction: torch.Tensor,
+                moved: np.ndarray, counts: np.ndarray, expected: np.ndarray, k: float) -> tuple[np.ndarray, list[float]]:
     """`count_fit`'s rounds with the pseudo-count k, from the model as it is and the counts `expected` it gives on
-    `counted`: each round adds log((n + k) / (E + k)) to the `moved` rows along `direction`, then counts again. Returns
+    the `counted` lines: each round adds log((n + k) / (E + k)) to the `moved` rows along `direction`, then counts again. Returns
     the logits added and the surplus (expected less counted, per position) before each round."""
     weight = model.get_output_embeddings().weight
     positions = counts.sum()
     shift, surpluses = np.zeros(len(counts)), []
     for round_ in range(config.count_fit_rounds):  # each round counts again with the rows the last one moved
         if round_:
-            expected = expected_counts(model, tokenizer, counted, config.max_length, progress)[0]
+            expected = counted.expected()[0]
         step = np.where(moved, np.log((counts + k) / (expected + k)), 0.0)
         surpluses.append(round(float((expected[moved] - counts[moved]).sum()) / positions, 4))
         shift += step
@@ -707,11 +653,12 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     amounts = [config.separation] if config.separation is not None else list(SEPARATIONS)
     losses = {}
     if checked:
+        checks = {name: CheckLines(model, tokenizer, lines, config.max_length, progress)
+                  for name, lines in (("target", target_check), ("source", source_check))}
         for amount in amounts if 0.0 in amounts else [0.0, *amounts]:
             place(amount)
             losses[amount] = {name: target_loss if name == "target" and amount == 0.0 and target_loss is not None
-                              else mean_token_loss(model, tokenizer, lines, config.max_length, progress)
-                              for name, lines in (("target", target_check), ("source", source_check))}
+                              else check.loss() for name, check in checks.items()}
         base = losses[0.0]
         ranked = {amount: sum(loss[name] / base[name] for name in base) for amount, loss in losses.items()}
         chosen = config.separation if config.separation is not None else min(amounts, key=lambda a: ranked[a])
