@@ -582,15 +582,16 @@ def test_a_transfer_calibrates_each_candidate_once_and_keeps_the_chosen_one_as_c
     assert {"method", "method: calibration", "method: frequencies"} <= set(report.seconds)
 
 
-def test_a_transfer_that_keeps_mix_finishes_choose_too_and_keeps_its_differing_rows_for_training(cipher_world):
-    """Where the judged transfer keeps `mix`, the `choose` candidate over the same evidence is finished as the
-    candidates were, and its finished rows where it makes them otherwise are the start rows; the model keeps `mix`."""
+def test_a_transfer_that_keeps_mix_keeps_choose_s_differing_rows_as_its_judging_finished_them(cipher_world):
+    """Where the judged transfer keeps `mix`, the `choose` candidate over the same evidence, judged right after it,
+    leaves its finished rows where it makes them otherwise, and those are the start rows (no candidate is finished
+    twice); the model keeps `mix`. Without those rows the sibling is finished again, to the same rows."""
     from types import SimpleNamespace
 
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from langswap.surgery import read_source_matrices
-    from langswap.transfer.steps import apply_method
+    from langswap.surgery import install_embeddings, read_source_matrices
+    from langswap.transfer.steps import apply_method, sibling_start_rows
 
     source, target, embeddings, dictionary, _ = cipher_world
     model = GPT2LMHeadModel(GPT2Config(vocab_size=len(source), n_embd=12, n_layer=1, n_head=2, n_positions=32))
@@ -609,7 +610,7 @@ def test_a_transfer_that_keeps_mix_finishes_choose_too_and_keeps_its_differing_r
     model, result, _ = apply_method(model, inputs, matrices, make_config("combined"), held_out=["unused"],
                                     finish=finish)
     assert result.choice.chosen == "mix" and result.choice.start == "choose"
-    assert len(finished) == 4  # mix, choose, spelling only, then choose again for the start
+    assert len(finished) == 3  # mix, choose, spelling only: choose's rows kept from its judging
     mix = run_method(make_config("combined", mode="mix"), inputs).embeddings
     choose = run_method(make_config("combined", mode="choose"), inputs).embeddings
     differ = np.flatnonzero((mix != choose).any(dim=1).numpy())
@@ -621,6 +622,19 @@ def test_a_transfer_that_keeps_mix_finishes_choose_too_and_keeps_its_differing_r
     # own: the kept row is made in part from the source row of the same string
     own = [source.lookup(target[i], target.family) in result.mapping.row(i)[0].tolist() for i in differ.tolist()]
     assert start.own is not None and start.own.tolist() == own
+
+    # the same rows where the sibling is installed and finished again (no rows kept from its judging)
+    result.sibling = ("choose", run_method(make_config("combined", mode="choose"), inputs))
+    installed = []
+
+    def install(other):
+        installed.append(other)
+        install_embeddings(model, other.embeddings, other.output_embeddings, other.output_bias)
+
+    again = sibling_start_rows(model, result, install, finish, {})
+    assert installed == [result.sibling[1]] and len(finished) == 4
+    assert again.ids.tolist() == start.ids.tolist()
+    torch.testing.assert_close(torch.from_numpy(again.input), choose[differ] + 1.0)
 
     # a transfer that keeps `choose` (or one evidence) writes no start rows
     finished.clear()

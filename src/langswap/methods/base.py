@@ -120,6 +120,10 @@ class MethodResult:
     # where the kept candidate mixes its evidence and the method offers the same evidence chosen (`combined`'s
     # `mix` and `choose`): (that candidate's name, its result), for training's start (`langswap.start_rows`)
     sibling: "tuple[str, MethodResult] | None" = None
+    candidate: str | None = None  # its name among the method's candidates, where it offered several
+    # where the candidate judged just before it is its sibling (`mix`, judged before `choose` over the same
+    # evidence): (that candidate's name, the ids of the rows the two make otherwise, `differing_rows`)
+    unlike: "tuple[str, torch.Tensor] | None" = None
 
 
 @dataclass(frozen=True)
@@ -297,23 +301,37 @@ def run_method(name_or_config, inputs: TransferInputs, source_matrices: dict[str
                                                           "or not a causal LM)", candidates=list(candidates),
                                          weights=weights)
         return result
-    best, losses = None, {}
+    best, losses, previous = None, {}, None
+    sibling = getattr(candidates, "sibling", lambda name: None)
     for name, mapping in candidates.items():
         result = finish_mapping(f"{spec.name} ({name})", mapping, inputs, config, source_matrices, dtype)
+        result.candidate = name
+        if previous is not None and sibling(previous.candidate) == name:
+            result.unlike = (previous.candidate, differing_rows(previous, result))
+        previous = result
         loss = float(judge(result))
         losses[name] = loss if math.isfinite(loss) else math.inf
         logger.info("%s (%s): %s %.4f", spec.name, name, getattr(judge, "what", "held-out loss"), losses[name])
         if best is None or losses[name] < losses[best[0]]:  # ties keep the earlier candidate
             best = (name, result)
     name, result = best
+    previous = None
     result.choice = MethodChoice(chosen=name, by="held-out loss", losses={
         key: round(value, 5) if math.isfinite(value) else None for key, value in losses.items()}, weights=weights)
     logger.info("%s: kept %s", spec.name, name)
-    other = candidates.sibling(name) if hasattr(candidates, "sibling") else None
+    other = sibling(name)
     if other is not None:
         result.sibling = (other, finish_mapping(f"{spec.name} ({other})", candidates[other], inputs, config,
                                                 source_matrices, dtype))
     return result
+
+
+def differing_rows(one: MethodResult, other: MethodResult) -> torch.Tensor:
+    """The ids of the rows two results make otherwise (input rows, or the head's where both have their own)."""
+    differ = (one.embeddings != other.embeddings).any(dim=1)
+    if one.output_embeddings is not None and other.output_embeddings is not None:
+        differ |= (one.output_embeddings != other.output_embeddings).any(dim=1)
+    return torch.nonzero(differ).flatten()
 
 
 def finish_mapping(name: str, mapping: TokenMapping, inputs: TransferInputs, config: MethodConfig,

@@ -39,7 +39,8 @@ from langswap.errors import ConfigError, OutputSpaceError
 from langswap.evaluation.correspondence import correspondence_rows
 from langswap.evaluation.language_modeling import evaluate_model
 from langswap.files import atomic_directory
-from langswap.methods.base import MethodConfig, MethodResult, TransferInputs, get_method, load_resources, run_method
+from langswap.methods.base import (MethodConfig, MethodResult, TransferInputs, differing_rows, get_method,
+                                   load_resources, run_method)
 from langswap.methods.mapping import Kind
 from langswap.methods.provenance import refuse_non_finite_rows, write_provenance
 from langswap.modelcard import write_model_card
@@ -505,6 +506,7 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     best: dict = {}
     uncalibrated: list[float | None] = []  # each candidate's check-line loss before calibration moved it, in order
     measured: list[tuple[float, float | None]] = []  # each candidate's (target, source) check losses, in order
+    judged_rows: dict = {}  # by name: a candidate's finished rows where it is unlike its sibling judged before it
 
     def judge(result) -> float:
         install(result)
@@ -523,6 +525,8 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
         ranked = loss if math.isfinite(loss) else math.inf
         if finish is not None and (not best or ranked < best["loss"]):
             best.update(loss=ranked, result=result, matrices=token_matrices(model, "cpu"), reports=reports)
+        if finish is not None and result.unlike is not None and len(result.unlike[1]):
+            judged_rows[result.candidate] = finished_rows(model, result.candidate, result.unlike[1])
         return loss
 
     if held_out_source:
@@ -545,7 +549,7 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
             result.choice.losses_uncalibrated = dict(zip(result.choice.losses, uncalibrated))
     refuse_non_finite_rows(result, inputs)
     if best and best["result"] is result and result.sibling is not None:
-        result.choice.rows = sibling_start_rows(model, result, install, finish)
+        result.choice.rows = sibling_start_rows(model, result, install, finish, judged_rows)
         if result.choice.rows is not None:
             result.choice.rows.own = own_source_rows(result.mapping, inputs.source, inputs.target,
                                                      result.choice.rows.ids)
@@ -561,18 +565,21 @@ def apply_method(model, inputs: TransferInputs, matrices, method_config: MethodC
     return model, result, reports
 
 
-def sibling_start_rows(model, result, install, finish):
-    """The kept candidate's sibling (`MethodResult.sibling`: its evidence chosen rather than mixed) installed and
-    finished as the candidates were, and its finished rows where its matrices differ from the kept one's
-    (`start_rows.StartRows`; None where none differ). Leaves the sibling in `model`; the caller installs the kept
-    one again."""
+def sibling_start_rows(model, result, install, finish, judged: dict):
+    """The kept candidate's sibling (`MethodResult.sibling`: its evidence chosen rather than mixed) as the candidates
+    were finished: its finished rows where its matrices differ from the kept one's (`start_rows.StartRows`; None
+    where none differ). `judged`: the rows each candidate judged after its sibling left, by name, taken where they
+    are those rows; otherwise the sibling is installed and finished again here, and left in `model` (the caller
+    installs the kept one again)."""
     name, other = result.sibling
-    differ = (other.embeddings != result.embeddings).any(dim=1)
-    if other.output_embeddings is not None and result.output_embeddings is not None:
-        differ |= (other.output_embeddings != result.output_embeddings).any(dim=1)
-    ids = torch.nonzero(differ).flatten()
+    ids = differing_rows(result, other)
     if len(ids) == 0:
         return None
+    kept = judged.get(name)
+    if kept is not None and np.array_equal(kept.ids, ids.numpy()):
+        logger.info("the %s candidate's rows of %s tokens it makes otherwise, as its judging finished them, are kept "
+                    "for training's start (%s)", name, f"{len(ids):,}", START_FILE)
+        return kept
     install(other)
     finish(model, other)
     start = finished_rows(model, name, ids)
