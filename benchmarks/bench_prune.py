@@ -17,6 +17,8 @@ one across the check half's own two halves); `--swap-halves` judges on the score
     python benchmarks/bench_prune.py --language en --extend 10000 --distill 20000 --distill-head likelihood
     python benchmarks/bench_prune.py --language de --extend 10000 --separate --distill 20000 --train 200
     python benchmarks/bench_prune.py --language de --extend 10000 --method combined --dictionary --separate
+    python benchmarks/bench_prune.py --language sw --extend 10000 --method combined --dictionary --separate \
+        --as-shipped --train 200
 
 With `--train UPDATES`, the extension and the pruned extension are also trained with the extension recipe (with
 `--source-share` of every batch English training text, every row from the first update, its default there;
@@ -30,7 +32,8 @@ extension where the pruning took any token out, the extension cut to the source'
 tokenizer where the expected-count fit moved source rows (what that fit does without new tokens), and with `--train`
 each trained) and writes it with the ledgers' summaries to
 benchmarks/results/prune-LANG-N-METHOD[-dict][-separate][-nofit][-sourcerows-on|off][-distillT-HEAD[-rateR][-coverage]]
--ON/ (`-lrR` after the head where --distill-rate is not 1e-2).
+-ON/ (`-lrR` after the head where --distill-rate is not 1e-2, `-shipped` with --as-shipped: the transfer's own
+defaults, the README's extension line).
 """
 
 from __future__ import annotations
@@ -59,6 +62,10 @@ def parse_args(argv=None):
     parser.add_argument("--distill", type=int, default=0, metavar="TOKENS",
                         help="Distil the new rows from the source model over TOKENS target tokens at transfer time "
                              "(head untied, as bench_extension.py's --distill rows) before the ledger reads them.")
+    parser.add_argument("--as-shipped", action="store_true",
+                        help="Leave the distillation's settings and calibration.tied_head unset, so that the transfer "
+                             "resolves them as `langswap transfer` does (with --separate: distilled by the extension's "
+                             "defaults, the head untied only where the learned rows are kept); suffix -shipped.")
     parser.add_argument("--distill-rate", type=float, default=1e-2,
                         help="With --distill: the distillation's peak rate (distill.learning_rate).")
     parser.add_argument("--distill-head", choices=("keep", "lm", "likelihood"), default="keep",
@@ -114,6 +121,8 @@ def parse_args(argv=None):
         parser.error("--distill-rate is the distillation's rate; give --distill TOKENS too.")
     if args.distill_order != "random" and not args.distill:
         parser.error("--distill-order orders the distillation's lines; give --distill TOKENS too.")
+    if args.as_shipped and (args.distill or args.count_fit != "auto" or args.source_rows != "auto"):
+        parser.error("--as-shipped transfers with the defaults; leave out --distill, --count-fit and --source-rows.")
     if args.distill_head_rate is not None and args.distill_head == "keep":
         parser.error("--distill-head-rate is the rate of a head that learns; give --distill-head lm or likelihood.")
     if args.train_preset != "extension" and not args.train:
@@ -171,7 +180,8 @@ def main(argv=None) -> int:
             + (f"-distill{args.distill}-{args.distill_head}" if args.distill else "")
             + (f"-lr{args.distill_rate:g}" if args.distill_rate != 1e-2 else "")
             + (f"-rate{args.distill_head_rate:g}" if args.distill_head_rate is not None else "")
-            + ("-coverage" if args.distill_order == "coverage" else ""))
+            + ("-coverage" if args.distill_order == "coverage" else "")
+            + ("-shipped" if args.as_shipped else ""))
     output = workdir / f"transfer-{variant}"
     if not (output / "langswap.json").exists():
         config = {"source_model": str(model_folder), "target_tokenizer": str(folder), "method": args.method,
@@ -181,7 +191,8 @@ def main(argv=None) -> int:
             config["calibration"]["source_text"] = str(splits / "en.train.txt")
         if args.dictionary:
             config["resources"] = {"dictionary": str(args.data / "dicts" / DICTIONARIES[language])}
-        config["distill"] = {"tokens": 0}  # not distilled unless asked (a transfer kept off English distils by default)
+        if not args.as_shipped:  # not distilled unless asked (a transfer kept off English distils by default)
+            config["distill"] = {"tokens": 0}
         if args.distill:  # as bench_extension.py's distilled rows
             config["calibration"]["tied_head"] = "untie"
             config["distill"] = {"tokens": args.distill, "learning_rate": args.distill_rate, "tied_head": "untie",
