@@ -98,9 +98,10 @@ def parse_args(argv=None):
                         help="With --train and the extension recipe: recipe.new_rows_fraction (default: the recipe's "
                              "own, 0 with English in the batches; 0.5 trains the new rows alone for the first half; "
                              "suffix -newrowsF).")
-    parser.add_argument("--train-calibration", choices=("spare-rare", "keep"), default="spare-rare",
+    parser.add_argument("--train-calibration", choices=("spare-rare", "keep"), default=None,
                         help="With --train: train.calibration for the extension's runs (the control has no move to "
-                             "take off); keep: suffix -trainkeep.")
+                             "take off); default: train's own (keep for the extension recipe with English in every "
+                             "batch, spare-rare otherwise); suffix -trainkeep where the runs start from keep.")
     parser.add_argument("--source-share", type=float, default=0.5,
                         help="With --train: the share of every batch that is English training text "
                              "(recipe.source_share; 0: none).")
@@ -130,7 +131,7 @@ def parse_args(argv=None):
     if args.new_rows_fraction is not None and (not args.train or args.train_preset != "extension"):
         parser.error("--new-rows-fraction is the extension recipe's; give --train UPDATES with --train-preset "
                      "extension.")
-    if args.train_calibration != "spare-rare" and not args.train:
+    if args.train_calibration is not None and not args.train:
         parser.error("--train-calibration sets how the --train updates start; give --train UPDATES too.")
     if args.source_share != 0.5 and not args.train:
         parser.error("--source-share is the English share of the --train updates; give --train UPDATES too.")
@@ -240,8 +241,10 @@ def main(argv=None) -> int:
         cut = load_model(output)
         cut.resize_token_embeddings(len(source))
         score("the extension's source rows alone (new tokens cut)", cut, source, both=both)
+    english_train = None if language == "en" else splits / "en.train.txt"
+    start = train_config(output, workdir, train, english_train, args.train, args.source_share, args.train_preset,
+                         args.new_rows_fraction, args.train_calibration).calibration if args.train else None
     if args.train:
-        english_train = None if language == "en" else splits / "en.train.txt"
         for name, path, tokenizer in models:
             reader = load_model(trained_model(path, path.parent, train, english_train, args.train, args.source_share,
                                               preset=args.train_preset, new_rows=args.new_rows_fraction,
@@ -270,7 +273,7 @@ def main(argv=None) -> int:
         "scores": rows,
         "check_scores": check_rows or None,
         "training": {"updates": args.train, "preset": args.train_preset, "control_preset": "embeddings",
-                     "new_rows_fraction": args.new_rows_fraction, "calibration": args.train_calibration,
+                     "new_rows_fraction": args.new_rows_fraction, "calibration": start,
                      "source_share": args.source_share, "batch_size": 2, "sequence_length": 128} if args.train else None,
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
                                   "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
@@ -279,7 +282,7 @@ def main(argv=None) -> int:
                                                   + ("-train-embeddings" if args.train_preset == "embeddings" else "")
                                                   + (f"-newrows{args.new_rows_fraction:g}"
                                                      if args.new_rows_fraction is not None else "")
-                                                  + ("-trainkeep" if args.train_calibration == "keep" else ""))
+                                                  + ("-trainkeep" if start == "keep" else ""))
     results.mkdir(parents=True, exist_ok=True)
     (results / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (results / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")
@@ -288,32 +291,39 @@ def main(argv=None) -> int:
     return 0
 
 
-def trained_model(model: Path, parent: Path, train: Path, english: Path | None, updates: int, share: float,
-                  preset: str = "extension", new_rows: float | None = None, calibration: str = "spare-rare") -> Path:
-    """The folder of `model` trained for `updates` updates of `preset` (extension: `new_rows` of them the new rows
-    alone, the recipe's default where None, then every row; embeddings: every row throughout, none recalibrated;
-    batch 2 x 128 on the first 20,000 lines of `train`, `share` of every batch `english` where given; `calibration`:
-    train.calibration), in a folder in `parent` named by those settings; a finished run is reused."""
+def train_config(model: Path, parent: Path, train: Path, english: Path | None, updates: int, share: float,
+                 preset: str = "extension", new_rows: float | None = None, calibration: str | None = None):
+    """The TrainConfig of `model` trained for `updates` updates of `preset` (extension: `new_rows` of them the new
+    rows alone, the recipe's default where None, then every row; embeddings: every row throughout, none
+    recalibrated; batch 2 x 128 on the first 20,000 lines of `train`, `share` of every batch `english` where given;
+    `calibration`: train.calibration, its default where None), its output a folder in `parent` named by those
+    settings and the calibration start they resolve to."""
     from langswap.config import from_dict
     from langswap.training.options import TrainConfig
-    from langswap.training.run import train as train_model
 
     mixed = english is not None and share
     recipe = {"source_text": str(english), "source_share": share} if mixed else {}
     if new_rows is not None:
         recipe["new_rows_fraction"] = new_rows
+    options = {**({"unshown_rows": "train"} if preset == "embeddings" else {}),
+               **({"calibration": calibration} if calibration is not None else {}),
+               "model": str(model), "train_text": str(train), "preset": preset, "recipe": recipe, "steps": updates,
+               "batch_size": 2, "sequence_length": 128, "save_steps": 100, "logging_steps": 10, "max_lines": 20000}
+    start = from_dict(TrainConfig, {**options, "output": str(parent)}, where="train.").calibration
     name = (f"{model.name}-trained{updates}" + (f"-{preset}" if preset != "extension" else "")
             + (f"-newrows{new_rows:g}" if new_rows is not None else "")
             + (f"-english{share:g}" if mixed else "")
-            + ("-keep" if calibration == "keep" else ""))
-    config = from_dict(TrainConfig, {
-        **({"unshown_rows": "train"} if preset == "embeddings" else {}),
-        **({"calibration": calibration} if calibration != "spare-rare" else {}),
-        "model": str(model), "train_text": str(train), "output": str(parent / name), "preset": preset,
-        "recipe": recipe, "steps": updates, "batch_size": 2, "sequence_length": 128, "save_steps": 100,
-        "logging_steps": 10, "max_lines": 20000}, where="train.")
-    return Path(train_model(config, progress=True).model)
+            + ("-keep" if start == "keep" else ""))
+    return from_dict(TrainConfig, {**options, "output": str(parent / name)}, where="train.")
 
+
+def trained_model(model: Path, parent: Path, train: Path, english: Path | None, updates: int, share: float,
+                  preset: str = "extension", new_rows: float | None = None, calibration: str | None = None) -> Path:
+    """The folder of `model` trained as `train_config` says; a finished run is reused."""
+    from langswap.training.run import train as train_model
+
+    config = train_config(model, parent, train, english, updates, share, preset, new_rows, calibration)
+    return Path(train_model(config, progress=True).model)
 
 if __name__ == "__main__":
     sys.exit(main())

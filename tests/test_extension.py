@@ -576,6 +576,23 @@ def test_a_new_rows_fraction_of_0_trains_every_row_from_the_first_update_and_is_
     assert planned(source_text="en.txt", then="full") == [("1-new-rows", "new-rows", 100), ("2-full", "full", 100)]
 
 
+def test_training_an_extension_with_source_text_starts_from_the_calibrated_rows_by_default():
+    """train.calibration unset: keep for the extension recipe given recipe.source_text (every batch shows the
+    source-language tokens the rarely counted rows mostly belong to), spare-rare for it without source text and for
+    every other recipe; set, it is kept."""
+    from langswap.training.run import TrainConfig
+
+    def start(preset="extension", **options):
+        return TrainConfig(model="m", train_text="t", output="o", preset=preset, **options).calibration
+
+    assert start(recipe={"source_text": "en.txt"}) == "keep"
+    assert start() == "spare-rare"
+    assert start(preset="embeddings") == "spare-rare"
+    assert start(preset="embeddings", recipe={"source_text": "en.txt"}) == "spare-rare"
+    assert start(recipe={"source_text": "en.txt"}, calibration="spare-rare") == "spare-rare"
+    assert start(calibration="undo") == "undo"
+
+
 def test_the_first_phase_decays_the_new_rows_as_adamw_does_and_no_other_row():
     """NewRowsAdamW against torch's AdamW with the same decay, on a matrix whose gradient reaches only the new rows
     (as the recipe's hook leaves it): the new rows as AdamW makes them, every other row bit for bit as it was."""

@@ -88,12 +88,14 @@ class TrainConfig:
         "help": "Folder of token stores (the training text tokenised once, reused by reruns, resumes and every "
                 "process; `langswap prepare --list` shows them); default: token-stores/ in the langswap cache "
                 "($LANGSWAP_CACHE, else $XDG_CACHE_HOME/langswap, else ~/.cache/langswap)."})
-    calibration: str = field(default="spare-rare", metadata={
+    calibration: str | None = field(default=None, metadata={
         "help": "Where the model folder is a calibrated `langswap transfer` output (it holds "
-                "calibration-move.safetensors): spare-rare (the default: take off the lowering of rows whose token "
-                "calibration counted fewer than calibration_min_count times, which training on text that lacks them "
-                "would keep on top of its own), keep (start from the rows as calibrated) or undo (take calibration's "
-                "move off every row: the uncalibrated transfer's rows).",
+                "calibration-move.safetensors): spare-rare (take off the lowering of rows whose token calibration "
+                "counted fewer than calibration_min_count times, which training on text that lacks them would keep on "
+                "top of its own), keep (start from the rows as calibrated) or undo (take calibration's move off every "
+                "row: the uncalibrated transfer's rows). Unset: keep for the extension recipe given "
+                "recipe.source_text (every batch then shows the source-language tokens those rows mostly belong "
+                "to), spare-rare otherwise.",
         "choices": ("spare-rare", "keep", "undo")})
     calibration_min_count: int = field(default=3, metadata={
         "help": "calibration: spare-rare's count: rows of tokens counted fewer times start with calibration's "
@@ -152,6 +154,8 @@ class TrainConfig:
     def __post_init__(self):
         # the recipe: mapping becomes the named recipe's options (an unknown preset or option is an error here)
         object.__setattr__(self, "recipe", recipe_options(self.preset, self.recipe))
+        if self.calibration is None:
+            object.__setattr__(self, "calibration", self.recipe.calibration_start())
         if isinstance(self.teacher, dict):  # TrainConfig(teacher={...}) as the YAML gives it
             object.__setattr__(self, "teacher", from_dict(TeacherConfig, self.teacher, "teacher"))
 

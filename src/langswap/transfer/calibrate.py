@@ -22,8 +22,9 @@ Calibration makes the best model to use as it is, and `langswap train` starts fr
 target text teaches the model that text's frequencies by itself, and a token the text shows never, once or twice is
 lowered by training too, with little in the text to raise it again, so a calibration's lowering of such a token would
 stay on top of training's. The move is written beside the model (`langswap.calibration_move`), and training takes
-that lowering off first (its `calibration: spare-rare`, rows counted fewer than 3 times), which gives exactly the
-transfer calibrated with `lower_min_count: 3`. `lower_min_count` spares such rows in the transfer itself.
+that lowering off first (its `calibration: spare-rare`, rows counted fewer than 3 times; the default, except in an
+extension trained with source-language text in every batch), which gives exactly the transfer calibrated with
+`lower_min_count: 3`. `lower_min_count` spares such rows in the transfer itself.
 
 The premise (a model whose logits track log-frequencies) holds for trained models, not for every model: the last
 `check_lines` lines of the text are kept out of the counts, and unless the calibrated model's mean token loss on them

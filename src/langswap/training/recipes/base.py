@@ -73,6 +73,10 @@ def check_source_stream(options) -> None:
 class RecipeOptions:
     """Options of a recipe (none shared yet); a recipe's own options subclass this."""
 
+    def calibration_start(self) -> str:
+        """`train.calibration` where it is left unset: spare-rare, unless the recipe's options say otherwise."""
+        return "spare-rare"
+
 
 @dataclass(frozen=True, kw_only=True)
 class SourceMixOptions(RecipeOptions):

@@ -52,6 +52,13 @@ class ExtensionOptions(SourceMixOptions):
         "help": "What the rest of the steps train: embeddings (every row), full (the whole model) or none.",
         "choices": ("embeddings", "full", "none")})
 
+    def calibration_start(self) -> str:
+        """keep where source_text is given: the rows calibration counted rarely on the target text are mostly the
+        source language's, which every batch then shows, so the premise of spare-rare (training on text that lacks
+        a token lowers its row by itself) does not hold, and the expected-count fit's levels of the source rows stay
+        as the transfer chose them; spare-rare otherwise."""
+        return "keep" if self.source_text else "spare-rare"
+
 
 class NewRowsAdamW(torch.optim.AdamW):
     """AdamW whose decoupled weight decay reaches only rows [first, stop) of each parameter: a group's
