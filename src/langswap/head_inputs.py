@@ -1,4 +1,6 @@
-"""Lines read once while only the output head moves.
+"""A causal LM's readings of fixed lines that calibration's steps compare: its mean token loss (`mean_token_loss`)
+and each row's expected count (`expected_counts`), and the same read with the body once while only the output head
+moves (`CheckLines`, `CountedLines`).
 
 The expected-count fit tries several pseudo-counts, each over two rounds, and reads the check lines after each; the
 separation reads them at each amount it tries. Between those readings only output rows move. Where the head is
