@@ -157,8 +157,9 @@ def frequency_line(tokenizer, lines: list[str], size: int, config: LineSettings)
     return smoothed_log_frequencies(counts, how["smoothing"]), how, counts
 
 
-class _HeadReached(Exception):
-    """Raised by mean_head_input's hook once it has the head's input, so the head itself is never computed."""
+class HeadReached(Exception):
+    """Raised by a forward pre-hook on the output head once it has the head's input, so the head itself is never
+    computed (`read_head_inputs`, `head_inputs.CheckLines`)."""
 
 
 @torch.no_grad()
@@ -176,7 +177,7 @@ def read_head_inputs(model, tokenizer, lines: list[str], max_length: int, take, 
     def record(module, args):
         states = args[0].detach().to(torch.float32)[mask.to(args[0].device)]
         take(states, batch) if with_ids else take(states)
-        raise _HeadReached
+        raise HeadReached
 
     encoded = [ids for ids in tokenizer(lines, truncation=True, max_length=max_length)["input_ids"] if ids]
     encoded.sort(key=len)
@@ -194,7 +195,7 @@ def read_head_inputs(model, tokenizer, lines: list[str], max_length: int, take, 
             mask = attention.bool()
             try:
                 model(input_ids=input_ids.to(device), attention_mask=attention.to(device))
-            except _HeadReached:
+            except HeadReached:
                 pass
             if bar is not None:
                 bar.update(stop - start)

@@ -21,7 +21,7 @@ import torch
 
 from langswap.errors import ConfigError
 from langswap.evaluation.language_modeling import causal_lm_batches, causal_lm_score
-from langswap.frequency_line import read_head_inputs
+from langswap.frequency_line import HeadReached, read_head_inputs
 from langswap.models import is_tied
 
 logger = logging.getLogger(__name__)
@@ -102,10 +102,6 @@ def expected_counts(model, tokenizer, lines: list[str], max_length: int, progres
     return expected.numpy(), counts.numpy(), (total / positions).float(), positions
 
 
-class _HeadReached(Exception):
-    """Raised by the hook once it has the head's input, so the head is not computed on the first reading."""
-
-
 def _head(model) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The head's (d, V) float32 weight, transposed, and its float32 bias (None without)."""
     head = model.get_output_embeddings()
@@ -160,7 +156,7 @@ class CheckLines:
 
         def record(module, args):
             states.append(args[0].detach().to(torch.float32)[batch_mask.to(args[0].device)].cpu())
-            raise _HeadReached
+            raise HeadReached
 
         batches = causal_lm_batches(model, self.tokenizer, self.lines, self.max_length)
         next(batches)
@@ -176,7 +172,7 @@ class CheckLines:
                     return
                 try:
                     model(input_ids=input_ids.to(device), attention_mask=attention.to(device))
-                except _HeadReached:
+                except HeadReached:
                     pass
                 targets.append(batch_targets[batch_mask])
         finally:
