@@ -104,7 +104,7 @@ def parse_args(argv=None):
                              "batch, spare-rare otherwise); suffix -trainkeep where the runs start from keep.")
     parser.add_argument("--source-share", type=float, default=0.5,
                         help="With --train: the share of every batch that is English training text "
-                             "(recipe.source_share; 0: none).")
+                             "(recipe.source_share; 0: none; results suffix -englishS unless 0.5).")
     parser.add_argument("--rule", choices=("auto", "cascade", "weighed"), default="auto",
                         help="langswap prune --rule (variant suffix -rule-RULE unless auto).")
     parser.add_argument("--swap-halves", action="store_true",
@@ -282,7 +282,9 @@ def main(argv=None) -> int:
                                                   + ("-train-embeddings" if args.train_preset == "embeddings" else "")
                                                   + (f"-newrows{args.new_rows_fraction:g}"
                                                      if args.new_rows_fraction is not None else "")
-                                                  + ("-trainkeep" if start == "keep" else ""))
+                                                  + ("-trainkeep" if start == "keep" else "")
+                                                  + (f"-english{args.source_share:g}"
+                                                     if args.train and args.source_share != 0.5 else ""))
     results.mkdir(parents=True, exist_ok=True)
     (results / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (results / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")

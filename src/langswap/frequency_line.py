@@ -11,6 +11,7 @@ the hidden states the output head reads over a text.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,9 +158,41 @@ def frequency_line(tokenizer, lines: list[str], size: int, config: LineSettings)
     return smoothed_log_frequencies(counts, how["smoothing"]), how, counts
 
 
-class HeadReached(Exception):
+class _HeadReached(Exception):
     """Raised by a forward pre-hook on the output head once it has the head's input, so the head itself is never
-    computed (`read_head_inputs`, `head_inputs.CheckLines`)."""
+    computed (`body_reader`)."""
+
+
+@contextmanager
+def body_reader(model):
+    """Within the block, `read(input_ids, attention_mask)` runs the model (in eval mode, its mode restored after) as
+    far as its output head and returns the (batch, length, d) hidden states the head would read, as the model
+    computes them; the head itself is never computed."""
+    head = model.get_output_embeddings()
+    caught: list[torch.Tensor] = []
+
+    def record(module, args):
+        caught.append(args[0].detach())
+        raise _HeadReached
+
+    device = next(model.parameters()).device
+
+    def read(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        caught.clear()
+        try:
+            model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device))
+        except _HeadReached:
+            pass
+        return caught.pop()
+
+    handle = head.register_forward_pre_hook(record)
+    was_training = model.training
+    model.eval()
+    try:
+        yield read
+    finally:
+        handle.remove()
+        model.train(was_training)
 
 
 @torch.no_grad()
@@ -170,40 +203,24 @@ def read_head_inputs(model, tokenizer, lines: list[str], max_length: int, take, 
     `batch_tokens` tokens at a time, right-padded (a causal model's real positions never see the padding); the
     forward stops where the head would start. `with_ids`: `take(states, ids)` with the batch's token ids too (a list
     per line, the states being their positions line after line)."""
-    head = model.get_output_embeddings()
-    mask = None
-    batch: list = []
-
-    def record(module, args):
-        states = args[0].detach().to(torch.float32)[mask.to(args[0].device)]
-        take(states, batch) if with_ids else take(states)
-        raise HeadReached
-
     encoded = [ids for ids in tokenizer(lines, truncation=True, max_length=max_length)["input_ids"] if ids]
     encoded.sort(key=len)
     if not encoded:
         raise ConfigError(f"{label}: the text gave no tokens to read; give text in the language it is for.")
-    handle = head.register_forward_pre_hook(record)
-    was_training = model.training
-    model.eval()
     bar = progress_bar(progress, len(encoded), label, "line")
     try:
-        device = next(model.parameters()).device
-        for start, stop in length_batches([len(ids) for ids in encoded], batch_tokens):
-            batch = encoded[start:stop]
-            input_ids, attention = right_pad(batch, 0)
-            mask = attention.bool()
-            try:
-                model(input_ids=input_ids.to(device), attention_mask=attention.to(device))
-            except HeadReached:
-                pass
-            if bar is not None:
-                bar.update(stop - start)
+        with body_reader(model) as read:
+            for start, stop in length_batches([len(ids) for ids in encoded], batch_tokens):
+                batch = encoded[start:stop]
+                input_ids, attention = right_pad(batch, 0)
+                hidden = read(input_ids, attention)
+                states = hidden[attention.bool().to(hidden.device)].to(torch.float32)
+                take(states, batch) if with_ids else take(states)
+                if bar is not None:
+                    bar.update(stop - start)
     finally:
         if bar is not None:
             bar.close()
-        handle.remove()
-        model.train(was_training)
 
 
 def mean_head_input(model, tokenizer, lines: list[str], max_length: int, batch_tokens: int = 4096,

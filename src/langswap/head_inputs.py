@@ -21,7 +21,7 @@ import torch
 
 from langswap.errors import ConfigError
 from langswap.evaluation.language_modeling import causal_lm_batches, causal_lm_score
-from langswap.frequency_line import HeadReached, read_head_inputs
+from langswap.frequency_line import body_reader, read_head_inputs
 from langswap.models import is_tied
 
 logger = logging.getLogger(__name__)
@@ -147,37 +147,20 @@ class CheckLines:
 
     @torch.no_grad()
     def _read(self) -> None:
-        model = self.model
-        head = model.get_output_embeddings()
-        width = head.weight.shape[1]
-        device = next(model.parameters()).device
+        width = self.model.get_output_embeddings().weight.shape[1]
         states, targets, size = [], [], 0
-        batch_mask = None
-
-        def record(module, args):
-            states.append(args[0].detach().to(torch.float32)[batch_mask.to(args[0].device)].cpu())
-            raise HeadReached
-
-        batches = causal_lm_batches(model, self.tokenizer, self.lines, self.max_length)
+        batches = causal_lm_batches(self.model, self.tokenizer, self.lines, self.max_length)
         next(batches)
-        handle = head.register_forward_pre_hook(record)
-        was_training = model.training
-        model.eval()
-        try:
+        with body_reader(self.model) as read:
             for input_ids, attention, batch_targets, batch_mask in batches:
                 size += int(batch_mask.sum()) * width * 4
                 if size > BUDGET:
                     logger.info("check lines read by the model each time: their hidden states would take over %d MiB",
                                 BUDGET >> 20)
                     return
-                try:
-                    model(input_ids=input_ids.to(device), attention_mask=attention.to(device))
-                except HeadReached:
-                    pass
+                hidden = read(input_ids, attention)
+                states.append(hidden[batch_mask.to(hidden.device)].to(torch.float32).cpu())
                 targets.append(batch_targets[batch_mask])
-        finally:
-            handle.remove()
-            model.train(was_training)
         self.states = torch.cat(states) if states else torch.zeros(0, width)
         self.targets = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
 
