@@ -20,6 +20,10 @@ With `--plain`, the same text also trains a tokenizer with transformers' `train_
 `langswap tokenizer` did before it followed the families' conventions), measured the same way.
 With `--transfer`, a random-weight model of the family's architecture (SmolLM2's real model) goes through
 `langswap transfer --method overlap` into the replacement tokenizer, and the record's matching is reported.
+With `--extension-line`, the README's extension line (`langswap tokenizer --extend --keep-text`, `langswap transfer`
+with the dictionary, `calibration.text` and `calibration.source_text`, `langswap prune`) runs on the same
+random-weight model of each causal family, command by command; each step's seconds and what the records decided are
+appended to extension-line.jsonl (the weights are random, so no loss there means anything).
 
     python benchmarks/bench_families.py --languages de sw --transfer
 
@@ -208,6 +212,8 @@ def measure(family: str, language: str, args, cache: Path) -> dict:
                         "seconds": round(time.perf_counter() - started, 1)}
     if args.transfer:
         row["transfer"] = transfer_row(family, folder, source, saved, cache, language)
+    if args.extension_line and family != "wordpiece":
+        row["extension_line"] = extension_line_row(family, folder, source, cache, language, args)
     return row
 
 
@@ -226,6 +232,59 @@ def transfer_row(family: str, folder: Path, source, target_folder: Path, cache: 
     record = json.loads((output / "langswap.json").read_text(encoding="utf-8"))
     shutil.rmtree(output, ignore_errors=True)
     return {"counts": report.counts, "matching": record["matching"]}
+
+
+DICTIONARIES = {"de": "muse-en-de.tsv", "sw": "freedict-en-sw.tsv"}
+
+
+def extension_line_row(family: str, folder: Path, source, cache: Path, language: str, args) -> dict:
+    """The README's extension line, command by command, on a random-weight model of the family's architecture with
+    its real tokenizer: `langswap tokenizer --extend N --keep-text en.train.txt`, `langswap transfer` with the
+    dictionary, `calibration.text` and `calibration.source_text`, then `langswap prune` on development lines (the
+    test splits' lines 301-600, which the tables do not read). The model's weights are random, so its losses say
+    nothing; what the row says is that every step runs on the family's real files, how long each takes and what the
+    records decided."""
+    import shutil
+    import subprocess
+    import sys
+
+    from langswap.resources.text import read_text_lines
+
+    model = random_model(family, folder, source, cache / "made" / f"{family}-model")
+    work = cache / "made" / f"{family}-{language}-line"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    splits = args.data / "splits"
+    for name, split in (("target-dev.txt", f"{language}.test.txt"), ("english-dev.txt", "en.test.txt")):
+        lines = read_text_lines(splits / split, "development text", max_lines=2 * TEST_LINES)[TEST_LINES:]
+        (work / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    steps = {
+        "tokenizer": ["tokenizer", "--source", str(model), "--text", str(splits / f"{language}.train.txt"),
+                      "--extend", str(args.extend), "--keep-text", str(splits / "en.train.txt"),
+                      "--output", str(work / "tokenizer")],
+        "transfer": ["transfer", "--source-model", str(model), "--target-tokenizer", str(work / "tokenizer"),
+                     "--output", str(work / "model"),
+                     "--set", f"resources.dictionary={args.data / 'dicts' / DICTIONARIES[language]}",
+                     "--set", f"calibration.text={splits / f'{language}.train.txt'}",
+                     "--set", f"calibration.source_text={splits / 'en.train.txt'}"],
+        "prune": ["prune", str(work / "model"), "--text", str(work / "target-dev.txt"),
+                  "--source-text", str(work / "english-dev.txt"), "--output", str(work / "pruned")],
+    }
+    row: dict = {"seconds": {}}
+    for name, command in steps.items():
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "langswap.cli", "-q", *command], capture_output=True, text=True)
+        row["seconds"][name] = round(time.perf_counter() - started, 1)
+        if done.returncode != 0:
+            row["error"] = {"step": name, "returncode": done.returncode, "stderr": done.stderr[-2000:]}
+            return row
+    record = json.loads((work / "model" / "langswap.json").read_text(encoding="utf-8"))
+    pruned = json.loads((work / "pruned" / "langswap.json").read_text(encoding="utf-8"))
+    row["record"] = {key: record.get(key) for key in ("counts", "calibration", "distillation", "choice")
+                     if key in record}
+    row["pruned"] = pruned.get("pruning", pruned.get("prune"))
+    shutil.rmtree(work, ignore_errors=True)
+    return row
 
 
 def table(rows: list[dict]) -> str:
@@ -277,6 +336,9 @@ def main(argv=None) -> None:
     parser.add_argument("--extend", type=int, default=10000)
     parser.add_argument("--plain", action="store_true", help="also train with train_new_from_iterator alone")
     parser.add_argument("--transfer", action="store_true", help="also transfer a model of each family (overlap)")
+    parser.add_argument("--extension-line", action="store_true",
+                        help="also run the README's extension line (tokenizer --extend, transfer, prune) on a "
+                             "random-weight model of each causal family")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "langswap" / "bench-families")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -292,6 +354,10 @@ def main(argv=None) -> None:
             rows.append(row)
             with (args.output / "results.jsonl").open("a", encoding="utf-8") as out:
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            if "extension_line" in row:
+                with (args.output / "extension-line.jsonl").open("a", encoding="utf-8") as out:
+                    out.write(json.dumps({"family": family, "language": language,
+                                          **row["extension_line"]}, ensure_ascii=False) + "\n")
             print(json.dumps(row, ensure_ascii=False), flush=True)
     newest = {}
     for line in (args.output / "results.jsonl").read_text(encoding="utf-8").splitlines():

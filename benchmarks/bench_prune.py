@@ -48,6 +48,8 @@ from bench_calibration import TEST_LINE_CHARS, split_text  # noqa: E402
 from bench_german_training import DEFAULT_DATA, REPO, shared_data_ready  # noqa: E402
 from bench_tiktotok import DICTIONARIES  # noqa: E402
 
+PAPERS_RATE = 5e-4  # the causal peak of every recipe but the extension's; runs at another peak are named by it
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,6 +104,11 @@ def parse_args(argv=None):
                         help="With --train: train.calibration for the extension's runs (the control has no move to "
                              "take off); default: train's own (keep for the extension recipe with English in every "
                              "batch, spare-rare otherwise); suffix -trainkeep where the runs start from keep.")
+    parser.add_argument("--train-rate", type=float, default=None,
+                        help="With --train: the extension's runs' peak rate (train.learning_rate; default: the "
+                             "recipe's own, 1e-4 for the extension recipe, 5e-4 for embeddings; the control keeps "
+                             "5e-4); suffix -trainlrR where it is not 5e-4 (results without the suffix are "
+                             "the papers' 5e-4, --train-rate 0.0005).")
     parser.add_argument("--source-share", type=float, default=0.5,
                         help="With --train: the share of every batch that is English training text "
                              "(recipe.source_share; 0: none; results suffix -englishS unless 0.5).")
@@ -133,6 +140,8 @@ def parse_args(argv=None):
                      "extension.")
     if args.train_calibration is not None and not args.train:
         parser.error("--train-calibration sets how the --train updates start; give --train UPDATES too.")
+    if args.train_rate is not None and not args.train:
+        parser.error("--train-rate is the extension runs' peak rate; give --train UPDATES too.")
     if args.source_share != 0.5 and not args.train:
         parser.error("--source-share is the English share of the --train updates; give --train UPDATES too.")
     if not 0 <= args.source_share < 1:
@@ -242,13 +251,14 @@ def main(argv=None) -> int:
         cut.resize_token_embeddings(len(source))
         score("the extension's source rows alone (new tokens cut)", cut, source, both=both)
     english_train = None if language == "en" else splits / "en.train.txt"
-    start = train_config(output, workdir, train, english_train, args.train, args.source_share, args.train_preset,
-                         args.new_rows_fraction, args.train_calibration).calibration if args.train else None
+    planned = train_config(output, workdir, train, english_train, args.train, args.source_share, args.train_preset,
+                           args.new_rows_fraction, args.train_calibration, args.train_rate) if args.train else None
+    start, rate = (planned.calibration, peak_rate(planned)) if planned else (None, None)
     if args.train:
         for name, path, tokenizer in models:
             reader = load_model(trained_model(path, path.parent, train, english_train, args.train, args.source_share,
                                               preset=args.train_preset, new_rows=args.new_rows_fraction,
-                                              calibration=args.train_calibration))
+                                              calibration=args.train_calibration, rate=args.train_rate))
             trained = f"{name}, {args.train} updates" + (" of every row" if args.train_preset == "embeddings" else "")
             score(trained, reader, tokenizer, both=True)
         # the control: the source model's every row trained as long on the same mix (`embeddings`), no row moved
@@ -274,7 +284,8 @@ def main(argv=None) -> int:
         "check_scores": check_rows or None,
         "training": {"updates": args.train, "preset": args.train_preset, "control_preset": "embeddings",
                      "new_rows_fraction": args.new_rows_fraction, "calibration": start,
-                     "source_share": args.source_share, "batch_size": 2, "sequence_length": 128} if args.train else None,
+                     "source_share": args.source_share, "learning_rate": rate, "batch_size": 2,
+                     "sequence_length": 128} if args.train else None,
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
                                   "pruned": tokens_per_byte(pruned_tokenizer, check["target"])},
     }
@@ -283,6 +294,7 @@ def main(argv=None) -> int:
                                                   + (f"-newrows{args.new_rows_fraction:g}"
                                                      if args.new_rows_fraction is not None else "")
                                                   + ("-trainkeep" if start == "keep" else "")
+                                                  + (f"-trainlr{rate:g}" if rate and rate != PAPERS_RATE else "")
                                                   + (f"-english{args.source_share:g}"
                                                      if args.train and args.source_share != 0.5 else ""))
     results.mkdir(parents=True, exist_ok=True)
@@ -294,12 +306,13 @@ def main(argv=None) -> int:
 
 
 def train_config(model: Path, parent: Path, train: Path, english: Path | None, updates: int, share: float,
-                 preset: str = "extension", new_rows: float | None = None, calibration: str | None = None):
+                 preset: str = "extension", new_rows: float | None = None, calibration: str | None = None,
+                 rate: float | None = None):
     """The TrainConfig of `model` trained for `updates` updates of `preset` (extension: `new_rows` of them the new
     rows alone, the recipe's default where None, then every row; embeddings: every row throughout, none
     recalibrated; batch 2 x 128 on the first 20,000 lines of `train`, `share` of every batch `english` where given;
-    `calibration`: train.calibration, its default where None), its output a folder in `parent` named by those
-    settings and the calibration start they resolve to."""
+    `calibration`: train.calibration, its default where None; `rate`: train.learning_rate), its output a folder in
+    `parent` named by those settings and the calibration start they resolve to."""
     from langswap.config import from_dict
     from langswap.training.options import TrainConfig
 
@@ -309,22 +322,32 @@ def train_config(model: Path, parent: Path, train: Path, english: Path | None, u
         recipe["new_rows_fraction"] = new_rows
     options = {**({"unshown_rows": "train"} if preset == "embeddings" else {}),
                **({"calibration": calibration} if calibration is not None else {}),
+               **({"learning_rate": rate} if rate is not None else {}),
                "model": str(model), "train_text": str(train), "preset": preset, "recipe": recipe, "steps": updates,
                "batch_size": 2, "sequence_length": 128, "save_steps": 100, "logging_steps": 10, "max_lines": 20000}
-    start = from_dict(TrainConfig, {**options, "output": str(parent)}, where="train.").calibration
+    resolved = from_dict(TrainConfig, {**options, "output": str(parent)}, where="train.")
+    start, peak = resolved.calibration, peak_rate(resolved)
     name = (f"{model.name}-trained{updates}" + (f"-{preset}" if preset != "extension" else "")
             + (f"-newrows{new_rows:g}" if new_rows is not None else "")
             + (f"-english{share:g}" if mixed else "")
-            + ("-keep" if start == "keep" else ""))
+            + ("-keep" if start == "keep" else "") + (f"-lr{peak:g}" if peak != PAPERS_RATE else ""))
     return from_dict(TrainConfig, {**options, "output": str(parent / name)}, where="train.")
 
 
+def peak_rate(config) -> float:
+    """The peak rate a TrainConfig's first phase trains at (train.learning_rate, or its recipe's own)."""
+    from langswap.training.recipes.base import plan_phases
+
+    return plan_phases(config, "causal")[0].learning_rate
+
+
 def trained_model(model: Path, parent: Path, train: Path, english: Path | None, updates: int, share: float,
-                  preset: str = "extension", new_rows: float | None = None, calibration: str | None = None) -> Path:
+                  preset: str = "extension", new_rows: float | None = None, calibration: str | None = None,
+                  rate: float | None = None) -> Path:
     """The folder of `model` trained as `train_config` says; a finished run is reused."""
     from langswap.training.run import train as train_model
 
-    config = train_config(model, parent, train, english, updates, share, preset, new_rows, calibration)
+    config = train_config(model, parent, train, english, updates, share, preset, new_rows, calibration, rate)
     return Path(train_model(config, progress=True).model)
 
 if __name__ == "__main__":

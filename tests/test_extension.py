@@ -576,6 +576,22 @@ def test_a_new_rows_fraction_of_0_trains_every_row_from_the_first_update_and_is_
     assert planned(source_text="en.txt", then="full") == [("1-new-rows", "new-rows", 100), ("2-full", "full", 100)]
 
 
+def test_the_extension_recipe_peaks_at_its_own_rate_unless_one_is_given():
+    """train.learning_rate unset: every phase of the extension recipe peaks at 1e-4 (the recipe's PEAK), while the
+    other recipes keep the papers' 5e-4 for a causal LM; a rate given is every recipe's peak."""
+    from langswap.training.recipes.base import plan_phases
+    from langswap.training.run import TrainConfig
+
+    def peaks(preset="extension", **options):
+        config = TrainConfig(model="m", train_text="t", output="o", preset=preset, steps=200, **options)
+        return [phase.learning_rate for phase in plan_phases(config, "causal")]
+
+    assert peaks() == [1e-4, 1e-4]
+    assert peaks(recipe={"source_text": "en.txt"}) == [1e-4]
+    assert peaks(learning_rate=3e-4) == [3e-4, 3e-4]
+    assert peaks(preset="embeddings") == [5e-4]
+
+
 def test_training_an_extension_with_source_text_starts_from_the_calibrated_rows_by_default():
     """train.calibration unset: keep for the extension recipe given recipe.source_text (every batch shows the
     source-language tokens the rarely counted rows mostly belong to), spare-rare for it without source text and for

@@ -51,7 +51,8 @@ class TrainConfig:
         "help": "Options of the recipe that preset names (recipe.<option>). " + describe_recipes()})
     steps: int = field(default=1000, metadata={"cli": ("train",), "help": "Optimizer updates over all phases."})
     learning_rate: float | None = field(default=None, metadata={"help": "Peak rate; default 5e-4 (causal) or 1e-4 "
-                                                                        "(masked), as in WECHSEL."})
+                                                                        "(masked), as in WECHSEL; 1e-4 for the "
+                                                                        "extension preset."})
     warmup_fraction: float = field(default=0.1, metadata={"help": "Share of a phase's updates spent warming up."})
     batch_size: int = field(default=8, metadata={"help": "Sequences per device per forward pass."})
     gradient_accumulation: int = field(default=1, metadata={"help": "Forward passes per update."})

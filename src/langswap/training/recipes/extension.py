@@ -40,6 +40,10 @@ from langswap.training.recipes.base import (Recipe, SourceMixOptions, check_sour
 from langswap.training.recipes.transinner import check_fraction
 
 NEW_ROWS = "new-rows"
+# The peak rate where train.learning_rate is unset: a causal LM's extension starts from new rows the transfer fitted
+# to what the body computes, which the papers' 5e-4 moves off faster than 200 updates recover (docs/design.md,
+# "Extending a vocabulary"); a masked LM's is the papers' own, not measured on an extension.
+PEAK = {"causal": 1e-4, "masked": 1e-4}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +113,10 @@ class Extension(Recipe):
         if fraction is not None:
             return fraction
         return 0.0 if self.options.source_text and self.options.then == "embeddings" else 0.5
+
+    def peak(self, objective: str) -> float:
+        """`learning_rate` where set, otherwise the extension's own peak (`PEAK`)."""
+        return self.config.learning_rate or PEAK[objective]
 
     def validate(self) -> None:
         if self.options.new_rows_fraction is not None:
