@@ -234,9 +234,6 @@ def transfer_row(family: str, folder: Path, source, target_folder: Path, cache: 
     return {"counts": report.counts, "matching": record["matching"]}
 
 
-DICTIONARIES = {"de": "muse-en-de.tsv", "sw": "freedict-en-sw.tsv"}
-
-
 def extension_line_row(family: str, folder: Path, source, cache: Path, language: str, args) -> dict:
     """The README's extension line, command by command, on a random-weight model of the family's architecture with
     its real tokenizer: `langswap tokenizer --extend N --keep-text en.train.txt`, `langswap transfer` with the
@@ -247,6 +244,8 @@ def extension_line_row(family: str, folder: Path, source, cache: Path, language:
     import shutil
     import subprocess
     import sys
+
+    from bench_tiktotok import DICTIONARIES
 
     from langswap.resources.text import read_text_lines
 
@@ -280,9 +279,9 @@ def extension_line_row(family: str, folder: Path, source, cache: Path, language:
             return row
     record = json.loads((work / "model" / "langswap.json").read_text(encoding="utf-8"))
     pruned = json.loads((work / "pruned" / "langswap.json").read_text(encoding="utf-8"))
-    row["record"] = {key: record.get(key) for key in ("counts", "calibration", "distillation", "choice")
+    row["record"] = {key: record[key] for key in ("counts", "calibration", "distillation", "method_choice")
                      if key in record}
-    row["pruned"] = pruned.get("pruning", pruned.get("prune"))
+    row["pruned"] = pruned["pruning"]
     shutil.rmtree(work, ignore_errors=True)
     return row
 
