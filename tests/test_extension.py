@@ -80,6 +80,19 @@ def test_an_extension_keeps_every_source_id_and_adds_tokens_that_shorten_target_
     assert changed_lines(source, extended, texts["source_test"]) <= 0.1 * len(texts["source_test"])
 
 
+@pytest.mark.parametrize("family", ["byte_level", "sentencepiece"])
+def test_no_bpe_extension_reads_text_in_fewer_tokens_than_its_words(family, texts):
+    from langswap.resources.extension import extend_tokenizer, tokens_per_byte, word_tokens_per_byte
+
+    source = FAMILIES[family](texts["source"])
+    floor = word_tokens_per_byte(source, texts["target_test"])
+    rates = [tokens_per_byte(extend_tokenizer(source, texts["target"], size).tokenizer, texts["target_test"])
+             for size in (60, 400)]
+    assert 0 < floor <= rates[1] <= rates[0] < tokens_per_byte(source, texts["target_test"])
+    # the largest extension gets near the floor: most test words are whole tokens of it
+    assert rates[1] < 1.5 * floor
+
+
 def test_a_replacement_tokenizer_is_told_apart_by_its_first_moved_id(texts):
     from langswap.resources.extension import first_differing_id
 

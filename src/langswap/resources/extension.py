@@ -330,6 +330,13 @@ def tokens_per_byte(tokenizer, lines: list[str]) -> float:
     return tokens / max(1, sum(len(line.encode("utf-8")) for line in lines))
 
 
+def word_tokens_per_byte(tokenizer, lines: list[str]) -> float:
+    """Words per UTF-8 byte of `lines` as `_word_reader` reads them for `tokenizer`: the fewest tokens per byte a BPE
+    extension of it can reach, since its new merges stay within those words (each word one token at best)."""
+    words = _words(_word_reader(tokenizer, tokenizer_spec(tokenizer)), lines)
+    return sum(words.values()) / max(1, sum(len(line.encode("utf-8")) for line in lines))
+
+
 def changed_lines(source_tokenizer, extended, lines: list[str]) -> int:
     """How many of `lines` the extended tokenizer reads otherwise than the source."""
     if not lines:
