@@ -21,6 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from langswap.evaluation.language_modeling import causal_lm_score
+from langswap.resources.text import read_text_lines
 from langswap.resources.tokenizer import text_tokens, token_counts
 from langswap.transfer.calibrate import CalibrationConfig, frequency_line, mean_head_input
 
@@ -43,15 +44,18 @@ bench = Path(args.bench).expanduser()
 runs = bench / "bench" / "runs"
 path = runs / args.variant / "model" if (runs / args.variant / "model").is_dir() else model_folder(runs, args.variant)
 tokenizer = AutoTokenizer.from_pretrained(path)
-train = (bench / "train.txt").read_text(encoding="utf-8").splitlines()
+import json as _json
+record = _json.loads((path.parent / "langswap-train.json").read_text()) if (path.parent / "langswap-train.json").exists() else None
+epochs = record["training_data"]["train"]["epochs"] if record else 1.0
+# the lines the run read (training's max_lines, e.g. 20,000 of the whole German split's 63,971), which are also the
+# lines calibration counts (calibration.lines, 20,000)
+train = read_text_lines(bench / "train.txt", "training text",
+                        max_lines=record["training_data"]["train"]["documents"] if record else None)
 dev = (bench / "dev.txt").read_text(encoding="utf-8").splitlines()[:300]
 size = len(tokenizer)
 counts_all = token_counts(tokenizer, train, size)
 texts = np.array([bool(t) for t in text_tokens(tokenizer)])
-import json as _json
-record = _json.loads((path.parent / "langswap-train.json").read_text()) if (path.parent / "langswap-train.json").exists() else None
-epochs = record["training_data"]["train"]["epochs"] if record else 1.0
-print(path, "epochs", epochs, flush=True)
+print(path, "epochs", epochs, "lines", len(train), flush=True)
 model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 base = causal_lm_score(model, tokenizer, dev)
 print("as trained", round(base.bits_per_byte, 4), flush=True)
