@@ -161,3 +161,15 @@ def test_resource_builders_are_refused_while_another_process_writes_their_output
         assert main(["-q"] + arguments) == 2
     assert "is being written by another langswap process" in unwrapped(capsys.readouterr().err)
     assert not output.exists()
+
+
+def test_prune_is_refused_while_another_process_writes_its_output(small, tmp_path):
+    """Refused before it reads the model: a folder that is not even an extension gets the lock's error, not the
+    model's."""
+    from langswap.transfer.prune import PruneJob, prune
+
+    output = tmp_path / "pruned"
+    with OutputLock(output, "pruned model folder"):
+        with pytest.raises(OutputLockedError, match="pruned model folder"):
+            prune(PruneJob(model=str(small["model"]), text=str(small["eval"]), output=str(output)))
+    assert not output.exists()

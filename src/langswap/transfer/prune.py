@@ -39,6 +39,7 @@ import torch
 from langswap.calibration_move import MOVE_FILE, CalibrationMove
 from langswap.errors import ConfigError, MissingResourceError
 from langswap.files import refuse_existing
+from langswap.locking import OutputLock
 from langswap.models import is_tied, load_model, load_tokenizer
 from langswap.records import has_model_record, read_model_record
 from langswap.reports import PruningReport, VocabularyReport
@@ -121,8 +122,14 @@ class PruneResult:
 
 
 def prune(job: PruneJob, progress: bool = False) -> PruneResult:
-    """Prune the new tokens of `job.model` that `job.rule` takes out by their nets on the texts (module docstring)."""
+    """Prune the new tokens of `job.model` that `job.rule` takes out by their nets on the texts (module docstring).
+    One process at a time writes an output folder: another gets `OutputLockedError` (`langswap.locking`)."""
     job.check()
+    with OutputLock(job.output, "pruned model folder"):
+        return _prune(job, progress)
+
+
+def _prune(job: PruneJob, progress: bool) -> PruneResult:
     folder = Path(job.model)
     if not has_model_record(folder):
         raise MissingResourceError(f"'{folder}' has no langswap.json: give a folder written by `langswap transfer` "
