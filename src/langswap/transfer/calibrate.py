@@ -449,36 +449,13 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
     tied = is_tied(model)
     saved = weight.detach().clone()  # with a tied head also the input rows as they were
 
-    def relative(after: dict[str, float]) -> float:
-        return sum(after[which] / before[which] for which in after)
-
-    tried = {}  # (rows, pseudo-count) -> the check losses after its fit
-    best = None  # (relative loss, candidate, the logits added, surplus before each round, its rows unless last)
-    for index, candidate in enumerate(candidates):  # each from the same start; the first round's counts are shared
-        rows, k, rows_moved, along_ = candidate
-        with torch.no_grad():
-            weight.copy_(saved)
-        shift, surpluses = _fit_rounds(model, counted, config, along_, rows_moved, counts, expected, k)
-        tried[rows, k] = losses({})
-        logger.info("expected-count fit over %s with pseudo-count %g: check-line loss %s",
-                    "the new rows" if rows == "new" else "every row", k,
-                    ", ".join(f"{w} {before[w]:.4f} -> {tried[rows, k][w]:.4f}" for w in tried[rows, k]))
-        admissible = (rows == "new" or "source" not in before
-                      or tried[rows, k]["source"] <= before["source"] * (1 + SOURCE_ROWS_RISE))
-        if admissible and (best is None or relative(tried[rows, k]) < best[0]):
-            last = index == len(candidates) - 1  # the rows are the weights as they are
-            best = (relative(tried[rows, k]), candidate, shift, surpluses, None if last else weight.detach().clone())
-    _, (rows, k, moved, chosen_direction), shift, surpluses, fitted = best
+    tried, (rows, k, moved, chosen_direction), shift, surpluses = _best_fit(model, counted, config, candidates,
+                                                                            counts, expected, losses, before, saved)
     after = tried[rows, k]
-    if fitted is not None:
-        with torch.no_grad():
-            weight.copy_(fitted)
-    del fitted, best
     if rows == "all" and source_states is not None:
         direction = chosen_direction
         along += ", of the least variance over the source-language positions"
-    surplus = surpluses[0]
-    kept = relative(after) < len(after)
+    kept = _relative(after, before) < len(after)
     magnitude = np.abs(shift[moved])
     fits = {name: {f"{k_:g}": TextPair(**{w: round(v, 4) for w, v in losses_.items()})
                    for (rows_, k_), losses_ in tried.items() if rows_ == name} for name in ("new", "all")}
@@ -486,7 +463,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         rows=int(moved.sum()), lines=len(counted.lines), positions=positions, smoothing=k,
         smoothings=fits["new"] if len(tried) > 1 else None, with_source_rows=fits["all"] or None,
         source_rows=int((moved & ~calibrated).sum()),
-        surplus=surplus, surplus_by_round=surpluses, direction=along, kept=kept,
+        surplus=surpluses[0], surplus_by_round=surpluses, direction=along, kept=kept,
         shift=Spread(median=round(float(np.median(magnitude)), 4), p90=round(float(np.quantile(magnitude, 0.9)), 4),
                      max=round(float(magnitude.max()), 4)) if len(magnitude) else None,
         losses={"before": TextPair(**{w: round(v, 4) for w, v in before.items()}),
@@ -499,7 +476,7 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
             move.directions.append(direction.numpy().astype(np.float32))
         report.held_out_loss, report.held_out_source_loss = after["target"], after.get("source")
         logger.info("expected-count fit: %s rows moved (%.4f expected a position too many before); check-line loss "
-                    "%s", f"{report.rows:,}", surplus, ", ".join(f"{w} {before[w]:.4f} -> {after[w]:.4f}"
+                    "%s", f"{report.rows:,}", report.surplus, ", ".join(f"{w} {before[w]:.4f} -> {after[w]:.4f}"
                                                                   for w in after))
     else:
         with torch.no_grad():
@@ -510,6 +487,42 @@ def count_fit(model, tokenizer, target_lines: list[str], source_lines: list[str]
         logger.info("expected-count fit put back: check-line loss %s", ", ".join(
             f"{w} {before[w]:.4f} -> {after[w]:.4f}" for w in after))
     return report
+
+
+def _relative(after: dict[str, float], before: dict[str, float]) -> float:
+    """The check losses `after`, each relative to `before`, summed (len(after) where nothing changed)."""
+    return sum(after[which] / before[which] for which in after)
+
+
+def _best_fit(model, counted: CountedLines, config: CalibrationConfig, candidates: list[tuple], counts: np.ndarray,
+              expected: np.ndarray, losses, before: dict[str, float], saved: torch.Tensor):
+    """`count_fit`'s candidates each fitted from the head rows `saved` (`_fit_rounds`) and read on the check lines
+    (`losses({})`); the head left as the best admissible fit moved it (a fit of the source rows too only where the
+    source-language check loss rises by at most `SOURCE_ROWS_RISE`). Returns (every fit's check losses by (rows,
+    pseudo-count), the best candidate, the logits it added, its surplus before each round)."""
+    weight = model.get_output_embeddings().weight
+    tried = {}  # (rows, pseudo-count) -> the check losses after its fit
+    best = None  # (relative loss, candidate, the logits added, surplus before each round, its rows unless last)
+    for index, candidate in enumerate(candidates):  # each from the same start; the first round's counts are shared
+        rows, k, rows_moved, along = candidate
+        with torch.no_grad():
+            weight.copy_(saved)
+        shift, surpluses = _fit_rounds(model, counted, config, along, rows_moved, counts, expected, k)
+        tried[rows, k] = losses({})
+        logger.info("expected-count fit over %s with pseudo-count %g: check-line loss %s",
+                    "the new rows" if rows == "new" else "every row", k,
+                    ", ".join(f"{w} {before[w]:.4f} -> {tried[rows, k][w]:.4f}" for w in tried[rows, k]))
+        admissible = (rows == "new" or "source" not in before
+                      or tried[rows, k]["source"] <= before["source"] * (1 + SOURCE_ROWS_RISE))
+        if admissible and (best is None or _relative(tried[rows, k], before) < best[0]):
+            last = index == len(candidates) - 1  # the rows are the weights as they are
+            best = (_relative(tried[rows, k], before), candidate, shift, surpluses,
+                    None if last else weight.detach().clone())
+    _, candidate, shift, surpluses, fitted = best
+    if fitted is not None:
+        with torch.no_grad():
+            weight.copy_(fitted)
+    return tried, candidate, shift, surpluses
 
 
 def _source_head_inputs(model, tokenizer, config: CalibrationConfig, source_fit: list[str], keep_states: bool,
