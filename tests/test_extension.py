@@ -557,8 +557,9 @@ def test_the_extension_recipe_trains_only_the_new_rows_first_then_every_row(kind
     text = tmp_path / "train.txt"
     text.write_text("\n".join(texts["target"] + texts["source"][:200]) + "\n", encoding="utf-8")
     train(TrainConfig(model=str(tmp_path / "transferred"), train_text=str(text), output=str(tmp_path / "run"),
-                      preset="extension", steps=6, batch_size=4, sequence_length=32, save_steps=100,
-                      logging_steps=1, weight_decay=0.1, learning_rate=0.01, eval_text=None, keep_phase_models=True))
+                      preset="extension", recipe={"new_rows_fraction": 0.5}, steps=6, batch_size=4,
+                      sequence_length=32, save_steps=100, logging_steps=1, weight_decay=0.1, learning_rate=0.01,
+                      eval_text=None, keep_phase_models=True))
     start = load_file(str(tmp_path / "transferred" / "model.safetensors"))
     after_one = load_file(str(tmp_path / "run" / "phase-1-new-rows" / "final" / "model.safetensors"))
     after_two = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
@@ -588,6 +589,36 @@ def test_a_new_rows_fraction_of_0_trains_every_row_from_the_first_update_and_is_
     assert planned(source_text="en.txt", then="none") == [("1-new-rows", "new-rows", 200)]
     assert planned(source_text="en.txt", then="full") == [("1-new-rows", "new-rows", 100), ("2-full", "full", 100)]
 
+
+
+def test_a_self_extension_trains_every_row_from_the_first_update_by_default(tmp_path):
+    """A model whose transfer read no source-language text (no `separation` in its record: a self-extension, as the
+    transfer reads it) plans every row from the first update where new_rows_fraction is unset and then is
+    embeddings; one kept off a source language keeps its new-rows phase without recipe.source_text."""
+    from langswap.records import TransferRecord, write_model_record
+    from langswap.reports import SeparationReport, VocabularyReport
+    from langswap.training.recipes.base import plan_phases
+    from langswap.training.run import TrainConfig
+
+    def folder(name, separation):
+        path = tmp_path / name
+        path.mkdir()
+        write_model_record(path, TransferRecord(vocabulary=VocabularyReport(mode="extended", kept=10, new=[10, 19]),
+                                                separation=separation))
+        return str(path)
+
+    def planned(model, **options):
+        config = TrainConfig(model=model, train_text="t", output="o", preset="extension", steps=200, recipe=options)
+        return [(phase.name, phase.trainable, phase.steps) for phase in plan_phases(config, "causal")]
+
+    self_extension = folder("self", None)
+    kept_off = folder("kept-off", SeparationReport(rows=10, amount=0.5, source_text="en.txt"))
+    assert planned(self_extension) == [("1-embeddings", "embeddings", 200)]
+    assert planned(self_extension, new_rows_fraction=0.5) == [("1-new-rows", "new-rows", 100),
+                                                              ("2-embeddings", "embeddings", 100)]
+    assert planned(self_extension, then="full") == [("1-new-rows", "new-rows", 100), ("2-full", "full", 100)]
+    assert planned(kept_off) == [("1-new-rows", "new-rows", 100), ("2-embeddings", "embeddings", 100)]
+    assert planned(kept_off, source_text="en.txt") == [("1-embeddings", "embeddings", 200)]
 
 def test_the_extension_recipe_peaks_at_its_own_rate_unless_one_is_given():
     """train.learning_rate unset: every phase of the extension recipe peaks at 1e-4 (the recipe's PEAK), while the
@@ -838,7 +869,8 @@ def test_the_extension_recipe_refuses_a_sharded_run_and_says_what_to_use(extende
     monkeypatch.setattr(extension_recipe, "sharding_engine", lambda: "FSDP")
     with pytest.raises(ConfigError, match="masks the gradients of the source rows.*plain DDP"):
         train(TrainConfig(model=str(tmp_path / "transferred"), train_text=str(text), output=str(tmp_path / "run"),
-                          preset="extension", steps=2, batch_size=4, sequence_length=32, eval_text=None))
+                          preset="extension", recipe={"new_rows_fraction": 0.5}, steps=2, batch_size=4,
+                          sequence_length=32, eval_text=None))
     assert not (tmp_path / "run" / "model").exists()
 
 

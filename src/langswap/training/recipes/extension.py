@@ -1,15 +1,17 @@
 """`extension`: training a model whose vocabulary was extended (`langswap tokenizer --extend`, then `langswap
 transfer`), new rows first unless source-language text is mixed in.
 
-Phase 1 (`new_rows_fraction` of the steps: by default half, none where `source_text` is given and phase 2 trains
-the embeddings) trains only the rows of the new tokens, in the input matrix, an untied head and its bias: a gradient
+Phase 1 (`new_rows_fraction` of the steps: by default half, none where phase 2 trains the embeddings and either
+`source_text` is given or the model is a self-extension, its transfer given no source-language text) trains only the rows of the new tokens, in the input matrix, an untied head and its bias: a gradient
 hook zeroes every other row's gradient, and the phase's AdamW applies the run's decoupled weight decay to the new rows
 alone (`NewRowsAdamW`; decay on the whole matrix would shrink the source rows), so with zero gradients from the first
 update Adam's moments stay zero and the source rows, and the padding rows after the new ones, stay bit for bit as the
 transfer left them. The body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or
 `none` (no phase 2). Phase 1 keeps the source language's rows from drifting while only target text is read; with
 `source_text` in every batch, that text holds them, and every row trained from the first update reads both languages
-better after 200 updates (docs/design.md, "Extending a vocabulary"). Before a whole model trains (`then: full`) the
+better after 200 updates (docs/design.md, "Extending a vocabulary"). A self-extension (a transfer without
+`calibration.source_text`, which the record shows by its lack of a `separation`) reads its source language in
+every batch, so there too every row trains from the first update. Before a whole model trains (`then: full`) the
 new rows come first either way: a body trained from the first update would learn from rows nothing has placed yet.
 
 The rows come from the model folder's record (`langswap.json`, `vocabulary`); a folder whose vocabulary was not
@@ -50,8 +52,10 @@ PEAK = {"causal": 1e-4, "masked": 1e-4}
 class ExtensionOptions(SourceMixOptions):
     new_rows_fraction: float | None = field(default=None, metadata={
         "help": "Share of the steps that train only the new tokens' rows (all of them with then: none; 0: none, "
-                "every step trains `then`). Unset: 0 where source_text is given and then is embeddings (the "
-                "source-language text in every batch holds the source rows to that language), otherwise 0.5."})
+                "every step trains `then`). Unset: 0 where then is embeddings and source_text is given (the "
+                "source-language text in every batch holds the source rows to that language) or the model is a "
+                "self-extension (its transfer had no calibration.source_text: the training text is the source "
+                "language), otherwise 0.5."})
     then: str = field(default="embeddings", metadata={
         "help": "What the rest of the steps train: embeddings (every row), full (the whole model) or none.",
         "choices": ("embeddings", "full", "none")})
@@ -106,13 +110,25 @@ class Extension(Recipe):
         """(first new id, id after the last new token), read once from the model folder's record."""
         return extended_rows(self.config.model)
 
+    @functools.cached_property
+    def self_extension(self) -> bool:
+        """Whether the model's transfer was given no source-language text (`calibration.source_text`, recorded as
+        the record's `separation`), as the transfer itself reads a self-extension; False for a folder without a
+        record of an extended vocabulary (refused in `validate`)."""
+        folder = self.config.model
+        record = read_model_record(folder) if has_model_record(folder) else None
+        vocabulary = getattr(record, "vocabulary", None)
+        return bool(vocabulary is not None and vocabulary.extended and getattr(record, "separation", None) is None)
+
     @property
     def new_rows_fraction(self) -> float:
-        """`new_rows_fraction` as set, or where unset 0 with source_text and then: embeddings, 0.5 otherwise."""
+        """`new_rows_fraction` as set, or where unset 0 with then: embeddings and either source_text or a
+        self-extension, 0.5 otherwise."""
         fraction = self.options.new_rows_fraction
         if fraction is not None:
             return fraction
-        return 0.0 if self.options.source_text and self.options.then == "embeddings" else 0.5
+        source_language = bool(self.options.source_text) or self.self_extension
+        return 0.0 if source_language and self.options.then == "embeddings" else 0.5
 
     def peak(self, objective: str) -> float:
         """`learning_rate` where set, otherwise the extension's own peak (`PEAK`)."""
