@@ -284,6 +284,7 @@ def main(argv=None) -> int:
         "check_scores": check_rows or None,
         "training": {"updates": args.train, "preset": args.train_preset, "control_preset": "embeddings",
                      "new_rows_fraction": args.new_rows_fraction, "calibration": start,
+                     "phases": [[phase.name, phase.steps] for phase in planned_phases(planned)],
                      "source_share": args.source_share, "learning_rate": rate, "batch_size": 2,
                      "sequence_length": 128} if args.train else None,
         "tokens_per_byte_check": {"extended": tokens_per_byte(extended_tokenizer, check["target"]),
@@ -327,18 +328,25 @@ def train_config(model: Path, parent: Path, train: Path, english: Path | None, u
                "batch_size": 2, "sequence_length": 128, "save_steps": 100, "logging_steps": 10, "max_lines": 20000}
     resolved = from_dict(TrainConfig, {**options, "output": str(parent)}, where="train.")
     start, peak = resolved.calibration, peak_rate(resolved)
+    # a self-extension's recipe trains every row from the first update where new_rows is unset: named as --new-rows 0
+    every_row = preset == "extension" and new_rows is None and not mixed and len(planned_phases(resolved)) == 1
     name = (f"{model.name}-trained{updates}" + (f"-{preset}" if preset != "extension" else "")
-            + (f"-newrows{new_rows:g}" if new_rows is not None else "")
+            + (f"-newrows{new_rows:g}" if new_rows is not None else "-newrows0" if every_row else "")
             + (f"-english{share:g}" if mixed else "")
             + ("-keep" if start == "keep" else "") + (f"-lr{peak:g}" if peak != PAPERS_RATE else ""))
     return from_dict(TrainConfig, {**options, "output": str(parent / name)}, where="train.")
 
 
-def peak_rate(config) -> float:
-    """The peak rate a TrainConfig's first phase trains at (train.learning_rate, or its recipe's own)."""
+def planned_phases(config) -> list:
+    """A TrainConfig's phases as its recipe plans them for a causal LM."""
     from langswap.training.recipes.base import plan_phases
 
-    return plan_phases(config, "causal")[0].learning_rate
+    return plan_phases(config, "causal")
+
+
+def peak_rate(config) -> float:
+    """The peak rate a TrainConfig's first phase trains at (train.learning_rate, or its recipe's own)."""
+    return planned_phases(config)[0].learning_rate
 
 
 def trained_model(model: Path, parent: Path, train: Path, english: Path | None, updates: int, share: float,
