@@ -327,9 +327,10 @@ def train_config(model: Path, parent: Path, train: Path, english: Path | None, u
                "model": str(model), "train_text": str(train), "preset": preset, "recipe": recipe, "steps": updates,
                "batch_size": 2, "sequence_length": 128, "save_steps": 100, "logging_steps": 10, "max_lines": 20000}
     resolved = from_dict(TrainConfig, {**options, "output": str(parent)}, where="train.")
-    start, peak = resolved.calibration, peak_rate(resolved)
+    phases = planned_phases(resolved)
+    start, peak = resolved.calibration, phases[0].learning_rate
     # a self-extension's recipe trains every row from the first update where new_rows is unset: named as --new-rows 0
-    every_row = preset == "extension" and new_rows is None and not mixed and len(planned_phases(resolved)) == 1
+    every_row = preset == "extension" and new_rows is None and not mixed and len(phases) == 1
     name = (f"{model.name}-trained{updates}" + (f"-{preset}" if preset != "extension" else "")
             + (f"-newrows{new_rows:g}" if new_rows is not None else "-newrows0" if every_row else "")
             + (f"-english{share:g}" if mixed else "")

@@ -590,7 +590,6 @@ def test_a_new_rows_fraction_of_0_trains_every_row_from_the_first_update_and_is_
     assert planned(source_text="en.txt", then="full") == [("1-new-rows", "new-rows", 100), ("2-full", "full", 100)]
 
 
-
 def test_a_self_extension_trains_every_row_from_the_first_update_by_default(tmp_path):
     """A model whose transfer read no source-language text (no `separation` in its record: a self-extension, as the
     transfer reads it) plans every row from the first update where new_rows_fraction is unset and then is
@@ -619,6 +618,7 @@ def test_a_self_extension_trains_every_row_from_the_first_update_by_default(tmp_
     assert planned(self_extension, then="full") == [("1-new-rows", "new-rows", 100), ("2-full", "full", 100)]
     assert planned(kept_off) == [("1-new-rows", "new-rows", 100), ("2-embeddings", "embeddings", 100)]
     assert planned(kept_off, source_text="en.txt") == [("1-embeddings", "embeddings", 200)]
+
 
 def test_the_extension_recipe_peaks_at_its_own_rate_unless_one_is_given():
     """train.learning_rate unset: every phase of the extension recipe peaks at 1e-4 (the recipe's PEAK), while the

@@ -2,17 +2,18 @@
 transfer`), new rows first unless source-language text is mixed in.
 
 Phase 1 (`new_rows_fraction` of the steps: by default half, none where phase 2 trains the embeddings and either
-`source_text` is given or the model is a self-extension, its transfer given no source-language text) trains only the rows of the new tokens, in the input matrix, an untied head and its bias: a gradient
-hook zeroes every other row's gradient, and the phase's AdamW applies the run's decoupled weight decay to the new rows
-alone (`NewRowsAdamW`; decay on the whole matrix would shrink the source rows), so with zero gradients from the first
-update Adam's moments stay zero and the source rows, and the padding rows after the new ones, stay bit for bit as the
-transfer left them. The body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or
-`none` (no phase 2). Phase 1 keeps the source language's rows from drifting while only target text is read; with
-`source_text` in every batch, that text holds them, and every row trained from the first update reads both languages
-better after 200 updates (docs/design.md, "Extending a vocabulary"). A self-extension (a transfer without
-`calibration.source_text`, which the record shows by its lack of a `separation`) reads its source language in
-every batch, so there too every row trains from the first update. Before a whole model trains (`then: full`) the
-new rows come first either way: a body trained from the first update would learn from rows nothing has placed yet.
+`source_text` is given or the model is a self-extension, its transfer given no source-language text) trains only the
+rows of the new tokens, in the input matrix, an untied head and its bias: a gradient hook zeroes every other row's
+gradient, and the phase's AdamW applies the run's decoupled weight decay to the new rows alone (`NewRowsAdamW`;
+decay on the whole matrix would shrink the source rows), so with zero gradients from the first update Adam's moments
+stay zero and the source rows, and the padding rows after the new ones, stay bit for bit as the transfer left them.
+The body is frozen. Phase 2 trains `then`: `embeddings` (every row), `full` (the whole model) or `none` (no phase
+2). Phase 1 keeps the source language's rows from drifting while only target text is read; with `source_text` in
+every batch, that text holds them, and every row trained from the first update reads both languages better after 200
+updates (docs/design.md, "Extending a vocabulary"). A self-extension (a transfer without `calibration.source_text`,
+which the record shows by its lack of a `separation`) reads its source language in every batch, so there too every
+row trains from the first update. Before a whole model trains (`then: full`) the new rows come first either way: a
+body trained from the first update would learn from rows nothing has placed yet.
 
 The rows come from the model folder's record (`langswap.json`, `vocabulary`); a folder whose vocabulary was not
 extended is refused.
@@ -89,10 +90,10 @@ class NewRowsAdamW(torch.optim.AdamW):
         return super().step(closure)
 
 
-def extended_rows(folder: str) -> tuple[int, int]:
-    """(first new id, id after the last new token) of an extended model folder, from its record; a ConfigError
-    naming what to do for any other folder."""
-    vocabulary = getattr(read_model_record(folder), "vocabulary", None) if has_model_record(folder) else None
+def extended_rows(folder: str, record) -> tuple[int, int]:
+    """(first new id, id after the last new token) of an extended model folder, from its record (None where it has
+    none); a ConfigError naming what to do for any other folder."""
+    vocabulary = getattr(record, "vocabulary", None)
     if vocabulary is None or not vocabulary.extended:
         raise ConfigError(f"preset extension trains the new rows of an extended vocabulary, and '{folder}' has none "
                           "(its langswap.json records no extended vocabulary). Transfer into a tokenizer made with "
@@ -106,19 +107,23 @@ class Extension(Recipe):
     """An extended vocabulary: the new tokens' rows alone first (source rows bitwise unchanged), then `then`."""
 
     @functools.cached_property
-    def new_rows(self) -> tuple[int, int]:
-        """(first new id, id after the last new token), read once from the model folder's record."""
-        return extended_rows(self.config.model)
+    def record(self):
+        """The model folder's record (langswap.json), read once; None where it has none."""
+        folder = self.config.model
+        return read_model_record(folder) if has_model_record(folder) else None
 
     @functools.cached_property
+    def new_rows(self) -> tuple[int, int]:
+        """(first new id, id after the last new token), from the model folder's record."""
+        return extended_rows(self.config.model, self.record)
+
+    @property
     def self_extension(self) -> bool:
         """Whether the model's transfer was given no source-language text (`calibration.source_text`, recorded as
         the record's `separation`), as the transfer itself reads a self-extension; False for a folder without a
         record of an extended vocabulary (refused in `validate`)."""
-        folder = self.config.model
-        record = read_model_record(folder) if has_model_record(folder) else None
-        vocabulary = getattr(record, "vocabulary", None)
-        return bool(vocabulary is not None and vocabulary.extended and getattr(record, "separation", None) is None)
+        vocabulary = getattr(self.record, "vocabulary", None)
+        return bool(vocabulary is not None and vocabulary.extended and getattr(self.record, "separation", None) is None)
 
     @property
     def new_rows_fraction(self) -> float:
