@@ -146,3 +146,61 @@ def test_the_expected_count_fit_and_the_separation_choose_and_move_as_they_do_re
         assert losses.target == pytest.approx(each_time[1].smoothings[k].target, abs=2e-4)
     assert kept[1].kept == each_time[1].kept
     torch.testing.assert_close(kept[2], each_time[2], atol=1e-4, rtol=1e-4)
+
+
+def test_the_loss_without_rows_is_the_source_models_own_and_leaves_out_what_they_would_predict(source):
+    """An extension's new rows taken out of the softmax give back the source model's loss on lines that read none of
+    them; a row the lines do predict is left out where it is the next token."""
+    from langswap.head_inputs import loss_without_rows, mean_token_loss
+    from langswap.models import load_model, load_tokenizer
+
+    folder, lines = source
+    model, tokenizer = load_model(folder), load_tokenizer(folder)
+    rows = model.get_output_embeddings().weight.shape[0]
+    expected = mean_token_loss(model, tokenizer, lines[:20], 32)
+    model.resize_token_embeddings(rows + 7)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[rows:] = 3 * torch.randn(7, model.config.n_embd,
+                                                                    generator=torch.Generator().manual_seed(0))
+    new = np.zeros(rows + 7, dtype=bool)
+    new[rows:] = True
+    assert mean_token_loss(model, tokenizer, lines[:20], 32) > expected + 1e-3  # the new rows take probability
+    loss, left_out = loss_without_rows(model, tokenizer, lines[:20], 32, new)
+    assert loss == pytest.approx(expected, rel=1e-5) and left_out == 0
+    space = tokenizer.convert_tokens_to_ids("Ġ")
+    new[space] = True
+    assert loss_without_rows(model, tokenizer, lines[:20], 32, new)[1] > 0
+
+
+@pytest.mark.parametrize("rows, bound_met", [("every third", False), ("the target's own", True)])
+def test_the_separation_keeps_the_source_language_within_its_bound_of_the_source_model(source, rows, bound_met):
+    """The amount chosen leaves the source-language check loss within `SOURCE_BOUND` of the source model's where any
+    amount tried does (and is the best of those by the summed relative losses), otherwise the lowest there. Moving
+    every third row moves rows the source-language lines need (no amount is within the bound); moving the tokens only
+    the target text reads leaves amounts within it."""
+    from langswap.transfer.calibrate import SOURCE_BOUND, CalibrationConfig, separate
+
+    folder, lines = source
+    target = [line.upper() for line in english_lines(260, seed=7)]
+    model, tokenizer = _untied(folder)
+    moved = np.zeros(model.get_output_embeddings().weight.shape[0], dtype=bool)
+    if rows == "every third":
+        moved[::3] = True
+    else:
+        read = {name: {i for line in text for i in tokenizer(line)["input_ids"]}
+                for name, text in (("target", target), ("source", lines[:200]))}
+        moved[sorted(read["target"] - read["source"])] = True
+    report = separate(model, tokenizer, target, lines[:200], CalibrationConfig(strength=1.0, check_lines=30,
+                                                                              hidden_lines=60), moved)
+    assert report.source_model_loss is not None and report.source_bound == SOURCE_BOUND
+    source = {float(amount): losses.source for amount, losses in report.losses.items()}
+    within = [amount for amount, loss in source.items() if loss <= report.source_model_loss * (1 + SOURCE_BOUND)]
+    assert bool(within) == bound_met
+    if within:
+        base = report.losses["0"]
+        ranked = {amount: losses.target / base.target + losses.source / base.source
+                  for amount, losses in ((float(a), v) for a, v in report.losses.items())}
+        assert report.amount == min(within, key=ranked.get)
+    else:
+        assert report.amount == min(source, key=source.get)
+    assert "against the source model's" in report.summary()

@@ -326,6 +326,10 @@ class SeparationReport(Report):
     direction_accuracy_held_out: float | None = field(default=None, metadata=ALWAYS)
     losses: dict[str, TextPair] | None = field(default=None, metadata=nested(TextPair, mapping=True))  # by amount
     input_rows: InputRows | None = field(default=None, metadata=nested(InputRows))
+    # the source model's loss on the source-language check lines, and how far above it the chosen amount may leave
+    # the model's (a fraction; where no amount does, the one with the lowest loss there is chosen)
+    source_model_loss: float | None = None
+    source_bound: float | None = None
     skipped: str | None = None
     source_text: str | None = None
     held_out_loss: float | None = field(default=None, metadata=NOT_WRITTEN)
@@ -350,6 +354,13 @@ class SeparationReport(Report):
         if self.losses:
             line += " (check losses target / source: " + ", ".join(
                 f"{amount}: {value(loss.target)} / {value(loss.source)}" for amount, loss in self.losses.items()) + ")"
+        left = (self.losses or {}).get(f"{self.amount:g}") if self.amount is not None else None
+        if self.source_model_loss and left is not None and left.source is not None:
+            above = left.source / self.source_model_loss - 1
+            line += (f"; the source-language check loss {above:+.2%} against the source model's "
+                     f"{value(self.source_model_loss)} (bound {self.source_bound:.1%}"
+                     + ("" if above <= (self.source_bound or 0) else ", set above it" if self.chosen_by ==
+                        "calibration.separation" else ", met by no amount") + ")")
         return line
 
 

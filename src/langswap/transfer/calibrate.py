@@ -60,7 +60,7 @@ from langswap.calibration_move import CalibrationMove
 from langswap.errors import ConfigError, LangswapError
 from langswap.frequency_line import (CHECK_LINES, HIDDEN_LINES, LINES, MAX_LENGTH, frequency_line, mean_head_input,
                                      read_head_inputs, smoothed_log_frequencies, split_check_lines)
-from langswap.head_inputs import CheckLines, CountedLines, mean_token_loss
+from langswap.head_inputs import CheckLines, CountedLines, loss_without_rows, mean_token_loss
 from langswap.models import is_tied, objective_of
 from langswap.reports import (CalibrationReport, CountFitReport, Frequencies, InputRows, LossCheck, SeparationReport,
                               Spread, TextPair, UpOnlyRows)
@@ -127,7 +127,9 @@ class CalibrationConfig:
     separation: float | None = field(default=None, metadata={
         "help": "How far the new rows move along that direction (the direction is scaled to part the two texts' "
                 "mean head inputs by 2 logits); unset: chosen among 0, 0.5, 1 and 2 on the check lines of both "
-                "texts, as the lowest sum of the two mean token losses each relative to no move."})
+                "texts, as the lowest sum of the two mean token losses each relative to no move among the amounts "
+                "that leave the source-language loss within 0.5% of the source model's (where none does, the one "
+                "with the lowest source-language loss)."})
 
     count_fit: str = field(default="auto", metadata={
         "help": "After the frequency line (and an extension's separation), move the same rows once more so that each "
@@ -573,6 +575,7 @@ def _fit_rounds(model, counted: CountedLines, config: CalibrationConfig, directi
 
 
 SEPARATIONS = (0.0, 0.5, 1.0, 2.0)  # amounts `separate` chooses among on the check lines
+SOURCE_BOUND = 0.005  # the most the source-language check loss may exceed the source model's where `separate` chooses
 SHRINKAGE = 0.1  # of the covariance's mean variance, added to its diagonal
 
 
@@ -631,8 +634,11 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     stays as it is (nearly, where a tied head moves the input rows too): the same vector
     `a (w - (w . h_t) h_t / |h_t|^2)` is added to every moved row. `a` is
     `config.separation`, or, unset, the one of `SEPARATIONS` with the lowest sum of the mean token losses on the two
-    texts' check lines, each relative to its loss at 0. Returns the report (the amount, the losses per amount, the
-    held-out accuracy of the direction, `held_out_loss`: the target check loss as left). `target_loss`: the mean
+    texts' check lines, each relative to its loss at 0, among those that leave the source-language check loss within
+    `SOURCE_BOUND` of the source model's (the model's loss with the moved rows and the padding taken out of the
+    softmax, `loss_without_rows`); where none does, the one with the lowest source-language loss. Returns the report
+    (the amount, the losses per amount, the source model's loss, the held-out accuracy of the direction,
+    `held_out_loss`: the target check loss as left). `target_loss`: the mean
     token loss of the model as it is on the target check lines (`calibrate`'s `held_out_loss` with the same config
     and lines), which is then not measured again; None: measured."""
     if not calibratable(model):
@@ -665,8 +671,13 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
         weight[rows.to(weight.device)] = (start.to(torch.float32) + amount * step).to(weight.dtype)
 
     amounts = [config.separation] if config.separation is not None else list(SEPARATIONS)
-    losses = {}
+    losses, reference = {}, None
     if checked:
+        taken = np.zeros(weight.shape[0], dtype=bool)
+        given = np.asarray(moved, dtype=bool)[:weight.shape[0]]
+        taken[:len(given)] = given
+        taken[len(tokenizer):] = True  # padding rows: the source's softmax has none of the extension's
+        reference, _ = loss_without_rows(model, tokenizer, source_check, config.max_length, taken)
         checks = {name: CheckLines(model, tokenizer, lines, config.max_length, progress)
                   for name, lines in (("target", target_check), ("source", source_check))}
         for amount in amounts if 0.0 in amounts else [0.0, *amounts]:
@@ -675,7 +686,9 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
                               else check.loss() for name, check in checks.items()}
         base = losses[0.0]
         ranked = {amount: sum(loss[name] / base[name] for name in base) for amount, loss in losses.items()}
-        chosen = config.separation if config.separation is not None else min(amounts, key=lambda a: ranked[a])
+        within = [amount for amount in amounts if losses[amount]["source"] <= reference * (1 + SOURCE_BOUND)]
+        chosen = (config.separation if config.separation is not None else
+                  min(within, key=lambda a: ranked[a]) if within else min(amounts, key=lambda a: losses[a]["source"]))
     else:
         chosen = config.separation
     place(chosen)
@@ -686,7 +699,9 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
         positions=TextPair(**{name: len(value) for name, value in states.items()}),
         direction_accuracy_held_out=None if accuracy is None else round(accuracy, 3),
         losses={f"{amount:g}": TextPair(**{name: round(value, 4) for name, value in loss.items()})
-                for amount, loss in losses.items()})
+                for amount, loss in losses.items()},
+        source_model_loss=None if reference is None else round(reference, 4),
+        source_bound=SOURCE_BOUND if reference is not None else None)
     if tied:
         shifted = (weight[rows.to(weight.device)].detach().to(torch.float32) - start.to(torch.float32)).norm(dim=1)
         relative = (shifted / start.to(torch.float32).norm(dim=1).clamp_min(1e-12)).cpu()
