@@ -711,7 +711,8 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
         report.held_out_loss, report.held_out_source_loss = losses[chosen]["target"], losses[chosen]["source"]
     checks = "; check losses (target, source) " + ", ".join(
         f"{a:g}: {v['target']:.4f} {v['source']:.4f}" for a, v in losses.items()) if losses else ""
+    bound = "" if reference is None else f"; the source model's source-language check loss {reference:.4f}"
     logger.info("new rows moved %g along the direction that tells target from source-language positions (held-out "
-                "accuracy %s)%s", chosen, "-" if accuracy is None else f"{accuracy:.3f}", checks)
+                "accuracy %s)%s%s", chosen, "-" if accuracy is None else f"{accuracy:.3f}", checks, bound)
     return report
 
