@@ -151,7 +151,8 @@ def test_the_expected_count_fit_and_the_separation_choose_and_move_as_they_do_re
 def test_the_loss_without_rows_is_the_source_models_own_and_leaves_out_what_they_would_predict(source):
     """An extension's new rows taken out of the softmax give back the source model's loss on lines that read none of
     them; a row the lines do predict is left out where it is the next token."""
-    from langswap.head_inputs import loss_without_rows, mean_token_loss
+    from langswap.evaluation.language_modeling import causal_lm_score
+    from langswap.head_inputs import mean_token_loss
     from langswap.models import load_model, load_tokenizer
 
     folder, lines = source
@@ -162,14 +163,14 @@ def test_the_loss_without_rows_is_the_source_models_own_and_leaves_out_what_they
     with torch.no_grad():
         model.get_input_embeddings().weight[rows:] = 3 * torch.randn(7, model.config.n_embd,
                                                                     generator=torch.Generator().manual_seed(0))
-    new = np.zeros(rows + 7, dtype=bool)
+    new = torch.zeros(rows + 7, dtype=torch.bool)
     new[rows:] = True
     assert mean_token_loss(model, tokenizer, lines[:20], 32) > expected + 1e-3  # the new rows take probability
-    loss, left_out = loss_without_rows(model, tokenizer, lines[:20], 32, new)
-    assert loss == pytest.approx(expected, rel=1e-5) and left_out == 0
-    space = tokenizer.convert_tokens_to_ids("Ġ")
-    new[space] = True
-    assert loss_without_rows(model, tokenizer, lines[:20], 32, new)[1] > 0
+    assert mean_token_loss(model, tokenizer, lines[:20], 32, without_rows=new) == pytest.approx(expected, rel=1e-5)
+    every = causal_lm_score(model, tokenizer, lines[:20], 32).tokens
+    assert causal_lm_score(model, tokenizer, lines[:20], 32, without_rows=new).tokens == every
+    new[tokenizer.convert_tokens_to_ids("Ġ")] = True
+    assert causal_lm_score(model, tokenizer, lines[:20], 32, without_rows=new).tokens < every
 
 
 @pytest.mark.parametrize("rows, bound_met", [("every third", False), ("the target's own", True)])

@@ -41,48 +41,21 @@ def head_alone_moves(model) -> bool:
     return not is_tied(model) and all(value is None or value == 1 for value in after)
 
 
-def mean_token_loss(model, tokenizer, lines: list[str], max_length: int, progress: bool = False) -> float:
+def mean_token_loss(model, tokenizer, lines: list[str], max_length: int, progress: bool = False,
+                    without_rows: torch.Tensor | None = None) -> float:
     """Mean next-token cross-entropy (nats) of `model`, in eval mode, over the tokens of `lines`, each read in windows
-    of up to `max_length` (`causal_lm_score`; `progress`: a bar labelled "held-out check")."""
+    of up to `max_length` (`causal_lm_score`; `progress`: a bar labelled "held-out check"). `without_rows`: a boolean
+    over the output rows taken out of every softmax, the positions that would predict one of them left out; in an
+    extension whose new rows are those and read nothing of the lines (the source language, tokenised as the source
+    reads it), the source model's own loss on them."""
     was_training = model.training
     model.eval()
     try:
         score = causal_lm_score(model, tokenizer, lines, max_length=max_length, progress=progress,
-                                label="held-out check")
+                                label="held-out check", without_rows=without_rows)
     finally:
         model.train(was_training)
     return score.nll / max(score.tokens, 1)
-
-
-@torch.no_grad()
-def loss_without_rows(model, tokenizer, lines: list[str], max_length: int, rows: np.ndarray) -> tuple[float, int]:
-    """(mean next-token loss in nats, positions left out) of `model`, in eval mode, over the tokens of `lines` read as
-    `mean_token_loss` reads them, with the rows where the boolean `rows` is set taken out of every softmax (the
-    model's logits, so a softcapped or scaled head reads as the model does); a position whose next token is such a
-    row is left out. In an extension whose new rows are those and read nothing of the lines (the source language,
-    tokenised as the source reads it), it is the source model's own loss on them."""
-    taken = torch.from_numpy(np.asarray(rows, dtype=bool))
-    was_training = model.training
-    model.eval()
-    total, scored, left_out = 0.0, 0, 0
-    device = next(model.parameters()).device
-    try:
-        batches = causal_lm_batches(model, tokenizer, lines, max_length)
-        next(batches)
-        for input_ids, attention, targets, mask in batches:
-            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
-            logits, targets = logits[mask.to(logits.device)].to(torch.float32), targets[mask]
-            out = torch.zeros(logits.shape[-1], dtype=torch.bool)
-            out[:min(len(taken), len(out))] = taken[:len(out)]
-            logits[:, out.to(logits.device)] = float("-inf")
-            keep = ~taken[targets.clamp_max(len(taken) - 1)] | (targets >= len(taken))
-            left_out += int((~keep).sum())
-            log_probs = torch.log_softmax(logits[keep.to(logits.device)], dim=-1)
-            total -= float(log_probs.gather(-1, targets[keep][:, None].to(log_probs.device)).double().sum())
-            scored += int(keep.sum())
-    finally:
-        model.train(was_training)
-    return total / max(scored, 1), left_out
 
 
 @torch.no_grad()

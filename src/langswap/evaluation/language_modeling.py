@@ -122,22 +122,29 @@ def _check_stride(stride: int | None, window: int) -> int:
 
 @torch.no_grad()
 def causal_lm_score(model, tokenizer, lines: list[str], max_length: int | None = None, batch_tokens: int = 4096,
-                    progress: bool = False, stride: int | None = None, label: str = "scoring") -> LMScore:
+                    progress: bool = False, stride: int | None = None, label: str = "scoring",
+                    without_rows: torch.Tensor | None = None) -> LMScore:
     """Perplexity and bits per byte of a causal LM on `lines` (each scored on its own).
 
     A line longer than the window (the model's context, or `max_length` where smaller) is read in windows that
     start `stride` tokens apart (default half the window), each token scored once (see `_windows`); this is the
     strided evaluation of the Hugging Face guide "Perplexity of fixed-length models", except that no token is lost
-    where windows meet."""
+    where windows meet. `without_rows`: a boolean over the model's output rows (its logits' width) whose rows are
+    taken out of every softmax; a position whose next token is one of them is not scored (`tokens` counts the
+    positions scored)."""
     device = next(model.parameters()).device
     total_nll, total_tokens = 0.0, 0
+    taken = None if without_rows is None else without_rows.to(device)
     batches = causal_lm_batches(model, tokenizer, lines, max_length, batch_tokens, stride)
     bar = progress_bar(progress, next(batches), label)
     for input_ids, attention, targets, target_mask in batches:
         logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.float()
+        targets, mask = targets.to(device), target_mask.to(device)
+        if taken is not None:
+            logits[..., taken] = float("-inf")
+            mask = mask & ~taken[targets]
         log_probs = torch.log_softmax(logits, dim=-1)
-        picked = log_probs.gather(-1, targets.to(device).unsqueeze(-1)).squeeze(-1)
-        mask = target_mask.to(device)
+        picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         total_nll -= float(picked[mask].double().sum())
         total_tokens += int(mask.sum())
         if bar is not None:

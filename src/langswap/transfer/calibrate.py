@@ -60,7 +60,7 @@ from langswap.calibration_move import CalibrationMove
 from langswap.errors import ConfigError, LangswapError
 from langswap.frequency_line import (CHECK_LINES, HIDDEN_LINES, LINES, MAX_LENGTH, frequency_line, mean_head_input,
                                      read_head_inputs, smoothed_log_frequencies, split_check_lines)
-from langswap.head_inputs import CheckLines, CountedLines, loss_without_rows, mean_token_loss
+from langswap.head_inputs import CheckLines, CountedLines, mean_token_loss
 from langswap.models import is_tied, objective_of
 from langswap.reports import (CalibrationReport, CountFitReport, Frequencies, InputRows, LossCheck, SeparationReport,
                               Spread, TextPair, UpOnlyRows)
@@ -636,7 +636,7 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     `config.separation`, or, unset, the one of `SEPARATIONS` with the lowest sum of the mean token losses on the two
     texts' check lines, each relative to its loss at 0, among those that leave the source-language check loss within
     `SOURCE_BOUND` of the source model's (the model's loss with the moved rows and the padding taken out of the
-    softmax, `loss_without_rows`); where none does, the one with the lowest source-language loss. Returns the report
+    softmax, `mean_token_loss`'s `without_rows`); where none does, the one with the lowest source-language loss. Returns the report
     (the amount, the losses per amount, the source model's loss, the held-out accuracy of the direction,
     `held_out_loss`: the target check loss as left). `target_loss`: the mean
     token loss of the model as it is on the target check lines (`calibrate`'s `held_out_loss` with the same config
@@ -673,11 +673,10 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     amounts = [config.separation] if config.separation is not None else list(SEPARATIONS)
     losses, reference = {}, None
     if checked:
-        taken = np.zeros(weight.shape[0], dtype=bool)
-        given = np.asarray(moved, dtype=bool)[:weight.shape[0]]
-        taken[:len(given)] = given
+        taken = torch.zeros(weight.shape[0], dtype=torch.bool)
+        taken[rows] = True
         taken[len(tokenizer):] = True  # padding rows: the source's softmax has none of the extension's
-        reference, _ = loss_without_rows(model, tokenizer, source_check, config.max_length, taken)
+        reference = mean_token_loss(model, tokenizer, source_check, config.max_length, without_rows=taken)
         checks = {name: CheckLines(model, tokenizer, lines, config.max_length, progress)
                   for name, lines in (("target", target_check), ("source", source_check))}
         for amount in amounts if 0.0 in amounts else [0.0, *amounts]:
