@@ -637,10 +637,10 @@ def separate(model, tokenizer, target_lines: list[str], source_lines: list[str],
     texts' check lines, each relative to its loss at 0, among those that leave the source-language check loss within
     `SOURCE_BOUND` of the source model's (the model's loss with the moved rows and the padding taken out of the
     softmax, `mean_token_loss`'s `without_rows`); where none does, the one with the lowest source-language loss.
-    Returns the report (the amount, the losses per amount, the source model's loss, the held-out accuracy of the direction,
-    `held_out_loss`: the target check loss as left). `target_loss`: the mean
-    token loss of the model as it is on the target check lines (`calibrate`'s `held_out_loss` with the same config
-    and lines), which is then not measured again; None: measured."""
+    Returns the report (the amount, the losses per amount, the source model's loss, the held-out accuracy of the
+    direction, `held_out_loss`: the target check loss as left). `target_loss`: the mean token loss of the model as it
+    is on the target check lines (`calibrate`'s `held_out_loss` with the same config and lines), which is then not
+    measured again; None: measured."""
     if not calibratable(model):
         raise ConfigError("calibration.source_text is for causal LMs; leave it unset for this model.")
     _, skipped = head_as_configured(model, config)
